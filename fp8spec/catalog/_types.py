@@ -1,0 +1,308 @@
+"""Public value types of the model catalog: errors, :class:`LinearModule` and :class:`ModelFacts`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._layout import Layout
+
+
+class CatalogError(Exception):
+    """Base class of the catalog's errors. ``str(err)`` is a complete, user-facing sentence."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UnknownModel(CatalogError, LookupError):
+    """``get_model`` was asked for an id the catalog does not hold.
+
+    ``name`` is what was asked for, ``suggestions`` the close catalog ids (best first, maybe empty),
+    ``known`` every catalog id.
+    """
+
+    def __init__(self, name: object, suggestions: list[str] | None = None, known: list[str] | None = None):
+        self.name = name
+        self.suggestions = list(suggestions or [])
+        self.known = list(known or [])
+        parts = [f"unknown model {name!r}"]
+        if self.suggestions:
+            parts[0] += "; did you mean " + " or ".join(repr(s) for s in self.suggestions) + "?"
+        if self.known:
+            parts.append("catalog models: " + ", ".join(self.known))
+        parts.append("for any other model set model.config_path to a local Hugging Face config.json")
+        super().__init__("; ".join(parts))
+
+
+class ConfigError(CatalogError, ValueError):
+    """A config.json could not be turned into :class:`ModelFacts` (unreadable, malformed, missing keys,
+    unsupported architecture, implausible values). ``path`` is the file (or None), ``key`` the offending
+    config key when there is one."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None):
+        self.path = path
+        self.key = key
+        super().__init__(message)
+
+
+# --- linear modules -----------------------------------------------------------------------------------
+
+#: every value ``LinearModule.kind`` can take
+LINEAR_KINDS: tuple[str, ...] = (
+    "attn_qkv",  # q_proj / k_proj / v_proj (GQA)
+    "attn_out",  # o_proj (GQA and MLA)
+    "mla_q",  # DeepSeek q_proj when q_lora_rank is null (V2-Lite)
+    "mla_q_a",  # DeepSeek q_a_proj (hidden -> q_lora_rank)
+    "mla_q_b",  # DeepSeek q_b_proj (q_lora_rank -> heads * (qk_nope + qk_rope))
+    "mla_kv_a",  # DeepSeek kv_a_proj_with_mqa (hidden -> kv_lora_rank + qk_rope)
+    "mla_kv_b",  # DeepSeek kv_b_proj (kv_lora_rank -> heads * (qk_nope + v))
+    "mlp_in",  # dense gate_proj / up_proj
+    "mlp_out",  # dense down_proj
+    "expert_in",  # routed expert gate_proj / up_proj
+    "expert_out",  # routed expert down_proj
+    "shared_expert_in",  # shared expert gate_proj / up_proj
+    "shared_expert_out",  # shared expert down_proj
+    "router",  # mlp.gate (expert router)
+    "lm_head",  # output projection (also DeepSeek MTP shared_head.head)
+    "mtp_eh_proj",  # DeepSeek MTP eh_proj (2*hidden -> hidden)
+)
+
+#: how tensor parallelism splits a linear in vLLM / SGLang / Megatron
+PARALLEL_STYLES: tuple[str, ...] = ("column", "row", "replicated")
+
+
+class LinearModule(NamedTuple):
+    """One linear weight of the checkpoint.
+
+    ``name`` is the checkpoint key without ``.weight``. ``layer`` is the decoder layer index (None for
+    ``lm_head``). ``out_features``/``in_features`` are the weight's ``[out, in]`` shape (as in
+    ``nn.Linear``). ``parallel`` says how tensor parallelism splits it: ``column`` splits ``out_features``,
+    ``row`` splits ``in_features``, ``replicated`` is not split. ``group`` is the fused module the serving
+    engines build from it (``qkv_proj``, ``gate_up_proj``, ``fused_qkv_a_proj``, ``experts``) or None;
+    all members of one fused module must share one precision. ``expert`` is the routed-expert index,
+    ``tied`` marks an ``lm_head`` that shares the embedding weight (``tie_word_embeddings``), ``bias``
+    whether the checkpoint also has a ``.bias`` for it.
+    """
+
+    name: str
+    layer: int | None
+    kind: str
+    out_features: int
+    in_features: int
+    parallel: str
+    group: str | None
+    expert: int | None = None
+    tied: bool = False
+    bias: bool = False
+
+    @property
+    def fused_name(self) -> str | None:
+        """The engine-side module this weight is fused into, e.g. ``model.layers.0.self_attn.qkv_proj``,
+        ``model.layers.3.mlp.gate_up_proj`` or, for every routed expert of a layer, ``model.layers.3.mlp.experts``
+        (vLLM/SGLang ``FusedMoE``). None when the module is not fused."""
+        if self.group is None:
+            return None
+        if self.group == "experts":
+            head, sep, _ = self.name.rpartition(".experts.")
+            return head + ".experts" if sep else None
+        return self.name.rpartition(".")[0] + "." + self.group
+
+    @property
+    def numel(self) -> int:
+        return self.out_features * self.in_features
+
+    @property
+    def suffix(self) -> str:
+        """Last component of the name: ``q_proj``, ``gate``, ``down_proj``, ``lm_head`` ..."""
+        return self.name.rpartition(".")[2]
+
+
+# --- model facts --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Everything an FP8 check needs to know about one model, built from its config.json.
+
+    Equality compares every field except ``source``. Module listings are generated lazily and cached;
+    list-returning methods hand out fresh lists, so callers may mutate them.
+
+    Conventions (see ``fp8spec/catalog/README.md``):
+      * ``head_dim``: config ``head_dim`` or ``hidden_size // num_attention_heads``; for MLA models it is the
+        query/key head width ``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek-V3).
+      * dense models have ``num_experts == 0``, ``num_experts_per_tok == 0``, ``moe_intermediate_size is None``,
+        ``first_k_dense_layers == 0`` and no MoE layers.
+      * ``first_k_dense_layers`` counts the leading dense layers of an MoE model (DeepSeek
+        ``first_k_dense_replace``; Qwen3-MoE derived from ``mlp_only_layers``/``decoder_sparse_step``);
+        ``moe_layers`` lists exactly which layers are MoE.
+      * DeepSeek MTP layers (``num_mtp_layers``) are left out of every listing unless ``include_mtp=True``.
+      * a tied ``lm_head`` is still listed, with ``LinearModule.tied = True``.
+    """
+
+    id: str
+    architecture: str
+    model_type: str
+    hidden_size: int
+    intermediate_size: int
+    moe_intermediate_size: int | None
+    shared_expert_intermediate_size: int | None
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    num_hidden_layers: int
+    num_experts: int
+    num_experts_per_tok: int
+    first_k_dense_layers: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    attention: str  # "gqa" | "mla"
+    # MLA (DeepSeek) only; None for GQA models. q_lora_rank may be None for MLA too (DeepSeek-V2-Lite).
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    num_shared_experts: int = 0
+    moe_layers: tuple[int, ...] = ()
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    num_mtp_layers: int = 0
+    max_position_embeddings: int | None = None
+    source: str = field(default="", compare=False)
+
+    # -- derived ---------------------------------------------------------------------------------------
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and bool(self.moe_layers)
+
+    @property
+    def dense_layers(self) -> tuple[int, ...]:
+        moe = set(self.moe_layers)
+        return tuple(i for i in range(self.num_hidden_layers) if i not in moe)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return layer in self._moe_layer_set
+
+    @cached_property
+    def _moe_layer_set(self) -> frozenset[int]:
+        return frozenset(self.moe_layers)
+
+    @property
+    def q_size(self) -> int:
+        """Output width of the query projection (q_proj / q_b_proj)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Output width of k_proj (= v_proj) for GQA models; for MLA the compressed kv width
+        ``kv_lora_rank + qk_rope_head_dim`` (what the MLA KV cache stores per token)."""
+        if self.attention == "mla":
+            return (self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0)
+        return self.num_key_value_heads * self.head_dim
+
+    # -- module listings -------------------------------------------------------------------------------
+
+    def _layout(self, include_mtp: bool) -> Layout:
+        return self._layout_mtp if include_mtp else self._layout_main
+
+    @cached_property
+    def _layout_main(self) -> Layout:
+        from ._layout import build_layout
+
+        return build_layout(self, include_mtp=False)
+
+    @cached_property
+    def _layout_mtp(self) -> Layout:
+        from ._layout import build_layout
+
+        return build_layout(self, include_mtp=True)
+
+    def linear_modules(self, include_mtp: bool = False) -> list[LinearModule]:
+        """Every linear weight of the checkpoint, in checkpoint order (layer by layer), ``lm_head`` last."""
+        return list(self._layout(include_mtp).linears)
+
+    def module_names(self, include_mtp: bool = False) -> list[str]:
+        """Every checkpoint module that owns weights: linears, embeddings and norms (no containers)."""
+        return list(self._layout(include_mtp).names)
+
+    def symbolic_groups(self, include_mtp: bool = False) -> dict[str, list[str]]:
+        """``lm_head``, ``embeddings``, ``norms``, ``router`` -> the module names each covers."""
+        lay = self._layout(include_mtp)
+        return {
+            "lm_head": list(lay.lm_heads),
+            "embeddings": list(lay.embeddings),
+            "norms": list(lay.norms),
+            "router": list(lay.routers),
+        }
+
+    def fused_groups(self) -> dict[str, list[str]]:
+        """Fused group name -> member suffixes for this architecture.
+
+        ``qkv_proj``/``gate_up_proj``/``fused_qkv_a_proj`` members are the last name component of modules
+        that share one parent (``...self_attn.q_proj`` etc.; ``gate_up_proj`` also covers shared experts).
+        ``experts`` (MoE only) is the engines' ``FusedMoE``: its members are the per-expert suffixes under
+        ``mlp.experts.{j}``, and one group spans *all* experts of a layer. Use ``LinearModule.fused_name`` or
+        :meth:`fused_instances` to get concrete groups.
+        """
+        from ._layout import fused_groups
+
+        return {k: list(v) for k, v in fused_groups(self).items()}
+
+    def fused_instances(self, include_mtp: bool = False) -> dict[str, list[str]]:
+        """Concrete fused module name (``model.layers.0.self_attn.qkv_proj``, ``model.layers.3.mlp.experts``)
+        -> the checkpoint module names fused into it."""
+        return {k: list(v) for k, v in self._layout(include_mtp).fused.items()}
+
+    def linear_module(self, name: str, include_mtp: bool = True) -> LinearModule | None:
+        """The linear called ``name`` or None."""
+        return self._layout(include_mtp).by_name.get(name)
+
+    def num_parameters(self, include_mtp: bool = False) -> int:
+        """Parameter count of the checkpoint (tied ``lm_head`` counted once), from the module shapes."""
+        return self._layout(include_mtp).num_parameters
+
+    def config_summary(self) -> dict[str, object]:
+        """A small JSON-serialisable dict for display."""
+        out: dict[str, object] = {
+            "id": self.id,
+            "architecture": self.architecture,
+            "attention": self.attention,
+            "layers": self.num_hidden_layers,
+            "hidden_size": self.hidden_size,
+            "heads": self.num_attention_heads,
+            "kv_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": self.tie_word_embeddings,
+        }
+        if self.is_moe:
+            out.update(
+                experts=self.num_experts,
+                experts_per_tok=self.num_experts_per_tok,
+                moe_intermediate_size=self.moe_intermediate_size,
+                moe_layers=len(self.moe_layers),
+                first_k_dense_layers=self.first_k_dense_layers,
+            )
+            if self.shared_expert_intermediate_size:
+                out["shared_expert_intermediate_size"] = self.shared_expert_intermediate_size
+        if self.attention == "mla":
+            out.update(
+                q_lora_rank=self.q_lora_rank,
+                kv_lora_rank=self.kv_lora_rank,
+                qk_nope_head_dim=self.qk_nope_head_dim,
+                qk_rope_head_dim=self.qk_rope_head_dim,
+                v_head_dim=self.v_head_dim,
+            )
+        if self.num_mtp_layers:
+            out["mtp_layers"] = self.num_mtp_layers
+        out["parameters_b"] = round(self.num_parameters() / 1e9, 2)
+        return out

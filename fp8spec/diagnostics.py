@@ -1,0 +1,69 @@
+"""Located diagnostics, shaped like compiler errors: ``path:line:col: severity CODE message``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Iterable, Literal, Optional
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+# Exit codes, documented in the README and `fp8spec --help`.
+EXIT_OK = 0
+EXIT_RULE_ERRORS = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: Severity
+    code: str
+    message: str
+    file: str
+    line: int
+    col: int
+    path: str = ""
+    hint: Optional[str] = None
+
+    def sort_key(self) -> tuple:
+        return (self.file, self.line, self.col, SEVERITY_ORDER[self.severity], self.code, self.message)
+
+    def render(self) -> str:
+        head = f"{self.file}:{self.line}:{self.col}: {self.severity} {self.code} {_one_line(self.message)}"
+        if self.hint:
+            return f"{head}\n    hint: {_one_line(self.hint)}"
+        return head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def render_text(diagnostics: Iterable[Diagnostic]) -> str:
+    return "\n".join(d.render() for d in diagnostics)
+
+
+def render_json(results: dict[str, list[Diagnostic]]) -> str:
+    """JSON for CI: one entry per file with its diagnostics and counts."""
+    files = []
+    for file, diags in results.items():
+        files.append(
+            {
+                "file": file,
+                "errors": sum(d.severity == "error" for d in diags),
+                "warnings": sum(d.severity == "warning" for d in diags),
+                "diagnostics": [d.to_dict() for d in diags],
+            }
+        )
+    return json.dumps({"files": files}, indent=2, sort_keys=True)
+
+
+def summary_line(diags: list[Diagnostic]) -> str:
+    errors = sum(d.severity == "error" for d in diags)
+    warnings = sum(d.severity == "warning" for d in diags)
+    return f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}"

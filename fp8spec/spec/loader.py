@@ -1,0 +1,151 @@
+"""Load a spec file: YAML → typed ``Spec``, with every schema problem as a located diagnostic."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from fp8spec.diagnostics import Diagnostic
+from fp8spec.spec.model import Spec
+from fp8spec.spec.yaml_source import InputError, Positions, parse_yaml, read_text
+
+__all__ = ["LoadedSpec", "InputError", "load_spec", "load_spec_text"]
+
+
+@dataclass
+class LoadedSpec:
+    file: str
+    spec: Optional[Spec]
+    positions: Positions
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    sha256: str = ""
+
+    def locate(self, dotted: str, prefer: str = "value") -> tuple[int, int]:
+        return self.positions.locate(_split_path(dotted), prefer)
+
+
+def _split_path(dotted: str) -> tuple:
+    parts: list[Any] = []
+    for piece in dotted.split(".") if dotted else []:
+        parts.append(int(piece) if piece.isdigit() else piece)
+    return tuple(parts)
+
+
+def load_spec(path: str | Path, display: str | None = None) -> LoadedSpec:
+    """Read and type-check a spec file. Raises InputError when it is not a readable YAML mapping."""
+    path = Path(path)
+    display = display or str(path)
+    text = read_text(path, display)
+    return load_spec_text(text, display)
+
+
+def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
+    data, positions = parse_yaml(text, display)
+    loaded = LoadedSpec(display, None, positions, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+    try:
+        loaded.spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        loaded.diagnostics = [_schema_diagnostic(err, positions, display) for err in exc.errors()]
+        loaded.diagnostics.sort(key=Diagnostic.sort_key)
+    return loaded
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _written_prefix(loc: tuple, positions: Positions) -> tuple:
+    """Pydantic adds union/choice tags to locations ('train_files', 'list[...]'); keep the part in the file."""
+    best: tuple = ()
+    for i in range(1, len(loc) + 1):
+        if positions.has(loc[:i]):
+            best = loc[:i]
+    return best
+
+
+def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnostic:
+    loc = tuple(err.get("loc", ()))
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        line, col = positions.locate(loc, prefer="key")
+        key = str(loc[-1]) if loc else "?"
+        allowed = sorted(_allowed_keys(loc[:-1]))
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else (
+            f"allowed keys here: {', '.join(allowed)}" if allowed else None
+        )
+        where = _dotted(loc[:-1]) or "the top level"
+        return Diagnostic("error", "S001", f"unknown key '{key}' in {where}", display, line, col, _dotted(loc), hint)
+    if kind == "missing" and loc and isinstance(loc[-1], int):
+        line, col = positions.locate(loc[:-1], prefer="value")
+        return Diagnostic(
+            "error", "S002", f"{_dotted(loc[:-1])}: too few items (item {loc[-1]} is missing)", display, line, col,
+            _dotted(loc[:-1]), "block_size takes two numbers, e.g. [128, 128]" if loc[-2:-1] == ("block_size",) else None,
+        )
+    if kind == "missing":
+        parent = loc[:-1]
+        line, col = positions.locate(parent, prefer="key") if parent else (1, 1)
+        where = _dotted(parent) or "the spec"
+        return Diagnostic(
+            "error", "S003", f"missing required key '{loc[-1]}' in {where}", display, line, col, _dotted(loc),
+            _missing_hint(loc),
+        )
+    written = _written_prefix(loc, positions)
+    line, col = positions.locate(written or loc, prefer="value")
+    value = err.get("input")
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    message = err.get("msg", "invalid value")
+    path = _dotted(written or loc)
+    code = "S004" if loc == ("version",) else "S002"
+    text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
+    return Diagnostic("error", code, text, display, line, col, path, _value_hint(loc))
+
+
+def _missing_hint(loc: tuple) -> Optional[str]:
+    hints = {
+        ("version",): "start the spec with 'version: 1'",
+        ("hardware",): "add hardware: {gpu: h100, nodes: 1, gpus_per_node: 8, cuda: '12.9'}",
+        ("hardware", "gpu"): "name the TARGET GPU, e.g. gpu: h200",
+    }
+    return hints.get(loc)
+
+
+def _value_hint(loc: tuple) -> Optional[str]:
+    if loc == ("name",):
+        return "use lowercase letters, digits, '.', '_' and '-' (it names the bundle folder)"
+    if loc == ("version",):
+        return "this fp8spec reads spec version 1"
+    return None
+
+
+def _allowed_keys(loc: tuple) -> set[str]:
+    """Field names of the model section at ``loc`` (for did-you-mean)."""
+    model: Any = Spec
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return set()
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return set()
+        model = _model_of(info.annotation)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return set(model.model_fields)
+    return set()
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,199 @@
+"""The FP8-RL spec as a typed model.
+
+Field names are a public contract (specs in the wild use them): add fields, never rename them.
+Defaults reproduce the FP8-RL paper's recipe: blockwise 128x128 E4M3 with FP32 scales, router,
+lm_head, embeddings and norms kept in BF16, token-level TIS with C=2.
+Semantic checks (divisibility, hardware, backend versions) live in fp8spec.rules, not here:
+the model only says what a well-formed spec looks like.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from fp8spec.hardware import GPU_NAMES
+
+SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
+
+# Bounds keep absurd numbers (1e400, 2**80 GPUs) out of the arithmetic the rules do.
+PositiveCount = Annotated[int, Field(ge=1, le=1_000_000)]
+SmallCount = Annotated[int, Field(ge=1, le=4096)]
+NonNegLayers = Annotated[int, Field(ge=0, le=10_000)]
+Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$", max_length=40)]
+CudaVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]{2}\.[0-9]{1,2}$")]
+NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, ge=-1e9, le=1e9)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ModelSection(_Section):
+    name: NonEmpty = Field(description="Model id from fp8spec's catalog, e.g. Qwen/Qwen3-30B-A3B-Base.")
+    config_path: Optional[NonEmpty] = Field(
+        None, description="Local Hugging Face config.json that replaces the catalog entry (read offline)."
+    )
+    path: NonEmpty = Field(description="Where the weights live on the cluster (HF folder or hub id).")
+
+
+class HardwareSection(_Section):
+    gpu: Literal[GPU_NAMES] = Field(description="The TARGET GPU; scale formats follow it, never the local machine.")
+    nodes: SmallCount = 1
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = 8
+    cuda: CudaVersion = Field("12.9", description="CUDA version of the cluster's torch build (torch.version.cuda).")
+
+
+class LinearSection(_Section):
+    quantize: bool = Field(True, description="W8A8 FP8 for the rollout engine's linear layers.")
+    format: Literal["e4m3"] = "e4m3"
+    block_size: tuple[Annotated[int, Field(ge=1, le=4096)], Annotated[int, Field(ge=1, le=4096)]] = (128, 128)
+    scale_dtype: Literal["fp32", "ue8m0"] = Field(
+        "fp32", description="Block scale format: fp32 = amax/448; ue8m0 = 2^ceil(log2(amax/448))."
+    )
+    exclude: list[NonEmpty] = Field(
+        default_factory=lambda: list(SYMBOLIC_EXCLUSIONS),
+        description="Kept in BF16: symbolic groups lm_head, embeddings, norms, router, or anchored patterns "
+        "over checkpoint module names ('*' spans dots; 're:' prefix for a regex).",
+    )
+    bf16_first_layers: NonNegLayers = 0
+    bf16_last_layers: NonNegLayers = 0
+
+
+class KVCacheSection(_Section):
+    dtype: Literal["bf16", "fp8_e4m3", "fp8_e5m2"] = "bf16"
+    recalibrate: Literal["per_step", "once", "none"] = Field(
+        "per_step", description="When q/k/v scales are recomputed (only meaningful for FP8 dtypes)."
+    )
+
+
+class CorrectionSection(_Section):
+    method: Literal["none", "tis", "seq_tis", "mask", "seq_mask"] = Field(
+        "tis",
+        description="tis = token-level truncated IS (paper, C=2); seq_tis = sequence-level truncated IS; "
+        "mask / seq_mask = masked IS (IcePop) with [low, high] bounds.",
+    )
+    clip: FiniteFloat = Field(2.0, description="Truncation threshold C for tis / seq_tis.")
+    bounds: Optional[tuple[FiniteFloat, FiniteFloat]] = Field(None, description="[low, high] for mask variants.")
+    rejection: Optional[NonEmpty] = Field(
+        None, description="verl rollout_rs option(s), comma-separated (e.g. seq_mean_k1); off by default."
+    )
+    rejection_threshold: Optional[NonEmpty] = None
+
+
+class ParallelSection(_Section):
+    tp: SmallCount = 1
+    pp: SmallCount = 1
+    ep: SmallCount = 1
+    cp: SmallCount = 1
+
+
+class TrainingSection(_Section):
+    backend: Literal["fsdp", "megatron"] = "fsdp"
+    precision: Literal["bf16", "fp8"] = "bf16"
+    fp8_recipe: Literal["hybrid", "e4m3"] = "hybrid"
+    fp8_scaling: Literal["blockwise", "tensorwise", "delayed", "mxfp8"] = "blockwise"
+    router_dtype: Literal["bf16", "fp32"] = "bf16"
+    parallel: ParallelSection = Field(default_factory=ParallelSection)
+
+
+class RolloutSection(_Section):
+    engine: Literal["vllm", "sglang"] = "vllm"
+    tp: SmallCount = 1
+    pp: SmallCount = 1
+    ep: SmallCount = 1
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.6
+    n: SmallCount = 16
+    max_prompt_length: PositiveCount = 2048
+    max_response_length: PositiveCount = 20480
+    calculate_log_probs: bool = Field(True, description="Return rollout log-probs; every correction needs them.")
+
+
+class AlgorithmSection(_Section):
+    name: Literal["grpo", "dapo"] = "grpo"
+    train_batch_size: PositiveCount = 128
+    ppo_mini_batch_size: PositiveCount = 32
+    ppo_micro_batch_size_per_gpu: SmallCount = 1
+    use_dynamic_bsz: bool = False
+    lr: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 1e-6
+    total_epochs: SmallCount = 1
+
+
+class DataSection(_Section):
+    train_files: Union[NonEmpty, list[NonEmpty]] = Field(description="Parquet file(s) on the cluster.")
+    val_files: Union[NonEmpty, list[NonEmpty], None] = None
+
+
+class SlurmSettings(_Section):
+    partition: Optional[NonEmpty] = None
+    account: Optional[NonEmpty] = None
+    time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = "24:00:00"
+
+
+class KubeRaySettings(_Section):
+    image: NonEmpty = "verlai/verl:vllm024.latest"
+    namespace: Slug = "default"
+
+
+class ClusterSection(_Section):
+    launcher: Literal["ray", "slurm", "kuberay"] = "ray"
+    address: NonEmpty = Field("http://127.0.0.1:8265", description="Ray dashboard address for `ray job submit`.")
+    working_dir: NonEmpty = Field(".", description="Folder uploaded as the Ray job's working_dir.")
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    kuberay: KubeRaySettings = Field(default_factory=KubeRaySettings)
+
+
+@lru_cache(maxsize=1)
+def default_stack() -> dict[str, str]:
+    """The tested stack, kept as data in backends/stack.yaml."""
+    from ruamel.yaml import YAML
+
+    from fp8spec.resources import data_dir
+
+    with open(data_dir("backends") / "stack.yaml", encoding="utf-8") as fh:
+        return {str(k): str(v) for k, v in YAML(typ="safe").load(fh).items()}
+
+
+class StackSection(_Section):
+    verl: Version = Field(default_factory=lambda: default_stack()["verl"])
+    vllm: Version = Field(default_factory=lambda: default_stack()["vllm"])
+    sglang: Version = Field(default_factory=lambda: default_stack()["sglang"])
+    megatron_core: Version = Field(default_factory=lambda: default_stack()["megatron_core"])
+    transformer_engine: Version = Field(default_factory=lambda: default_stack()["transformer_engine"])
+
+
+RuleCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2,4}[0-9]{3}$")]
+
+
+class Spec(_Section):
+    """One FP8-RL run: model, hardware, FP8 choices, correction, trainer, rollout and cluster."""
+
+    version: Literal[1] = Field(description="Spec format version.")
+    name: Slug = Field(description="Names the output bundle: lowercase letters, digits, '.', '_', '-'.")
+    model: ModelSection
+    hardware: HardwareSection
+    linear: LinearSection = Field(default_factory=LinearSection)
+    kv_cache: KVCacheSection = Field(default_factory=KVCacheSection)
+    correction: CorrectionSection = Field(default_factory=CorrectionSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    data: DataSection
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
+    stack: StackSection = Field(default_factory=StackSection)
+    acknowledge: dict[RuleCode, NonEmpty] = Field(
+        default_factory=dict,
+        description="Rule codes knowingly accepted, each with a reason (only rules marked acknowledgeable).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.hardware.nodes * self.hardware.gpus_per_node
+
+    @property
+    def fp8_rollout(self) -> bool:
+        return self.linear.quantize or self.kv_cache.dtype != "bf16"
