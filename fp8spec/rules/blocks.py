@@ -1,0 +1,121 @@
+"""Block geometry: every quantized weight shard must sit on whole FP8 blocks."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+from fp8spec.rules.registry import Finding, rule
+
+_LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _shape_pattern(name: str) -> str:
+    return _LAYER_INDEX.sub(".*", name)
+
+
+def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
+    """Output rows of one rank, and whether the split is exact. K/V heads are replicated when tp > kv_heads."""
+    suffix = module.name.rsplit(".", 1)[-1]
+    if module.kind == "attn_qkv" and suffix in ("k_proj", "v_proj"):
+        kv = model.num_key_value_heads
+        heads = max(1, kv // tp) if tp > kv else kv // tp
+        return heads * model.head_dim, (kv % tp == 0 or tp % kv == 0)
+    return module.out_features // tp, module.out_features % tp == 0
+
+
+def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int, engine: str):
+    """Group the quantized modules whose per-rank shard is not on the block grid.
+
+    Mirrors vLLM's validate_fp8_block_shape / validate_fp8_block_shape_moe
+    (vllm/model_executor/layers/quantization/utils/fp8_utils.py) and SGLang's stricter
+    Fp8LinearMethod.validate_block_quant_shapes, which checks every merged partition.
+    Returns OrderedDict key -> (count, text).
+    """
+    block_n, block_k = block
+    bad: "OrderedDict[tuple, list]" = OrderedDict()
+    merged_groups: dict[str, list] = {}
+    for m in quantized:
+        experts = m.kind in ("expert_in", "expert_out")
+        split = 1 if (experts and ep > 1) else tp
+        if m.parallel == "replicated":
+            continue
+        if m.parallel == "row":
+            if split > 1:
+                per, exact = m.in_features // split, m.in_features % split == 0
+                if not exact or per % block_k:
+                    key = (_shape_pattern(m.name), "in", m.in_features, split)
+                    bad.setdefault(key, [0, f"in_features {m.in_features} / tp {split} = "
+                                        f"{m.in_features / split:g}, not a multiple of block {block_k}"])[0] += 1
+            continue
+        per, exact = _per_rank_out(m, model, split)
+        if m.group and split == 1 and engine == "vllm" and not experts:
+            merged_groups.setdefault(m.fused_name or m.name, []).append((m, per))
+            continue
+        if split > 1 or m.group or engine == "sglang":
+            if not exact or per % block_n:
+                key = (_shape_pattern(m.name), "out", m.out_features, split)
+                bad.setdefault(key, [0, f"out_features {m.out_features} / tp {split} = "
+                                    f"{m.out_features / split:g}, not a multiple of block {block_n}"])[0] += 1
+    # vLLM lets the last partition of a merged layer be ragged when the layer is not TP-split.
+    for members in merged_groups.values():
+        for m, per in members[:-1]:
+            if per % block_n:
+                key = (_shape_pattern(m.name), "out", m.out_features, 1)
+                bad.setdefault(key, [0, f"out_features {m.out_features} is not a multiple of block {block_n} "
+                                    "inside a fused layer"])[0] += 1
+    return bad
+
+
+def _candidate_tps(world: int) -> list[int]:
+    return [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= max(world, 1) and world % t == 0] or [1]
+
+
+@rule(
+    "BLK001", "shard-not-block-aligned", "error",
+    "A quantized weight's per-rank shard is not a whole number of FP8 blocks.",
+    """Block FP8 stores one scale per block_n x block_k tile of each rank's shard. vLLM rejects a shard that
+    is not on the grid ("The output_size of gate's and up's weight = 192 is not divisible by weight
+    quantization block_n = 128", validate_fp8_block_shape in vllm/.../quantization/utils/fp8_utils.py;
+    vLLM issue #25292) and SGLang checks every merged partition (Fp8LinearMethod.validate_block_quant_shapes).
+    Example: Qwen3-30B-A3B's experts have 768 rows, so rollout tp 4 gives 192-row shards.""",
+    "pick a rollout tp from the list in the message, enable rollout.ep for MoE experts, or exclude the module",
+)
+def shard_not_block_aligned(ctx):
+    spec, model = ctx.spec, ctx.model
+    if not spec.linear.quantize:
+        return
+    quantized = ctx.exclusions.quantized
+    block = tuple(spec.linear.block_size)
+    bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
+    if not bad:
+        return
+    working = [
+        t for t in _candidate_tps(spec.world_size)
+        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
+    ]
+    tail = f"rollout tp values that work: {', '.join(map(str, working))}" if working else "no rollout tp works"
+    for (pattern, _dim, _size, _split), (count, text) in bad.items():
+        plural = f" ({count} modules)" if count > 1 else ""
+        yield Finding(f"{pattern}{plural}: {text}; {tail}", "rollout.tp")
+
+
+@rule(
+    "BLK002", "block-size-unsupported", "error",
+    "A block size the rollout path cannot serve.",
+    """verl 0.9.1 hard-codes weight_block_size [128, 128] in the FP8 quantization config it hands to vLLM
+    and SGLang (vllm_async_server.py FP8_BLOCK_QUANT_KWARGS; sglang_fp8_utils.build_sglang_fp8_quant_config),
+    and DeepGEMM / TransformerEngine blockwise kernels use 128-wide blocks (Float8BlockQuantizer.block_len = 128).
+    Another block size would be silently replaced, so trainer-side and engine-side scales would disagree.""",
+    "use linear.block_size: [128, 128]",
+    needs_model=False,
+)
+def block_size_unsupported(ctx):
+    spec = ctx.spec
+    supported = ctx.fact("verl", "capability.vllm_fp8_weight_block_size", [128, 128])
+    if spec.linear.quantize and list(spec.linear.block_size) != list(supported):
+        yield Finding(
+            f"linear.block_size {list(spec.linear.block_size)} is not supported; verl {spec.stack.verl} "
+            f"quantizes with {list(supported)}",
+            "linear.block_size",
+        )

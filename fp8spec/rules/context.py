@@ -1,0 +1,94 @@
+"""What every rule sees: the typed spec, the resolved model facts, the backend profiles and the target GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Optional
+
+from fp8spec.hardware import Gpu, gpu
+from fp8spec.spec.model import Spec
+
+# Spec stack field -> backend profile kind.
+STACK_KINDS = {
+    "verl": "verl",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "megatron_core": "megatron-core",
+    "transformer_engine": "transformer-engine",
+}
+
+
+@dataclass
+class RuleContext:
+    spec: Spec
+    spec_dir: Path
+    model: Any = None  # fp8spec.catalog.ModelFacts, or None when it could not be resolved
+    model_error: Optional[str] = None
+    model_error_path: str = "model.name"
+    profiles: dict[str, Any] = field(default_factory=dict)  # kind -> fp8spec.profiles.Profile
+    missing_profiles: dict[str, str] = field(default_factory=dict)  # stack field -> message
+
+    @property
+    def gpu(self) -> Gpu:
+        return gpu(self.spec.hardware.gpu)
+
+    def profile(self, kind: str):
+        return self.profiles.get(kind)
+
+    def fact(self, kind: str, fact_id: str, default: Any = None) -> Any:
+        """A backend fact of the spec's pinned version, or ``default`` if the profile or fact is absent."""
+        prof = self.profiles.get(kind)
+        if prof is None or not prof.has(fact_id):
+            return default
+        return prof.value(fact_id)
+
+    @property
+    def engine(self) -> str:
+        return self.spec.rollout.engine
+
+    @property
+    def engine_version(self) -> str:
+        return getattr(self.spec.stack, self.engine)
+
+    @cached_property
+    def exclusions(self):
+        from fp8spec.exclusions import resolve_exclusions
+
+        return resolve_exclusions(self.spec, self.model)
+
+
+def build_context(spec: Spec, spec_dir: Path) -> RuleContext:
+    ctx = RuleContext(spec=spec, spec_dir=spec_dir)
+    _resolve_model(ctx)
+    _resolve_profiles(ctx)
+    return ctx
+
+
+def _resolve_model(ctx: RuleContext) -> None:
+    from fp8spec.catalog import CatalogError, get_model, model_from_config
+
+    section = ctx.spec.model
+    try:
+        if section.config_path:
+            path = Path(section.config_path).expanduser()
+            if not path.is_absolute():
+                path = ctx.spec_dir / path
+            ctx.model_error_path = "model.config_path"
+            ctx.model = model_from_config(path)
+        else:
+            ctx.model = get_model(section.name)
+    except CatalogError as err:
+        ctx.model_error = str(err)
+
+
+def _resolve_profiles(ctx: RuleContext) -> None:
+    from fp8spec.profiles import ProfileNotFound, load_profile
+
+    for stack_field, kind in STACK_KINDS.items():
+        version = getattr(ctx.spec.stack, stack_field)
+        try:
+            ctx.profiles[kind] = load_profile(kind, version)
+        except ProfileNotFound as err:
+            ctx.missing_profiles[stack_field] = str(err)

@@ -1,0 +1,130 @@
+"""Exclusion lists: patterns must hit real modules, only the intended ones, and whole fused groups."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from functools import lru_cache
+
+from fp8spec.rules.blocks import _shape_pattern
+from fp8spec.rules.registry import Finding, rule
+
+_PARTIAL_WILDCARD = re.compile(r"[^.*]\*|\*[^.*]")
+
+
+def _categories(model) -> dict[str, str]:
+    """Module name -> category (linear kind, or norm / embedding for the rest)."""
+    return _categories_cached(model)
+
+
+@lru_cache(maxsize=8)
+def _categories_cached(model) -> dict[str, str]:
+    table = {m.name: m.kind for m in model.linear_modules()}
+    groups = model.symbolic_groups()
+    for name in groups.get("norms", ()):
+        table.setdefault(name, "norm")
+    for name in groups.get("embeddings", ()):
+        table.setdefault(name, "embedding")
+    return table
+
+
+def _suggestions(model, text: str) -> list[str]:
+    shapes = sorted({_shape_pattern(n) for n in model.module_names()})
+    tails = sorted({s.split("layers.*.", 1)[-1] for s in shapes})
+    return difflib.get_close_matches(text, tails + shapes, n=2, cutoff=0.5)
+
+
+@rule(
+    "EXC001", "exclusion-matches-nothing", "error",
+    "An exclusion pattern matches no module of the model.",
+    """Exclusions are matched against the model's real checkpoint module names, anchored (a whole name or
+    a whole dotted suffix, never a substring). A pattern that matches nothing is almost always a typo, and
+    the module the user meant to keep in BF16 would silently run in FP8.""",
+    "fix the pattern (see the did-you-mean) or remove it",
+)
+def exclusion_matches_nothing(ctx):
+    for entry in ctx.exclusions.entries:
+        if entry.kind == "symbolic":
+            continue
+        path = f"linear.exclude.{entry.index}"
+        if entry.error:
+            yield Finding(f"exclusion '{entry.text}': {entry.error}", path)
+        elif not entry.matched:
+            close = _suggestions(ctx.model, entry.text)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
+            yield Finding(f"exclusion '{entry.text}' matches no module of {ctx.model.id}", path, hint)
+
+
+@rule(
+    "EXC002", "exclusion-too-broad", "error",
+    "An exclusion pattern with a partial-name wildcard also catches unintended modules.",
+    """A wildcard inside a name component ('mlp.gate*') reaches modules the author did not mean: on
+    DeepSeek-V3 it keeps both the router (mlp.gate) and the dense layers' gate_proj in BF16 — or, in
+    engines that match by substring, 'mlp.gate' catches gate_proj / gate_up_proj (prime-rl #2442,
+    verl #7519). fp8spec flags such a pattern when its matches span several module kinds.""",
+    "anchor the pattern on whole components, e.g. '*.mlp.gate' for the router only",
+)
+def exclusion_too_broad(ctx):
+    cats = _categories(ctx.model)
+    for entry in ctx.exclusions.entries:
+        if entry.kind != "glob" or not entry.matched or not _PARTIAL_WILDCARD.search(entry.text):
+            continue
+        counts = Counter(cats.get(n, "other") for n in entry.matched)
+        if len(counts) > 1:
+            parts = ", ".join(f"{k} ({v})" for k, v in sorted(counts.items()))
+            yield Finding(
+                f"exclusion '{entry.text}' matches modules of several kinds: {parts}",
+                f"linear.exclude.{entry.index}",
+            )
+
+
+@rule(
+    "EXC003", "fused-group-split", "error",
+    "Part of a fused group is excluded and part is quantized.",
+    """Engines fuse q/k/v into qkv_proj and gate/up into gate_up_proj and quantize the fused layer as one;
+    vLLM refuses mixed precision inside it ("Detected some but not all shards of {prefix} are quantized. All
+    shards of fused layers to have the same precision", is_layer_skipped in vLLM's quant_utils).""",
+    "exclude all members of the group (e.g. q_proj, k_proj and v_proj together) or none",
+)
+def fused_group_split(ctx):
+    plan = ctx.exclusions
+    if not ctx.spec.linear.quantize:
+        return
+    groups: dict[str, list] = {}
+    for m in ctx.model.linear_modules():
+        if m.group and m.group != "experts":
+            groups.setdefault(m.fused_name, []).append(m)
+    seen: dict[str, int] = {}
+    for fused, members in groups.items():
+        excluded = [m for m in members if m.name in plan.excluded]
+        if excluded and len(excluded) < len(members):
+            key = _shape_pattern(fused)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] == 1:
+                ex = ", ".join(m.name.rsplit(".", 1)[-1] for m in excluded)
+                kept = ", ".join(m.name.rsplit(".", 1)[-1] for m in members if m.name not in plan.excluded)
+                first = excluded[0].name
+                index = next((e.index for e in plan.entries if first in e.matched), None)
+                path = f"linear.exclude.{index}" if index is not None else "linear.exclude"
+                yield Finding(f"{key}: {ex} excluded but {kept} quantized", path)
+
+
+@rule(
+    "EXC004", "router-quantized", "warning",
+    "The MoE router is not kept in BF16.",
+    """The FP8-RL paper keeps the MoE router in BF16: quantizing it flips expert choices and raised the
+    rollout/trainer mismatch KL in its MoE ablation. verl adds model.layers.{i}.mlp.gate to vLLM's
+    ignored_layers for the same reason (verl #5107, #5122).""",
+    "add 'router' to linear.exclude",
+)
+def router_quantized(ctx):
+    if not ctx.model.is_moe or not ctx.spec.linear.quantize:
+        return
+    routers = set(ctx.model.symbolic_groups().get("router", ()))
+    missing = routers - ctx.exclusions.excluded
+    if missing:
+        yield Finding(
+            f"{len(missing)} of {len(routers)} MoE router modules of {ctx.model.id} would run in FP8",
+            "linear.exclude",
+        )

@@ -1,0 +1,98 @@
+"""Hardware: FP8 formats and scale dtypes must suit the TARGET GPU (never the machine running fp8spec)."""
+
+from __future__ import annotations
+
+from fp8spec.hardware import version_tuple
+from fp8spec.rules.registry import Finding, rule
+
+
+def _fp8_training(spec) -> bool:
+    return spec.training.precision == "fp8"
+
+
+@rule(
+    "HW001", "mxfp8-needs-blackwell", "error",
+    "MXFP8 training needs a Blackwell GPU (compute capability 10.x).",
+    """TransformerEngine enables MXFP8 only for 10.0 <= compute capability < 12.0
+    (_compute_mxfp8_support in transformer_engine/pytorch/quantization.py); Hopper has no MXFP8 tensor cores.""",
+    "use training.fp8_scaling: blockwise on Hopper",
+    needs_model=False,
+)
+def mxfp8_needs_blackwell(ctx):
+    spec, gpu = ctx.spec, ctx.gpu
+    if _fp8_training(spec) and spec.training.fp8_scaling == "mxfp8" and not (10, 0) <= gpu.cc < (12, 0):
+        yield Finding(f"training.fp8_scaling mxfp8 needs compute capability 10.x; {gpu.name} is {gpu.cc_text}",
+                      "training.fp8_scaling")
+
+
+@rule(
+    "HW002", "blockwise-needs-sm90-cuda129", "error",
+    "Blockwise FP8 needs compute capability >= 9.0 and a CUDA >= 12.9 torch build.",
+    """TransformerEngine's Float8BlockScaling checks "FP8 block scaled GEMM requires compute capability 9.0
+    or higher and CUDA >= 12.9" against torch.version.cuda (_compute_fp8_block_scaling_support); cuBLAS
+    128x128 block scaling needs CUDA 12.9 (NeMo-RL #971). FP8 rollout also needs FP8 tensor cores
+    (compute capability >= 8.9).""",
+    "use a Hopper or Blackwell GPU and a torch built with CUDA 12.9 or newer",
+    needs_model=False,
+)
+def blockwise_needs_sm90(ctx):
+    spec, gpu = ctx.spec, ctx.gpu
+    cuda = version_tuple(spec.hardware.cuda)
+    if _fp8_training(spec) and spec.training.fp8_scaling == "blockwise":
+        if gpu.cc < (9, 0):
+            yield Finding(f"blockwise FP8 training needs compute capability >= 9.0; {gpu.name} is {gpu.cc_text}",
+                          "hardware.gpu")
+        if cuda < (12, 9):
+            yield Finding(f"blockwise FP8 training needs CUDA >= 12.9; hardware.cuda is {spec.hardware.cuda}",
+                          "hardware.cuda")
+    if spec.linear.quantize and gpu.cc < (8, 9):
+        yield Finding(f"FP8 rollout needs FP8 tensor cores (compute capability >= 8.9); {gpu.name} is "
+                      f"{gpu.cc_text}", "hardware.gpu")
+
+
+@rule(
+    "HW003", "blackwell-training-fp32-scales", "error",
+    "FP8 blockwise training on Blackwell cannot use FP32 block scales.",
+    """From TE 2.9, Blackwell runs the blockwise recipe emulated on MXFP8, and its quantize kernels check
+    "On Blackwell and newer, the FP8 block scaling recipe is emulated with MXFP8, which requires using power
+    of two scaling factors" (quantize_transpose_*_blockwise.cu); verl's GB200 recipe sets
+    NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0.""",
+    "set linear.scale_dtype: ue8m0 on Blackwell",
+    needs_model=False,
+)
+def blackwell_training_fp32(ctx):
+    spec, gpu = ctx.spec, ctx.gpu
+    if (_fp8_training(spec) and spec.training.fp8_scaling == "blockwise" and gpu.is_blackwell
+            and spec.linear.scale_dtype == "fp32"):
+        yield Finding(f"FP8 blockwise training on {gpu.name} needs power-of-two scales, but "
+                      "linear.scale_dtype is fp32", "linear.scale_dtype")
+
+
+@rule(
+    "HW004", "sglang-ue8m0-needs-blackwell", "error",
+    "SGLang uses UE8M0 scales only on Blackwell.",
+    """SGLang sets DEEPGEMM_SCALE_UE8M0 only for SM100/SM120 (layers/deep_gemm_wrapper/configurer.py) and
+    has no UE8M0 switch for Hopper; on an H100/H200 it would serve the scales as FP32, so a ue8m0 spec
+    would not run what it says.""",
+    "use linear.scale_dtype: fp32 with SGLang on Hopper",
+    needs_model=False,
+)
+def sglang_ue8m0(ctx):
+    spec, gpu = ctx.spec, ctx.gpu
+    if spec.linear.quantize and ctx.engine == "sglang" and spec.linear.scale_dtype == "ue8m0" and not gpu.is_blackwell:
+        yield Finding(f"SGLang serves UE8M0 scales only on Blackwell; {gpu.name} is {gpu.arch}",
+                      "linear.scale_dtype")
+
+
+@rule(
+    "HW005", "vllm-blackwell-fp32-scales", "warning",
+    "vLLM's DeepGEMM on Blackwell needs UE8M0 scales.",
+    """On Blackwell vLLM's DeepGEMM block-FP8 path requires UE8M0 scales: with E8M0 disabled it hard-fails
+    or produces NaN (vLLM #37806, #57486). FP32 scales on Blackwell force the CUTLASS path, or fail.""",
+    "set linear.scale_dtype: ue8m0 on Blackwell",
+    needs_model=False,
+)
+def vllm_blackwell_fp32(ctx):
+    spec, gpu = ctx.spec, ctx.gpu
+    if spec.linear.quantize and ctx.engine == "vllm" and gpu.is_blackwell and spec.linear.scale_dtype == "fp32":
+        yield Finding(f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype")

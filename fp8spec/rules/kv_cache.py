@@ -1,0 +1,85 @@
+"""FP8 KV cache: dtype vs attention backend, and how q/k/v scales are (re)calibrated."""
+
+from __future__ import annotations
+
+from fp8spec.patchset import patch_supports
+from fp8spec.rules.registry import Finding, rule
+
+
+@rule(
+    "KV001", "kv-e5m2-unsupported", "error",
+    "fp8_e5m2 KV cache is rejected by the engine's default Hopper attention backend.",
+    """vLLM's FLASH_ATTN backend (the Hopper default for non-MLA models) supports auto, bfloat16, fp8 and
+    fp8_e4m3 KV caches, not fp8_e5m2 (vllm/v1/attention/backends/flash_attn.py supported_kv_cache_dtypes);
+    with FA3 it also quantizes the query with the q scale, which needs E4M3.""",
+    "use kv_cache.dtype: fp8_e4m3",
+    needs_model=False,
+)
+def kv_e5m2(ctx):
+    spec = ctx.spec
+    if spec.kv_cache.dtype != "fp8_e5m2" or ctx.engine != "vllm" or ctx.gpu.arch != "hopper":
+        return
+    supported = ctx.fact("vllm", "attention.flash_attn_kv_dtypes")
+    if supported is not None and "fp8_e5m2" in supported:
+        return
+    yield Finding(f"kv_cache.dtype fp8_e5m2 is not supported by vLLM {ctx.engine_version}'s FLASH_ATTN "
+                  "backend on Hopper", "kv_cache.dtype")
+
+
+@rule(
+    "KV002", "kv-recalibration-unrealisable", "error",
+    "The requested KV-scale recalibration cannot be realised on this engine version.",
+    """The paper re-armed vLLM's calculate_kv_scales after every weight sync. vLLM removed that option
+    (deprecated in #37201, removed in #49389; 0.33 has no such field), verl never merged the re-arming
+    (verl PR #4435 is open), and SGLang never had it (sglang #6518). Per-step scales therefore come from the
+    fp8spec runtime patch 'kv_scales', which must know the engine version.""",
+    "use an engine version the runtime patch supports (listed in the message), or kv_cache.recalibrate: none",
+    needs_model=False,
+)
+def kv_recalibration_unrealisable(ctx):
+    spec = ctx.spec
+    if spec.kv_cache.dtype == "bf16" or spec.kv_cache.recalibrate == "none":
+        return
+    engine, version = ctx.engine, ctx.engine_version
+    if spec.kv_cache.recalibrate == "once" and ctx.fact(engine, "capability.calculate_kv_scales", False):
+        return
+    if spec.kv_cache.recalibrate == "per_step" and ctx.fact("verl", "capability.kv_scale_recalibration", False):
+        return
+    supported, versions = patch_supports("kv_scales", engine, version)
+    if not supported:
+        known = ", ".join(versions) or "none"
+        yield Finding(
+            f"kv_cache.recalibrate {spec.kv_cache.recalibrate} is not realisable on {engine} {version}: no native "
+            f"mechanism, and the fp8spec runtime patch 'kv_scales' supports {engine} {known}",
+            "kv_cache.recalibrate",
+        )
+
+
+@rule(
+    "KV003", "sglang-ignores-q-scale", "warning",
+    "SGLang ignores the query scale of an FP8 KV cache.",
+    """SGLang's FA3 backend casts the query to the KV dtype with no scale (prepare_paged_mha_query:
+    q.to(kv_cache_dtype)) and passes only k/v descales; no MHA backend reads q_scale. Large query values
+    lose precision or saturate, which calibrated q scales cannot fix.""",
+    "accept it, or use vLLM (FA3 applies the q scale), or kv_cache.dtype: bf16",
+    needs_model=False,
+)
+def sglang_q_scale(ctx):
+    if ctx.engine == "sglang" and ctx.spec.kv_cache.dtype != "bf16":
+        yield Finding("SGLang applies k/v scales only; the query is cast to FP8 unscaled", "kv_cache.dtype")
+
+
+@rule(
+    "KV004", "kv-fp8-uncalibrated", "warning",
+    "FP8 KV cache with no calibration runs with scales of 1.0.",
+    """Without a checkpoint or pushed scales, vLLM (since #49389) and SGLang fall back to k/v scales of 1.0
+    ("Defaulting to scaling factors of 1.0"); sgl-cookbook #237 removed fp8_e4m3 KV from recipes because
+    uncalibrated scales degraded reasoning accuracy.""",
+    "set kv_cache.recalibrate: per_step",
+    needs_model=False,
+)
+def kv_uncalibrated(ctx):
+    spec = ctx.spec
+    if spec.kv_cache.dtype != "bf16" and spec.kv_cache.recalibrate == "none":
+        yield Finding(f"kv_cache.dtype {spec.kv_cache.dtype} with recalibrate none uses scales of 1.0",
+                      "kv_cache.recalibrate")

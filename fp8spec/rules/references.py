@@ -1,0 +1,49 @@
+"""References: the model must be known (catalog or local config.json) and every pinned version profiled."""
+
+from __future__ import annotations
+
+from fp8spec.rules.registry import Finding, rule
+
+
+@rule(
+    "REF001", "model-unresolved", "error",
+    "The model is not in the catalog, or its config.json cannot be used.",
+    """Every FP8 check needs the model's real shapes and module names. fp8spec never downloads: a model
+    outside the embedded catalog needs model.config_path pointing at a local Hugging Face config.json of a
+    supported architecture.""",
+    "use a catalog id (fp8spec lists them in the message) or set model.config_path",
+    needs_model=False,
+)
+def model_unresolved(ctx):
+    if ctx.model_error:
+        yield Finding(ctx.model_error, ctx.model_error_path)
+
+
+@rule(
+    "REF002", "stack-version-unprofiled", "error",
+    "A pinned backend version has no backend profile.",
+    """fp8spec only emits keys, flags and environment variables it has verified for a backend release
+    (backends/<package>/<version>.yaml, each fact with its evidence). An unprofiled version could have
+    renamed or removed any of them.""",
+    "pin a profiled version (listed in the message), or add a profile for the new release",
+    needs_model=False,
+)
+def stack_unprofiled(ctx):
+    for stack_field, message in sorted(ctx.missing_profiles.items()):
+        yield Finding(message, f"stack.{stack_field}")
+
+
+@rule(
+    "REF003", "engine-version-not-verl-pinned", "warning",
+    "The rollout engine version is not the one verl pins.",
+    """verl's wheel pins the engine it is tested with (verl 0.9.1: vllm==0.24.0, sglang==0.5.12 in its
+    METADATA extras). verl's FP8 refit patches vLLM internals that change between releases (verl #5683,
+    #6393), so another engine version may fail at the first weight sync.""",
+    "pin the engine version verl supports, or accept the risk",
+    needs_model=False,
+)
+def engine_not_pinned(ctx):
+    pinned = ctx.fact("verl", f"supports.{ctx.engine}")
+    if pinned and str(pinned) != ctx.engine_version:
+        yield Finding(f"verl {ctx.spec.stack.verl} is tested with {ctx.engine} {pinned}, not {ctx.engine_version}",
+                      f"stack.{ctx.engine}")

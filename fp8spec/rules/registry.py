@@ -1,0 +1,89 @@
+"""The rule registry: each rule is a unit with a stable code, severity, rationale (with evidence) and fix hint.
+
+Modelled on ruff's rule catalogue. Codes never change meaning; a retired rule keeps its code reserved.
+Prefixes: COR correction, BLK block geometry, EXC exclusions, HW hardware, TRN training, KV kv cache,
+PAR parallelism and sizes, REF references (model catalog, backend profiles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional
+
+if TYPE_CHECKING:
+    from fp8spec.rules.context import RuleContext
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem a rule found. ``path`` is the dotted spec path the diagnostic points at."""
+
+    message: str
+    path: str
+    hint: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    rationale: str
+    hint: str
+    check: Callable[["RuleContext"], Iterable[Finding]]
+    acknowledgeable: bool = False
+    needs_model: bool = True
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(
+    code: str,
+    name: str,
+    severity: Severity,
+    summary: str,
+    rationale: str,
+    hint: str,
+    *,
+    acknowledgeable: bool = False,
+    needs_model: bool = True,
+) -> Callable[[Callable[["RuleContext"], Iterable[Finding]]], Callable[["RuleContext"], Iterable[Finding]]]:
+    """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown."""
+
+    def register(check: Callable[["RuleContext"], Iterable[Finding]]):
+        if code in REGISTRY:
+            raise RuntimeError(f"rule code {code} registered twice")
+        REGISTRY[code] = Rule(
+            code, name, severity, summary, " ".join(rationale.split()), hint, check, acknowledgeable, needs_model
+        )
+        return check
+
+    return register
+
+
+def all_rules() -> list[Rule]:
+    _load_rule_modules()
+    return [REGISTRY[c] for c in sorted(REGISTRY)]
+
+
+def get_rule(code: str) -> Optional[Rule]:
+    _load_rule_modules()
+    return REGISTRY.get(code.upper())
+
+
+def _load_rule_modules() -> None:
+    # Importing the modules registers their rules; kept here so the registry has one entry point.
+    from fp8spec.rules import (  # noqa: F401
+        blocks,
+        correction,
+        exclusions,
+        hardware_rules,
+        kv_cache,
+        parallel,
+        references,
+        training,
+    )
