@@ -172,6 +172,7 @@ class ModelFacts:
     num_shared_experts: int = 0
     moe_layers: tuple[int, ...] = ()
     qkv_bias: bool = False
+    o_proj_bias: bool = False
     qk_norm: bool = False
     num_mtp_layers: int = 0
     max_position_embeddings: int | None = None

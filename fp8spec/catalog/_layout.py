@@ -1,0 +1,238 @@
+"""Checkpoint module layout per architecture family: every linear, norm and embedding with its name.
+
+Names are Hugging Face checkpoint keys without ``.weight`` (what ``safetensors`` index files list), not the
+live module paths of any runtime: transformers v5 fuses experts into 3-D ``experts.gate_up_proj`` params and
+vLLM into ``FusedMoE``, but checkpoints on disk keep one key per expert.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._types import LinearModule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._types import ModelFacts
+
+# template rows -----------------------------------------------------------------------------------------
+# linear: ("L", suffix, kind, out, in, parallel, group, fused_suffix, bias)
+# norm:   ("N", suffix, width)
+# embed:  ("E", suffix, rows)
+
+
+class Layout:
+    __slots__ = ("linears", "names", "norms", "embeddings", "routers", "lm_heads", "fused", "num_parameters", "_by_name")
+
+    def __init__(self) -> None:
+        self.linears: tuple[LinearModule, ...] = ()
+        self.names: tuple[str, ...] = ()
+        self.norms: tuple[str, ...] = ()
+        self.embeddings: tuple[str, ...] = ()
+        self.routers: tuple[str, ...] = ()
+        self.lm_heads: tuple[str, ...] = ()
+        self.fused: dict[str, tuple[str, ...]] = {}
+        self.num_parameters = 0
+        self._by_name: dict[str, LinearModule] | None = None
+
+    @property
+    def by_name(self) -> dict[str, LinearModule]:
+        if self._by_name is None:
+            self._by_name = {m.name: m for m in self.linears}
+        return self._by_name
+
+
+def fused_groups(f: ModelFacts) -> dict[str, tuple[str, ...]]:
+    groups: dict[str, tuple[str, ...]] = {}
+    if f.attention == "gqa":
+        groups["qkv_proj"] = ("q_proj", "k_proj", "v_proj")
+    elif f.q_lora_rank is not None:
+        groups["fused_qkv_a_proj"] = ("q_a_proj", "kv_a_proj_with_mqa")
+    groups["gate_up_proj"] = ("gate_proj", "up_proj")
+    if f.is_moe:
+        groups["experts"] = ("gate_proj", "up_proj", "down_proj")
+    return groups
+
+
+def _attention_rows(f: ModelFacts) -> list[tuple]:
+    h = f.hidden_size
+    if f.attention == "gqa":
+        q, kv = f.q_size, f.kv_size
+        rows: list[tuple] = [
+            ("L", "self_attn.q_proj", "attn_qkv", q, h, "column", "qkv_proj", "self_attn.qkv_proj", f.qkv_bias),
+            ("L", "self_attn.k_proj", "attn_qkv", kv, h, "column", "qkv_proj", "self_attn.qkv_proj", f.qkv_bias),
+            ("L", "self_attn.v_proj", "attn_qkv", kv, h, "column", "qkv_proj", "self_attn.qkv_proj", f.qkv_bias),
+            ("L", "self_attn.o_proj", "attn_out", h, q, "row", None, None, f.o_proj_bias),
+        ]
+        if f.qk_norm:
+            rows += [("N", "self_attn.q_norm", f.head_dim), ("N", "self_attn.k_norm", f.head_dim)]
+        return rows
+    # MLA (DeepSeek-V2/V3)
+    heads = f.num_attention_heads
+    qk_head = f.qk_nope_head_dim + f.qk_rope_head_dim
+    kv_a_out = f.kv_lora_rank + f.qk_rope_head_dim
+    bias = f.o_proj_bias  # DeepSeek's attention_bias: q_a_proj, kv_a_proj_with_mqa and o_proj
+    rows = []
+    if f.q_lora_rank is not None:
+        grp, fsuf = "fused_qkv_a_proj", "self_attn.fused_qkv_a_proj"
+        rows += [
+            ("L", "self_attn.q_a_proj", "mla_q_a", f.q_lora_rank, h, "replicated", grp, fsuf, bias),
+            ("N", "self_attn.q_a_layernorm", f.q_lora_rank),
+            ("L", "self_attn.q_b_proj", "mla_q_b", heads * qk_head, f.q_lora_rank, "column", None, None, False),
+        ]
+    else:
+        grp = fsuf = None
+        rows.append(("L", "self_attn.q_proj", "mla_q", heads * qk_head, h, "column", None, None, False))
+    rows += [
+        ("L", "self_attn.kv_a_proj_with_mqa", "mla_kv_a", kv_a_out, h, "replicated", grp, fsuf, bias),
+        ("N", "self_attn.kv_a_layernorm", f.kv_lora_rank),
+        (
+            "L",
+            "self_attn.kv_b_proj",
+            "mla_kv_b",
+            heads * (f.qk_nope_head_dim + f.v_head_dim),
+            f.kv_lora_rank,
+            "column",
+            None,
+            None,
+            False,
+        ),
+        ("L", "self_attn.o_proj", "attn_out", h, heads * f.v_head_dim, "row", None, None, bias),
+    ]
+    return rows
+
+
+def _dense_mlp_rows(f: ModelFacts) -> list[tuple]:
+    h, i = f.hidden_size, f.intermediate_size
+    return [
+        ("L", "mlp.gate_proj", "mlp_in", i, h, "column", "gate_up_proj", "mlp.gate_up_proj", False),
+        ("L", "mlp.up_proj", "mlp_in", i, h, "column", "gate_up_proj", "mlp.gate_up_proj", False),
+        ("L", "mlp.down_proj", "mlp_out", h, i, "row", None, None, False),
+    ]
+
+
+def _shared_expert_rows(f: ModelFacts) -> list[tuple]:
+    if not f.shared_expert_intermediate_size:
+        return []
+    h, s = f.hidden_size, f.shared_expert_intermediate_size
+    fsuf = "mlp.shared_experts.gate_up_proj"
+    return [
+        ("L", "mlp.shared_experts.gate_proj", "shared_expert_in", s, h, "column", "gate_up_proj", fsuf, False),
+        ("L", "mlp.shared_experts.up_proj", "shared_expert_in", s, h, "column", "gate_up_proj", fsuf, False),
+        ("L", "mlp.shared_experts.down_proj", "shared_expert_out", h, s, "row", None, None, False),
+    ]
+
+
+def build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
+    h = f.hidden_size
+    attn = _attention_rows(f)
+    dense = _dense_mlp_rows(f)
+    shared = _shared_expert_rows(f)
+    moe_set = set(f.moe_layers)
+    router_bias = f.attention == "mla"  # DeepSeek routers carry e_score_correction_bias [E]
+    E, m = f.num_experts, f.moe_intermediate_size
+    expert_rows = (
+        ("gate_proj", "expert_in", m, h, "column"),
+        ("up_proj", "expert_in", m, h, "column"),
+        ("down_proj", "expert_out", h, m, "row"),
+    )
+
+    linears: list[LinearModule] = []
+    names: list[str] = []
+    norms: list[str] = []
+    embeddings: list[str] = []
+    routers: list[str] = []
+    lm_heads: list[str] = []
+    fused: dict[str, list[str]] = {}
+    params = 0
+    LM = LinearModule
+
+    def emit_rows(prefix: str, layer: int, rows: list[tuple]) -> None:
+        nonlocal params
+        for row in rows:
+            tag = row[0]
+            name = prefix + row[1]
+            names.append(name)
+            if tag == "L":
+                _, _, kind, out, inn, par, grp, fsuf, bias = row
+                linears.append(LM(name, layer, kind, out, inn, par, grp, None, False, bias))
+                params += out * inn + (out if bias else 0)
+                if fsuf is not None:
+                    fused.setdefault(prefix + fsuf, []).append(name)
+            elif tag == "N":
+                norms.append(name)
+                params += row[2]
+            else:  # "E"
+                embeddings.append(name)
+                params += row[2] * h
+
+    def emit_layer(i: int, *, mtp: bool) -> None:
+        nonlocal params
+        prefix = f"model.layers.{i}."
+        if mtp:
+            emit_rows(
+                prefix,
+                i,
+                [
+                    ("E", "embed_tokens", f.vocab_size),
+                    ("N", "enorm", h),
+                    ("N", "hnorm", h),
+                    ("L", "eh_proj", "mtp_eh_proj", h, 2 * h, "replicated", None, None, False),
+                ],
+            )
+        emit_rows(prefix, i, [("N", "input_layernorm", h)])
+        emit_rows(prefix, i, attn)
+        emit_rows(prefix, i, [("N", "post_attention_layernorm", h)])
+        # an MTP layer repeats the main model's (MoE) decoder layer: README_WEIGHTS.md "structure identical"
+        if i in moe_set or (mtp and f.is_moe):
+            gate = prefix + "mlp.gate"
+            names.append(gate)
+            routers.append(gate)
+            linears.append(LM(gate, i, "router", E, h, "replicated", None, None, False, False))
+            params += E * h + (E if router_bias else 0)
+            members = fused.setdefault(prefix + "mlp.experts", [])
+            ep = prefix + "mlp.experts."
+            for j in range(E):
+                base = f"{ep}{j}."
+                for suf, kind, out, inn, par in expert_rows:
+                    name = base + suf
+                    names.append(name)
+                    members.append(name)
+                    linears.append(LM(name, i, kind, out, inn, par, "experts", j, False, False))
+            params += E * 3 * m * h
+            emit_rows(prefix, i, shared)
+        else:
+            emit_rows(prefix, i, dense)
+        if mtp:
+            emit_rows(
+                prefix,
+                i,
+                [
+                    ("N", "shared_head.norm", h),
+                    ("L", "shared_head.head", "lm_head", f.vocab_size, h, "column", None, None, False),
+                ],
+            )
+            lm_heads.append(prefix + "shared_head.head")
+
+    emit_rows("model.", -1, [("E", "embed_tokens", f.vocab_size)])
+    for i in range(f.num_hidden_layers):
+        emit_layer(i, mtp=False)
+    if include_mtp:
+        for k in range(f.num_mtp_layers):
+            emit_layer(f.num_hidden_layers + k, mtp=True)
+    emit_rows("model.", -1, [("N", "norm", h)])
+    names.append("lm_head")
+    lm_heads.append("lm_head")
+    linears.append(LM("lm_head", None, "lm_head", f.vocab_size, h, "column", None, None, f.tie_word_embeddings, False))
+    if not f.tie_word_embeddings:
+        params += f.vocab_size * h
+
+    lay = Layout()
+    lay.linears = tuple(linears)
+    lay.names = tuple(names)
+    lay.norms = tuple(norms)
+    lay.embeddings = tuple(embeddings)
+    lay.routers = tuple(routers)
+    lay.lm_heads = tuple(lm_heads)
+    lay.fused = {k: tuple(v) for k, v in fused.items()}
+    lay.num_parameters = params
+    return lay
