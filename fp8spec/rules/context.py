@@ -86,9 +86,18 @@ def _resolve_model(ctx: RuleContext) -> None:
 def _resolve_profiles(ctx: RuleContext) -> None:
     from fp8spec.profiles import ProfileNotFound, load_profile
 
-    for stack_field, kind in STACK_KINDS.items():
+    for stack_field in used_stack_fields(ctx.spec):
+        kind = STACK_KINDS[stack_field]
         version = getattr(ctx.spec.stack, stack_field)
         try:
             ctx.profiles[kind] = load_profile(kind, version)
         except ProfileNotFound as err:
             ctx.missing_profiles[stack_field] = str(err)
+
+
+def used_stack_fields(spec: Spec) -> list[str]:
+    """The packages a run of this spec uses: verl, its rollout engine, and Megatron/TE for the Megatron trainer."""
+    fields = ["verl", spec.rollout.engine]
+    if spec.training.backend == "megatron":
+        fields += ["megatron_core", "transformer_engine"]
+    return fields

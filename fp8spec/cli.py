@@ -1,0 +1,170 @@
+"""The fp8spec command line.
+
+Exit codes: 0 clean (warnings allowed unless --strict), 1 the spec has errors (schema or rules; with
+--strict, warnings too), 2 unreadable or malformed input or bad usage, 3 an internal error (a bug).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fp8spec import __version__
+from fp8spec.diagnostics import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_RULE_ERRORS,
+    Diagnostic,
+    render_json,
+    summary_line,
+)
+
+app = typer.Typer(
+    name="fp8spec",
+    help="One typed FP8-RL spec: validate it against model, hardware and backend versions; compile it into "
+    "launch bundles for verl. Exit codes: 0 ok, 1 spec errors, 2 bad input or usage, 3 internal error.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"fp8spec {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """fp8spec command line."""
+
+
+@app.command()
+def validate(
+    specs: List[Path] = typer.Argument(..., help="Spec files (YAML).", show_default=False),
+    format: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
+    strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors (exit 1)."),
+) -> None:
+    """Check specs: every mistake at once, each located like a compiler error, with the reason and the fix."""
+    from fp8spec.rules.engine import validate_path
+    from fp8spec.spec.loader import InputError
+
+    if format not in ("text", "json"):
+        _usage_error(f"--format must be text or json, not {format!r}")
+    results: dict[str, list[Diagnostic]] = {}
+    exit_code = EXIT_OK
+    for path in specs:
+        display = str(path)
+        try:
+            diags = validate_path(path, display).diagnostics
+        except InputError as err:
+            diags = [err.diagnostic]
+            exit_code = max(exit_code, EXIT_BAD_INPUT)
+        results[display] = diags
+        if any(d.severity == "error" for d in diags) or (strict and any(d.severity == "warning" for d in diags)):
+            exit_code = max(exit_code, EXIT_RULE_ERRORS)
+    if format == "json":
+        typer.echo(render_json(results))
+    else:
+        for display, diags in results.items():
+            for d in diags:
+                typer.echo(d.render())
+            typer.echo(f"{display}: {summary_line(diags)}")
+    raise typer.Exit(exit_code)
+
+
+@app.command()
+def schema(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON Schema to this file."),
+) -> None:
+    """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line)."""
+    from fp8spec.spec.schema import schema_text
+
+    text = schema_text()
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as err:
+        _fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
+    typer.echo(f"wrote {output}")
+
+
+@app.command()
+def rules(code: Optional[str] = typer.Argument(None, help="A rule code, e.g. BLK001, to explain.")) -> None:
+    """List the rules, or explain one."""
+    from fp8spec.rules.registry import all_rules, get_rule
+
+    if code is None:
+        for r in all_rules():
+            ack = " (acknowledgeable)" if r.acknowledgeable else ""
+            typer.echo(f"{r.code:<6}  {r.severity:<7}  {r.name:<34} {r.summary}{ack}")
+        return
+    r = get_rule(code)
+    if r is None:
+        _fail(EXIT_BAD_INPUT, f"no rule has code {code!r}; `fp8spec rules` lists them")
+    typer.echo(f"{r.code} {r.name} ({r.severity}{', acknowledgeable' if r.acknowledgeable else ''})\n")
+    typer.echo(f"{r.summary}\n")
+    typer.echo(f"Why: {r.rationale}\n")
+    typer.echo(f"Fix: {r.hint}")
+
+
+@app.command()
+def models() -> None:
+    """List the model catalog."""
+    from fp8spec.catalog import catalog_ids, get_model
+
+    for model_id in catalog_ids():
+        m = get_model(model_id)
+        kind = f"MoE {m.num_experts} experts" if m.is_moe else "dense"
+        typer.echo(f"{model_id:<36} {m.architecture:<24} {m.num_hidden_layers:>3} layers  {kind}")
+
+
+def _usage_error(message: str) -> None:
+    _fail(EXIT_BAD_INPUT, message)
+
+
+def _fail(code: int, message: str) -> None:
+    typer.echo(f"fp8spec: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Console entry point: users see one-line errors, never tracebacks (FP8SPEC_DEBUG=1 shows them)."""
+    try:
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except SystemExit as exc:
+        sys.exit(exc.code)
+    except KeyboardInterrupt:
+        typer.echo("fp8spec: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and anything unexpected
+        # Typer may vendor its own click, so recognise click's exceptions by shape, not by class.
+        if callable(getattr(exc, "show", None)) and hasattr(exc, "exit_code"):
+            exc.show()
+            sys.exit(EXIT_BAD_INPUT)
+        if type(exc).__name__ == "Abort":
+            sys.exit(130)
+        if os.environ.get("FP8SPEC_DEBUG"):
+            raise
+        typer.echo(f"fp8spec: internal error: {type(exc).__name__}: {exc} (set FP8SPEC_DEBUG=1 for details)",
+                   err=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+if __name__ == "__main__":
+    main()
