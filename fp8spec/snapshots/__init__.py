@@ -1,0 +1,57 @@
+"""Schema snapshots of the released backend packages fp8spec compiles for.
+
+Snapshots are extracted from the real released artifacts (wheels downloaded through pip into a cache),
+never written by hand, and stored as ``backends/snapshots/<package>-<version>.json`` together with the
+artifact's file name and sha256. vLLM, SGLang, megatron-core and TransformerEngine are read statically
+with ``ast`` (never imported); verl's Hydra config tree is composed from the wheel's YAML files.
+
+Library entry points (the CLI mounts these):
+
+- :func:`refresh` (``"vllm==0.33.0"`` -> path written), :func:`refresh_all`
+- :func:`verify` (path -> list of differences; empty means the artifact still confirms the snapshot)
+- :func:`check` (facts per spec -> :class:`FactResult` list), :func:`load` -> :class:`Snapshot`
+- :mod:`fp8spec.snapshots.megatron_check` for Megatron's own ``TransformerConfig`` validation on CPU.
+"""
+
+from .artifacts import ArtifactError, cache_root, parse_spec, wheel_cache
+from .core import (
+    DEFAULT_SPECS,
+    PACKAGES,
+    SnapshotError,
+    build_snapshot,
+    download,
+    dumps,
+    list_snapshots,
+    read_snapshot,
+    refresh,
+    refresh_all,
+    snapshot_dir,
+    snapshot_path,
+    verify,
+)
+from .query import Fact, FactResult, Snapshot, check, load
+
+__all__ = [
+    "ArtifactError",
+    "DEFAULT_SPECS",
+    "Fact",
+    "FactResult",
+    "PACKAGES",
+    "Snapshot",
+    "SnapshotError",
+    "build_snapshot",
+    "cache_root",
+    "check",
+    "download",
+    "dumps",
+    "list_snapshots",
+    "load",
+    "parse_spec",
+    "read_snapshot",
+    "refresh",
+    "refresh_all",
+    "snapshot_dir",
+    "snapshot_path",
+    "verify",
+    "wheel_cache",
+]

@@ -1,0 +1,259 @@
+"""Snapshot files: build from a released artifact, write deterministically, verify, load.
+
+A snapshot is ``backends/snapshots/<package>-<version>.json``::
+
+    {"format": 1, "package": "vllm", "version": "0.33.0",
+     "artifact": {"filename": ..., "sha256": ..., "size": ..., "pip_download": "..."},
+     "extractor": {"module": "fp8spec.snapshots.vllm", "version": 1},
+     "data": {...}}
+
+The JSON is written with sorted keys and a fixed indent, and contains no timestamps, so regenerating a
+snapshot from the same artifact with the same extractor gives identical bytes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import artifacts as _art
+
+FORMAT = 1
+MAX_DIFFERENCES = 200
+
+# Wheels are chosen for linux x86_64 and CPython 3.11 (3.12 when a release requires it), whatever the
+# machine running the refresh is, so the recorded artifact (and its sha256) does not depend on it.
+_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64")
+
+
+@dataclass(frozen=True)
+class PackageInfo:
+    name: str  # PyPI name, normalized
+    module: str  # extractor module under fp8spec.snapshots
+    python_versions: tuple[str, ...] = ("3.11", "3.12")
+
+    def extractor(self):
+        return importlib.import_module(f"fp8spec.snapshots.{self.module}")
+
+    def pip_args(self, python_version: str) -> list[str]:
+        args: list[str] = []
+        for p in _PLATFORMS:
+            args += ["--platform", p]
+        args += ["--python-version", python_version]
+        return args
+
+
+PACKAGES: dict[str, PackageInfo] = {
+    "vllm": PackageInfo("vllm", "vllm"),
+    "sglang": PackageInfo("sglang", "sglang"),
+    "verl": PackageInfo("verl", "verl"),
+    "megatron-core": PackageInfo("megatron-core", "megatron"),
+    "transformer-engine": PackageInfo("transformer-engine", "transformer_engine"),
+}
+
+#: The snapshots committed in backends/snapshots (refresh_all regenerates exactly these).
+DEFAULT_SPECS: tuple[str, ...] = (
+    "vllm==0.24.0",
+    "vllm==0.33.0",
+    "sglang==0.5.12",
+    "sglang==0.5.23",
+    "verl==0.9.1",
+    "megatron-core==0.16.1",
+    "megatron-core==0.18.2",
+    "transformer-engine==2.20.2",
+)
+
+
+class SnapshotError(RuntimeError):
+    pass
+
+
+def package_info(name: str) -> PackageInfo:
+    key = _art.normalize_name(name)
+    if key not in PACKAGES:
+        raise SnapshotError(f"no snapshot extractor for package {name!r}; known: {sorted(PACKAGES)}")
+    return PACKAGES[key]
+
+
+# ----------------------------------------------------------------------------- locations
+def snapshot_dir(directory: str | os.PathLike[str] | None = None) -> Path:
+    """``directory``, else ``backends/snapshots`` of this checkout / installation."""
+    if directory is not None:
+        return Path(directory)
+    from fp8spec.resources import data_dir
+
+    return data_dir("backends") / "snapshots"
+
+
+def snapshot_path(spec_or_name: str, version: str | None = None, directory=None) -> Path:
+    """Path of the snapshot for ``"vllm==0.33.0"`` (or ``("vllm", "0.33.0")``); underscores in the name
+    are accepted (``megatron_core``)."""
+    if version is None:
+        name, version = _art.parse_spec(spec_or_name)
+    else:
+        name = _art.normalize_name(spec_or_name)
+    return snapshot_dir(directory) / f"{name}-{version}.json"
+
+
+def list_snapshots(directory=None) -> list[Path]:
+    d = snapshot_dir(directory)
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+# ----------------------------------------------------------------------------- build / write
+def dumps(snapshot: dict[str, Any]) -> str:
+    return json.dumps(snapshot, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def build_snapshot(name: str, version: str, artifact: _art.Artifact, pip_args: Sequence[str]) -> dict[str, Any]:
+    info = package_info(name)
+    mod = info.extractor()
+    data = mod.extract(artifact)
+    snapshot = {
+        "format": FORMAT,
+        "package": info.name,
+        "version": version,
+        "artifact": {
+            "filename": artifact.filename,
+            "sha256": artifact.sha256,
+            "size": artifact.size,
+            "pip_download": " ".join(
+                ["pip download --no-deps --only-binary=:all:", *pip_args, f"{info.name}=={version}"]
+            ),
+        },
+        "extractor": {"module": mod.__name__, "version": mod.EXTRACTOR_VERSION},
+        "data": data,
+    }
+    # Round-trip through JSON so what verify compares is exactly what is stored.
+    return json.loads(dumps(snapshot))
+
+
+def download(spec: str, cache_dir=None, *, expected_sha256: str | None = None, pip_args=None) -> tuple[Path, list[str]]:
+    """Download (or find in the cache) the artifact for ``spec``; return its path and the pip args used."""
+    name, version = _art.parse_spec(spec)
+    info = package_info(name)
+    cache = _art.wheel_cache(cache_dir)
+    attempts = [list(pip_args)] if pip_args is not None else [info.pip_args(v) for v in info.python_versions]
+    errors = []
+    for args in attempts:
+        try:
+            result = _art.pip_download(info.name, version, cache, args, expected_sha256=expected_sha256)
+            return result.path, args
+        except _art.ArtifactError as e:
+            errors.append(str(e))
+            if "HASH" in str(e).upper() and "MATCH" in str(e).upper():
+                break
+    raise _art.ArtifactError("\n\n".join(errors))
+
+
+def refresh(spec: str, cache_dir: str | os.PathLike[str] | None = None, *, out_dir=None) -> Path:
+    """Download ``spec`` (e.g. ``"vllm==0.33.0"``) through pip into the cache and (re)write its snapshot.
+
+    Returns the path written (``backends/snapshots/<package>-<version>.json`` unless ``out_dir``)."""
+    name, version = _art.parse_spec(spec)
+    path, args = download(spec, cache_dir)
+    with _art.open_artifact(path) as art:
+        snapshot = build_snapshot(name, version, art, args)
+    out = snapshot_path(name, version, out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = dumps(snapshot)
+    if not out.is_file() or out.read_text(encoding="utf-8") != text:
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    return out
+
+
+def refresh_all(cache_dir=None, *, out_dir=None, specs: Sequence[str] = DEFAULT_SPECS) -> list[Path]:
+    return [refresh(s, cache_dir, out_dir=out_dir) for s in specs]
+
+
+# ----------------------------------------------------------------------------- verify
+def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def artifact_for(snapshot: dict[str, Any], cache_dir=None) -> Path:
+    """The cached artifact a snapshot names, downloaded (pip, hash-pinned) when it is not cached."""
+    art = snapshot["artifact"]
+    cache = _art.wheel_cache(cache_dir)
+    cached = cache / art["filename"]
+    if cached.is_file() and _art.sha256_file(cached) == art["sha256"]:
+        return cached
+    spec = f"{snapshot['package']}=={snapshot['version']}"
+    pip_args = art["pip_download"].split()[4:-1] if art.get("pip_download") else None
+    path, _ = download(spec, cache_dir, expected_sha256=art["sha256"], pip_args=pip_args)
+    return path
+
+
+def verify(path: str | os.PathLike[str], cache_dir=None) -> list[str]:
+    """Recompute the snapshot at ``path`` from its artifact; return the differences (empty = confirmed).
+
+    The artifact is taken from the cache when a file there has the recorded sha256; otherwise pip
+    downloads it with ``--require-hashes``, so a re-uploaded or different file is reported, not used."""
+    recorded = read_snapshot(path)
+    problems: list[str] = []
+    for key in ("format", "package", "version", "artifact", "extractor", "data"):
+        if key not in recorded:
+            problems.append(f"snapshot has no {key!r} entry")
+    if problems:
+        return problems
+    if recorded["format"] != FORMAT:
+        problems.append(f"snapshot format {recorded['format']} != {FORMAT}; run refresh")
+    try:
+        info = package_info(recorded["package"])
+    except SnapshotError as e:
+        return [str(e)]
+    expected_name = snapshot_path(info.name, recorded["version"], Path(path).parent).name
+    if Path(path).name != expected_name:
+        problems.append(f"file name {Path(path).name!r} should be {expected_name!r}")
+    mod = info.extractor()
+    if recorded["extractor"].get("version") != mod.EXTRACTOR_VERSION:
+        problems.append(
+            f"extractor version changed (snapshot {recorded['extractor'].get('version')}, code "
+            f"{mod.EXTRACTOR_VERSION}); run refresh"
+        )
+    try:
+        artifact_path = artifact_for(recorded, cache_dir)
+    except _art.ArtifactError as e:
+        text = str(e)
+        if "HASH" in text.upper() and "MATCH" in text.upper():
+            return problems + [
+                f"artifact sha256 differs from the recorded {recorded['artifact']['sha256']} "
+                f"({recorded['artifact']['filename']}): {text.strip().splitlines()[-1]}"
+            ]
+        raise
+    pip_args = recorded["artifact"]["pip_download"].split()[4:-1]
+    with _art.open_artifact(artifact_path) as art:
+        fresh = build_snapshot(info.name, recorded["version"], art, pip_args)
+    diff(recorded, fresh, "", problems)
+    if len(problems) > MAX_DIFFERENCES:
+        extra = len(problems) - MAX_DIFFERENCES
+        problems = problems[:MAX_DIFFERENCES] + [f"... and {extra} more differences"]
+    return problems
+
+
+def diff(recorded: Any, fresh: Any, where: str, out: list[str]) -> None:
+    """Append human-readable differences between the stored and the recomputed JSON."""
+    if isinstance(recorded, dict) and isinstance(fresh, dict):
+        for k in sorted(set(recorded) | set(fresh), key=str):
+            sub = f"{where}[{json.dumps(k)}]"
+            if k not in fresh:
+                out.append(f"{sub}: in the snapshot but no longer in the artifact")
+            elif k not in recorded:
+                out.append(f"{sub}: in the artifact but missing from the snapshot")
+            else:
+                diff(recorded[k], fresh[k], sub, out)
+        return
+    if recorded != fresh or type(recorded) is not type(fresh):
+        out.append(f"{where}: snapshot has {_short(recorded)}, artifact gives {_short(fresh)}")
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
