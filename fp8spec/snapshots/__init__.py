@@ -29,7 +29,7 @@ from .core import (
     snapshot_path,
     verify,
 )
-from .query import Fact, FactResult, Snapshot, check, load
+from .query import Fact, FactResult, Snapshot, check, check_source, load
 
 __all__ = [
     "ArtifactError",
@@ -42,6 +42,7 @@ __all__ = [
     "build_snapshot",
     "cache_root",
     "check",
+    "check_source",
     "download",
     "dumps",
     "list_snapshots",

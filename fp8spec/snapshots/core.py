@@ -35,6 +35,7 @@ class PackageInfo:
     name: str  # PyPI name, normalized
     module: str  # extractor module under fp8spec.snapshots
     python_versions: tuple[str, ...] = ("3.11", "3.12")
+    extra_pip_args: tuple[str, ...] = ()
 
     def extractor(self):
         return importlib.import_module(f"fp8spec.snapshots.{self.module}")
@@ -43,7 +44,7 @@ class PackageInfo:
         args: list[str] = []
         for p in _PLATFORMS:
             args += ["--platform", p]
-        args += ["--python-version", python_version]
+        args += ["--python-version", python_version, *self.extra_pip_args]
         return args
 
 
@@ -51,7 +52,9 @@ PACKAGES: dict[str, PackageInfo] = {
     "vllm": PackageInfo("vllm", "vllm"),
     "sglang": PackageInfo("sglang", "sglang"),
     "verl": PackageInfo("verl", "verl"),
-    "megatron-core": PackageInfo("megatron-core", "megatron"),
+    # megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311
+    # wheel for every version (only its Python source is read), matching the profiles' source artifacts.
+    "megatron-core": PackageInfo("megatron-core", "megatron", ("3.11",), ("--ignore-requires-python",)),
     "transformer-engine": PackageInfo("transformer-engine", "transformer_engine"),
 }
 
@@ -64,6 +67,7 @@ DEFAULT_SPECS: tuple[str, ...] = (
     "verl==0.9.1",
     "megatron-core==0.16.1",
     "megatron-core==0.18.2",
+    "megatron-core==0.19.2",
     "transformer-engine==2.20.2",
 )
 
@@ -228,14 +232,24 @@ def verify(path: str | os.PathLike[str], cache_dir=None) -> list[str]:
                 f"({recorded['artifact']['filename']}): {text.strip().splitlines()[-1]}"
             ]
         raise
-    pip_args = recorded["artifact"]["pip_download"].split()[4:-1]
-    with _art.open_artifact(artifact_path) as art:
-        fresh = build_snapshot(info.name, recorded["version"], art, pip_args)
+    fresh = _rebuild(recorded, artifact_path)
     diff(recorded, fresh, "", problems)
     if len(problems) > MAX_DIFFERENCES:
         extra = len(problems) - MAX_DIFFERENCES
         problems = problems[:MAX_DIFFERENCES] + [f"... and {extra} more differences"]
     return problems
+
+
+def _rebuild(recorded: dict[str, Any], artifact_path: Path) -> dict[str, Any]:
+    pip_args = recorded["artifact"]["pip_download"].split()[4:-1]
+    with _art.open_artifact(artifact_path) as art:
+        return build_snapshot(recorded["package"], recorded["version"], art, pip_args)
+
+
+def rebuild(path: str | os.PathLike[str], cache_dir=None) -> str:
+    """The exact text ``refresh`` would write for the snapshot at ``path`` (artifact from the cache or pip)."""
+    recorded = read_snapshot(path)
+    return dumps(_rebuild(recorded, artifact_for(recorded, cache_dir)))
 
 
 def diff(recorded: Any, fresh: Any, where: str, out: list[str]) -> None:

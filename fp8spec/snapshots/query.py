@@ -275,3 +275,19 @@ def check(
 
 def load(path_or_spec: str | os.PathLike[str], directory=None) -> Snapshot:
     return Snapshot.load(path_or_spec, directory)
+
+
+def check_source(spec: str, artifact: str | None = None, sha256: str | None = None, directory=None) -> list[str]:
+    """Compare a profile's ``source`` (artifact file name, sha256) with the snapshot of ``spec``.
+
+    Returns problems (empty when the snapshot was extracted from the same file the profile cites)."""
+    path = core.snapshot_path(spec, directory=directory)
+    if not path.is_file():
+        return [f"no snapshot for {spec} at {path}; run refresh({spec!r})"]
+    art = core.read_snapshot(path)["artifact"]
+    problems = []
+    if artifact is not None and artifact != art["filename"]:
+        problems.append(f"{spec}: profile cites {artifact}, snapshot was read from {art['filename']}")
+    if sha256 is not None and sha256 != art["sha256"]:
+        problems.append(f"{spec}: profile sha256 {sha256} != snapshot sha256 {art['sha256']}")
+    return problems
