@@ -120,6 +120,84 @@ def rules(code: Optional[str] = typer.Argument(None, help="A rule code, e.g. BLK
     typer.echo(f"Fix: {r.hint}")
 
 
+def _validated(spec: Path, backend: Optional[str]):
+    """Validate a spec for compile/explain/diff: errors print located diagnostics and exit non-zero."""
+    from fp8spec.compiler.build import BackendChoiceError, choose_backend
+    from fp8spec.rules.engine import validate_path
+    from fp8spec.spec.loader import InputError
+
+    try:
+        validation = validate_path(spec, str(spec))
+    except InputError as err:
+        typer.echo(err.diagnostic.render(), err=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if validation.errors:
+        for d in validation.diagnostics:
+            typer.echo(d.render(), err=True)
+        typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS)
+    try:
+        choice = choose_backend(backend, validation)
+    except BackendChoiceError as err:
+        _fail(EXIT_BAD_INPUT, str(err))
+    return validation, choice
+
+
+@app.command()
+def compile(
+    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False),
+    backend: Optional[str] = typer.Option(
+        None, "--backend", "-b",
+        help="fsdp+vllm, fsdp+sglang, megatron+vllm, megatron+sglang (verl run), or vllm / sglang (standalone "
+        "serve for evaluation). Default: the spec's training.backend + rollout.engine."),
+    output: Path = typer.Option(Path("bundles"), "--output", "-o", help="Folder that receives the bundle folder."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing bundle of the same name."),
+) -> None:
+    """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
+    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.bundle import bundle_files
+    from fp8spec.compiler.writer import WriteError, write_bundle
+
+    validation, choice = _validated(spec, backend)
+    for d in validation.diagnostics:
+        typer.echo(d.render(), err=True)
+    plan = build_plan(validation, choice)
+    files = bundle_files(validation, choice, plan, str(spec))
+    try:
+        target = write_bundle(output, validation.loaded.spec.name, files, force=force)
+    except WriteError as err:
+        _fail(EXIT_BAD_INPUT, str(err))
+    typer.echo(f"wrote {target} ({choice.name}): {', '.join(sorted(files))}")
+
+
+@app.command()
+def explain(
+    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False),
+    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="As for compile."),
+) -> None:
+    """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
+    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.explain import explain_text
+
+    validation, choice = _validated(spec, backend)
+    typer.echo(explain_text(validation, build_plan(validation, choice)), nl=False)
+
+
+@app.command()
+def diff(
+    spec_a: Path = typer.Argument(..., help="First spec.", show_default=False),
+    spec_b: Path = typer.Argument(..., help="Second spec.", show_default=False),
+    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="As for compile."),
+) -> None:
+    """The difference between two specs as it lands in the compiled configuration (exit 0 either way)."""
+    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.explain import diff_text
+
+    va, ca = _validated(spec_a, backend)
+    vb, cb = _validated(spec_b, backend or ca.name)
+    typer.echo(diff_text(build_plan(va, ca), build_plan(vb, cb), str(spec_a), str(spec_b)), nl=False)
+
+
 @app.command()
 def models() -> None:
     """List the model catalog."""

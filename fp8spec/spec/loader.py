@@ -51,9 +51,21 @@ def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
     try:
         loaded.spec = Spec.model_validate(data)
     except ValidationError as exc:
-        loaded.diagnostics = [_schema_diagnostic(err, positions, display) for err in exc.errors()]
-        loaded.diagnostics.sort(key=Diagnostic.sort_key)
+        diags = [_schema_diagnostic(err, positions, display) for err in exc.errors()]
+        loaded.diagnostics = sorted(_drop_union_noise(diags), key=Diagnostic.sort_key)
     return loaded
+
+
+def _drop_union_noise(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """A value checked against a union (str or list) fails once per branch; keep the most specific message."""
+    by_place: dict[tuple, list[Diagnostic]] = {}
+    for d in diags:
+        by_place.setdefault((d.line, d.col, d.path), []).append(d)
+    out = []
+    for group in by_place.values():
+        specific = [d for d in group if "Input should be a valid" not in d.message]
+        out.extend(specific if specific and len(group) > 1 else group)
+    return out
 
 
 def _dotted(loc: tuple) -> str:

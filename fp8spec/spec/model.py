@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from fp8spec.hardware import GPU_NAMES
 
@@ -25,7 +25,18 @@ NonNegLayers = Annotated[int, Field(ge=0, le=10_000)]
 Slug = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
 Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$", max_length=40)]
 CudaVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]{2}\.[0-9]{1,2}$")]
-NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+
+
+def _plain_text(value: str) -> str:
+    # Values flow into Hydra overrides, shell and YAML: no control characters, no OmegaConf interpolation.
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError("control characters (newlines, tabs, ...) are not allowed")
+    if "${" in value:
+        raise ValueError("'${' is not allowed: OmegaConf would interpolate it on the cluster")
+    return value
+
+
+NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_plain_text)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, ge=-1e9, le=1e9)]
 
 

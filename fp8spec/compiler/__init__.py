@@ -1,0 +1,1 @@
+"""Compile a validated spec into a launch bundle: adapters build a plan of settings, the bundle writer renders it."""

@@ -1,0 +1,50 @@
+"""The fp8spec runtime patch set: which patches a spec needs and how the bundle activates them."""
+
+from __future__ import annotations
+
+from fp8spec.compiler.adapters.verl import VerlKeys
+from fp8spec.compiler.plan import Plan
+from fp8spec.patchset import manifest
+from fp8spec.rules.context import RuleContext
+
+
+def needed_patches(ctx: RuleContext) -> dict[str, str]:
+    """Patch name -> the spec field that needs it."""
+    spec = ctx.spec
+    needed: dict[str, str] = {}
+    if spec.kv_cache.dtype != "bf16":
+        recal = spec.kv_cache.recalibrate
+        native_once = recal == "once" and ctx.fact(ctx.engine, "capability.calculate_kv_scales", False)
+        native_step = recal == "per_step" and ctx.fact("verl", "capability.kv_scale_recalibration", False)
+        if recal != "none" and not (native_once or native_step):
+            needed["kv_scales"] = "kv_cache.recalibrate"
+    if spec.linear.quantize and spec.linear.scale_dtype == "ue8m0":
+        needed["ue8m0_scales"] = "linear.scale_dtype"
+    return needed
+
+
+def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> None:
+    """Activate the needed patches in a verl bundle (standalone serving has no weight sync to patch)."""
+    needed = needed_patches(ctx)
+    if not needed:
+        return
+    m = manifest()
+    names = sorted(needed)
+    sources = ", ".join(needed[n] for n in names)
+    for name in names:
+        plan.add("patch", name, f"{m.PATCHSET_NAME}=={m.PATCHSET_VERSION}", needed[name],
+                 m.PATCHES[name]["description"])
+    plan.add("env", m.ENV_PATCHES, ",".join(names), sources,
+             f"activates {m.PATCHSET_NAME} patches in every Ray worker")
+    plan.add("env", m.ENV_VERL_EXTERNAL_MODULES, m.MODULE, sources,
+             "verl imports the listed modules in every process that imports verl (verl/__init__.py)",
+             ctx.profile("verl").evidence("env.external_modules"))
+    base = keys.key("key.rollout_engine_kwargs") + "." + engine
+    for name in names:
+        extra = (m.PATCHES[name].get("engine_args") or {}).get(engine) or {}
+        for arg, value in extra.items():
+            if arg == "kv_cache_dtype":
+                continue  # the engine adapter sets it from kv_cache.dtype
+            key = f"{base}.{arg}"
+            plan.add("hydra", key, list(value) if isinstance(value, tuple) else value, needed[name],
+                     f"registers patch {name} in {engine}", "", keys.needs_plus(key))

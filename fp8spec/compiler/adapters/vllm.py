@@ -1,0 +1,87 @@
+"""vLLM: engine settings inside verl (engine_kwargs, environment) and the standalone `vllm serve` command."""
+
+from __future__ import annotations
+
+import json
+
+from fp8spec.compiler.adapters.ignore_lists import all_engine_names, compress, engine_module_names
+from fp8spec.compiler.adapters.verl import VerlKeys
+from fp8spec.compiler.plan import Plan
+from fp8spec.rules.context import RuleContext
+
+
+def _deep_gemm_env(plan: Plan, ctx: RuleContext) -> None:
+    prof = ctx.profile("vllm")
+    env = prof.value("env.deep_gemm_e8m0")
+    value = "0" if ctx.spec.linear.scale_dtype == "fp32" else "1"
+    why = ("keep FP32 block scales: DeepGEMM would otherwise re-quantize them to UE8M0 (a second rounding)"
+           if value == "0" else "UE8M0 block scales for DeepGEMM")
+    plan.add("env", env["name"], value, "linear.scale_dtype", why, prof.evidence("env.deep_gemm_e8m0"))
+
+
+def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
+    spec = ctx.spec
+    base = keys.key("key.rollout_engine_kwargs") + ".vllm"
+    if spec.linear.quantize:
+        _deep_gemm_env(plan, ctx)
+        ignored = engine_module_names(ctx)
+        default = sorted(ctx.model.symbolic_groups().get("router", ()))
+        if sorted(ignored) != default:
+            # verl's own config ignores only model.layers.{i}.mlp.gate; engine_kwargs.hf_overrides replaces it
+            # (vllm_async_server.py builds args {..., "hf_overrides": ..., **engine_kwargs}).
+            config = {
+                "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                "weight_block_size": list(spec.linear.block_size), "ignored_layers": ignored,
+            }
+            key = base + ".hf_overrides"
+            plan.add("hydra", key, {"quantization_config": config}, "linear.exclude",
+                     f"{len(ignored)} linear modules kept in BF16 (exclusions and BF16 first/last layers)",
+                     keys.evidence("key.rollout_engine_kwargs"), keys.needs_plus(key))
+    if spec.kv_cache.dtype != "bf16":
+        key = base + ".kv_cache_dtype"
+        plan.add("hydra", key, spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache",
+                 ctx.profile("vllm").evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
+        native_once = spec.kv_cache.recalibrate == "once" and ctx.profile("vllm").value("flag.calculate_kv_scales")
+        if native_once:
+            key = base + ".calculate_kv_scales"
+            plan.add("hydra", key, True, "kv_cache.recalibrate",
+                     "vLLM calibrates q/k/v scales on its first forward (never re-armed)",
+                     ctx.profile("vllm").evidence("flag.calculate_kv_scales"), keys.needs_plus(key))
+
+
+def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
+    """argv of a standalone `vllm serve` for evaluating the FP8 policy (online block quantization)."""
+    spec, prof = ctx.spec, ctx.profile("vllm")
+    argv = prof.value("cli.serve").split() + [spec.model.path]
+    args: list[tuple[str, object, str, str]] = []
+    if spec.linear.quantize:
+        method = prof.value("block_fp8.quantization")
+        args.append(("flag.quantization", method, "linear.quantize",
+                     "online 128x128 block FP8: vLLM quantizes the BF16 checkpoint at load"))
+        match = prof.value("ignore.match")
+        style = "fnmatch" if "fnmatch" in match else "regex" if "re:" in match else "exact"
+        ignore = compress(engine_module_names(ctx), all_engine_names(ctx), style)
+        if ignore:
+            config = {"linear": method, prof.value("quantization_config.ignore_key"): ignore}
+            if ctx.model.is_moe:
+                config["moe"] = method
+            args.append(("flag.quantization_config", json.dumps(config, separators=(",", ":")), "linear.exclude",
+                         f"keep {len(ignore)} module pattern(s) in BF16 ({style} matching in vLLM {prof.version})"))
+        _deep_gemm_env(plan, ctx)
+    if spec.kv_cache.dtype != "bf16":
+        args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
+        if spec.kv_cache.recalibrate != "none" and prof.value("flag.calculate_kv_scales"):
+            args.append(("flag.calculate_kv_scales", None, "kv_cache.recalibrate",
+                         "calibrate q/k/v scales on the first forward"))
+    args.append(("flag.tensor_parallel_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
+    args.append(("flag.gpu_memory_utilization", spec.rollout.gpu_memory_utilization,
+                 "rollout.gpu_memory_utilization", "GPU memory share"))
+    args.append(("flag.max_model_len", spec.rollout.max_prompt_length + spec.rollout.max_response_length,
+                 "rollout.max_prompt_length", "prompt + response length"))
+    for fact_id, value, source, why in args:
+        flag = prof.value(fact_id)
+        argv.append(flag)
+        if value is not None:
+            argv.append(str(value))
+        plan.add("engine_arg", flag, value if value is not None else True, source, why, prof.evidence(fact_id))
+    return argv

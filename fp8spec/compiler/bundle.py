@@ -1,0 +1,139 @@
+"""Render a Plan into bundle files (text in memory; writing is fp8spec.compiler.writer's job).
+
+Same spec and fp8spec version in, byte-identical files out: no timestamps, sorted keys, fixed order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from fp8spec import __version__
+from fp8spec.compiler.build import BackendChoice
+from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
+from fp8spec.patchset import manifest as runtime_manifest
+from fp8spec.resources import data_dir
+from fp8spec.rules.context import STACK_KINDS, used_stack_fields
+from fp8spec.rules.engine import Validation
+from fp8spec.rules.registry import all_rules
+
+EXECUTABLE = {"launch.sh", "serve.sh", "submit.sh", "slurm.sbatch"}
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["sh"] = shell_word
+    env.filters["json"] = json_scalar
+    env.filters["mdcell"] = lambda v: str(v).replace("|", "\\|")
+    return env
+
+
+def render(template: str, **values) -> str:
+    return _env().get_template(template).render(**values)
+
+
+def _checks(validation: Validation) -> list[dict]:
+    by_code: dict[str, list] = {}
+    for d in validation.diagnostics:
+        by_code.setdefault(d.code, []).append(d)
+    rows = []
+    for rule in all_rules():
+        found = by_code.get(rule.code, [])
+        status = "passed"
+        if any(d.severity == "info" for d in found):
+            status = "acknowledged"
+        if any(d.severity == "warning" for d in found):
+            status = "warning"
+        rows.append({"code": rule.code, "name": rule.name, "status": status,
+                     "messages": [d.message for d in found]})
+    return rows
+
+
+def _fp8_table(plan: Plan) -> list[dict]:
+    rows = []
+    for s in plan.settings:
+        if s.layer == "hydra" and s.source in ("data.train_files", "data.val_files", "model.path", "name"):
+            continue
+        where = {"hydra": "Hydra override", "env": "env var", "engine_arg": "engine flag",
+                 "patch": "runtime patch"}[s.layer]
+        value = s.override if s.layer == "hydra" else f"{s.key}={s.value}" if s.layer != "patch" else s.key
+        rows.append({"source": s.source, "where": where, "value": value, "why": s.why})
+    return rows
+
+
+def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec_file: str) -> dict[str, str]:
+    """File name -> content of the bundle (manifest.json last, with every other file's sha256)."""
+    spec = validation.loaded.spec
+    ctx = validation.context
+    stack = {f: getattr(spec.stack, f) for f in used_stack_fields(spec)
+             if choice.trainer or f == choice.engine}
+    common = dict(
+        fp8spec_version=__version__, spec=spec, spec_file=spec_file, backend=choice.name, plan=plan,
+        stack=stack, checks=_checks(validation), fp8_rows=_fp8_table(plan), env=plan.env,
+        patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
+        metrics=_metrics(ctx, plan),
+    )
+    files: dict[str, str] = {}
+    if choice.trainer:
+        files["launch.sh"] = render("launch.sh.j2", **common)
+        files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
+                                   + yaml_string_list(plan.overrides))
+        files["runtime_env.yaml"] = (
+            "# Ray runtime environment: ray job submit --runtime-env runtime_env.yaml\n"
+            f"working_dir: {json_scalar(spec.cluster.working_dir)}\n"
+            "env_vars:\n" + yaml_string_map(plan.env, indent=2)
+        )
+    else:
+        files["serve.sh"] = render("serve.sh.j2", **common)
+        files["engine_args.json"] = json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2,
+                                               sort_keys=True) + "\n"
+    files["README.md"] = render("bundle_README.md.j2", **common)
+    files["manifest.json"] = _manifest(validation, choice, plan, spec_file, stack, files)
+    return files
+
+
+def _metrics(ctx, plan: Plan) -> dict:
+    if ctx is None or ctx.profile("verl") is None:
+        return {}
+    return ctx.profile("verl").value("metrics.rollout_corr")
+
+
+def _manifest(validation, choice, plan, spec_file, stack, files) -> str:
+    from fp8spec.profiles import load_profile
+
+    profiles = {}
+    for field, version in stack.items():
+        kind = STACK_KINDS[field]
+        prof = load_profile(kind, version)
+        profiles[kind] = {"version": version, "profile": f"backends/{kind}/{version}.yaml",
+                          "profile_sha256": _profile_sha(kind, version), "source": getattr(prof.source, "artifact", "")}
+    rt = runtime_manifest()
+    data = {
+        "fp8spec_version": __version__,
+        "backend": choice.name,
+        "spec": {"name": validation.loaded.spec.name, "file": Path(spec_file).name,
+                 "sha256": validation.loaded.sha256},
+        "profiles": profiles,
+        "runtime_patches": {"name": rt.PATCHSET_NAME, "version": rt.PATCHSET_VERSION,
+                            "patches": plan.patches},
+        "files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())},
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _profile_sha(kind: str, version: str) -> str:
+    path = data_dir("backends") / kind / f"{version}.yaml"
+    return hashlib.sha256(path.read_bytes()).hexdigest()

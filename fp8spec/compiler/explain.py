@@ -1,0 +1,59 @@
+"""Human views of a plan: `explain` (spec field -> settings, with reasons) and `diff` (two plans)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from fp8spec.compiler.plan import Plan, Setting
+from fp8spec.rules.engine import Validation
+
+_LAYER_NAMES = {"hydra": "verl override", "env": "env var", "engine_arg": "engine flag", "patch": "runtime patch"}
+
+
+def _rendered(s: Setting) -> str:
+    if s.layer == "hydra":
+        return s.override
+    if s.layer == "patch":
+        return f"{s.key} ({s.value})"
+    if s.layer == "engine_arg":
+        return f"{s.key} {s.value}" if s.value is not True else s.key
+    return f"{s.key}={s.value}"
+
+
+def explain_text(validation: Validation, plan: Plan) -> str:
+    spec = validation.loaded.spec
+    groups: "OrderedDict[str, list[Setting]]" = OrderedDict()
+    for s in plan.settings:
+        groups.setdefault(s.source, []).append(s)
+    lines = [f"{spec.name}: {plan.backend}", ""]
+    for source in sorted(groups):
+        lines.append(f"{source}")
+        for s in groups[source]:
+            lines.append(f"  {_LAYER_NAMES[s.layer]:<14} {_rendered(s)}")
+            lines.append(f"  {'':<14} why: {s.why}")
+            if s.evidence:
+                lines.append(f"  {'':<14} evidence: {s.evidence}")
+        lines.append("")
+    if plan.notes:
+        lines.append("notes:")
+        lines.extend(f"  - {n}" for n in plan.notes)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def diff_text(a: Plan, b: Plan, name_a: str, name_b: str) -> str:
+    def table(plan: Plan) -> dict[tuple[str, str], str]:
+        return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
+
+    ta, tb = table(a), table(b)
+    lines = [f"--- {name_a} ({a.backend})", f"+++ {name_b} ({b.backend})"]
+    for key in sorted(set(ta) | set(tb)):
+        if ta.get(key) == tb.get(key):
+            continue
+        if key in ta:
+            lines.append(f"- [{_LAYER_NAMES[key[0]]}] {ta[key]}")
+        if key in tb:
+            lines.append(f"+ [{_LAYER_NAMES[key[0]]}] {tb[key]}")
+    if len(lines) == 2:
+        lines.append("(no difference in the compiled configuration)")
+    return "\n".join(lines) + "\n"

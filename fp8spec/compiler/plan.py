@@ -1,0 +1,59 @@
+"""The compiled plan: every setting fp8spec emits, in every layer, with the spec field it came from and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from fp8spec.compiler.quoting import hydra_override
+
+Layer = Literal["hydra", "env", "engine_arg", "patch"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    layer: Layer
+    key: str  # Hydra key, env var name, engine flag, or patch name
+    value: Any
+    source: str  # the spec field(s) it comes from, e.g. "kv_cache.dtype"
+    why: str
+    evidence: str = ""
+    plus: bool = False  # Hydra: key not declared in verl's YAML, needs '+'
+
+    @property
+    def override(self) -> str:
+        return hydra_override(self.key, self.value, "+" if self.plus else "")
+
+
+@dataclass
+class Plan:
+    backend: str  # e.g. "megatron+vllm" or "vllm"
+    entrypoint: list[str] = field(default_factory=list)
+    settings: list[Setting] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, layer: Layer, key: str, value: Any, source: str, why: str, evidence: str = "",
+            plus: bool = False) -> None:
+        for i, existing in enumerate(self.settings):
+            if existing.layer == layer and existing.key == key:
+                self.settings[i] = Setting(layer, key, value, source, why, evidence, plus)
+                return
+        self.settings.append(Setting(layer, key, value, source, why, evidence, plus))
+
+    def of(self, layer: Layer) -> list[Setting]:
+        return [s for s in self.settings if s.layer == layer]
+
+    def get(self, layer: Layer, key: str) -> Optional[Setting]:
+        return next((s for s in self.settings if s.layer == layer and s.key == key), None)
+
+    @property
+    def overrides(self) -> list[str]:
+        return [s.override for s in self.of("hydra")]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {s.key: str(s.value) for s in sorted(self.of("env"), key=lambda s: s.key)}
+
+    @property
+    def patches(self) -> list[str]:
+        return sorted(s.key for s in self.of("patch"))
