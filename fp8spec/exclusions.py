@@ -75,9 +75,13 @@ def resolve_exclusions(spec: Spec, model: Any) -> ExclusionPlan:
     first, last = spec.linear.bf16_first_layers, spec.linear.bf16_last_layers
     plan.bf16_layers = frozenset(range(min(first, layers))) | frozenset(range(max(layers - last, 0), layers))
     if spec.linear.quantize:
+        # lm_head is never quantized by the engines (vLLM/SGLang build it as a vocab-parallel embedding-like
+        # layer outside the FP8 linear methods), whatever the exclusions say.
         plan.quantized = [
             m
             for m in model.linear_modules()
-            if m.name not in plan.excluded and (m.layer is None or m.layer not in plan.bf16_layers)
+            if m.kind != "lm_head"
+            and m.name not in plan.excluded
+            and (m.layer is None or m.layer not in plan.bf16_layers)
         ]
     return plan

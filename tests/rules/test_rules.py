@@ -1,0 +1,151 @@
+"""Every rule has a spec that triggers it and one that does not (ruff-style rule catalogue tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp8spec.rules.registry import all_rules, get_rule
+from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
+
+# code -> (patches that trigger it, patches that keep it quiet, text the message must contain)
+CASES = {
+    "BLK001": ([MOE, {"rollout": {"tp": 4}}], [MOE, {"rollout": {"tp": 2}}], "768 / tp 4 = 192"),
+    "BLK002": ([{"linear": {"block_size": [64, 64]}}], [{"linear": {"block_size": [128, 128]}}], "[64, 64]"),
+    "COR001": ([{"correction": {"method": "none"}}],
+               [{"correction": {"method": "none"}, "linear": {"quantize": False}, "kv_cache": {"dtype": "bf16"}}],
+               "correction.method is 'none'"),
+    "COR002": ([{"rollout": {"calculate_log_probs": False}}], [{"rollout": {"calculate_log_probs": True}}],
+               "calculate_log_probs is false"),
+    "COR003": ([{"correction": {"clip": 0.0}}], [{"correction": {"clip": 2.0}}], "must be > 0"),
+    "COR004": ([{"correction": {"method": "mask", "bounds": [5.0, 0.5]}}],
+               [{"correction": {"method": "mask", "bounds": [0.5, 5.0]}}], "0 <= low < high"),
+    "COR005": ([{"correction": {"rejection": "seq_mean_k9"}}], [{"correction": {"rejection": "seq_mean_k1"}}],
+               "'seq_mean_k9'"),
+    "EXC001": ([{"linear": {"exclude": ["router", "mlp.gates"]}}],
+               [{"linear": {"exclude": ["router", "model.layers.0.*"]}}], "matches no module"),
+    "EXC002": ([MOE, {"linear": {"exclude": ["*gate*"]}}], [MOE, {"linear": {"exclude": ["*.mlp.gate"]}}],
+               "several kinds"),
+    "EXC003": ([{"linear": {"exclude": ["q_proj"]}}], [{"linear": {"exclude": ["q_proj", "k_proj", "v_proj"]}}],
+               "k_proj, v_proj quantized"),
+    "EXC004": ([MOE, {"linear": {"exclude": ["lm_head", "embeddings", "norms"]}}], [MOE], "48 of 48"),
+    "HW001": ([MEGATRON_FP8, {"training": {"fp8_scaling": "mxfp8"}}],
+              [MEGATRON_FP8, {"training": {"fp8_scaling": "mxfp8"}, "hardware": {"gpu": "b200"},
+                              "linear": {"scale_dtype": "ue8m0"}}], "compute capability 10.x"),
+    "HW002": ([MEGATRON_FP8, {"hardware": {"cuda": "12.4"}}], [MEGATRON_FP8, {"hardware": {"cuda": "12.9"}}],
+              "CUDA >= 12.9"),
+    "HW003": ([MEGATRON_FP8, {"hardware": {"gpu": "b200"}}],
+              [MEGATRON_FP8, {"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}}],
+              "power-of-two"),
+    "HW004": ([{"rollout": {"engine": "sglang"}, "linear": {"scale_dtype": "ue8m0"}}],
+              [{"rollout": {"engine": "sglang"}, "linear": {"scale_dtype": "fp32"}}], "only on Blackwell"),
+    "HW005": ([{"hardware": {"gpu": "b200"}}], [{"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}}],
+              "DeepGEMM"),
+    "KV001": ([{"kv_cache": {"dtype": "fp8_e5m2"}}], [{"kv_cache": {"dtype": "fp8_e4m3"}}], "fp8_e5m2"),
+    "KV003": ([{"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3"}}],
+              [{"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "bf16"}}], "unscaled"),
+    "KV004": ([{"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}}],
+              [{"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}], "scales of 1.0"),
+    "PAR001": ([MEGATRON_FP8, {"training": {"parallel": {"tp": 3}}}],
+               [MEGATRON_FP8, {"training": {"parallel": {"tp": 2}}}], "not divisible by tp*pp*cp"),
+    "PAR002": ([{"rollout": {"tp": 3}}], [{"rollout": {"tp": 2}}], "not divisible by rollout.tp 3"),
+    "PAR003": ([{"rollout": {"pp": 2}}], [{"rollout": {"pp": 1}}], "rollout.pp 2"),
+    "PAR004": ([{"algorithm": {"train_batch_size": 3}, "rollout": {"n": 1}}],
+               [{"algorithm": {"train_batch_size": 32}, "rollout": {"n": 1}}], "not divisible by 8"),
+    "PAR005": ([{"linear": {"bf16_first_layers": 20, "bf16_last_layers": 16}}],
+               [{"linear": {"bf16_first_layers": 2, "bf16_last_layers": 2}}], "cover all 36 layers"),
+    "PAR006": ([{"model": {"name": "Qwen/Qwen2.5-7B", "path": "/m"}, "rollout": {"tp": 8}}],
+               [{"model": {"name": "Qwen/Qwen2.5-7B", "path": "/m"}, "rollout": {"tp": 4}}],
+               "28 attention heads"),
+    "PAR007": ([{"training": {"parallel": {"tp": 2}}}], [{"training": {"parallel": {"tp": 1}}}], "no effect"),
+    "REF001": ([{"model": {"name": "Qwen/Qwen3-8B-Bse"}}], [{"model": {"name": "Qwen/Qwen3-8B-Base"}}],
+               "Qwen/Qwen3-8B-Base"),
+    "REF002": ([{"stack": {"vllm": "0.99.0"}}], [{"stack": {"vllm": "0.24.0"}}], "0.24.0"),
+    "REF003": ([{"stack": {"vllm": "0.33.0"}}], [{"stack": {"vllm": "0.24.0"}}], "tested with vllm 0.24.0"),
+    "TRN001": ([{"training": {"precision": "fp8"}}], [MEGATRON_FP8], "needs training.backend megatron"),
+    "TRN002": ([MEGATRON_FP8, {"training": {"fp8_recipe": "e4m3"}}],
+               [MEGATRON_FP8, {"training": {"fp8_recipe": "hybrid"}}], "collapse"),
+    "TRN003": ([MEGATRON_FP8, {"training": {"fp8_scaling": "delayed"}, "linear": {"bf16_first_layers": 1}}],
+               [MEGATRON_FP8, {"training": {"fp8_scaling": "blockwise"}, "linear": {"bf16_first_layers": 1}}],
+               "delayed"),
+    "TRN004": ([MOE, MEGATRON_FP8, {"training": {"router_dtype": "fp32"}}],
+               [MOE, MEGATRON_FP8, {"training": {"router_dtype": "bf16"}}], "routes in bf16"),
+}
+# KV002 needs an engine version the runtime patch does not know; every profiled version is known, so its
+# test replaces the patch set's answer (see test_kv002_*).
+UNTABLED = {"KV002"}
+
+
+def _codes(validation, code):
+    return [d for d in validation.diagnostics if d.code == code]
+
+
+def test_every_rule_has_two_cases():
+    registered = {r.code for r in all_rules()}
+    assert registered == set(CASES) | UNTABLED
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_triggers(code, validate):
+    trigger, _, text = CASES[code]
+    result = validate(patched(BASE_SPEC, *trigger))
+    found = _codes(result, code)
+    assert found, f"{code} did not fire: {[d.render() for d in result.diagnostics]}"
+    assert any(text in d.message for d in found), [d.message for d in found]
+    assert all(d.severity == get_rule(code).severity for d in found)
+    assert all(d.line >= 1 and d.col >= 1 for d in found)
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_quiet(code, validate):
+    _, quiet, _ = CASES[code]
+    result = validate(patched(BASE_SPEC, *quiet))
+    assert not _codes(result, code), [d.render() for d in _codes(result, code)]
+
+
+def test_kv002_triggers_when_patch_lacks_the_engine_version(validate, monkeypatch):
+    import fp8spec.rules.kv_cache as kv
+
+    monkeypatch.setattr(kv, "patch_supports", lambda name, engine, version: (False, ["9.9.9"]))
+    result = validate(patched(BASE_SPEC, {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}))
+    found = _codes(result, "KV002")
+    assert found and "9.9.9" in found[0].message
+
+
+def test_kv002_quiet_on_profiled_versions(validate):
+    for engine, version in (("vllm", "0.24.0"), ("vllm", "0.33.0"), ("sglang", "0.5.12"), ("sglang", "0.5.23")):
+        spec = patched(BASE_SPEC, {"rollout": {"engine": engine}, "stack": {engine: version},
+                                   "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}})
+        assert not _codes(validate(spec), "KV002"), (engine, version)
+
+
+def test_acknowledged_rule_becomes_info(validate):
+    spec = patched(BASE_SPEC, {"correction": {"method": "none"}, "acknowledge": {"COR001": "ablation run"}})
+    found = _codes(validate(spec), "COR001")
+    assert found and all(d.severity == "info" for d in found)
+    assert "ablation run" in found[0].message
+
+
+def test_non_acknowledgeable_rule_is_refused(validate):
+    spec = patched(BASE_SPEC, {"acknowledge": {"BLK001": "because"}})
+    assert any(d.code == "S005" and d.severity == "error" for d in validate(spec).diagnostics)
+
+
+def test_blk001_names_working_tps(validate):
+    found = _codes(validate(patched(BASE_SPEC, MOE, {"rollout": {"tp": 4}})), "BLK001")
+    assert any("rollout tp values that work: 1, 2" in d.message for d in found)
+
+
+def test_rules_do_not_depend_on_local_hardware(validate, monkeypatch):
+    """Scale formats follow hardware.gpu, never the machine running fp8spec."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
+    spec = patched(BASE_SPEC, {"hardware": {"gpu": "h100"}, "linear": {"scale_dtype": "fp32"}})
+    assert not [d for d in validate(spec).diagnostics if d.code.startswith("HW")]
+
+
+def test_rule_metadata_complete():
+    for rule in all_rules():
+        assert rule.rationale and rule.hint and rule.summary and rule.name, rule.code
+        assert len(rule.rationale) > 80, rule.code
