@@ -1,0 +1,75 @@
+"""fp8spec runtime patch set: FP8 weight sync and per-step KV-scale calibration for verl + vLLM/SGLang.
+
+Importing this package does nothing unless ``FP8SPEC_RUNTIME_PATCHES`` names patches (comma list,
+see ``manifest.PATCHES``). Then it checks the installed verl version and registers import hooks that
+patch verl / engine modules when (and only in the processes where) they are imported. Needs torch
+(and triton for the fast path) and nothing else; never imports fp8spec modules outside this package.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .manifest import ENV_PATCHES, PATCHES, PATCHSET_NAME, PATCHSET_VERSION
+
+__version__ = PATCHSET_VERSION
+__all__ = ["PATCHSET_NAME", "PATCHSET_VERSION", "activate", "active_patches", "requested_patches"]
+
+_ACTIVE: set = set()
+
+
+def requested_patches(value: str | None = None) -> list[str]:
+    """Parse a patch list (default: the ``FP8SPEC_RUNTIME_PATCHES`` environment variable)."""
+    raw = os.environ.get(ENV_PATCHES, "") if value is None else value
+    names = [p.strip() for p in raw.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PATCHES]
+    if unknown:
+        raise ValueError(f"{ENV_PATCHES}: unknown patch(es) {unknown}; known: {sorted(PATCHES)}")
+    return list(dict.fromkeys(names))
+
+
+def active_patches() -> frozenset:
+    return frozenset(_ACTIVE)
+
+
+def activate(patches=None) -> frozenset:
+    """Install the requested patches' import hooks (idempotent). Returns the active set."""
+    names = requested_patches() if patches is None else requested_patches(",".join(patches))
+    new = [p for p in names if p not in _ACTIVE]
+    if not new:
+        return active_patches()
+    from . import _importhook, version_guard
+
+    if version_guard.installed_version("verl") is not None:
+        version_guard.require("verl", ",".join(new))
+    _ACTIVE.update(new)
+
+    from . import verl_patch
+
+    if "kv_scales" in new:
+        _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers)
+
+        def _vllm_ext(mod):
+            version_guard.require("vllm", "kv_scales")
+            from .engines.vllm_kv import patch_verl_worker_extension
+
+            patch_verl_worker_extension(mod)
+
+        _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _vllm_ext)
+
+    if {"fast_block_quant", "ue8m0_scales"} & set(new):
+
+        def _vllm_quant(mod):
+            version_guard.require("vllm", "fast_block_quant/ue8m0_scales")
+            verl_patch.patch_vllm_quant(mod, verl_patch.quant_settings(_ACTIVE))
+
+        def _fp8_utils(mod):
+            verl_patch.patch_fp8_utils(mod, verl_patch.quant_settings(_ACTIVE))
+
+        _importhook.when_imported(verl_patch.MOD_VLLM_QUANT, _vllm_quant)
+        _importhook.when_imported(verl_patch.MOD_FP8_UTILS, _fp8_utils)
+    return active_patches()
+
+
+if os.environ.get(ENV_PATCHES, "").strip():
+    activate()

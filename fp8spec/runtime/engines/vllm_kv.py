@@ -1,0 +1,135 @@
+"""vLLM side of ``kv_scales``: write pushed q/k/v scales into the attention layers.
+
+vLLM facts relied on (wheel sources, paths relative to the package root):
+
+* Every ``Attention`` layer holds device buffers ``_q_scale``, ``_k_scale``, ``_v_scale`` (float32,
+  0-d) and host floats ``_q_scale_float``, ``_k_scale_float``, ``_v_scale_float``; 0.33 adds host
+  tensors ``_k_scale_cpu`` / ``_v_scale_cpu`` (``set_default_quant_scales``,
+  ``vllm/model_executor/layers/attention/attention.py``: 0.24.0 lines 95-119, 0.33.0 lines 133-154).
+  The kernels read these, not the loadable ``k_scale`` parameters.
+* Loadable ``{q,k,v}_scale`` parameters exist only when the quant config gives ``Attention`` a
+  ``BaseKVCacheMethod``, and ``process_weights_after_loading`` deletes them after copying them into
+  the buffers (``vllm/model_executor/layers/quantization/kv_cache.py``: 0.33.0 lines 157-163 copy,
+  210-213 ``del layer.k_scale``), so a second ``load_weights`` of those names has nowhere to go.
+  Without such a method (BF16 or online-quantized rollout) ``Attention.process_weights_after_loading``
+  resets the buffers to 1.0 after every load (0.24.0 line 564, 0.33.0 line 594).
+* Hence scales are applied *after* the weight update has finished, by writing the buffers in place
+  (``copy_``/``fill_``: the storage captured by CUDA graphs stays the same). FA3 reads the device
+  buffers (``q_descale``/``k_descale``/``v_descale`` from ``layer._q_scale`` …); FlashInfer passes the
+  host floats to its kernels, which captured CUDA graphs freeze until they are re-captured.
+* On fnuz FP8 platforms (ROCm) vLLM doubles checkpoint scales (kv_cache.py, ``is_fp8_fnuz``); done here too.
+
+Layer lookup: the pushed name minus ``.{q,k,v}_scale`` is the attention module's path in vLLM's model
+(``model.layers.{i}.self_attn.attn``; ``vllm/model_executor/models/qwen3.py`` 0.24.0 line 139 /
+0.33.0 line 149, ``prefix=f"{prefix}.attn"``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from ..kv_calibration import is_kv_scale_name, split_kv_scale_name
+
+logger = logging.getLogger(__name__)
+
+
+def _fnuz_factor() -> float:
+    try:
+        from vllm.platforms import current_platform
+
+        return 2.0 if current_platform.is_fp8_fnuz() else 1.0
+    except Exception:
+        return 1.0
+
+
+def apply_kv_scales(model: torch.nn.Module, named_scales, fnuz_factor: float | None = None) -> int:
+    """Write ``[(name, scale), …]`` into vLLM ``Attention`` layers of ``model``; returns layers updated.
+
+    ``scale`` may be a float or a 1-element tensor. Unknown names raise KeyError (a silent miss would
+    leave the engine on stale scales).
+    """
+    factor = _fnuz_factor() if fnuz_factor is None else fnuz_factor
+    per_layer: dict[str, dict[str, float]] = {}
+    for name, value in named_scales:
+        prefix, kind = split_kv_scale_name(name)
+        v = float(value.item() if isinstance(value, torch.Tensor) else value) * factor
+        if not v > 0.0:
+            raise ValueError(f"{name}: scale must be positive, got {v}")
+        per_layer.setdefault(prefix, {})[kind] = v
+    for prefix, kinds in per_layer.items():
+        try:
+            layer = model.get_submodule(prefix)
+        except AttributeError as e:
+            raise KeyError(f"no attention module {prefix!r} in the vLLM model") from e
+        if not hasattr(layer, "_k_scale"):
+            raise KeyError(f"{prefix!r} is not a vLLM Attention layer (no _k_scale buffer)")
+        for kind, v in kinds.items():
+            getattr(layer, f"_{kind}_scale").fill_(v)
+            setattr(layer, f"_{kind}_scale_float", v)
+            cpu = getattr(layer, f"_{kind}_scale_cpu", None)  # vLLM >= 0.33 (k and v only)
+            if isinstance(cpu, torch.Tensor):
+                cpu.fill_(v)
+    return len(per_layer)
+
+
+def split_scales(weights):
+    """Split a weight list into (weights without kv scales, kv scales as floats)."""
+    kept, scales = [], []
+    for name, t in weights:
+        if is_kv_scale_name(name):
+            scales.append((name, float(t.float().item())))
+        else:
+            kept.append((name, t))
+    return kept, scales
+
+
+class Fp8specKVScaleWorkerExtension:
+    """Worker extension for vLLM used without verl: ``--worker-extension-cls`` this class, then after
+    each weight update (after ``finish_weight_update``)::
+
+        llm.collective_rpc("fp8spec_set_kv_scales", args=([(name, float), ...],))
+    """
+
+    def fp8spec_set_kv_scales(self, named_scales) -> int:
+        return apply_kv_scales(self.model_runner.model, named_scales)
+
+
+def patch_verl_worker_extension(module) -> None:
+    """Patch verl 0.9.1's ``vLLMColocateWorkerExtension`` (``verl/workers/rollout/vllm_rollout/utils.py``).
+
+    verl delivers weights in buckets to ``_update_weights(weights, peft_config, base_sync_done)``
+    (line 372), called from ``update_weights_from_ipc`` (line 248), which ends with the
+    post-processing step. The kv scales travel in the same buckets under the engine's names; they
+    are taken out before ``load_weights`` sees them and written into the layers once
+    ``update_weights_from_ipc`` has returned (after any post-processing that resets scales).
+    """
+    cls = module.vLLMColocateWorkerExtension
+    if getattr(cls, "_fp8spec_kv_patched", False):
+        return
+    orig_update = cls._update_weights
+    orig_ipc = cls.update_weights_from_ipc
+
+    def _update_weights(self, weights, *args, **kwargs):
+        kept, scales = split_scales(weights)
+        if scales:
+            self.__dict__.setdefault("_fp8spec_pending_kv_scales", []).extend(scales)
+        return orig_update(self, kept, *args, **kwargs)
+
+    def update_weights_from_ipc(self, *args, **kwargs):
+        self.__dict__["_fp8spec_pending_kv_scales"] = []
+        out = orig_ipc(self, *args, **kwargs)
+        scales = self.__dict__.pop("_fp8spec_pending_kv_scales", [])
+        if scales:
+            n = 0
+            for model in self._iter_all_models():
+                n = apply_kv_scales(model, scales)
+            logger.info("fp8spec kv_scales: applied %d q/k/v scales to %d attention layers", len(scales), n)
+        return out
+
+    _update_weights.__wrapped__ = orig_update
+    update_weights_from_ipc.__wrapped__ = orig_ipc
+    cls._update_weights = _update_weights
+    cls.update_weights_from_ipc = update_weights_from_ipc
+    cls._fp8spec_kv_patched = True

@@ -1,0 +1,143 @@
+"""The activation contract of the fp8spec runtime patch set, as plain data.
+
+The compiler (``fp8spec.compiler``) reads this module to decide what a bundle must emit for each
+patch it activates; nothing here imports torch or any engine. Keep the keys stable: add fields,
+do not rename them.
+
+How a bundle activates patches (all three mechanisms already exist in verl 0.9.1 / the engines):
+
+1. ``FP8SPEC_RUNTIME_PATCHES=<comma list of patch names>`` in the Ray runtime_env, so every Ray
+   worker (trainer and rollout) and every process they spawn (vLLM workers) sees it. Unset or empty:
+   importing ``fp8spec.runtime`` does nothing at all.
+2. ``VERL_USE_EXTERNAL_MODULES=fp8spec.runtime`` in the same runtime_env: verl's package
+   ``__init__`` imports the listed modules in every process that imports verl
+   (verl 0.9.1 ``verl/__init__.py`` lines 50-53, ``import_external_libs`` in
+   ``verl/utils/import_utils.py`` line 81). That includes the vLLM worker processes, which import
+   verl's worker extension ``verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension``.
+   (``actor_rollout_ref.model.external_lib`` is the config-level twin, imported in
+   ``HFModelConfig.__post_init__``, ``verl/workers/config/model.py`` line 149, i.e. only where a
+   model config is built; the env var covers more processes, so bundles use it.)
+3. Engine-specific registration listed per patch under ``engine_args`` (SGLang's
+   ``--custom-weight-loader`` for kv_scales) and, for vLLM without verl, the
+   ``vllm.general_plugins`` entry point ``fp8spec_runtime = fp8spec.runtime.engines.vllm_plugin:register``
+   (loaded in every vLLM process, ``vllm/plugins/__init__.py`` ``DEFAULT_PLUGINS_GROUP``).
+"""
+
+PATCHSET_NAME = "fp8spec-runtime"
+PATCHSET_VERSION = "0.1.0"
+
+ENV_PATCHES = "FP8SPEC_RUNTIME_PATCHES"
+ENV_VERL_EXTERNAL_MODULES = "VERL_USE_EXTERNAL_MODULES"
+MODULE = "fp8spec.runtime"
+# Set to 1 to patch an engine/verl version the patch set was not written against (not recommended).
+ENV_ALLOW_UNKNOWN_VERSIONS = "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS"
+
+# Versions whose source the patches were written and checked against (exact match, local suffix ignored).
+KNOWN_VERSIONS = {
+    "verl": ("0.9.1",),
+    "vllm": ("0.24.0", "0.33.0"),
+    "sglang": ("0.5.12", "0.5.23"),
+}
+
+# Hydra overrides common to every activated patch; {patches} is the comma list.
+COMMON_OVERRIDES = (
+    "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='{patches}'",
+    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=fp8spec.runtime",
+)
+
+SGLANG_KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
+VLLM_PLUGIN_ENTRY_POINT = ("vllm.general_plugins", "fp8spec_runtime", "fp8spec.runtime.engines.vllm_plugin:register")
+VLLM_WORKER_EXTENSION = "fp8spec.runtime.engines.vllm_kv.Fp8specKVScaleWorkerExtension"
+
+PATCHES = {
+    "kv_scales": {
+        "description": (
+            "Per-step q/k/v FP8 KV-cache scale calibration on the trainer (post-RoPE amax from the "
+            "old-log-prob and actor-update forwards, all-reduced MAX), pushed with each weight update "
+            "under the engine's names model.layers.{i}.self_attn.attn.{q,k,v}_scale and applied in the "
+            "engine after the weights have loaded."
+        ),
+        "side": ("trainer", "engine"),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("fsdp (Hugging Face models)", "megatron"),
+        "env": {
+            # optional knobs, defaults shown
+            "FP8SPEC_KV_SCALE_DIVISORS": "vllm",  # vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or "q,k,v"
+            "FP8SPEC_KV_CALIB_PHASES": "compute_log_prob,update_actor",
+        },
+        "hydra_overrides": {
+            "vllm": ("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8",),
+            "sglang": (
+                "+actor_rollout_ref.rollout.engine_kwargs.sglang.kv_cache_dtype=fp8_e4m3",
+                "+actor_rollout_ref.rollout.engine_kwargs.sglang.custom_weight_loader=['" + SGLANG_KV_LOADER + "']",
+            ),
+        },
+        "engine_args": {
+            "vllm": {"kv_cache_dtype": "fp8"},
+            "sglang": {"kv_cache_dtype": "fp8_e4m3", "custom_weight_loader": [SGLANG_KV_LOADER]},
+        },
+        "notes": (
+            "vLLM: prefer the FLASH_ATTN (FA3) backend on Hopper; it reads the device scale tensors, so "
+            "in-place updates are CUDA-graph safe. FlashInfer bakes host floats into captured graphs. "
+            "SGLang ignores q_scale for MHA. The first rollout (before any calibration) runs on the "
+            "engine's default scales (1.0)."
+        ),
+    },
+    "ue8m0_scales": {
+        "description": (
+            "Power-of-two (UE8M0) block scales on the weight-sync path (verl's FP8 quantizer replaced), so "
+            "vLLM's DeepGEMM E8M0 re-quantization (default on Hopper, VLLM_USE_DEEP_GEMM_E8M0=1) is lossless "
+            "instead of a second rounding."
+        ),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "requires": ("actor_rollout_ref.rollout.quantization=fp8",),
+        "env": {"FP8SPEC_UE8M0_RULE": "ue8m0"},  # or ue8m0_fixed: scales that vLLM's requant leaves bit-identical
+        "hydra_overrides": {"vllm": (), "sglang": ()},
+        "engine_args": {"vllm": {}, "sglang": {}},
+        "conflicts_with_env": {"VLLM_USE_DEEP_GEMM_E8M0": "0"},
+    },
+    "fast_block_quant": {
+        "description": (
+            "Bucketed GPU blockwise FP8 quantizer for weight sync: one Triton launch per bucket instead of "
+            "verl's one launch per tensor; bit-identical to the torch reference."
+        ),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "requires": ("actor_rollout_ref.rollout.quantization=fp8",),
+        "env": {"FP8SPEC_BLOCK_QUANT_BACKEND": "auto"},  # auto | triton | reference
+        "hydra_overrides": {"vllm": (), "sglang": ()},
+        "engine_args": {"vllm": {}, "sglang": {}},
+    },
+}
+
+# The correction side needs no patch: verl 0.9.1 has rollout correction and mismatch metrics.
+CORRECTION = {
+    "patch": None,
+    "verl_config": (
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=2.0",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ),
+    # metric names verl 0.9.1 logs (verl/trainer/ppo/rollout_corr_helper.py)
+    "metrics": ("rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/log_ppl_diff", "rollout_corr/chi2_token"),
+}
+
+
+def bundle_overrides(patches, engine: str) -> list:
+    """Hydra overrides a bundle must emit to activate ``patches`` (an iterable of names) on ``engine``."""
+    names = [p for p in patches]
+    unknown = [p for p in names if p not in PATCHES]
+    if unknown:
+        raise KeyError(f"unknown fp8spec runtime patch(es): {unknown}; known: {sorted(PATCHES)}")
+    if not names:
+        return []
+    out = [o.format(patches=",".join(names)) for o in COMMON_OVERRIDES]
+    for p in names:
+        for o in PATCHES[p]["hydra_overrides"].get(engine, ()):
+            if o not in out:
+                out.append(o)
+    return out
