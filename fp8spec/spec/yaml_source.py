@@ -2,7 +2,7 @@
 
 Everything a user can put in a file ends as a located ``InputError`` (exit code 2), never a traceback:
 missing files, folders, non-UTF-8 bytes, tabs, YAML syntax, duplicate keys, anchors/aliases (a spec
-needs none, and refusing them defuses alias bombs), several documents, an empty file or a non-mapping.
+needs none, and refusing them defuses alias bombs), explicit tags, several documents, an empty file or a non-mapping.
 """
 
 from __future__ import annotations
@@ -101,6 +101,12 @@ def _reject_aliases(text: str, display: str) -> None:
                 raise _error(
                     display, "E005", "YAML anchors and aliases are not allowed in a spec",
                     mark.line + 1, mark.column + 1, "write the value out in full",
+                )
+            if getattr(event, "tag", None) and isinstance(event, (ScalarEvent, CollectionStartEvent)):
+                mark = event.start_mark
+                raise _error(
+                    display, "E007", f"YAML tags ({event.tag}) are not allowed in a spec",
+                    mark.line + 1, mark.column + 1, "remove the tag; write plain values",
                 )
     except MarkedYAMLError as err:
         raise _syntax_error(err, text, display) from None

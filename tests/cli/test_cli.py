@@ -1,0 +1,84 @@
+"""The command line: example specs validate clean, JSON output, exit codes, schema and rule docs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, REPO, patched
+from tests.spec.test_bad_inputs import run_cli
+
+
+@pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=lambda p: p.name)
+def test_example_specs_validate_clean(spec):
+    proc = run_cli("validate", "--strict", str(spec))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 errors, 0 warnings" in proc.stdout
+
+
+def test_example_specs_cover_the_paper_runs():
+    from fp8spec.spec.loader import load_spec
+
+    specs = [load_spec(p).spec for p in EXAMPLE_SPECS]
+    assert any(s.training.backend == "fsdp" and s.kv_cache.dtype == "fp8_e4m3" and s.correction.method == "tis"
+               and "Qwen3-8B" in s.model.name for s in specs)
+    assert any(s.training.backend == "megatron" and s.training.precision == "fp8"
+               and s.training.fp8_recipe == "hybrid" and "30B-A3B" in s.model.name for s in specs)
+    assert any(s.rollout.engine == "sglang" for s in specs)
+    for path in EXAMPLE_SPECS:
+        assert path.read_text().startswith("# yaml-language-server: $schema=./fp8spec.schema.json\n")
+
+
+def test_json_format_many_files(write_spec):
+    bad = write_spec(patched(BASE_SPEC, {"rollout": {"tp": 3}}), "bad.yaml")
+    proc = run_cli("validate", "--format", "json", str(EXAMPLE_SPECS[0]), str(bad))
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    files = {f["file"]: f for f in data["files"]}
+    assert files[str(EXAMPLE_SPECS[0])]["errors"] == 0
+    diag = files[str(bad)]["diagnostics"]
+    assert any(d["code"] == "PAR002" and d["line"] > 1 and d["hint"] for d in diag)
+
+
+def test_warnings_pass_unless_strict(write_spec):
+    path = write_spec(patched(BASE_SPEC, {"training": {"parallel": {"tp": 2}}}))  # PAR007 warning
+    assert run_cli("validate", str(path)).returncode == 0
+    assert run_cli("validate", "--strict", str(path)).returncode == 1
+
+
+def test_bad_usage_exit_2():
+    assert run_cli("validate").returncode == 2
+    assert run_cli("validate", "--format", "xml", str(EXAMPLE_SPECS[0])).returncode == 2
+    assert run_cli("no-such-command").returncode == 2
+    assert run_cli("rules", "NOPE999").returncode == 2
+
+
+def test_schema_file_is_current(tmp_path):
+    out = tmp_path / "schema.json"
+    assert run_cli("schema", "-o", str(out)).returncode == 0
+    assert out.read_text() == (REPO / "specs" / "fp8spec.schema.json").read_text(), \
+        "regenerate with: fp8spec schema -o specs/fp8spec.schema.json"
+
+
+def test_schema_validates_examples_and_rejects_bad():
+    jsonschema = pytest.importorskip("jsonschema")
+    from ruamel.yaml import YAML
+
+    schema = json.loads((REPO / "specs" / "fp8spec.schema.json").read_text())
+    for path in EXAMPLE_SPECS:
+        jsonschema.validate(YAML(typ="safe").load(path.read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(patched(BASE_SPEC, {"rollout": {"tpp": 2}}), schema)
+
+
+def test_rules_list_and_explain():
+    proc = run_cli("rules")
+    assert proc.returncode == 0 and "BLK001" in proc.stdout and "KV002" in proc.stdout
+    proc = run_cli("rules", "blk001")
+    assert proc.returncode == 0 and "Why:" in proc.stdout and "Fix:" in proc.stdout and "192" in proc.stdout
+
+
+def test_models_lists_catalog():
+    proc = run_cli("models")
+    assert proc.returncode == 0 and "Qwen/Qwen3-30B-A3B-Base" in proc.stdout and "deepseek-ai/DeepSeek-V3" in proc.stdout
