@@ -7,6 +7,7 @@ extractors run on a 2-core CPU box without the engines' pinned CUDA stacks.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any, Iterable, Iterator
 
 _NO_VALUE = object()
@@ -17,9 +18,13 @@ def parse(source: str, filename: str = "<source>") -> ast.Module:
 
 
 def unparse(node: ast.AST | None) -> str | None:
+    """``ast.unparse`` with the output made identical across Python 3.10-3.13 (3.10 writes ``lambda :``)."""
     if node is None:
         return None
-    return ast.unparse(node)
+    return _LAMBDA_SPACE.sub("lambda:", ast.unparse(node))
+
+
+_LAMBDA_SPACE = re.compile(r"\blambda :")
 
 
 def literal(node: ast.AST | None, default: Any = _NO_VALUE) -> Any:
@@ -32,7 +37,7 @@ def literal(node: ast.AST | None, default: Any = _NO_VALUE) -> Any:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         if default is _NO_VALUE:
-            raise ValueError(f"not a literal: {ast.unparse(node)}") from None
+            raise ValueError(f"not a literal: {unparse(node)}") from None
         return default
     return jsonable(value, default)
 
@@ -121,7 +126,7 @@ def base_names(cls: ast.ClassDef) -> list[str]:
         elif isinstance(b, ast.Attribute):
             out.append(b.attr)
         elif isinstance(b, ast.Subscript):
-            out.append(ast.unparse(b.value).split(".")[-1])
+            out.append(unparse(b.value).split(".")[-1])
     return out
 
 
@@ -129,12 +134,12 @@ def decorator_names(cls: ast.ClassDef | ast.FunctionDef) -> list[str]:
     out = []
     for d in cls.decorator_list:
         target = d.func if isinstance(d, ast.Call) else d
-        out.append(ast.unparse(target).split(".")[-1])
+        out.append(unparse(target).split(".")[-1])
     return out
 
 
 def is_classvar(annotation: ast.AST) -> bool:
-    text = ast.unparse(annotation)
+    text = unparse(annotation)
     return text.startswith(("ClassVar", "typing.ClassVar", "Final", "typing.Final")) or text in (
         "ClassVar",
         "Final",
@@ -157,7 +162,7 @@ def union_members(annotation: ast.AST) -> list[ast.AST]:
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         return union_members(annotation.left) + union_members(annotation.right)
     if isinstance(annotation, ast.Subscript):
-        head = ast.unparse(annotation.value).split(".")[-1]
+        head = unparse(annotation.value).split(".")[-1]
         inner = annotation.slice
         elts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
         if head == "Optional":
@@ -177,8 +182,8 @@ def member_name(node: ast.AST) -> str:
     if isinstance(node, ast.Constant) and node.value is None:
         return "None"
     if isinstance(node, ast.Subscript):
-        return ast.unparse(node.value).split(".")[-1]
-    return ast.unparse(node).split(".")[-1]
+        return unparse(node.value).split(".")[-1]
+    return unparse(node).split(".")[-1]
 
 
 def literal_values(node: ast.AST, aliases: dict[str, list[Any]] | None = None) -> list[Any] | None:
@@ -195,7 +200,7 @@ def literal_values(node: ast.AST, aliases: dict[str, list[Any]] | None = None) -
             values.append(v)
         return values
     if aliases is not None and isinstance(node, (ast.Name, ast.Attribute)):
-        return aliases.get(ast.unparse(node).split(".")[-1])
+        return aliases.get(unparse(node).split(".")[-1])
     return None
 
 
@@ -217,7 +222,7 @@ def field_call_default(value: ast.AST | None) -> tuple[ast.AST | None, dict[str,
     giving the default and extra facts (``default_factory``, ``init``, ``metadata``)."""
     extra: dict[str, Any] = {}
     if isinstance(value, ast.Call):
-        fname = ast.unparse(value.func).split(".")[-1]
+        fname = unparse(value.func).split(".")[-1]
         if fname in ("field", "Field"):
             kws = {k.arg: k.value for k in value.keywords if k.arg}
             if "init" in kws:
@@ -229,9 +234,9 @@ def field_call_default(value: ast.AST | None) -> tuple[ast.AST | None, dict[str,
             if fname == "Field" and value.args:
                 return value.args[0], extra
             if "default_factory" in kws:
-                extra["default_factory"] = ast.unparse(kws["default_factory"])
+                extra["default_factory"] = unparse(kws["default_factory"])
                 factory = kws["default_factory"]
-                fac = ast.unparse(factory)
+                fac = unparse(factory)
                 if fac in ("list", "dict", "set", "tuple"):
                     return ast.parse(f"{fac}()", mode="eval").body, extra
                 if isinstance(factory, ast.Lambda):
@@ -246,7 +251,7 @@ def default_value(node: ast.AST | None) -> Any:
     if node is None:
         return _NO_VALUE_SENTINEL
     if isinstance(node, ast.Call) and not node.args and not node.keywords:
-        fname = ast.unparse(node.func)
+        fname = unparse(node.func)
         if fname in ("list", "tuple", "set"):
             return []
         if fname == "dict":
@@ -266,12 +271,12 @@ def class_fields(cls: ast.ClassDef) -> list[dict[str, Any]]:
         name = stmt.target.id
         if is_classvar(stmt.annotation):
             continue
-        entry: dict[str, Any] = {"name": name, "annotation": ast.unparse(stmt.annotation)}
+        entry: dict[str, Any] = {"name": name, "annotation": unparse(stmt.annotation)}
         if stmt.value is None:
             entry["required"] = True
         else:
             node, extra = field_call_default(stmt.value)
-            entry["default"] = ast.unparse(stmt.value)
+            entry["default"] = unparse(stmt.value)
             value = default_value(node)
             if value is not MISSING:
                 entry["default_value"] = value
@@ -304,7 +309,7 @@ def getenv_calls(node: ast.AST) -> Iterator[tuple[str, ast.AST | None, ast.Call]
     """``os.getenv("X", d)``, ``os.environ.get("X", d)``, ``os.environ["X"]`` with a literal name."""
     for c in ast.walk(node):
         if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute):
-            func = ast.unparse(c.func)
+            func = unparse(c.func)
             if func in ("os.getenv", "os.environ.get", "environ.get", "getenv") and c.args:
                 name = literal(c.args[0], None)
                 if isinstance(name, str):

@@ -229,7 +229,7 @@ def verify(path: str | os.PathLike[str], cache_dir=None) -> list[str]:
         if "HASH" in text.upper() and "MATCH" in text.upper():
             return problems + [
                 f"artifact sha256 differs from the recorded {recorded['artifact']['sha256']} "
-                f"({recorded['artifact']['filename']}): {text.strip().splitlines()[-1]}"
+                f"({recorded['artifact']['filename']}); pip: {' '.join(text.strip().splitlines()[-1].split())}"
             ]
         raise
     fresh = _rebuild(recorded, artifact_path)

@@ -185,7 +185,7 @@ def _transformer_exclude(tree: ast.Module) -> set[str] | None:
                 elif (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
-                    and ast.unparse(node.func.value) == kw.id
+                    and _ast.unparse(node.func.value) == kw.id
                     and node.func.attr in ("extend", "append")
                     and node.args
                 ):

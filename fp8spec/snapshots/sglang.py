@@ -77,10 +77,10 @@ class _Names:
             left, right = self.resolve(node.left, depth + 1), self.resolve(node.right, depth + 1)
             if isinstance(left, list) and isinstance(right, list):
                 return left + right
-        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("list", "sorted", "set") and len(node.args) == 1:
+        if isinstance(node, ast.Call) and _ast.unparse(node.func) in ("list", "sorted", "set") and len(node.args) == 1:
             inner = self.resolve(node.args[0], depth + 1)
             if isinstance(inner, list):
-                return sorted(inner, key=repr) if ast.unparse(node.func) != "list" else inner
+                return sorted(inner, key=repr) if _ast.unparse(node.func) != "list" else inner
         return _ast.MISSING
 
 
@@ -96,9 +96,9 @@ def _action_classes(trees: list[ast.Module]) -> dict[str, bool]:
                 stores = any("_StoreTrueAction" in b or "_StoreAction" in b for b in _ast.base_names(cls))
             else:
                 stores = any(
-                    isinstance(c, ast.Call) and ast.unparse(c.func) in ("setattr", "super().__call__")
+                    isinstance(c, ast.Call) and _ast.unparse(c.func) in ("setattr", "super().__call__")
                     for c in ast.walk(call)
-                ) or any(isinstance(c, ast.Call) and ast.unparse(c.func).endswith("__call__") for c in ast.walk(call))
+                ) or any(isinstance(c, ast.Call) and _ast.unparse(c.func).endswith("__call__") for c in ast.walk(call))
             out[cls.name] = stores
     return out
 
@@ -216,7 +216,7 @@ def _from_cli_renames(cls: ast.ClassDef | None) -> dict[str, str]:
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Attribute)
             and isinstance(node.value, ast.Attribute)
-            and ast.unparse(node.targets[0].value) == ast.unparse(node.value.value)
+            and _ast.unparse(node.targets[0].value) == _ast.unparse(node.value.value)
         ):
             out[node.value.attr] = node.targets[0].attr
     return out

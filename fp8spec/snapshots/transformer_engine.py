@@ -38,7 +38,7 @@ def extract(art: Artifact) -> dict[str, Any]:
     if fmt is not None:
         for stmt in fmt.body:
             if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
-                formats[stmt.targets[0].id] = ast.unparse(stmt.value)
+                formats[stmt.targets[0].id] = _ast.unparse(stmt.value)
     env: dict[str, Any] = {}
     _collect_env(tree, RECIPE, env, classes)
     support: dict[str, str] = {}
@@ -50,7 +50,7 @@ def extract(art: Artifact) -> dict[str, Any]:
         for node in qtree.body:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("_compute_") and node.name.endswith("_support"):
                 body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-                support[node.name] = "\n".join(ast.unparse(s) for s in body)
+                support[node.name] = "\n".join(_ast.unparse(s) for s in body)
     return {
         "sources": sources,
         "formats": formats,
@@ -92,7 +92,7 @@ def _class_entry(cls: ast.ClassDef) -> dict[str, Any]:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             if stmt.targets[0].id.startswith("_"):
                 continue
-            attrs[stmt.targets[0].id] = ast.unparse(stmt.value)
+            attrs[stmt.targets[0].id] = _ast.unparse(stmt.value)
     return {"bases": _ast.base_names(cls), "fields": fields, "class_attributes": attrs}
 
 

@@ -110,7 +110,7 @@ def _config_reference(node: ast.AST) -> tuple[str, str] | None:
     """``ModelConfig.quantization`` or ``get_field(ModelConfig, "x")`` -> (class, field)."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return node.value.id, node.attr
-    if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("get_field") and len(node.args) == 2:
+    if isinstance(node, ast.Call) and _ast.unparse(node.func).endswith("get_field") and len(node.args) == 2:
         cls, name = node.args
         if isinstance(cls, ast.Name) and isinstance(name, ast.Constant) and isinstance(name.value, str):
             return cls.id, name.value
@@ -215,7 +215,7 @@ def _kwargs_sources(func: ast.FunctionDef) -> dict[str, str]:
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             v = node.value
-            if isinstance(v, ast.Call) and ast.unparse(v.func).endswith("get_kwargs") and v.args:
+            if isinstance(v, ast.Call) and _ast.unparse(v.func).endswith("get_kwargs") and v.args:
                 if isinstance(v.args[0], ast.Name):
                     out[node.targets[0].id] = v.args[0].id
     for node in ast.walk(func):  # var = get_kwargs(Cls)["x"] / model_kwargs["x"]
@@ -234,7 +234,7 @@ def _kwargs_reference(node: ast.AST, kwargs_vars: dict[str, Any]) -> tuple[str, 
         key = _ast.literal(node.slice, None)
         if isinstance(node.value, ast.Name):
             cls = kwargs_vars.get(node.value.id)
-        elif isinstance(node.value, ast.Call) and ast.unparse(node.value.func).endswith("get_kwargs"):
+        elif isinstance(node.value, ast.Call) and _ast.unparse(node.value.func).endswith("get_kwargs"):
             cls = node.value.args[0].id if node.value.args and isinstance(node.value.args[0], ast.Name) else None
         else:
             cls = None
@@ -294,12 +294,12 @@ def _env(art: Artifact) -> dict[str, Any]:
     tree = art.tree(ENVS)
     typed: dict[str, dict[str, Any]] = {}
     for stmt in tree.body:
-        if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "TYPE_CHECKING":
+        if isinstance(stmt, ast.If) and _ast.unparse(stmt.test) == "TYPE_CHECKING":
             for s in stmt.body:
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
-                    info: dict[str, Any] = {"type": ast.unparse(s.annotation)}
+                    info: dict[str, Any] = {"type": _ast.unparse(s.annotation)}
                     if s.value is not None:
-                        info["default"] = ast.unparse(s.value)
+                        info["default"] = _ast.unparse(s.value)
                         v = _ast.default_value(s.value)
                         if v is not _ast.MISSING:
                             info["default_value"] = v
@@ -329,7 +329,7 @@ def _raw_env_default(name: str, getter: ast.AST) -> Any:
                 return None
             return _ast.literal(default, _ast.unparse(default))
     for c in ast.walk(getter):
-        if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1].startswith("env_") and len(c.args) >= 2:
+        if isinstance(c, ast.Call) and _ast.unparse(c.func).split(".")[-1].startswith("env_") and len(c.args) >= 2:
             if _ast.literal(c.args[0], None) == name:
                 return _ast.literal(c.args[1], _ast.unparse(c.args[1]))
     return _ast.MISSING
@@ -337,7 +337,7 @@ def _raw_env_default(name: str, getter: ast.AST) -> Any:
 
 def _env_choices(getter: ast.AST) -> list[Any] | None:
     for c in ast.walk(getter):
-        if isinstance(c, ast.Call) and ast.unparse(c.func).split(".")[-1] in ("env_with_choices", "env_list_with_choices"):
+        if isinstance(c, ast.Call) and _ast.unparse(c.func).split(".")[-1] in ("env_with_choices", "env_list_with_choices"):
             if len(c.args) >= 3:
                 vals = _ast.literal(c.args[2], None)
                 if isinstance(vals, list):
