@@ -28,6 +28,7 @@ from .core import (
     snapshot_dir,
     snapshot_path,
     verify,
+    verify_all,
 )
 from .query import Fact, FactResult, Snapshot, check, check_source, load
 
@@ -54,5 +55,6 @@ __all__ = [
     "snapshot_dir",
     "snapshot_path",
     "verify",
+    "verify_all",
     "wheel_cache",
 ]

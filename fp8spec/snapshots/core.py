@@ -271,3 +271,8 @@ def diff(recorded: Any, fresh: Any, where: str, out: list[str]) -> None:
 def _short(value: Any, limit: int = 160) -> str:
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def verify_all(directory=None, cache_dir=None) -> dict[Path, list[str]]:
+    """``verify`` every snapshot in ``directory`` (default backends/snapshots); path -> differences."""
+    return {p: verify(p, cache_dir) for p in list_snapshots(directory)}
