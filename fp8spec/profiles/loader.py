@@ -49,13 +49,16 @@ class ProfileNotFound(LookupError):
 
 def version_key(version: str) -> tuple:
     """Sort key for release versions: numeric components compare as numbers (0.5.12 > 0.5.9)."""
-    key = []
-    for part in re.split(r"[.+-]", version):
-        m = re.match(r"^([0-9]*)(.*)$", part)
-        num, rest = m.group(1), m.group(2)
-        # (number, suffix): a bare number sorts after the same number with a pre-release suffix.
-        key.append((int(num) if num else -1, rest == "", rest))
-    return tuple(key)
+    m = re.match(r"^([0-9]+(?:\.[0-9]+)*)(.*)$", version)
+    if not m:
+        return ((), 0, version)
+    release = tuple(int(x) for x in m.group(1).split("."))
+    while len(release) > 1 and release[-1] == 0:  # 2.3 == 2.3.0
+        release = release[:-1]
+    suffix = m.group(2).lstrip(".-+")
+    # pre-releases (dev/a/b/rc) < final < post-releases
+    rank = 1 if not suffix else (2 if suffix.startswith("post") else 0)
+    return (release, rank, suffix)
 
 
 def backends_root() -> Path:
