@@ -111,47 +111,80 @@ def _get_kernel():
 
 
 class BucketPlan:
-    """Shape-only part of a bucket launch (tile -> matrix table), cached per shape signature."""
+    """Shape-only part of a bucket launch (matrix table, tile -> matrix map, output offsets).
 
-    def __init__(self, shapes: Sequence[tuple[int, ...]], block: tuple[int, int], device: torch.device):
+    ``shapes`` are the tensors' shapes; ``x_offsets`` (optional, elements) and ``row_strides`` describe
+    where each tensor starts in a flat input buffer. With them the plan is complete and reusable for
+    every call on a buffer of that layout (``quantize_flat``): no per-tensor Python work per call.
+    """
+
+    def __init__(self, shapes, block, device, x_offsets=None, row_strides=None):
         bm, bn = block
-        mats = []  # (tensor index, lead index, M, N, gm, gn)
-        y_starts, s_starts = [], []
-        y_total = s_total = 0
-        for ti, shp in enumerate(shapes):
-            m, n = shp[-2], shp[-1]
-            lead = 1
-            for d in shp[:-2]:
-                lead *= d
-            gm, gn = -(-m // bm), -(-n // bn)
-            y_starts.append(y_total)
-            s_starts.append(s_total)
-            for li in range(lead):
-                mats.append((ti, li, m, n, gm, gn))
-            y_total += lead * m * n
-            s_total += lead * gm * gn
-        self.shapes = [tuple(s) for s in shapes]
+        self.shapes = [tuple(int(d) for d in s) for s in shapes]
         self.block = block
-        self.mats = mats
-        self.y_starts, self.s_starts = y_starts, s_starts
-        self.y_total, self.s_total = y_total, s_total
-        n_tiles = torch.tensor([gm * gn for (_, _, _, _, gm, gn) in mats], dtype=torch.int64)
-        self.tile_start = torch.cumsum(n_tiles, 0) - n_tiles
-        self.n_tiles = int(n_tiles.sum())
-        self.tile2mat = torch.repeat_interleave(
-            torch.arange(len(mats), dtype=torch.int32, device=device), n_tiles.to(device)
+        self.device = torch.device(device)
+        nt = len(self.shapes)
+        m = torch.tensor([s[-2] for s in self.shapes], dtype=torch.int64).reshape(nt)
+        n = torch.tensor([s[-1] for s in self.shapes], dtype=torch.int64).reshape(nt)
+        numel = torch.tensor([_prod(s) for s in self.shapes], dtype=torch.int64).reshape(nt)
+        lead = torch.where(m * n > 0, numel // torch.clamp(m * n, min=1), torch.zeros_like(numel))
+        gm, gn = (m + bm - 1) // bm, (n + bn - 1) // bn
+        snum = lead * gm * gn
+        self.numel, self.snum = numel.tolist(), snum.tolist()
+        self.y_starts = (torch.cumsum(numel, 0) - numel).tolist()
+        self.s_starts = (torch.cumsum(snum, 0) - snum).tolist()
+        self.y_total, self.s_total = int(numel.sum()), int(snum.sum())
+        # one row per 2-D matrix (a 3-D tensor contributes one per leading index)
+        self.mat_tensor = torch.repeat_interleave(torch.arange(nt, dtype=torch.int64), lead)
+        mat_li = torch.arange(len(self.mat_tensor), dtype=torch.int64) - torch.repeat_interleave(
+            torch.cumsum(lead, 0) - lead, lead
         )
-        # static columns of META
-        self._static = torch.tensor(
-            [(m, n, gn) for (_, _, m, n, _, gn) in mats], dtype=torch.int64
-        ).reshape(len(mats), 3)
-        # output offsets (contiguous outputs, per tensor then per lead index)
-        y_off, s_off = [], []
-        for ti, li, m, n, gm, gn in mats:
-            y_off.append(y_starts[ti] + li * m * n)
-            s_off.append(s_starts[ti] + li * gm * gn)
-        self._y_off = torch.tensor(y_off, dtype=torch.int64)
-        self._s_off = torch.tensor(s_off, dtype=torch.int64)
+        self.mat_li = mat_li
+        mt = self.mat_tensor
+        mm, nn_, gmm, gnn = m[mt], n[mt], gm[mt], gn[mt]
+        tiles = gmm * gnn
+        self.n_tiles = int(tiles.sum())
+        meta = torch.empty((len(mt), _META_COLS), dtype=torch.int64)
+        meta[:, 1] = torch.tensor(self.y_starts, dtype=torch.int64).reshape(nt)[mt] + mat_li * mm * nn_
+        meta[:, 2] = torch.tensor(self.s_starts, dtype=torch.int64).reshape(nt)[mt] + mat_li * gmm * gnn
+        meta[:, 3], meta[:, 4], meta[:, 6] = mm, nn_, gnn
+        meta[:, 7] = torch.cumsum(tiles, 0) - tiles
+        meta[:, 5] = nn_  # contiguous row stride unless told otherwise
+        meta[:, 0] = 0
+        self._mn = mm * nn_
+        self.meta_cpu = meta
+        self.tile2mat = torch.repeat_interleave(
+            torch.arange(len(mt), dtype=torch.int32, device=self.device), tiles.to(self.device)
+        )
+        self.meta_dev = None
+        self.x_offsets = [int(o) for o in x_offsets] if x_offsets is not None else None
+        if x_offsets is not None:
+            self.meta_dev = self.meta_with_inputs(x_offsets, row_strides).to(self.device)
+
+    def meta_with_inputs(self, x_offsets, row_strides=None) -> torch.Tensor:
+        """META with the input columns filled: per-tensor element offsets from the base pointer."""
+        meta = self.meta_cpu.clone()
+        xo = torch.as_tensor(x_offsets, dtype=torch.int64).reshape(-1)[self.mat_tensor]
+        # leading (expert) index steps by M*N elements (inputs with leading dims are contiguous)
+        meta[:, 0] = xo + self.mat_li * self._mn
+        if row_strides is not None:
+            meta[:, 5] = torch.as_tensor(row_strides, dtype=torch.int64).reshape(-1)[self.mat_tensor]
+        return meta
+
+    def outputs(self, y: torch.Tensor, s: torch.Tensor):
+        bm, bn = self.block
+        res = []
+        for shp, y0, n, s0, sn in zip(self.shapes, self.y_starts, self.numel, self.s_starts, self.snum):
+            gm, gn = -(-shp[-2] // bm), -(-shp[-1] // bn)
+            res.append((y[y0 : y0 + n].view(shp), s[s0 : s0 + sn].view(*shp[:-2], gm, gn)))
+        return res
+
+
+def _prod(shape) -> int:
+    p = 1
+    for d in shape:
+        p *= int(d)
+    return p
 
 
 _PLAN_CACHE: dict = {}
@@ -159,7 +192,7 @@ _PLAN_CACHE_MAX = 64
 
 
 def _plan_for(shapes, block, device) -> BucketPlan:
-    key = (tuple(tuple(s) for s in shapes), block, str(device))
+    key = (tuple(shapes), block, device)
     plan = _PLAN_CACHE.get(key)
     if plan is None:
         if len(_PLAN_CACHE) >= _PLAN_CACHE_MAX:
@@ -173,6 +206,11 @@ def _reference_bucket(tensors, block, scale_fmt, amax_floor):
     return [_ref.quantize_blockwise(t, block, scale_fmt, amax_floor) for t in tensors]
 
 
+def _check_fmt(scale_fmt):
+    if scale_fmt not in _FMT_CODE:
+        raise ValueError(f"scale_fmt must be one of {tuple(_FMT_CODE)}, got {scale_fmt!r}")
+
+
 def quantize_bucket(
     tensors: Sequence[torch.Tensor],
     block: Sequence[int] = _ref.DEFAULT_BLOCK,
@@ -183,77 +221,92 @@ def quantize_bucket(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Quantize a bucket of (…, M, N) tensors; returns ``[(q, scale_inv), …]`` in input order.
 
-    ``backend``: ``"auto"`` (Triton when every tensor is on CUDA and triton imports, else reference),
-    ``"triton"`` (error if unavailable) or ``"reference"``. One launch per input dtype group (one
-    launch for a normal bf16 bucket). Outputs are views of one fp8 and one fp32 buffer per group.
+    ``backend``: ``"auto"`` (Triton when the tensors are on CUDA and triton imports, else reference),
+    ``"triton"`` (error if unavailable) or ``"reference"``. One launch per input dtype (one launch for
+    a normal bf16 bucket). Outputs are views of one fp8 and one float32 buffer per launch.
     """
-    if scale_fmt not in _FMT_CODE:
-        raise ValueError(f"scale_fmt must be one of {tuple(_FMT_CODE)}, got {scale_fmt!r}")
+    _check_fmt(scale_fmt)
     block = (int(block[0]), int(block[1]))
     tensors = list(tensors)
     if not tensors:
         return []
-    use_triton = backend == "triton" or (
-        backend == "auto" and all(t.is_cuda for t in tensors) and _get_kernel() is not None
-    )
-    if backend == "reference" or not use_triton:
-        return _reference_bucket(tensors, block, scale_fmt, amax_floor)
-    kernel = _get_kernel()
-    if kernel is None:
+    if backend not in ("auto", "triton", "reference"):
+        raise ValueError(f"backend must be auto, triton or reference, got {backend!r}")
+    kernel = _get_kernel() if backend != "reference" else None
+    use_triton = kernel is not None and (backend == "triton" or tensors[0].is_cuda)
+    if backend == "triton" and kernel is None:
         raise RuntimeError(f"triton backend requested but triton is unavailable: {_triton_error!r}")
-    for t in tensors:
-        _ref._check_args(t, block, scale_fmt)
-        if not t.is_cuda:
-            raise ValueError("triton backend needs CUDA tensors")
-
-    out: list = [None] * len(tensors)
+    if not use_triton:
+        return _reference_bucket(tensors, block, scale_fmt, amax_floor)
+    device = tensors[0].device
+    if device.type != "cuda":
+        raise ValueError("triton backend needs CUDA tensors")
     groups: dict = {}
     for i, t in enumerate(tensors):
-        groups.setdefault((t.dtype, t.device), []).append(i)
-    for (dtype, device), idx in groups.items():
-        group = []
+        groups.setdefault(t.dtype, []).append(i)
+    out: list = [None] * len(tensors)
+    for dtype, idx in groups.items():
+        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ValueError(f"expected bf16/fp16/fp32 tensors, got {dtype}")
+        group, ptrs, strides = [], [], None
         for i in idx:
             t = tensors[i]
-            # last dim must be contiguous and leading dims collapsible; otherwise copy
-            if t.dim() == 2 and t.stride(-1) == 1 and t.stride(0) >= t.shape[1]:
-                group.append(t)
-            elif t.is_contiguous():
-                group.append(t)
-            else:
-                group.append(t.contiguous())
-        res = _launch(kernel, group, block, scale_fmt, amax_floor, device, num_warps)
+            if t.dim() < 2:
+                raise ValueError(f"expected tensors with >= 2 dims, got shape {tuple(t.shape)}")
+            if not t.is_contiguous():
+                if t.dim() == 2 and t.stride(1) == 1:
+                    strides = strides if strides is not None else {}
+                    strides[len(group)] = t.stride(0)
+                else:
+                    t = t.contiguous()
+            if t.device != device:
+                raise ValueError("all tensors of a bucket must be on one device")
+            group.append(t)
+            ptrs.append(t.data_ptr())
+        plan = _plan_for([t.shape for t in group], block, device)
+        esize = group[0].element_size()
+        base = ptrs[0]
+        if any((p - base) % esize for p in ptrs):
+            raise ValueError("input is not aligned to its element size")
+        x_off = [(p - base) // esize for p in ptrs]
+        row_strides = None
+        if strides:
+            row_strides = [strides.get(j, shp[-1]) for j, shp in enumerate(plan.shapes)]
+        meta = plan.meta_with_inputs(x_off, row_strides).to(device, non_blocking=True)
+        res = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps)
         for i, r in zip(idx, res):
             out[i] = r
     return out
 
 
-def _launch(kernel, group, block, scale_fmt, amax_floor, device, num_warps):
-    plan = _plan_for([tuple(t.shape) for t in group], block, device)
-    esize = group[0].element_size()
-    base = group[0]
-    base_ptr = base.data_ptr()
-    # input offsets (elements from the base pointer; may be negative, the address space is flat)
-    x_off, ldx = [], []
-    for ti, li, m, n, gm, gn in plan.mats:
-        t = group[ti]
-        d = t.data_ptr() - base_ptr
-        if d % esize:
-            raise ValueError("input is not aligned to its element size")
-        row_stride = t.stride(-2)
-        lead_stride = m * n if t.dim() > 2 else 0
-        x_off.append(d // esize + li * lead_stride)
-        ldx.append(row_stride)
+def make_flat_plan(shapes, offsets, block=_ref.DEFAULT_BLOCK, device="cuda") -> BucketPlan:
+    """Plan for ``quantize_flat``: tensors of ``shapes`` stored contiguously at element ``offsets`` of a
+    flat buffer (the layout a weight-sync bucket arrives in). Build once per layout, reuse every step."""
+    return BucketPlan(shapes, (int(block[0]), int(block[1])), device, x_offsets=offsets)
+
+
+def quantize_flat(
+    flat: torch.Tensor,
+    plan: BucketPlan,
+    scale_fmt: str = "fp32",
+    amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
+    num_warps: int = 8,
+):
+    """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1) + outputs."""
+    _check_fmt(scale_fmt)
+    kernel = _get_kernel()
+    if kernel is None or not flat.is_cuda:
+        tensors = [flat[o : o + n].view(s) for o, n, s in zip(plan.x_offsets, plan.numel, plan.shapes)]
+        return _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
+    if flat.dim() != 1 or not flat.is_contiguous():
+        raise ValueError("flat must be a contiguous 1-D tensor")
+    return _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps)
+
+
+def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps):
+    device = base.device
     y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
     s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
-    meta = torch.empty((len(plan.mats), _META_COLS), dtype=torch.int64)
-    meta[:, 0] = torch.tensor(x_off, dtype=torch.int64)
-    meta[:, 1] = plan._y_off
-    meta[:, 2] = plan._s_off
-    meta[:, 3:5] = plan._static[:, 0:2]
-    meta[:, 5] = torch.tensor(ldx, dtype=torch.int64)
-    meta[:, 6] = plan._static[:, 2]
-    meta[:, 7] = plan.tile_start
-    meta = meta.to(device, non_blocking=True)
     if plan.n_tiles:
         kernel[(plan.n_tiles,)](
             base,
@@ -264,22 +317,10 @@ def _launch(kernel, group, block, scale_fmt, amax_floor, device, num_warps):
             float(amax_floor),
             448.0,
             1.0,
-            BM=block[0],
-            BN=block[1],
+            BM=plan.block[0],
+            BN=plan.block[1],
             FMT=_FMT_CODE[scale_fmt],
             PRECISE_DIV=kernel.precise_div,
             num_warps=num_warps,
         )
-    res = []
-    bm, bn = block
-    for ti, shp in enumerate(plan.shapes):
-        m, n = shp[-2], shp[-1]
-        gm, gn = -(-m // bm), -(-n // bn)
-        numel = 1
-        for d in shp:
-            numel *= d
-        snum = numel // (m * n) * gm * gn if m * n else 0
-        q = y[plan.y_starts[ti] : plan.y_starts[ti] + numel].view(shp)
-        sc = s[plan.s_starts[ti] : plan.s_starts[ti] + snum].view(*shp[:-2], gm, gn)
-        res.append((q, sc))
-    return res
+    return plan.outputs(y, s)

@@ -1,0 +1,153 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import fp8spec.runtime as rt
+from fp8spec.runtime import _importhook, manifest, version_guard
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(code: str, env_extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FP8SPEC_")}
+    env.update(env_extra)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+CHECK = """
+import sys, json
+import fp8spec.runtime as rt
+from fp8spec.runtime import _importhook
+bad = sorted(m for m in sys.modules if m.split('.')[0] in
+             ('pydantic', 'typer', 'rich', 'ruamel', 'jinja2', 'yaml', 'hydra', 'omegaconf', 'vllm', 'sglang', 'verl')
+             or (m.startswith('fp8spec.') and not m.startswith('fp8spec.runtime')))
+print(json.dumps({'active': sorted(rt.active_patches()), 'pending': _importhook.pending(), 'bad': bad,
+                  'torch': 'torch' in sys.modules}))
+"""
+
+
+def test_import_without_env_does_nothing():
+    r = _run(CHECK, {})
+    assert r == {"active": [], "pending": {}, "bad": [], "torch": False}
+
+
+def test_import_with_env_registers_hooks_only():
+    r = _run(CHECK, {"FP8SPEC_RUNTIME_PATCHES": "kv_scales,fast_block_quant"})
+    assert r["active"] == ["fast_block_quant", "kv_scales"]
+    assert set(r["pending"]) == {
+        "verl.workers.engine_workers",
+        "verl.workers.rollout.vllm_rollout.utils",
+        "verl.utils.vllm.vllm_quant_utils",
+        "verl.utils.fp8_utils",
+    }
+    assert r["bad"] == []
+
+
+def test_unknown_patch_name_is_rejected():
+    with pytest.raises(ValueError, match="unknown patch"):
+        rt.requested_patches("kv_scales,fp4_everything")
+    assert rt.requested_patches(" kv_scales , kv_scales ,") == ["kv_scales"]
+
+
+def test_manifest_contract():
+    assert manifest.PATCHSET_NAME == "fp8spec-runtime"
+    assert manifest.PATCHSET_VERSION == rt.__version__
+    assert set(manifest.PATCHES) == {"kv_scales", "ue8m0_scales", "fast_block_quant"}
+    for name, p in manifest.PATCHES.items():
+        assert p["description"] and set(p["engines"]) == {"vllm", "sglang"}, name
+        assert set(p["hydra_overrides"]) == {"vllm", "sglang"}
+    ov = manifest.bundle_overrides(["kv_scales", "fast_block_quant"], "sglang")
+    assert ov[0] == "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='kv_scales,fast_block_quant'"
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=fp8spec.runtime" in ov
+    assert any("custom_weight_loader" in o and manifest.SGLANG_KV_LOADER in o for o in ov)
+    assert manifest.bundle_overrides([], "vllm") == []
+    with pytest.raises(KeyError):
+        manifest.bundle_overrides(["nope"], "vllm")
+    # the manifest is plain data: importing it must not pull torch
+    r = _run("import sys, json; import fp8spec.runtime.manifest; print(json.dumps({'t': 'torch' in sys.modules}))", {})
+    assert r == {"t": False}
+
+
+def test_loader_paths_in_manifest_resolve():
+    import importlib
+
+    mod, fn = manifest.SGLANG_KV_LOADER.rsplit(".", 1)
+    assert callable(getattr(importlib.import_module(mod), fn))
+    mod, attr = manifest.VLLM_PLUGIN_ENTRY_POINT[2].split(":")
+    assert callable(getattr(importlib.import_module(mod), attr))
+    mod, cls = manifest.VLLM_WORKER_EXTENSION.rsplit(".", 1)
+    assert hasattr(getattr(importlib.import_module(mod), cls), "fp8spec_set_kv_scales")
+
+
+def test_version_guard(monkeypatch):
+    monkeypatch.delenv(manifest.ENV_ALLOW_UNKNOWN_VERSIONS, raising=False)
+    version_guard.check("vllm", "0.24.0")
+    version_guard.check("vllm", "0.33.0+cu130")
+    version_guard.check("verl", "0.9.1")
+    with pytest.raises(version_guard.UnsupportedVersionError) as e:
+        version_guard.check("vllm", "0.25.1", "kv_scales")
+    msg = str(e.value)
+    assert "\n" not in msg and "0.25.1" in msg and "kv_scales" in msg and "0.24.0" in msg
+    with pytest.raises(version_guard.UnsupportedVersionError, match="not installed"):
+        version_guard.check("sglang", None)
+    with pytest.raises(version_guard.UnsupportedVersionError):
+        version_guard.require("definitely-not-a-real-dist-fp8spec")
+    monkeypatch.setenv(manifest.ENV_ALLOW_UNKNOWN_VERSIONS, "1")
+    version_guard.check("vllm", "0.25.1")
+    # the installed verl is the one the patches were written against
+    assert version_guard.installed_version("verl") in (None, "0.9.1")
+
+
+def test_activation_rejects_unknown_installed_verl(monkeypatch):
+    monkeypatch.delenv(manifest.ENV_ALLOW_UNKNOWN_VERSIONS, raising=False)
+    monkeypatch.setattr(version_guard, "installed_version", lambda d: "0.8.0" if d == "verl" else None)
+    monkeypatch.setattr(rt, "_ACTIVE", set())
+    with pytest.raises(version_guard.UnsupportedVersionError, match="verl 0.9.1 but 0.8.0"):
+        rt.activate(["kv_scales"])
+    assert rt.active_patches() == frozenset()
+
+
+def test_import_hook_fires_after_module_body(tmp_path, monkeypatch):
+    pkg = tmp_path / "fp8spec_fakepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "target.py").write_text("VALUE = 1\ndef f():\n    return VALUE\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def patch(mod):
+        seen.append(mod.VALUE)
+        mod.f = lambda: 42
+
+    _importhook.when_imported("fp8spec_fakepkg.target", patch)
+    assert "fp8spec_fakepkg.target" in _importhook.pending()
+    import fp8spec_fakepkg.target as t  # noqa: E402
+
+    assert seen == [1] and t.f() == 42
+    assert "fp8spec_fakepkg.target" not in _importhook.pending()
+    # already imported: runs at once
+    _importhook.when_imported("fp8spec_fakepkg.target", lambda m: seen.append("now"))
+    assert seen == [1, "now"]
+    for m in ("fp8spec_fakepkg.target", "fp8spec_fakepkg"):
+        sys.modules.pop(m, None)
+
+
+def test_vllm_plugin_register_activates_from_env(monkeypatch):
+    from fp8spec.runtime.engines import vllm_plugin
+
+    monkeypatch.setattr(rt, "_ACTIVE", set())
+    monkeypatch.delenv("FP8SPEC_RUNTIME_PATCHES", raising=False)
+    vllm_plugin.register()
+    assert rt.active_patches() == frozenset()
+    monkeypatch.setattr(version_guard, "installed_version", lambda d: None)
+    monkeypatch.setattr(_importhook, "when_imported", lambda name, cb: None)
+    monkeypatch.setenv("FP8SPEC_RUNTIME_PATCHES", "ue8m0_scales")
+    vllm_plugin.register()
+    assert rt.active_patches() == frozenset({"ue8m0_scales"})

@@ -1,0 +1,120 @@
+import pytest
+import torch
+
+from fp8spec.runtime import blockquant as bq
+from fp8spec.runtime import triton_blockquant as tbq
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _bucket(gen, device="cpu"):
+    shapes = [(1, 1), (7, 5), (128, 128), (129, 257), (640, 384), (3, 200, 300), (1000, 130), (4, 256, 128)]
+    out = []
+    for i, s in enumerate(shapes):
+        x = torch.randn(s, generator=gen) * torch.pow(10.0, torch.empty(s[-2], 1).uniform_(-5, 3, generator=gen))
+        out.append(x.to(torch.bfloat16).to(device))
+    out[2][:] = 0  # an all-zero tensor
+    return out
+
+
+def _same(a, b):
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_reference_fallback_on_cpu():
+    gen = torch.Generator().manual_seed(0)
+    ts = _bucket(gen)
+    for fmt in ("fp32", "ue8m0", "ue8m0_fixed"):
+        res = tbq.quantize_bucket(ts, scale_fmt=fmt)
+        for t, (q, s) in zip(ts, res):
+            rq, rs = bq.quantize_blockwise(t, scale_fmt=fmt)
+            assert _same(q, rq) and torch.equal(s, rs)
+    with pytest.raises(ValueError):
+        tbq.quantize_bucket(ts, scale_fmt="nope")
+    assert tbq.quantize_bucket([]) == []
+
+
+def test_plan_tables():
+    plan = tbq.BucketPlan([(300, 200), (2, 129, 100), (7, 5)], (128, 128), "cpu")
+    m = plan.meta_cpu
+    assert plan.n_tiles == 6 + 2 * 2 + 1
+    assert m[:, 1].tolist() == [0, 60000, 60000 + 129 * 100, 60000 + 2 * 129 * 100]  # output offsets
+    assert m[:, 2].tolist() == [0, 6, 8, 10]  # scale offsets
+    assert m[:, 7].tolist() == [0, 6, 8, 10]  # first tile of each matrix
+    assert plan.tile2mat.tolist() == [0] * 6 + [1, 1, 2, 2, 3]
+    flat = tbq.make_flat_plan([(300, 200), (2, 129, 100)], [0, 60000], device="cpu")
+    assert flat.meta_dev[:, 0].tolist() == [0, 60000, 60000 + 129 * 100]
+
+
+def test_flat_reference_fallback_on_cpu():
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(300, 200, generator=gen), torch.randn(2, 129, 100, generator=gen)
+    flat = torch.cat([a.reshape(-1), b.reshape(-1)]).bfloat16()
+    plan = tbq.make_flat_plan([a.shape, b.shape], [0, a.numel()], device="cpu")
+    (qa, sa), (qb, sb) = tbq.quantize_flat(flat, plan)
+    assert _same(qa, bq.quantize_blockwise(a.bfloat16())[0]) and torch.equal(sb, bq.quantize_blockwise(b.bfloat16())[1])
+
+
+def _poison_allocator(nbytes):
+    """Fill the caching allocator's free memory with 0xFF (NaN in e4m3fn / fp32) so unwritten outputs show."""
+    p = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    p.fill_(0xFF)
+    del p
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["fp32", "ue8m0", "ue8m0_fixed"])
+@pytest.mark.parametrize("block", [(128, 128), (64, 128), (32, 16)])
+def test_triton_bucket_bit_identical(fmt, block):
+    if not tbq.triton_available():
+        pytest.skip("triton not available")
+    gen = torch.Generator().manual_seed(hash((fmt, block)) % 2**31)
+    for trial in range(3):  # fresh inputs each time
+        ts = _bucket(gen, "cuda")
+        ts.append(torch.randn(512, 1024, generator=gen).to("cuda", torch.bfloat16)[:, 3:771])  # strided rows
+        ts.append(torch.randn(300, 257, generator=gen).to("cuda", torch.float16))  # second dtype group
+        ts.append((torch.randn(130, 250, generator=gen) * 1e30).to("cuda", torch.float32))  # huge values
+        _poison_allocator(1 << 26)
+        res = tbq.quantize_bucket(ts, block=block, scale_fmt=fmt, backend="triton")
+        torch.cuda.synchronize()
+        for t, (q, s) in zip(ts, res):
+            rq, rs = bq.quantize_blockwise(t, block, fmt)
+            assert q.shape == t.shape and s.shape == rs.shape
+            assert _same(q, rq), (t.shape, fmt, block)
+            assert torch.equal(s, rs)
+            assert not torch.isnan(q.float()).any()
+
+
+@gpu
+@needs_cuda
+def test_triton_flat_bit_identical():
+    if not tbq.triton_available():
+        pytest.skip("triton not available")
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(4096, 512), (3, 768, 256), (1000, 130)]
+    parts = [torch.randn(s, generator=gen).bfloat16() for s in shapes]
+    offs, o = [], 0
+    for p in parts:
+        offs.append(o)
+        o += p.numel()
+    flat = torch.cat([p.reshape(-1) for p in parts]).cuda()
+    plan = tbq.make_flat_plan(shapes, offs, device="cuda")
+    for fmt in ("fp32", "ue8m0"):
+        _poison_allocator(1 << 24)
+        res = tbq.quantize_flat(flat, plan, scale_fmt=fmt)
+        for p, (q, s) in zip(parts, res):
+            rq, rs = bq.quantize_blockwise(p.cuda(), scale_fmt=fmt)
+            assert _same(q, rq) and torch.equal(s, rs)
+
+
+@gpu
+@needs_cuda
+def test_reference_same_on_cpu_and_cuda():
+    gen = torch.Generator().manual_seed(6)
+    x = (torch.randn(777, 555, generator=gen) * 3).bfloat16()
+    for fmt in ("fp32", "ue8m0"):
+        qc, sc = bq.quantize_blockwise(x, scale_fmt=fmt)
+        qg, sg = bq.quantize_blockwise(x.cuda(), scale_fmt=fmt)
+        assert _same(qc, qg.cpu()) and torch.equal(sc, sg.cpu())
