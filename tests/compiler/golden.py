@@ -1,0 +1,38 @@
+"""Golden bundles: every example spec compiled for every backend it is valid for, pinned byte for byte.
+
+Regenerate after an intended change:  FP8SPEC_REGEN_GOLDEN=1 pytest tests/compiler/test_golden.py
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.conftest import EXAMPLE_SPECS, REPO
+
+GOLDEN = REPO / "tests" / "golden"
+REGEN = os.environ.get("FP8SPEC_REGEN_GOLDEN") == "1"
+
+
+def cases() -> list[tuple[Path, str]]:
+    from fp8spec.spec.loader import load_spec
+
+    out = []
+    for path in EXAMPLE_SPECS:
+        spec = load_spec(path).spec
+        out.append((path, f"{spec.training.backend}+{spec.rollout.engine}"))
+        out.append((path, spec.rollout.engine))
+    return out
+
+
+def compile_files(spec_path: Path, backend: str) -> dict[str, str]:
+    """Compile in memory exactly as `fp8spec compile` does (spec named relative to the repo)."""
+    from fp8spec.compiler.build import build_plan, choose_backend
+    from fp8spec.compiler.bundle import bundle_files
+    from fp8spec.rules.engine import validate_path
+
+    rel = str(spec_path.relative_to(REPO))
+    validation = validate_path(spec_path, rel)
+    assert not validation.errors, [d.render() for d in validation.errors]
+    choice = choose_backend(backend, validation)
+    return bundle_files(validation, choice, build_plan(validation, choice), rel)
