@@ -85,11 +85,9 @@ def _available_versions(kind: str) -> tuple[str, ...]:
     folder = _kind_dir(kind)
     if not folder.is_dir():
         return ()
-    versions = [
-        p.name[: -len(_PROFILE_SUFFIX)]
-        for p in folder.iterdir()
-        if p.is_file() and p.name.endswith(_PROFILE_SUFFIX) and _VERSION_FILE.match(p.name[: -len(_PROFILE_SUFFIX)])
-    ]
+    files = [p for p in folder.iterdir() if p.is_file() and p.name.endswith(_PROFILE_SUFFIX)]
+    stems = [p.name[: -len(_PROFILE_SUFFIX)] for p in files]
+    versions = [stem for stem in stems if _VERSION_FILE.match(stem)]
     return tuple(sorted(versions, key=version_key))
 
 

@@ -20,14 +20,15 @@ Kind = Literal["verl", "vllm", "sglang", "megatron-core", "transformer-engine"]
 # ``entrypoint``. The first component is the fact's category.
 FACT_ID_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$"
 FactId = Annotated[str, StringConstraints(pattern=FACT_ID_PATTERN, max_length=120)]
-VersionStr = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$", max_length=40)]
+VERSION_PATTERN = r"^[0-9]+(\.[0-9]+){1,3}([a-z0-9.+-]*)$"
+VersionStr = Annotated[str, StringConstraints(pattern=VERSION_PATTERN, max_length=40)]
 Evidence = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=400)]
 
 
 def _check_plain(value: Any, where: str = "value") -> None:
-    """Reject anything that is not plain YAML data (null, bool, int, finite float, str, list, str-keyed map)."""
+    """Reject anything but plain YAML data: null, bool, int, finite float, str, list, str-keyed map."""
     if value is None or isinstance(value, (bool, int, str)):
         return
     if isinstance(value, float):

@@ -38,6 +38,9 @@ GOOD = textwrap.dedent(
 )
 
 
+DUPLICATE = "  flag.calculate_kv_scales:\n    value: 1\n    evidence: x\n"
+
+
 @pytest.fixture
 def fake_backends(tmp_path, monkeypatch):
     """A private backends/ folder; profiles written into it are what the loader sees."""
@@ -104,7 +107,8 @@ def test_unknown_kind_lists_kinds():
 def test_available_versions_sorted_numerically():
     assert available_versions("vllm") == ["0.24.0", "0.33.0"]
     assert available_versions("sglang") == ["0.5.12", "0.5.23"]
-    assert sorted(["0.5.12", "0.5.9", "0.10.0", "0.5.23"], key=version_key) == ["0.5.9", "0.5.12", "0.5.23", "0.10.0"]
+    got = sorted(["0.5.12", "0.5.9", "0.10.0", "0.5.23"], key=version_key)
+    assert got == ["0.5.9", "0.5.12", "0.5.23", "0.10.0"]
     assert version_key("2.3.0.dev0") < version_key("2.3.0")
 
 
@@ -127,7 +131,8 @@ def test_snapshots_folder_is_not_a_kind(fake_backends):
         (lambda t: t.replace("  flag.calculate_kv_scales:\n    value: null\n    evidence: \"removed\"\n",
                              "  flag.calculate_kv_scales:\n    value: null\n    evidence: \"   \"\n"),
          "facts.flag.calculate_kv_scales.evidence"),
-        (lambda t: t.replace('    evidence: "removed"\n', ""), "facts.flag.calculate_kv_scales.evidence: required key is missing"),
+        (lambda t: t.replace('    evidence: "removed"\n', ""),
+         "facts.flag.calculate_kv_scales.evidence: required key is missing"),
         (lambda t: t.replace("    value: null\n", ""), "no 'value' key"),
         (lambda t: t + "extra_top: 1\n", "extra_top: unknown key"),
         (lambda t: t.replace('    evidence: "removed"\n', '    evidence: "removed"\n    note: "x"\n'),
@@ -137,7 +142,7 @@ def test_snapshots_folder_is_not_a_kind(fake_backends):
         (lambda t: t.replace("flag.kv_cache_dtype:", "Flag.KV:"), "facts.Flag.KV"),
         (lambda t: t.replace('value: "--kv-cache-dtype"', "value: 2020-01-01"), "not plain YAML data"),
         (lambda t: t.replace('value: "--kv-cache-dtype"', "value: .inf"), "non-finite"),
-        (lambda t: t.replace("facts:\n", "facts:\n  flag.calculate_kv_scales:\n    value: 1\n    evidence: x\n"),
+        (lambda t: t.replace("facts:\n", "facts:\n" + DUPLICATE, 1),
          "not valid YAML"),  # duplicate key
         (lambda t: t.replace("facts:", "facts: [\n"), "not valid YAML"),
         (lambda t: "- just\n- a list\n", "top level must be a mapping"),

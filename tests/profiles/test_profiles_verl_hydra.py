@@ -119,7 +119,7 @@ def test_declared_megatron_override_keys(composer):
 @pytest.mark.parametrize("prefix", sorted(PROFILE.value("hydra.plus_required_under")))
 def test_plus_rules(composer, prefix):
     declared = PROFILE.value("hydra.plus_required_under")[prefix]
-    engine = "model_engine=megatron" if ".megatron." in prefix or "override_optimizer_config" in prefix else "model_engine=dp"
+    engine = f"model_engine={_engine_for(prefix)}"
     cfg = composer(engine)
     node = OmegaConf.select(cfg, prefix) if _has_path(cfg, prefix) else None
     assert sorted(node.keys() if node is not None else []) == sorted(declared), prefix
@@ -138,11 +138,17 @@ def test_plus_rules(composer, prefix):
 def test_fp8_megatron_overrides_compose(composer):
     t = PROFILE.value("key.megatron_transformer_override")
     o = PROFILE.value("key.megatron_optimizer_override")
-    cfg = composer("model_engine=megatron", f"+{t}.fp8=hybrid", f"+{t}.fp8_recipe=blockwise", f"+{o}.fp8_recipe=blockwise")
+    cfg = composer(
+        "model_engine=megatron",
+        f"+{t}.fp8=hybrid",
+        f"+{t}.fp8_recipe=blockwise",
+        f"+{o}.fp8_recipe=blockwise",
+    )
     assert OmegaConf.select(cfg, f"{t}.fp8") == "hybrid"
     assert OmegaConf.select(cfg, f"{o}.fp8_recipe") == "blockwise"
-    # the reference policy inherits the actor's transformer overrides (key.ref_megatron_inherits_actor)
-    resolved = OmegaConf.to_container(cfg.actor_rollout_ref.ref.megatron.override_transformer_config, resolve=True)
+    # the reference policy inherits the actor's transformer overrides (rule.ref_megatron_inherits_actor)
+    ref_overrides = cfg.actor_rollout_ref.ref.megatron.override_transformer_config
+    resolved = OmegaConf.to_container(ref_overrides, resolve=True)
     assert resolved["fp8"] == "hybrid"
 
 
