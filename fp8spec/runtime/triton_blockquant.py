@@ -62,6 +62,7 @@ def _get_kernel():
         BN: tl.constexpr,
         FMT: tl.constexpr,
         PRECISE_DIV: tl.constexpr,
+        ALIGNED: tl.constexpr,  # every x_off, y_off, row stride and N is a multiple of 16 elements
     ):
         pid = tl.program_id(0)
         mat = tl.load(TILE2MAT + pid).to(tl.int64)
@@ -73,6 +74,11 @@ def _get_kernel():
         N = tl.load(row + 4)
         ldx = tl.load(row + 5)
         gn = tl.load(row + 6)
+        if ALIGNED:  # lets Triton emit 16-byte vector loads/stores (it cannot prove it for runtime ints)
+            x_off = tl.multiple_of(x_off, 16)
+            y_off = tl.multiple_of(y_off, 16)
+            N = tl.multiple_of(N, 16)
+            ldx = tl.multiple_of(ldx, 16)
         local = pid - tl.load(row + 7)
         tm = local // gn
         tn = local - tm * gn
@@ -91,12 +97,14 @@ def _get_kernel():
             e = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
             s = (e << 23).to(tl.float32, bitcast=True)
             if FMT == 2:
+                # amax/s is in (224, 448]; its E4M3 rounding is 224 exactly when it is <= 232
+                # (spacing 16 in [224, 256), the tie at 232 goes to the even code 224). The reference
+                # computes the same condition with an actual cast; the bit-identity tests tie them.
                 if PRECISE_DIV:
                     inv0 = tl.math.div_rn(one, s)
                 else:
                     inv0 = one / s
-                top = tl.minimum(amax * inv0, 448.0).to(tl.float8e4nv).to(tl.float32)
-                s = tl.where(top <= 224.0, s * 0.5, s)
+                s = tl.where(amax * inv0 <= 232.0, s * 0.5, s)
         if PRECISE_DIV:
             inv = tl.math.div_rn(one, s)
         else:
@@ -158,8 +166,11 @@ class BucketPlan:
         )
         self.meta_dev = None
         self.x_offsets = [int(o) for o in x_offsets] if x_offsets is not None else None
+        self.aligned = False
         if x_offsets is not None:
-            self.meta_dev = self.meta_with_inputs(x_offsets, row_strides).to(self.device)
+            full = self.meta_with_inputs(x_offsets, row_strides)
+            self.aligned = _aligned(full)
+            self.meta_dev = full.to(self.device)
 
     def meta_with_inputs(self, x_offsets, row_strides=None) -> torch.Tensor:
         """META with the input columns filled: per-tensor element offsets from the base pointer."""
@@ -272,8 +283,9 @@ def quantize_bucket(
         row_strides = None
         if strides:
             row_strides = [strides.get(j, shp[-1]) for j, shp in enumerate(plan.shapes)]
-        meta = plan.meta_with_inputs(x_off, row_strides).to(device, non_blocking=True)
-        res = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps)
+        meta_cpu = plan.meta_with_inputs(x_off, row_strides)
+        meta = meta_cpu.to(device, non_blocking=True)
+        res = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps, _aligned(meta_cpu))
         for i, r in zip(idx, res):
             out[i] = r
     return out
@@ -300,10 +312,14 @@ def quantize_flat(
         return _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
     if flat.dim() != 1 or not flat.is_contiguous():
         raise ValueError("flat must be a contiguous 1-D tensor")
-    return _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps)
+    return _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned)
 
 
-def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps):
+def _aligned(meta_cpu: torch.Tensor) -> bool:
+    return bool((meta_cpu[:, [0, 1, 4, 5]] % 16 == 0).all()) if len(meta_cpu) else True
+
+
+def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned):
     device = base.device
     y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
     s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
@@ -321,6 +337,7 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps):
             BN=plan.block[1],
             FMT=_FMT_CODE[scale_fmt],
             PRECISE_DIV=kernel.precise_div,
+            ALIGNED=aligned,
             num_warps=num_warps,
         )
     return plan.outputs(y, s)
