@@ -7,6 +7,7 @@ vLLM into ``FusedMoE``, but checkpoints on disk keep one key per expert.
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 from ._types import LinearModule
@@ -123,12 +124,24 @@ def _shared_expert_rows(f: ModelFacts) -> list[tuple]:
 
 
 def build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
+    # Tens of thousands of small tuples: pausing the cyclic GC keeps generation linear (it would otherwise
+    # rescan every live object of the process several times). Nothing built here forms a cycle.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build_layout(f, include_mtp=include_mtp)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     h = f.hidden_size
     attn = _attention_rows(f)
     dense = _dense_mlp_rows(f)
     shared = _shared_expert_rows(f)
     moe_set = set(f.moe_layers)
-    router_bias = f.attention == "mla"  # DeepSeek routers carry e_score_correction_bias [E]
+    router_bias = f.model_type == "deepseek_v3"  # V3 routers carry e_score_correction_bias [E] (noaux_tc)
     E, m = f.num_experts, f.moe_intermediate_size
     expert_rows = (
         ("gate_proj", "expert_in", m, h, "column"),
@@ -145,6 +158,7 @@ def build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     fused: dict[str, list[str]] = {}
     params = 0
     LM = LinearModule
+    new_lm = tuple.__new__  # skips NamedTuple.__new__'s argument handling: ~2x faster for experts
 
     def emit_rows(prefix: str, layer: int, rows: list[tuple]) -> None:
         nonlocal params
@@ -189,15 +203,16 @@ def build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
             routers.append(gate)
             linears.append(LM(gate, i, "router", E, h, "replicated", None, None, False, False))
             params += E * h + (E if router_bias else 0)
-            members = fused.setdefault(prefix + "mlp.experts", [])
             ep = prefix + "mlp.experts."
-            for j in range(E):
-                base = f"{ep}{j}."
-                for suf, kind, out, inn, par in expert_rows:
-                    name = base + suf
-                    names.append(name)
-                    members.append(name)
-                    linears.append(LM(name, i, kind, out, inn, par, "experts", j, False, False))
+            block = [
+                new_lm(LM, (f"{ep}{j}.{suf}", i, kind, out, inn, par, "experts", j, False, False))
+                for j in range(E)
+                for suf, kind, out, inn, par in expert_rows
+            ]
+            linears.extend(block)
+            block_names = [m[0] for m in block]
+            names.extend(block_names)
+            fused[prefix + "mlp.experts"] = block_names
             params += E * 3 * m * h
             emit_rows(prefix, i, shared)
         else:
