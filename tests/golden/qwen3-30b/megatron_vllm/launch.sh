@@ -24,6 +24,7 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.optim.lr=1e-06 \
   data.train_batch_size=128 \
   actor_rollout_ref.actor.ppo_mini_batch_size=128 \
+  actor_rollout_ref.actor.use_dynamic_bsz=false \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1 \
@@ -31,6 +32,7 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.clip_ratio_low=0.2 \
   actor_rollout_ref.actor.clip_ratio_high=0.28 \
   "actor_rollout_ref.actor.loss_agg_mode='token-mean'" \
+  algorithm.filter_groups.enable=true \
   "data.train_files='/data/dapo-math-17k.parquet'" \
   "data.val_files='/data/aime-2024.parquet'" \
   data.max_prompt_length=2048 \
@@ -40,6 +42,7 @@ exec python3 -m verl.trainer.main_ppo \
   "trainer.project_name='fp8spec'" \
   "trainer.experiment_name='qwen3-30b-a3b-fp8-e2e'" \
   "trainer.logger=['console']" \
+  trainer.total_epochs=1 \
   actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4 \
   actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2 \
   actor_rollout_ref.actor.megatron.expert_model_parallel_size=8 \

@@ -21,6 +21,7 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.optim.lr=1e-06 \
   data.train_batch_size=64 \
   actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+  actor_rollout_ref.actor.use_dynamic_bsz=false \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1 \
@@ -33,4 +34,5 @@ exec python3 -m verl.trainer.main_ppo \
   "trainer.project_name='fp8spec'" \
   "trainer.experiment_name='qwen3-8b-sglang-fp8-rollout'" \
   "trainer.logger=['console']" \
+  trainer.total_epochs=1 \
   "$@"
