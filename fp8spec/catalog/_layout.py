@@ -22,7 +22,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Layout:
-    __slots__ = ("linears", "names", "norms", "embeddings", "routers", "lm_heads", "fused", "num_parameters", "_by_name")
+    __slots__ = (
+        "_by_name",
+        "embeddings",
+        "fused",
+        "linears",
+        "lm_heads",
+        "names",
+        "norms",
+        "num_parameters",
+        "routers",
+    )
 
     def __init__(self) -> None:
         self.linears: tuple[LinearModule, ...] = ()
@@ -59,9 +69,39 @@ def _attention_rows(f: ModelFacts) -> list[tuple]:
     if f.attention == "gqa":
         q, kv = f.q_size, f.kv_size
         rows: list[tuple] = [
-            ("L", "self_attn.q_proj", "attn_qkv", q, h, "column", "qkv_proj", "self_attn.qkv_proj", f.qkv_bias),
-            ("L", "self_attn.k_proj", "attn_qkv", kv, h, "column", "qkv_proj", "self_attn.qkv_proj", f.qkv_bias),
-            ("L", "self_attn.v_proj", "attn_qkv", kv, h, "column", "qkv_proj", "self_attn.qkv_proj", f.qkv_bias),
+            (
+                "L",
+                "self_attn.q_proj",
+                "attn_qkv",
+                q,
+                h,
+                "column",
+                "qkv_proj",
+                "self_attn.qkv_proj",
+                f.qkv_bias,
+            ),
+            (
+                "L",
+                "self_attn.k_proj",
+                "attn_qkv",
+                kv,
+                h,
+                "column",
+                "qkv_proj",
+                "self_attn.qkv_proj",
+                f.qkv_bias,
+            ),
+            (
+                "L",
+                "self_attn.v_proj",
+                "attn_qkv",
+                kv,
+                h,
+                "column",
+                "qkv_proj",
+                "self_attn.qkv_proj",
+                f.qkv_bias,
+            ),
             ("L", "self_attn.o_proj", "attn_out", h, q, "row", None, None, f.o_proj_bias),
         ]
         if f.qk_norm:
@@ -78,7 +118,17 @@ def _attention_rows(f: ModelFacts) -> list[tuple]:
         rows += [
             ("L", "self_attn.q_a_proj", "mla_q_a", f.q_lora_rank, h, "replicated", grp, fsuf, bias),
             ("N", "self_attn.q_a_layernorm", f.q_lora_rank),
-            ("L", "self_attn.q_b_proj", "mla_q_b", heads * qk_head, f.q_lora_rank, "column", None, None, False),
+            (
+                "L",
+                "self_attn.q_b_proj",
+                "mla_q_b",
+                heads * qk_head,
+                f.q_lora_rank,
+                "column",
+                None,
+                None,
+                False,
+            ),
         ]
     else:
         grp = fsuf = None
@@ -117,7 +167,17 @@ def _shared_expert_rows(f: ModelFacts) -> list[tuple]:
     h, s = f.hidden_size, f.shared_expert_intermediate_size
     fsuf = "mlp.shared_experts.gate_up_proj"
     return [
-        ("L", "mlp.shared_experts.gate_proj", "shared_expert_in", s, h, "column", "gate_up_proj", fsuf, False),
+        (
+            "L",
+            "mlp.shared_experts.gate_proj",
+            "shared_expert_in",
+            s,
+            h,
+            "column",
+            "gate_up_proj",
+            fsuf,
+            False,
+        ),
         ("L", "mlp.shared_experts.up_proj", "shared_expert_in", s, h, "column", "gate_up_proj", fsuf, False),
         ("L", "mlp.shared_experts.down_proj", "shared_expert_out", h, s, "row", None, None, False),
     ]
@@ -237,7 +297,9 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     emit_rows("model.", -1, [("N", "norm", h)])
     names.append("lm_head")
     lm_heads.append("lm_head")
-    linears.append(LM("lm_head", None, "lm_head", f.vocab_size, h, "column", None, None, f.tie_word_embeddings, False))
+    linears.append(
+        LM("lm_head", None, "lm_head", f.vocab_size, h, "column", None, None, f.tie_word_embeddings, False)
+    )
     if not f.tie_word_embeddings:
         params += f.vocab_size * h
 

@@ -142,7 +142,9 @@ def resolve_architecture(cfg: dict, where: str, path: str | None = None) -> Arch
     archs = cfg.get("architectures")
     model_type = cfg.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
-        raise ConfigError(f"{where}: 'model_type' must be a string, got {_show(model_type)}", path=path, key="model_type")
+        raise ConfigError(
+            f"{where}: 'model_type' must be a string, got {_show(model_type)}", path=path, key="model_type"
+        )
     if archs is not None:
         if isinstance(archs, str):
             archs = [archs]
@@ -185,7 +187,9 @@ def resolve_architecture(cfg: dict, where: str, path: str | None = None) -> Arch
     return _BY_MODEL_TYPE[model_type]
 
 
-def facts_from_dict(cfg: object, *, model_id: str, source: str, where: str, path: str | None = None) -> ModelFacts:
+def facts_from_dict(
+    cfg: object, *, model_id: str, source: str, where: str, path: str | None = None
+) -> ModelFacts:
     """Build :class:`ModelFacts` from a parsed config.json mapping."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where}: a config.json must be a JSON object, got {_type_name(cfg)}", path=path)
@@ -210,23 +214,25 @@ def facts_from_dict(cfg: object, *, model_id: str, source: str, where: str, path
             "num_key_value_heads",
         )
 
-    common = dict(
-        id=model_id,
-        architecture=arch.name,
-        model_type=arch.model_types[0] if not isinstance(cfg.get("model_type"), str) else cfg["model_type"],
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        num_hidden_layers=layers,
-        vocab_size=vocab,
-        tie_word_embeddings=tied,
-        qkv_bias=qkv_bias,
-        o_proj_bias=o_bias,
-        qk_norm=arch.qk_norm,
-        max_position_embeddings=max_pos,
-        source=source,
-    )
+    common = {
+        "id": model_id,
+        "architecture": arch.name,
+        "model_type": arch.model_types[0]
+        if not isinstance(cfg.get("model_type"), str)
+        else cfg["model_type"],
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+        "qkv_bias": qkv_bias,
+        "o_proj_bias": o_bias,
+        "qk_norm": arch.qk_norm,
+        "max_position_embeddings": max_pos,
+        "source": source,
+    }
 
     if arch.family == "gqa":
         head_dim = r.int("head_dim", default=None)
@@ -237,14 +243,14 @@ def facts_from_dict(cfg: object, *, model_id: str, source: str, where: str, path
                     "head_dim",
                 )
             head_dim = hidden // heads
-        moe = dict(
-            moe_intermediate_size=None,
-            shared_expert_intermediate_size=None,
-            num_experts=0,
-            num_experts_per_tok=0,
-            first_k_dense_layers=0,
-            moe_layers=(),
-        )
+        moe = {
+            "moe_intermediate_size": None,
+            "shared_expert_intermediate_size": None,
+            "num_experts": 0,
+            "num_experts_per_tok": 0,
+            "first_k_dense_layers": 0,
+            "moe_layers": (),
+        }
         if arch.moe:
             experts = r.int("num_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS)
             if experts:
@@ -256,14 +262,14 @@ def facts_from_dict(cfg: object, *, model_id: str, source: str, where: str, path
                 moe_layers = tuple(i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
                 _check_expert_budget(r, layers, experts)
                 if moe_layers:
-                    moe = dict(
-                        moe_intermediate_size=moe_inter,
-                        shared_expert_intermediate_size=None,
-                        num_experts=experts,
-                        num_experts_per_tok=top_k,
-                        first_k_dense_layers=moe_layers[0],
-                        moe_layers=moe_layers,
-                    )
+                    moe = {
+                        "moe_intermediate_size": moe_inter,
+                        "shared_expert_intermediate_size": None,
+                        "num_experts": experts,
+                        "num_experts_per_tok": top_k,
+                        "first_k_dense_layers": moe_layers[0],
+                        "moe_layers": moe_layers,
+                    }
         return ModelFacts(attention="gqa", head_dim=head_dim, **common, **moe)
 
     # MLA: DeepSeek-V2 / V3
@@ -272,7 +278,9 @@ def facts_from_dict(cfg: object, *, model_id: str, source: str, where: str, path
     nope = r.int("qk_nope_head_dim")
     rope = r.int("qk_rope_head_dim")
     v_dim = r.int("v_head_dim")
-    experts = r.int("n_routed_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS, nullable=True) or 0
+    experts = (
+        r.int("n_routed_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS, nullable=True) or 0
+    )
     first_k = r.int("first_k_dense_replace", minimum=0, maximum=MAX_LAYERS)
     freq = r.int("moe_layer_freq", default=1, maximum=MAX_LAYERS)
     mtp = r.int("num_nextn_predict_layers", "num_mtp_layers", default=0, minimum=0, maximum=MAX_LAYERS)

@@ -7,7 +7,7 @@ transcribed). ``get_model`` feeds ``config`` through the same parser as ``model_
 from __future__ import annotations
 
 import difflib
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from ._parse import facts_from_dict
@@ -43,14 +43,20 @@ def load_entry(model_id: str) -> dict:
     yaml = YAML(typ="safe", pure=True)
     with path.open("r", encoding="utf-8") as fh:
         entry = yaml.load(fh)
-    if not isinstance(entry, dict) or entry.get("id") != model_id or not isinstance(entry.get("config"), dict):
-        raise ConfigError(f"catalog entry {path.name}: needs 'id: {model_id}', 'source' and a 'config' mapping")
+    if (
+        not isinstance(entry, dict)
+        or entry.get("id") != model_id
+        or not isinstance(entry.get("config"), dict)
+    ):
+        raise ConfigError(
+            f"catalog entry {path.name}: needs 'id: {model_id}', 'source' and a 'config' mapping"
+        )
     if not isinstance(entry.get("source"), str) or not entry["source"].strip():
         raise ConfigError(f"catalog entry {path.name}: 'source' must say where the numbers come from")
     return entry
 
 
-@lru_cache(maxsize=None)
+@cache
 def _get(model_id: str) -> ModelFacts:
     entry = load_entry(model_id)
     return facts_from_dict(

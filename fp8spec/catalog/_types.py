@@ -262,8 +262,8 @@ class ModelFacts:
         -> the checkpoint module names fused into it."""
         return {k: list(v) for k, v in self._layout(include_mtp).fused.items()}
 
-    def linear_module(self, name: str, include_mtp: bool = True) -> LinearModule | None:
-        """The linear called ``name`` or None."""
+    def linear_module(self, name: str, include_mtp: bool = False) -> LinearModule | None:
+        """The linear called ``name`` or None (MTP modules only with ``include_mtp=True``)."""
         return self._layout(include_mtp).by_name.get(name)
 
     def num_parameters(self, include_mtp: bool = False) -> int:

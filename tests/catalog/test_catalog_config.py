@@ -62,9 +62,19 @@ def test_directory_with_config_json_is_accepted(tmp_path):
 def test_round_trip_from_transformers_qwen3moe_config(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.Qwen3MoeConfig(
-        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
-        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
-        num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        tie_word_embeddings=False,
         max_position_embeddings=40960,
     )
     d = cfg.to_dict()
@@ -77,9 +87,17 @@ def test_round_trip_from_transformers_qwen3moe_config(tmp_path):
 def test_transformers_qwen3moe_sparse_step_and_mlp_only_layers(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.Qwen3MoeConfig(
-        hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=6,
-        num_attention_heads=4, num_key_value_heads=2, num_experts=8, num_experts_per_tok=2,
-        decoder_sparse_step=2, mlp_only_layers=[3], vocab_size=1024,
+        hidden_size=256,
+        intermediate_size=512,
+        moe_intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=8,
+        num_experts_per_tok=2,
+        decoder_sparse_step=2,
+        mlp_only_layers=[3],
+        vocab_size=1024,
     )
     cfg.architectures = ["Qwen3MoeForCausalLM"]
     facts = model_from_config(_write(tmp_path, cfg.to_dict()))
@@ -261,8 +279,17 @@ def test_too_large_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "key", ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size",
-            "moe_intermediate_size", "num_experts_per_tok", "num_experts"],
+    "key",
+    [
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "vocab_size",
+        "intermediate_size",
+        "moe_intermediate_size",
+        "num_experts_per_tok",
+        "num_experts",
+    ],
 )
 def test_missing_required_key_is_named(tmp_path, key):
     cfg = _cfg()
@@ -272,8 +299,17 @@ def test_missing_required_key_is_named(tmp_path, key):
     assert err.key == key
 
 
-@pytest.mark.parametrize("key", ["kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "first_k_dense_replace",
-                                 "n_shared_experts", "n_routed_experts"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "kv_lora_rank",
+        "q_lora_rank",
+        "qk_rope_head_dim",
+        "first_k_dense_replace",
+        "n_shared_experts",
+        "n_routed_experts",
+    ],
+)
 def test_missing_deepseek_key_is_named(tmp_path, key):
     cfg = _cfg("deepseek-ai/DeepSeek-V3")
     del cfg[key]
@@ -309,7 +345,7 @@ def test_model_type_must_match_architecture(tmp_path):
 @pytest.mark.parametrize(
     "key, value, needle",
     [
-        ("hidden_size", "2048", "must be an integer, got \"2048\" (a string)"),
+        ("hidden_size", "2048", 'must be an integer, got "2048" (a string)'),
         ("hidden_size", 2048.5, "must be an integer"),
         ("hidden_size", True, "must be an integer"),
         ("hidden_size", None, "must be an integer, got null"),

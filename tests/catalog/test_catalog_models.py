@@ -32,30 +32,81 @@ REQUIRED_IDS = {
 }
 
 # Values cited in shared/research/peers.md section 4.1 (config.json of each model).
-_QWEN3_8B = dict(
-    architecture="Qwen3ForCausalLM", model_type="qwen3", hidden_size=4096, intermediate_size=12288,
-    moe_intermediate_size=None, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-    num_hidden_layers=36, num_experts=0, num_experts_per_tok=0, first_k_dense_layers=0, vocab_size=151936,
-    tie_word_embeddings=False, attention="gqa", is_moe=False, qk_norm=True, qkv_bias=False,
-)
-_QWEN3_30B = dict(
-    architecture="Qwen3MoeForCausalLM", model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144,
-    moe_intermediate_size=768, shared_expert_intermediate_size=None, num_attention_heads=32,
-    num_key_value_heads=4, head_dim=128, num_hidden_layers=48, num_experts=128, num_experts_per_tok=8,
-    first_k_dense_layers=0, vocab_size=151936, tie_word_embeddings=False, attention="gqa", is_moe=True,
-    moe_layers=tuple(range(48)),
-)
-_QWEN25_7B = dict(
-    architecture="Qwen2ForCausalLM", model_type="qwen2", hidden_size=3584, intermediate_size=18944,
-    num_attention_heads=28, num_key_value_heads=4, head_dim=128, num_hidden_layers=28, num_experts=0,
-    vocab_size=152064, tie_word_embeddings=False, attention="gqa", is_moe=False, qkv_bias=True,
-    o_proj_bias=False, qk_norm=False,
-)
-_LLAMA31_8B = dict(
-    architecture="LlamaForCausalLM", model_type="llama", hidden_size=4096, intermediate_size=14336,
-    num_attention_heads=32, num_key_value_heads=8, head_dim=128, num_hidden_layers=32, num_experts=0,
-    vocab_size=128256, tie_word_embeddings=False, attention="gqa", is_moe=False, qkv_bias=False, qk_norm=False,
-)
+_QWEN3_8B = {
+    "architecture": "Qwen3ForCausalLM",
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": None,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 36,
+    "num_experts": 0,
+    "num_experts_per_tok": 0,
+    "first_k_dense_layers": 0,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "attention": "gqa",
+    "is_moe": False,
+    "qk_norm": True,
+    "qkv_bias": False,
+}
+_QWEN3_30B = {
+    "architecture": "Qwen3MoeForCausalLM",
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "shared_expert_intermediate_size": None,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_hidden_layers": 48,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "first_k_dense_layers": 0,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "attention": "gqa",
+    "is_moe": True,
+    "moe_layers": tuple(range(48)),
+}
+_QWEN25_7B = {
+    "architecture": "Qwen2ForCausalLM",
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_hidden_layers": 28,
+    "num_experts": 0,
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+    "attention": "gqa",
+    "is_moe": False,
+    "qkv_bias": True,
+    "o_proj_bias": False,
+    "qk_norm": False,
+}
+_LLAMA31_8B = {
+    "architecture": "LlamaForCausalLM",
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 32,
+    "num_experts": 0,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "attention": "gqa",
+    "is_moe": False,
+    "qkv_bias": False,
+    "qk_norm": False,
+}
 EXPECTED = {
     "Qwen/Qwen3-8B": dict(_QWEN3_8B, max_position_embeddings=40960),
     "Qwen/Qwen3-8B-Base": dict(_QWEN3_8B, max_position_embeddings=32768),
@@ -65,15 +116,34 @@ EXPECTED = {
     "Qwen/Qwen2.5-7B-Instruct": dict(_QWEN25_7B, max_position_embeddings=32768),
     "meta-llama/Llama-3.1-8B": dict(_LLAMA31_8B, max_position_embeddings=131072),
     "meta-llama/Llama-3.1-8B-Instruct": dict(_LLAMA31_8B, max_position_embeddings=131072),
-    "deepseek-ai/DeepSeek-V3": dict(
-        architecture="DeepseekV3ForCausalLM", model_type="deepseek_v3", hidden_size=7168,
-        intermediate_size=18432, moe_intermediate_size=2048, shared_expert_intermediate_size=2048,
-        num_shared_experts=1, num_attention_heads=128, num_key_value_heads=128, head_dim=192,
-        num_hidden_layers=61, num_experts=256, num_experts_per_tok=8, first_k_dense_layers=3,
-        vocab_size=129280, tie_word_embeddings=False, attention="mla", is_moe=True, q_lora_rank=1536,
-        kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, num_mtp_layers=1,
-        moe_layers=tuple(range(3, 61)), max_position_embeddings=163840,
-    ),
+    "deepseek-ai/DeepSeek-V3": {
+        "architecture": "DeepseekV3ForCausalLM",
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "shared_expert_intermediate_size": 2048,
+        "num_shared_experts": 1,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "head_dim": 192,
+        "num_hidden_layers": 61,
+        "num_experts": 256,
+        "num_experts_per_tok": 8,
+        "first_k_dense_layers": 3,
+        "vocab_size": 129280,
+        "tie_word_embeddings": False,
+        "attention": "mla",
+        "is_moe": True,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "num_mtp_layers": 1,
+        "moe_layers": tuple(range(3, 61)),
+        "max_position_embeddings": 163840,
+    },
 }
 
 
@@ -139,8 +209,14 @@ def test_qwen3_30b_a3b_counts():
     kinds = Counter(m.kind for m in f.linear_modules())
     # 48 layers x (4 attention + 128 experts x 3) = 18,624 without routers and lm_head
     assert sum(v for k, v in kinds.items() if k not in ("router", "lm_head")) == 48 * (4 + 128 * 3) == 18624
-    assert kinds == {"attn_qkv": 48 * 3, "attn_out": 48, "expert_in": 48 * 256, "expert_out": 48 * 128,
-                     "router": 48, "lm_head": 1}
+    assert kinds == {
+        "attn_qkv": 48 * 3,
+        "attn_out": 48,
+        "expert_in": 48 * 256,
+        "expert_out": 48 * 128,
+        "router": 48,
+        "lm_head": 1,
+    }
     assert len(f.linear_modules()) == 18624 + 48 + 1
 
 
@@ -148,10 +224,19 @@ def test_deepseek_v3_counts():
     f = get_model("deepseek-ai/DeepSeek-V3")
     kinds = Counter(m.kind for m in f.linear_modules())
     assert kinds == {
-        "mla_q_a": 61, "mla_q_b": 61, "mla_kv_a": 61, "mla_kv_b": 61, "attn_out": 61,
-        "mlp_in": 3 * 2, "mlp_out": 3,
-        "router": 58, "expert_in": 58 * 256 * 2, "expert_out": 58 * 256,
-        "shared_expert_in": 58 * 2, "shared_expert_out": 58, "lm_head": 1,
+        "mla_q_a": 61,
+        "mla_q_b": 61,
+        "mla_kv_a": 61,
+        "mla_kv_b": 61,
+        "attn_out": 61,
+        "mlp_in": 3 * 2,
+        "mlp_out": 3,
+        "router": 58,
+        "expert_in": 58 * 256 * 2,
+        "expert_out": 58 * 256,
+        "shared_expert_in": 58 * 2,
+        "shared_expert_out": 58,
+        "lm_head": 1,
     }
 
 
@@ -190,17 +275,41 @@ def _mod(facts, name) -> LinearModule:
 def test_qwen3_8b_shapes_styles_groups():
     f = get_model("Qwen/Qwen3-8B")
     q = _mod(f, "model.layers.0.self_attn.q_proj")
-    assert (q.out_features, q.in_features, q.parallel, q.group, q.kind) == (4096, 4096, "column", "qkv_proj", "attn_qkv")
+    assert (q.out_features, q.in_features, q.parallel, q.group, q.kind) == (
+        4096,
+        4096,
+        "column",
+        "qkv_proj",
+        "attn_qkv",
+    )
     k = _mod(f, "model.layers.35.self_attn.k_proj")
     assert (k.out_features, k.in_features, k.layer) == (1024, 4096, 35)
     o = _mod(f, "model.layers.0.self_attn.o_proj")
-    assert (o.out_features, o.in_features, o.parallel, o.group, o.kind) == (4096, 4096, "row", None, "attn_out")
+    assert (o.out_features, o.in_features, o.parallel, o.group, o.kind) == (
+        4096,
+        4096,
+        "row",
+        None,
+        "attn_out",
+    )
     g = _mod(f, "model.layers.0.mlp.gate_proj")
     assert (g.out_features, g.in_features, g.parallel, g.group) == (12288, 4096, "column", "gate_up_proj")
     d = _mod(f, "model.layers.0.mlp.down_proj")
-    assert (d.out_features, d.in_features, d.parallel, d.group, d.kind) == (4096, 12288, "row", None, "mlp_out")
+    assert (d.out_features, d.in_features, d.parallel, d.group, d.kind) == (
+        4096,
+        12288,
+        "row",
+        None,
+        "mlp_out",
+    )
     lm = _mod(f, "lm_head")
-    assert (lm.out_features, lm.in_features, lm.parallel, lm.layer, lm.tied) == (151936, 4096, "column", None, False)
+    assert (lm.out_features, lm.in_features, lm.parallel, lm.layer, lm.tied) == (
+        151936,
+        4096,
+        "column",
+        None,
+        False,
+    )
     assert q.fused_name == "model.layers.0.self_attn.qkv_proj"
     assert g.fused_name == "model.layers.0.mlp.gate_up_proj"
     assert o.fused_name is None
@@ -209,12 +318,25 @@ def test_qwen3_8b_shapes_styles_groups():
 def test_qwen3_30b_expert_router_shapes():
     f = get_model("Qwen/Qwen3-30B-A3B-Base")
     e = _mod(f, "model.layers.3.mlp.experts.17.gate_proj")
-    assert (e.out_features, e.in_features, e.parallel, e.kind, e.expert, e.layer) == (768, 2048, "column", "expert_in", 17, 3)
+    assert (e.out_features, e.in_features, e.parallel, e.kind, e.expert, e.layer) == (
+        768,
+        2048,
+        "column",
+        "expert_in",
+        17,
+        3,
+    )
     assert e.group == "experts" and e.fused_name == "model.layers.3.mlp.experts"
     dn = _mod(f, "model.layers.47.mlp.experts.127.down_proj")
     assert (dn.out_features, dn.in_features, dn.parallel, dn.kind) == (2048, 768, "row", "expert_out")
     r = _mod(f, "model.layers.0.mlp.gate")
-    assert (r.out_features, r.in_features, r.parallel, r.kind, r.group) == (128, 2048, "replicated", "router", None)
+    assert (r.out_features, r.in_features, r.parallel, r.kind, r.group) == (
+        128,
+        2048,
+        "replicated",
+        "router",
+        None,
+    )
     q = _mod(f, "model.layers.0.self_attn.q_proj")
     assert q.out_features == 32 * 128  # head_dim 128 from config (not hidden/heads = 64)
     assert f.linear_module("model.layers.0.mlp.experts.128.gate_proj") is None
@@ -232,11 +354,21 @@ def test_qwen25_qkv_bias_only():
 def test_deepseek_v3_mla_shapes():
     f = get_model("deepseek-ai/DeepSeek-V3")
     qa = _mod(f, "model.layers.0.self_attn.q_a_proj")
-    assert (qa.out_features, qa.in_features, qa.parallel, qa.group) == (1536, 7168, "replicated", "fused_qkv_a_proj")
+    assert (qa.out_features, qa.in_features, qa.parallel, qa.group) == (
+        1536,
+        7168,
+        "replicated",
+        "fused_qkv_a_proj",
+    )
     qb = _mod(f, "model.layers.0.self_attn.q_b_proj")
     assert (qb.out_features, qb.in_features, qb.parallel) == (128 * 192, 1536, "column")
     kva = _mod(f, "model.layers.0.self_attn.kv_a_proj_with_mqa")
-    assert (kva.out_features, kva.in_features, kva.parallel, kva.kind) == (576, 7168, "replicated", "mla_kv_a")
+    assert (kva.out_features, kva.in_features, kva.parallel, kva.kind) == (
+        576,
+        7168,
+        "replicated",
+        "mla_kv_a",
+    )
     assert kva.fused_name == qa.fused_name == "model.layers.0.self_attn.fused_qkv_a_proj"
     kvb = _mod(f, "model.layers.0.self_attn.kv_b_proj")
     assert (kvb.out_features, kvb.in_features, kvb.parallel) == (128 * 256, 512, "column")
@@ -247,7 +379,12 @@ def test_deepseek_v3_mla_shapes():
     assert f.linear_module("model.layers.2.mlp.gate") is None
     assert f.linear_module("model.layers.3.mlp.gate_proj") is None
     sh = _mod(f, "model.layers.3.mlp.shared_experts.up_proj")
-    assert (sh.out_features, sh.in_features, sh.kind, sh.group) == (2048, 7168, "shared_expert_in", "gate_up_proj")
+    assert (sh.out_features, sh.in_features, sh.kind, sh.group) == (
+        2048,
+        7168,
+        "shared_expert_in",
+        "gate_up_proj",
+    )
     assert sh.fused_name == "model.layers.3.mlp.shared_experts.gate_up_proj"
     ex = _mod(f, "model.layers.60.mlp.experts.255.down_proj")
     assert (ex.out_features, ex.in_features) == (7168, 2048)
@@ -275,7 +412,9 @@ def test_module_invariants(model_id):
     assert bool(groups["router"]) == f.is_moe
     everything = set(groups["norms"]) | set(groups["embeddings"]) | {m.name for m in mods}
     assert everything == set(names)
-    assert not any(".layers.%d." % f.num_hidden_layers in n for n in names), "MTP leaked into the default listing"
+    assert not any(f".layers.{f.num_hidden_layers}." in n for n in names), (
+        "MTP leaked into the default listing"
+    )
 
 
 def test_norm_names_per_architecture():
@@ -300,14 +439,17 @@ def test_dense_models_have_no_router():
 
 def test_fused_groups_per_architecture():
     assert get_model("Qwen/Qwen3-8B").fused_groups() == {
-        "qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"],
+        "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
     }
     assert get_model("Qwen/Qwen3-30B-A3B").fused_groups() == {
-        "qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"],
+        "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
         "experts": ["gate_proj", "up_proj", "down_proj"],
     }
     assert get_model("deepseek-ai/DeepSeek-V3").fused_groups() == {
-        "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"], "gate_up_proj": ["gate_proj", "up_proj"],
+        "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
         "experts": ["gate_proj", "up_proj", "down_proj"],
     }
 
@@ -320,21 +462,28 @@ def test_every_grouped_module_agrees_with_fused_groups():
             if m.group is not None:
                 assert m.suffix in groups[m.group], (mid, m.name)
             else:
-                assert not any(m.suffix in members and m.kind not in ("mlp_out", "shared_expert_out")
-                               for members in groups.values()), (mid, m.name)
+                assert not any(
+                    m.suffix in members and m.kind not in ("mlp_out", "shared_expert_out")
+                    for members in groups.values()
+                ), (mid, m.name)
 
 
 def test_fused_instances():
     f = get_model("Qwen/Qwen3-30B-A3B")
     inst = f.fused_instances()
     assert inst["model.layers.0.self_attn.qkv_proj"] == [
-        "model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj",
+        "model.layers.0.self_attn.q_proj",
+        "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.v_proj",
     ]
     assert len(inst["model.layers.5.mlp.experts"]) == 128 * 3
     assert len(inst) == 48 * 2
     assert "model.layers.0.mlp.gate_up_proj" not in inst  # no dense MLP in this model
     d = get_model("Qwen/Qwen3-8B").fused_instances()
-    assert d["model.layers.7.mlp.gate_up_proj"] == ["model.layers.7.mlp.gate_proj", "model.layers.7.mlp.up_proj"]
+    assert d["model.layers.7.mlp.gate_up_proj"] == [
+        "model.layers.7.mlp.gate_proj",
+        "model.layers.7.mlp.up_proj",
+    ]
 
 
 def test_listings_are_copies():
@@ -374,11 +523,27 @@ def test_deepseek_mtp_is_opt_in():
     full = f.module_names(include_mtp=True)
     extra = [n for n in full if n not in plain]
     assert extra and all(n.startswith("model.layers.61.") for n in extra)
-    for name in ("embed_tokens", "enorm", "hnorm", "eh_proj", "shared_head.norm", "shared_head.head",
-                 "mlp.gate", "mlp.experts.255.down_proj", "mlp.shared_experts.gate_proj", "self_attn.kv_b_proj"):
+    for name in (
+        "embed_tokens",
+        "enorm",
+        "hnorm",
+        "eh_proj",
+        "shared_head.norm",
+        "shared_head.head",
+        "mlp.gate",
+        "mlp.experts.255.down_proj",
+        "mlp.shared_experts.gate_proj",
+        "self_attn.kv_b_proj",
+    ):
         assert f"model.layers.61.{name}" in extra, name
-    eh = f.linear_module("model.layers.61.eh_proj")
-    assert (eh.out_features, eh.in_features, eh.kind, eh.parallel) == (7168, 14336, "mtp_eh_proj", "replicated")
+    assert f.linear_module("model.layers.61.eh_proj") is None
+    eh = f.linear_module("model.layers.61.eh_proj", include_mtp=True)
+    assert (eh.out_features, eh.in_features, eh.kind, eh.parallel) == (
+        7168,
+        14336,
+        "mtp_eh_proj",
+        "replicated",
+    )
     groups = f.symbolic_groups(include_mtp=True)
     assert "model.layers.61.shared_head.head" in groups["lm_head"]
     assert "model.layers.61.mlp.gate" in groups["router"]

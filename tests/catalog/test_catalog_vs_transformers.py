@@ -17,7 +17,13 @@ from fp8spec.catalog import LinearModule, model_from_config
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-_BASE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, vocab_size=256)
+_BASE = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "vocab_size": 256,
+}
 
 CASES = {
     "llama": ("LlamaConfig", dict(_BASE, num_key_value_heads=2)),
@@ -28,25 +34,63 @@ CASES = {
     "qwen3": ("Qwen3Config", dict(_BASE, num_key_value_heads=2, head_dim=32)),
     "qwen3-moe": (
         "Qwen3MoeConfig",
-        dict(_BASE, num_key_value_heads=2, head_dim=32, moe_intermediate_size=48, num_experts=6,
-             num_experts_per_tok=2, mlp_only_layers=[2], decoder_sparse_step=1),
+        dict(
+            _BASE,
+            num_key_value_heads=2,
+            head_dim=32,
+            moe_intermediate_size=48,
+            num_experts=6,
+            num_experts_per_tok=2,
+            mlp_only_layers=[2],
+            decoder_sparse_step=1,
+        ),
     ),
     "qwen3-moe-step2": (
         "Qwen3MoeConfig",
-        dict(_BASE, num_key_value_heads=2, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
-             decoder_sparse_step=2),
+        dict(
+            _BASE,
+            num_key_value_heads=2,
+            moe_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            decoder_sparse_step=2,
+        ),
     ),
     "deepseek-v3": (
         "DeepseekV3Config",
-        dict(_BASE, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=2,
-             num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1, q_lora_rank=24,
-             kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=12),
+        dict(
+            _BASE,
+            num_key_value_heads=4,
+            moe_intermediate_size=32,
+            n_routed_experts=4,
+            n_shared_experts=2,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            q_lora_rank=24,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=4,
+            v_head_dim=12,
+        ),
     ),
     "deepseek-v2-lite": (
         "DeepseekV2Config",
-        dict(_BASE, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
-             num_experts_per_tok=2, first_k_dense_replace=2, q_lora_rank=None, kv_lora_rank=16,
-             qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8),
+        dict(
+            _BASE,
+            num_key_value_heads=4,
+            moe_intermediate_size=32,
+            n_routed_experts=4,
+            n_shared_experts=1,
+            num_experts_per_tok=2,
+            first_k_dense_replace=2,
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=4,
+            v_head_dim=8,
+        ),
     ),
 }
 
@@ -76,7 +120,9 @@ def _checkpoint_shapes(model) -> dict[str, tuple[int, ...]]:
 
 
 def test_conversion_mapping_confirms_per_expert_checkpoint_keys():
-    mapping = pytest.importorskip("transformers.conversion_mapping", reason="transformers < 5 keeps per-expert modules")
+    mapping = pytest.importorskip(
+        "transformers.conversion_mapping", reason="transformers < 5 keeps per-expert modules"
+    )
     get_checkpoint_conversion_mapping = mapping.get_checkpoint_conversion_mapping
 
     for model_type in ("qwen3_moe", "deepseek_v3"):
@@ -113,7 +159,9 @@ def test_layout_matches_transformers(tmp_path, case):
     assert facts.tie_word_embeddings == any(m.tied for m in linears.values())
 
     assert facts.num_parameters() == sum(
-        torch.Size(s).numel() for k, s in shapes.items() if not (facts.tie_word_embeddings and k == "lm_head.weight")
+        torch.Size(s).numel()
+        for k, s in shapes.items()
+        if not (facts.tie_word_embeddings and k == "lm_head.weight")
     )
     for norm in facts.symbolic_groups()["norms"]:
         assert len(shapes[norm + ".weight"]) == 1, norm
