@@ -27,7 +27,11 @@ def hydra_value(value: Any) -> str:
         text = repr(value)
         return text if any(c in text for c in ".en") else text + ".0"
     if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        # Hydra quoted strings: a quote is escaped with a backslash, and backslashes need doubling only
+        # where they precede a quote or the closing quote.
+        body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+        body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)
+        return "'" + body + "'"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
     if isinstance(value, dict):

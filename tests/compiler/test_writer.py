@@ -1,0 +1,81 @@
+"""Writing is safe: atomic, --force to replace, nothing outside the output folder, errors write nothing."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fp8spec.compiler.writer import WriteError, write_bundle
+from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
+from tests.spec.test_bad_inputs import run_cli
+
+
+def test_write_and_force(tmp_path):
+    out = tmp_path / "out"
+    target = write_bundle(out, "b", {"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"})
+    assert (target / "a.txt").read_text() == "1\n"
+    assert os.access(target / "launch.sh", os.X_OK)
+    with pytest.raises(WriteError, match="--force"):
+        write_bundle(out, "b", {"a.txt": "2\n"})
+    assert (target / "a.txt").read_text() == "1\n"
+    write_bundle(out, "b", {"a.txt": "2\n"}, force=True)
+    assert (target / "a.txt").read_text() == "2\n" and not (target / "launch.sh").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["b"], "no temporary folders left behind"
+
+
+@pytest.mark.parametrize("name", ["..", "a/b", ".hidden", "", "../escape"])
+def test_names_that_escape_are_refused(tmp_path, name):
+    with pytest.raises(WriteError):
+        write_bundle(tmp_path, name, {"a": "x"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_symlinked_target_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "b").symlink_to(outside)
+    with pytest.raises(WriteError, match="symbolic link"):
+        write_bundle(out, "b", {"a": "x"}, force=True)
+    assert list(outside.iterdir()) == []
+
+
+def test_bad_file_names_refused(tmp_path):
+    with pytest.raises(WriteError):
+        write_bundle(tmp_path, "b", {"../x": "y"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_compile_writes_bundle_and_refuses_overwrite(tmp_path):
+    spec = EXAMPLE_SPECS[0]
+    proc = run_cli("compile", str(spec), "-o", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    again = run_cli("compile", str(spec), "-o", str(tmp_path))
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert run_cli("compile", str(spec), "-o", str(tmp_path), "--force").returncode == 0
+
+
+def test_cli_compile_with_errors_writes_nothing(tmp_path, write_spec):
+    spec = write_spec(patched(BASE_SPEC, {"rollout": {"tp": 3}}))
+    out = tmp_path / "bundles"
+    proc = run_cli("compile", str(spec), "-o", str(out))
+    assert proc.returncode == 1 and "PAR002" in proc.stderr and "nothing written" in proc.stderr
+    assert not out.exists()
+
+
+def test_cli_backend_contradiction(tmp_path, write_spec):
+    spec = write_spec(BASE_SPEC)  # fsdp + vllm
+    for backend in ("megatron+vllm", "fsdp+sglang", "sglang"):
+        proc = run_cli("compile", str(spec), "--backend", backend, "-o", str(tmp_path / "o"))
+        assert proc.returncode == 2 and "contradicts the spec" in proc.stderr
+    assert run_cli("compile", str(spec), "--backend", "bogus", "-o", str(tmp_path / "o")).returncode == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_output_is_a_file(tmp_path):
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    proc = run_cli("compile", str(EXAMPLE_SPECS[0]), "-o", str(afile))
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
