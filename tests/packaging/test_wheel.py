@@ -1,0 +1,48 @@
+"""The built wheel carries everything fp8spec reads at run time, and works outside the source checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    pytest.importorskip("hatchling")
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(REPO)], check=True, capture_output=True, timeout=300)
+    (path,) = out.glob("fp8spec-*.whl")
+    return path
+
+
+def test_wheel_contains_runtime_data(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("fp8spec/_data/backends/stack.yaml", "fp8spec/_data/backends/verl/0.9.1.yaml",
+                     "fp8spec/_data/backends/vllm/0.33.0.yaml", "fp8spec/_data/templates/launch.sh.j2",
+                     "fp8spec/_data/specs/qwen3-30b.yaml", "fp8spec/_data/specs/fp8spec.schema.json",
+                     "fp8spec/data/gpus.yaml", "fp8spec/runtime/manifest.py"):
+        assert required in names, required
+    assert any(n.startswith("fp8spec/catalog/models/") for n in names)
+
+
+def test_installed_wheel_compiles_outside_checkout(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(target))
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    spec = target / "fp8spec" / "_data" / "specs" / "qwen3-30b.yaml"
+    proc = subprocess.run([sys.executable, "-c", "import fp8spec.cli as c, sys; sys.argv=['fp8spec', *sys.argv[1:]]; "
+                           "print(c.__file__, file=sys.stderr); c.main()", "compile", str(spec), "-o", "b"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert str(target) in proc.stderr, "ran the source checkout instead of the wheel"
+    assert (work / "b" / "qwen3-30b-a3b-fp8-e2e" / "launch.sh").exists()
