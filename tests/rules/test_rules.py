@@ -149,3 +149,31 @@ def test_rule_metadata_complete():
     for rule in all_rules():
         assert rule.rationale and rule.hint and rule.summary and rule.name, rule.code
         assert len(rule.rationale) > 80, rule.code
+
+
+def test_config_path_replaces_catalog(validate, tmp_path):
+    import json
+
+    from fp8spec.catalog import get_model  # noqa: F401  (the catalog must hold the reference config)
+
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 1024,
+              "intermediate_size": 3072, "moe_intermediate_size": 768, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 64, "num_hidden_layers": 4, "num_experts": 8,
+              "num_experts_per_tok": 2, "vocab_size": 32000, "tie_word_embeddings": False}
+    path = tmp_path / "my-moe" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    spec = patched(BASE_SPEC, {"model": {"name": "my-org/my-moe", "config_path": str(path)}, "rollout": {"tp": 2}})
+    result = validate(spec)
+    assert not result.errors, [d.render() for d in result.errors]
+    # 768 / tp 4 = 192: the same block rule now runs on the local model's shapes
+    found = _codes(validate(patched(spec, {"rollout": {"tp": 4}})), "BLK001")
+    assert found and "768 / tp 4 = 192" in found[0].message
+
+
+def test_config_path_unusable_is_located(validate, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}')
+    result = validate(patched(BASE_SPEC, {"model": {"config_path": str(bad)}}))
+    found = _codes(result, "REF001")
+    assert found and found[0].path == "model.config_path" and "supported" in found[0].message.lower()
