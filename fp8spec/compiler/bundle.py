@@ -62,10 +62,17 @@ def _checks(validation: Validation) -> list[dict]:
     return rows
 
 
+_FP8_SOURCES = ("linear.", "kv_cache.", "correction.", "training.precision", "training.fp8_",
+                "training.router_dtype", "rollout.calculate_log_probs")
+
+
 def _fp8_table(plan: Plan) -> list[dict]:
     rows = []
+    env_names = {s.key for s in plan.of("env")}
     for s in plan.settings:
-        if s.layer == "hydra" and s.source in ("data.train_files", "data.val_files", "model.path", "name"):
+        fp8_related = any(src.strip().startswith(_FP8_SOURCES) for src in s.source.split(","))
+        mirrors_env = s.layer == "hydra" and s.key.rsplit(".", 1)[-1] in env_names
+        if not fp8_related or mirrors_env:
             continue
         where = {"hydra": "Hydra override", "env": "env var", "engine_arg": "engine flag",
                  "patch": "runtime patch"}[s.layer]

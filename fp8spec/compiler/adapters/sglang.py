@@ -24,6 +24,11 @@ def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
     base = keys.key("key.rollout_engine_kwargs") + ".sglang"
     if spec.linear.quantize:
         _ignored_layers_env(plan, ctx)
+        if ctx.model.is_moe:
+            plan.notes.append(
+                "The MoE router stays BF16: verl's trainer-side quantizer skips mlp.gate.weight by name "
+                "(verl/utils/fp8_utils.py) and SGLang builds the Qwen3-MoE gate without a quant config."
+            )
         plan.notes.append(
             "SGLang has no online block quantization: verl quantizes the BF16 weights to 128x128 E4M3 blocks "
             "on the trainer side at every weight sync and SGLang loads them through an injected FP8 "

@@ -26,6 +26,11 @@ def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
         _deep_gemm_env(plan, ctx)
         ignored = engine_module_names(ctx)
         default = sorted(ctx.model.symbolic_groups().get("router", ()))
+        if ignored and sorted(ignored) == default:
+            plan.notes.append(
+                f"The MoE router ({len(default)} modules) stays BF16 through verl's own FP8 config, which lists "
+                "model.layers.{i}.mlp.gate in vLLM's ignored_layers (verl profile: capability.vllm_router_auto_ignored)."
+            )
         if sorted(ignored) != default:
             # verl's own config ignores only model.layers.{i}.mlp.gate; engine_kwargs.hf_overrides replaces it
             # (vllm_async_server.py builds args {..., "hf_overrides": ..., **engine_kwargs}).
