@@ -7,7 +7,7 @@ Math, per ``block_m x block_n`` block of the last two dimensions (leading
 dimensions, e.g. MoE experts, are independent matrices)::
 
     amax  = max(|x|) over the block, computed in float32, floored at ``amax_floor``
-    scale = amax / 448                      (scale_fmt="fp32")
+    scale = amax / 448                      (scale_fmt="fp32"; IEEE division, see ``_div``)
     scale = 2 ** ceil(log2(amax / 448))     (scale_fmt="ue8m0", exact, via the float32 bit pattern)
     scale = the same, halved where the block max would quantize to 224 (scale_fmt="ue8m0_fixed",
             a fixed point of vLLM's E8M0 re-quantization; see ``compute_scales``)
@@ -79,6 +79,21 @@ def pow2_ceil(t: torch.Tensor) -> torch.Tensor:
     return (exp << 23).view(torch.float32).reshape(t.shape)
 
 
+def _div(a, b) -> torch.Tensor:
+    """IEEE float32 division with tensor operands on both sides.
+
+    Not ``a / 448.0``: for a Python-scalar divisor torch's CUDA kernel multiplies by the scalar's
+    reciprocal, a different float operation from the CPU's true division, so the reference would
+    depend on the device. Tensor / tensor is a correctly rounded division on CPU and CUDA, and is
+    what the Triton kernel does (``tl.math.div_rn``).
+    """
+    if not isinstance(a, torch.Tensor):
+        a = torch.full_like(b, float(a))
+    if not isinstance(b, torch.Tensor):
+        b = torch.full_like(a, float(b))
+    return torch.div(a, b)
+
+
 def compute_scales(amax: torch.Tensor, scale_fmt: str = "fp32", amax_floor: float = DEFAULT_AMAX_FLOOR):
     """Block scales (``weight_scale_inv``) from float32 block amax values.
 
@@ -92,11 +107,11 @@ def compute_scales(amax: torch.Tensor, scale_fmt: str = "fp32", amax_floor: floa
     smaller than amax/448.
     """
     a = torch.clamp_min(amax.to(torch.float32), amax_floor)
-    s = a / FP8_MAX
+    s = _div(a, FP8_MAX)
     if scale_fmt in ("ue8m0", "ue8m0_fixed"):
         s = pow2_ceil(s)
         if scale_fmt == "ue8m0_fixed":
-            top = torch.clamp(a * (1.0 / s), max=FP8_MAX).to(FP8_DTYPE).to(torch.float32)
+            top = torch.clamp(a * _div(1.0, s), max=FP8_MAX).to(FP8_DTYPE).to(torch.float32)
             s = torch.where(top <= FP8_MAX / 2, s * 0.5, s)
     elif scale_fmt != "fp32":
         raise ValueError(f"scale_fmt must be one of {SCALE_FMTS}, got {scale_fmt!r}")
@@ -137,7 +152,7 @@ def quantize_blockwise(
     xv, (lead, m, n, gm, gn, L) = _pad_view(x, bm, bn)
     amax = xv.abs().amax(dim=(2, 4), keepdim=True)  # (L, gm, 1, gn, 1)
     s = compute_scales(amax, scale_fmt, amax_floor)
-    inv = 1.0 / s
+    inv = _div(1.0, s)
     q = torch.clamp(xv * inv, -FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     q = q.view(L, gm * bm, gn * bn)[:, :m, :n].reshape(*lead, m, n).contiguous()
     return q, s.reshape(*lead, gm, gn).contiguous()

@@ -128,7 +128,7 @@ class BucketPlan:
 
     def __init__(self, shapes, block, device, x_offsets=None, row_strides=None):
         bm, bn = block
-        self.shapes = [tuple(int(d) for d in s) for s in shapes]
+        self.shapes = [tuple(s) for s in shapes]
         self.block = block
         self.device = torch.device(device)
         nt = len(self.shapes)
@@ -139,9 +139,16 @@ class BucketPlan:
         gm, gn = (m + bm - 1) // bm, (n + bn - 1) // bn
         snum = lead * gm * gn
         self.numel, self.snum = numel.tolist(), snum.tolist()
-        self.y_starts = (torch.cumsum(numel, 0) - numel).tolist()
-        self.s_starts = (torch.cumsum(snum, 0) - snum).tolist()
         self.y_total, self.s_total = int(numel.sum()), int(snum.sum())
+        # Outputs are laid out by column count (N for weights, gn for scales): tensors sharing a
+        # column count sit back to back as one [rows, cols] matrix, so the per-tensor views come from
+        # one ``split`` per distinct column count instead of Python slicing per tensor.
+        lead_l, m_l, n_l, gm_l, gn_l = lead.tolist(), m.tolist(), n.tolist(), gm.tolist(), gn.tolist()
+        ys, self.y_groups = _grouped_layout(n_l, [a * b for a, b in zip(lead_l, m_l)])
+        ss, self.s_groups = _grouped_layout(gn_l, [a * b for a, b in zip(lead_l, gm_l)])
+        self.y_starts, self.s_starts = ys, ss
+        self.multi = [i for i, shp in enumerate(self.shapes) if len(shp) != 2]
+        self.scale_shapes = [(*shp[:-2], g1, g2) for shp, g1, g2 in zip(self.shapes, gm_l, gn_l)]
         # one row per 2-D matrix (a 3-D tensor contributes one per leading index)
         self.mat_tensor = torch.repeat_interleave(torch.arange(nt, dtype=torch.int64), lead)
         mat_li = torch.arange(len(self.mat_tensor), dtype=torch.int64) - torch.repeat_interleave(
@@ -183,12 +190,39 @@ class BucketPlan:
         return meta
 
     def outputs(self, y: torch.Tensor, s: torch.Tensor):
-        bm, bn = self.block
-        res = []
-        for shp, y0, n, s0, sn in zip(self.shapes, self.y_starts, self.numel, self.s_starts, self.snum):
-            gm, gn = -(-shp[-2] // bm), -(-shp[-1] // bn)
-            res.append((y[y0 : y0 + n].view(shp), s[s0 : s0 + sn].view(*shp[:-2], gm, gn)))
-        return res
+        """Per-tensor ``(q, scale_inv)`` views of the flat output buffers, in input order."""
+        qs = _split_views(y, self.y_groups, len(self.shapes))
+        ss = _split_views(s, self.s_groups, len(self.shapes))
+        for i in self.multi:
+            qs[i] = qs[i].view(self.shapes[i])
+            ss[i] = ss[i].view(self.scale_shapes[i])
+        return list(zip(qs, ss))
+
+
+def _grouped_layout(cols, rows):
+    """Start offsets (elements) per tensor, and groups (cols, start, total_rows, idxs, rows)."""
+    by_col: dict = {}
+    for i, c in enumerate(cols):
+        by_col.setdefault(c, []).append(i)
+    starts = [0] * len(cols)
+    groups, pos = [], 0
+    for c, idxs in by_col.items():
+        rl = [rows[i] for i in idxs]
+        g0 = pos
+        for i, r in zip(idxs, rl):
+            starts[i] = pos
+            pos += r * c
+        groups.append((c, g0, sum(rl), idxs, rl))
+    return starts, groups
+
+
+def _split_views(buf, groups, n):
+    out = [None] * n
+    for c, g0, total, idxs, rl in groups:
+        parts = buf[g0 : g0 + total * c].view(total, c).split(rl, 0)
+        for i, p in zip(idxs, parts):
+            out[i] = p
+    return out
 
 
 def _prod(shape) -> int:
@@ -252,41 +286,49 @@ def quantize_bucket(
     device = tensors[0].device
     if device.type != "cuda":
         raise ValueError("triton backend needs CUDA tensors")
-    groups: dict = {}
-    for i, t in enumerate(tensors):
-        groups.setdefault(t.dtype, []).append(i)
+    dtypes = [t.dtype for t in tensors]
+    if dtypes.count(dtypes[0]) == len(dtypes):
+        groups = {dtypes[0]: list(range(len(tensors)))}
+    else:
+        groups = {}
+        for i, dt in enumerate(dtypes):
+            groups.setdefault(dt, []).append(i)
+    dev_index = device.index if device.index is not None else torch.cuda.current_device()
     out: list = [None] * len(tensors)
     for dtype, idx in groups.items():
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise ValueError(f"expected bf16/fp16/fp32 tensors, got {dtype}")
-        group, ptrs, strides = [], [], None
-        for i in idx:
-            t = tensors[i]
-            if t.dim() < 2:
-                raise ValueError(f"expected tensors with >= 2 dims, got shape {tuple(t.shape)}")
-            if not t.is_contiguous():
-                if t.dim() == 2 and t.stride(1) == 1:
-                    strides = strides if strides is not None else {}
-                    strides[len(group)] = t.stride(0)
-                else:
-                    t = t.contiguous()
-            if t.device != device:
-                raise ValueError("all tensors of a bucket must be on one device")
-            group.append(t)
-            ptrs.append(t.data_ptr())
-        plan = _plan_for([t.shape for t in group], block, device)
-        esize = group[0].element_size()
-        base = ptrs[0]
-        if any((p - base) % esize for p in ptrs):
-            raise ValueError("input is not aligned to its element size")
-        x_off = [(p - base) // esize for p in ptrs]
+        group = [tensors[i] for i in idx]
         row_strides = None
-        if strides:
-            row_strides = [strides.get(j, shp[-1]) for j, shp in enumerate(plan.shapes)]
-        meta_cpu = plan.meta_with_inputs(x_off, row_strides)
+        contig = [t.is_contiguous() for t in group]
+        if not all(contig):
+            row_strides = [None] * len(group)
+            for j, ok in enumerate(contig):
+                t = group[j]
+                if ok:
+                    continue
+                if t.dim() == 2 and t.stride(1) == 1 and t.stride(0) >= t.shape[1]:
+                    row_strides[j] = t.stride(0)
+                else:
+                    group[j] = t.contiguous()
+        devs = [t.get_device() for t in group]
+        if devs.count(dev_index) != len(devs):
+            raise ValueError("all tensors of a bucket must be on one CUDA device")
+        shapes = [t.shape for t in group]
+        if any(len(sh) < 2 for sh in shapes):
+            raise ValueError("expected tensors with >= 2 dims (…, M, N)")
+        plan = _plan_for(shapes, block, device)
+        esize = group[0].element_size()
+        ptrs = torch.tensor([t.data_ptr() for t in group], dtype=torch.int64)
+        delta = ptrs - ptrs[0]
+        if bool((delta % esize).any()):
+            raise ValueError("input is not aligned to its element size")
+        if row_strides is not None:
+            row_strides = [r if r is not None else sh[-1] for r, sh in zip(row_strides, plan.shapes)]
+        meta_cpu = plan.meta_with_inputs(delta // esize, row_strides)
         meta = meta_cpu.to(device, non_blocking=True)
-        res = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps, _aligned(meta_cpu))
-        for i, r in zip(idx, res):
+        y, s = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps, _aligned(meta_cpu))
+        for i, r in zip(idx, plan.outputs(y, s)):
             out[i] = r
     return out
 
@@ -303,8 +345,13 @@ def quantize_flat(
     scale_fmt: str = "fp32",
     amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
     num_warps: int = 8,
+    views: bool = True,
 ):
-    """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1) + outputs."""
+    """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1).
+
+    Returns per-tensor ``[(q, scale_inv), …]`` views, or with ``views=False`` the two flat output
+    buffers ``(y, s)`` (``plan.outputs(y, s)`` makes the views later).
+    """
     _check_fmt(scale_fmt)
     kernel = _get_kernel()
     if kernel is None or not flat.is_cuda:
@@ -312,7 +359,8 @@ def quantize_flat(
         return _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
     if flat.dim() != 1 or not flat.is_contiguous():
         raise ValueError("flat must be a contiguous 1-D tensor")
-    return _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned)
+    y, s = _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned)
+    return plan.outputs(y, s) if views else (y, s)
 
 
 def _aligned(meta_cpu: torch.Tensor) -> bool:
@@ -340,4 +388,4 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned)
             ALIGNED=aligned,
             num_warps=num_warps,
         )
-    return plan.outputs(y, s)
+    return y, s

@@ -47,6 +47,27 @@ def test_plan_tables():
     assert flat.meta_dev[:, 0].tolist() == [0, 60000, 60000 + 129 * 100]
 
 
+def test_output_views_match_kernel_store_offsets():
+    """plan.outputs() must hand out exactly the memory the kernel writes for each tensor."""
+    shapes = [(128, 256), (3, 128, 128), (130, 256), (7, 5), (64, 128)]
+    plan = tbq.BucketPlan(shapes, (128, 128), "cpu")
+    y = torch.zeros(plan.y_total, dtype=torch.float8_e4m3fn)
+    s = torch.zeros(plan.s_total, dtype=torch.float32)
+    outs = plan.outputs(y, s)
+    first = {}
+    for row, t in enumerate(plan.mat_tensor.tolist()):
+        first.setdefault(t, row)
+    covered_y = torch.zeros(plan.y_total, dtype=torch.int32)
+    for i, (shp, (q, sc)) in enumerate(zip(shapes, outs)):
+        assert tuple(q.shape) == shp and q.is_contiguous() and sc.is_contiguous()
+        assert tuple(sc.shape) == (*shp[:-2], -(-shp[-2] // 128), -(-shp[-1] // 128))
+        assert q.data_ptr() - y.data_ptr() == plan.meta_cpu[first[i], 1].item()
+        assert (sc.data_ptr() - s.data_ptr()) // 4 == plan.meta_cpu[first[i], 2].item()
+        o = q.data_ptr() - y.data_ptr()
+        covered_y[o : o + q.numel()] += 1
+    assert (covered_y == 1).all()  # every output element belongs to exactly one tensor
+
+
 def test_flat_reference_fallback_on_cpu():
     gen = torch.Generator().manual_seed(1)
     a, b = torch.randn(300, 200, generator=gen), torch.randn(2, 129, 100, generator=gen)
