@@ -57,3 +57,16 @@ class Plan:
     @property
     def patches(self) -> list[str]:
         return sorted(s.key for s in self.of("patch"))
+
+
+def serve_flags(plan: Plan, profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
+    """Engine flags for a standalone serve command: (fact id of the flag, value or None for a bare switch,
+    spec source, why). Flag spellings come from the engine profile; each flag is recorded in the plan."""
+    argv: list[str] = []
+    for fact_id, value, source, why in args:
+        flag = profile.value(fact_id)
+        argv.append(flag)
+        if value is not None:
+            argv.append(str(value))
+        plan.add("engine_arg", flag, True if value is None else value, source, why, profile.evidence(fact_id))
+    return argv

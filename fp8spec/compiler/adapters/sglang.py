@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fp8spec.compiler.adapters.ignore_lists import engine_module_names
 from fp8spec.compiler.adapters.verl import VerlKeys
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.plan import Plan, serve_flags
 from fp8spec.rules.context import RuleContext
 
 
@@ -63,8 +63,4 @@ def build_sglang_serve(plan: Plan, ctx: RuleContext) -> list[str]:
                  "rollout.gpu_memory_utilization", "GPU memory share"))
     args.append(("flag.context_length", spec.rollout.max_prompt_length + spec.rollout.max_response_length,
                  "rollout.max_prompt_length", "prompt + response length"))
-    for fact_id, value, source, why in args:
-        flag = prof.value(fact_id)
-        argv += [flag, str(value)]
-        plan.add("engine_arg", flag, value, source, why, prof.evidence(fact_id))
-    return argv
+    return argv + serve_flags(plan, prof, args)

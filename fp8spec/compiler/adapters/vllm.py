@@ -6,7 +6,7 @@ import json
 
 from fp8spec.compiler.adapters.ignore_lists import all_engine_names, compress, engine_module_names
 from fp8spec.compiler.adapters.verl import VerlKeys
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.plan import Plan, serve_flags
 from fp8spec.rules.context import RuleContext
 
 
@@ -83,10 +83,4 @@ def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
                  "rollout.gpu_memory_utilization", "GPU memory share"))
     args.append(("flag.max_model_len", spec.rollout.max_prompt_length + spec.rollout.max_response_length,
                  "rollout.max_prompt_length", "prompt + response length"))
-    for fact_id, value, source, why in args:
-        flag = prof.value(fact_id)
-        argv.append(flag)
-        if value is not None:
-            argv.append(str(value))
-        plan.add("engine_arg", flag, value if value is not None else True, source, why, prof.evidence(fact_id))
-    return argv
+    return argv + serve_flags(plan, prof, args)
