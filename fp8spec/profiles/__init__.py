@@ -24,10 +24,11 @@ from fp8spec.profiles.loader import (
     profile_path,
     version_key,
 )
-from fp8spec.profiles.model import KINDS, Fact, Profile, Source, UnknownFact
+from fp8spec.profiles.model import KINDS, Confirm, Fact, Profile, Source, UnknownFact
 
 __all__ = [
     "KINDS",
+    "Confirm",
     "Fact",
     "Profile",
     "ProfileError",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
@@ -60,11 +60,68 @@ class Source(_Frozen):
     sha256: Sha256 = Field(description="sha256 of that file (lower-case hex).")
 
 
+#: How a schema snapshot (backends/snapshots, fp8spec.snapshots) confirms a fact. The first eight are the
+#: snapshot query kinds (fp8spec.snapshots.query); ``choices`` is a profile shorthand: every item of the
+#: fact's list value (or of ``value`` when given) is among the snapshot's choices for ``subject``.
+ConfirmKind = Literal["field", "flag", "choice", "choices", "env", "default", "key", "new_key", "class"]
+_NEEDS_VALUE = ("choice", "default")
+SnapshotSpec = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")]
+
+
+class Confirm(_Frozen):
+    """One check a snapshot can make of a fact, e.g. ``{kind: flag, subject: "--kv-cache-dtype"}``."""
+
+    kind: ConfirmKind
+    subject: NonEmpty = Field(description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path).")
+    value: Any = Field(default=None, description="The choice or default value (kind choice/default/choices).")
+    present: bool = Field(default=True, description="false: the snapshot must NOT have it (a removed feature).")
+    snapshot: Optional[SnapshotSpec] = Field(
+        default=None, description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.')
+
+    @model_validator(mode="before")
+    @classmethod
+    def _value_rules(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            kind = data.get("kind")
+            if kind in _NEEDS_VALUE and "value" not in data:
+                raise ValueError(f"a {kind!r} confirmation needs 'value' (write 'value: null' for null)")
+            if kind not in _NEEDS_VALUE + ("choices",) and "value" in data:
+                raise ValueError(f"a {kind!r} confirmation takes no 'value'")
+            if kind == "choices" and "value" in data and not isinstance(data["value"], list):
+                raise ValueError("'choices' takes a list 'value' (or none: the fact's own list value)")
+        return data
+
+    @field_validator("value")
+    @classmethod
+    def _plain(cls, value: Any) -> Any:
+        _check_plain(value)
+        return value
+
+    def describe(self) -> str:
+        text = f"{self.kind} {self.subject}"
+        if self.kind in _NEEDS_VALUE:
+            text += f" = {self.value!r}"
+        if not self.present:
+            text = "no " + text
+        return text + (f" [{self.snapshot}]" if self.snapshot else "")
+
+
 class Fact(_Frozen):
-    """One fact about a release: a plain-data value and where it was read."""
+    """One fact about a release: a plain-data value, where it was read, and (optionally) how a schema
+    snapshot of the release confirms it. Facts without ``confirm`` are evidence-only (behaviour read from
+    code paths, or upstream statements)."""
 
     value: Any = Field(description="Plain YAML data; null/false where the release lacks the feature.")
     evidence: Evidence = Field(description="file:line inside the release, or an upstream PR/issue URL.")
+    confirm: Optional[tuple[Confirm, ...]] = Field(
+        default=None, min_length=1, description="How a snapshot confirms the fact; omit for evidence-only facts.")
+
+    @model_validator(mode="after")
+    def _choices_need_a_list(self) -> "Fact":
+        for c in self.confirm or ():
+            if c.kind == "choices" and c.value is None and not isinstance(self.value, list):
+                raise ValueError("a 'choices' confirmation without 'value' needs the fact's value to be a list")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -109,6 +166,14 @@ class Profile(_Frozen):
     def ids(self, prefix: str = "") -> list[str]:
         """Sorted fact ids, optionally only those starting with ``prefix`` (e.g. ``"flag."``)."""
         return sorted(k for k in self.facts if k.startswith(prefix))
+
+    def confirmable(self) -> list[str]:
+        """Ids of the facts a schema snapshot can confirm (they carry ``confirm`` clauses), in file order."""
+        return [k for k, f in self.facts.items() if f.confirm]
+
+    def evidence_only(self) -> list[str]:
+        """Ids of the facts backed by evidence alone (behaviour read from code paths, upstream statements)."""
+        return [k for k, f in self.facts.items() if not f.confirm]
 
     @property
     def label(self) -> str:
