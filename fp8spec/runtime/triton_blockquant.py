@@ -262,7 +262,7 @@ def quantize_bucket(
     scale_fmt: str = "fp32",
     amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
     backend: str = "auto",
-    num_warps: int = 8,
+    num_warps: int = 4,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Quantize a bucket of (…, M, N) tensors; returns ``[(q, scale_inv), …]`` in input order.
 
@@ -326,7 +326,9 @@ def quantize_bucket(
         if row_strides is not None:
             row_strides = [r if r is not None else sh[-1] for r, sh in zip(row_strides, plan.shapes)]
         meta_cpu = plan.meta_with_inputs(delta // esize, row_strides)
-        meta = meta_cpu.to(device, non_blocking=True)
+        # pinned + non_blocking: a copy from pageable memory would wait for the previous bucket's
+        # kernel, serializing host preparation and GPU work across buckets
+        meta = meta_cpu.pin_memory().to(device, non_blocking=True)
         y, s = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps, _aligned(meta_cpu))
         for i, r in zip(idx, plan.outputs(y, s)):
             out[i] = r
@@ -344,7 +346,7 @@ def quantize_flat(
     plan: BucketPlan,
     scale_fmt: str = "fp32",
     amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
-    num_warps: int = 8,
+    num_warps: int = 4,
     views: bool = True,
 ):
     """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1).
