@@ -15,6 +15,7 @@ from typing import List, Optional
 import typer
 
 from fp8spec import __version__
+from fp8spec.cli_backends import backends_app
 from fp8spec.diagnostics import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -207,6 +208,9 @@ def models() -> None:
         m = get_model(model_id)
         kind = f"MoE {m.num_experts} experts" if m.is_moe else "dense"
         typer.echo(f"{model_id:<36} {m.architecture:<24} {m.num_hidden_layers:>3} layers  {kind}")
+
+
+app.add_typer(backends_app, name="backends", help="Backend releases: snapshots of their wheels, drift report.")
 
 
 def _usage_error(message: str) -> None:
