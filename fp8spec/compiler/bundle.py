@@ -14,6 +14,7 @@ import jinja2
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
+from fp8spec.compiler.launchers import launcher_files
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
 from fp8spec.patchset import manifest as runtime_manifest
@@ -107,6 +108,7 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         files["serve.sh"] = render("serve.sh.j2", **common)
         files["engine_args.json"] = json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2,
                                                sort_keys=True) + "\n"
+    files.update(launcher_files(validation, choice, plan, files))
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(validation, choice, plan, spec_file, stack, files)
     return files

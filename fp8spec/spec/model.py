@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from fp8spec.hardware import GPU_NAMES
 
@@ -139,15 +139,53 @@ class DataSection(_Section):
     val_files: Union[NonEmpty, list[NonEmpty], None] = None
 
 
+# NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
+def _patterned(pattern: str, max_length: int):
+    return Annotated[str, StringConstraints(min_length=1, max_length=max_length, pattern=pattern),
+                     AfterValidator(_plain_text)]
+
+
+# Written into #SBATCH lines (sbatch parses them itself): no blanks, quotes, '$' or backslashes.
+SlurmName = _patterned(r"^[A-Za-z0-9_.,:+-]+$", 200)
+SbatchOption = _patterned(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%&|!*\[\]-]+)?$", 200)
+# Options the launcher writes from the spec: a second one would contradict hardware.* or the fields above.
+SBATCH_FROM_SPEC = ("--nodes", "--ntasks-per-node", "--gpus-per-node", "--gpus", "--gres", "--exclusive",
+                    "--partition", "--account", "--time", "--job-name")
+K8sLabel = _patterned(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", 63)
+K8sQuantity = _patterned(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$", 32)
+
+
 class SlurmSettings(_Section):
-    partition: Optional[NonEmpty] = None
-    account: Optional[NonEmpty] = None
+    partition: Optional[SlurmName] = None
+    account: Optional[SlurmName] = None
     time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = "24:00:00"
+    extra_sbatch: list[SbatchOption] = Field(
+        default_factory=list,
+        description="More #SBATCH options, one '--name=value' each (e.g. --qos=high, --mem=0). Nodes, GPUs, "
+        "--exclusive, partition, account, time and job name come from the spec and cannot be repeated here.",
+    )
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _not_from_spec(cls, options: list[str]) -> list[str]:
+        for option in options:
+            name = option.split("=", 1)[0]
+            if name in SBATCH_FROM_SPEC:
+                raise ValueError(f"{name} is written from the spec (hardware.*, cluster.slurm.*); remove it here")
+        return options
 
 
 class KubeRaySettings(_Section):
-    image: NonEmpty = "verlai/verl:vllm024.latest"
-    namespace: Slug = "default"
+    image: NonEmpty = Field("verlai/verl:vllm024.latest",
+                            description="Image of the head, worker and submitter pods.")
+    namespace: K8sLabel = Field("default", description="Kubernetes namespace (a DNS-1123 label).")
+    ray_version: Optional[Version] = Field(
+        None, description="Ray version inside the image (rayClusterSpec.rayVersion); left out when unset."
+    )
+    head_cpus: K8sQuantity = Field("4", description="CPU request and limit of the head pod (it runs no Ray work).")
+    head_memory: K8sQuantity = Field("16Gi", description="Memory request and limit of the head pod.")
+    worker_cpus: Optional[K8sQuantity] = Field(None, description="CPU request and limit of each GPU worker pod.")
+    worker_memory: Optional[K8sQuantity] = Field(None, description="Memory request and limit of each GPU worker pod.")
 
 
 class ClusterSection(_Section):

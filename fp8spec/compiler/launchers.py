@@ -1,0 +1,136 @@
+"""Cluster launchers of a trainer bundle: the preflight and the three ways to start the run.
+
+Every trainer bundle gets all of them, whichever ``cluster.launcher`` the spec names (the README says which
+one it chose): the cluster section is where the run goes today, and moving it should not need a new
+compile. Files, all rendered through templates/ with strict undefined variables:
+
+- ``preflight.py`` + ``preflight.json``: the self-contained check (fp8spec/preflight/preflight.py) and the
+  values it expects (pins, env vars, GPU, CUDA, model facts).
+- ``submit.sh``: ``ray job submit`` of the preflight job, then of launch.sh when it passed.
+- ``slurm.sbatch``: a Ray cluster over ``hardware.nodes`` Slurm nodes (head on the batch node, one worker per
+  other node), then submit.sh, then teardown.
+- ``rayjob.yaml``: a KubeRay RayJob (+ a ConfigMap with the files it runs). The head is a CPU pod that takes
+  no Ray work; the one worker group has ``replicas = hardware.nodes`` pods of ``gpus_per_node`` GPUs each,
+  so the GPU pods are exactly the spec's nodes (as on Slurm, where the head node also holds GPUs).
+
+The submission id is deterministic: ``fp8spec-<spec name>-<backend>-<first 12 hex of the spec sha256>``
+(the preflight's adds ``-preflight``), so the same spec cannot be submitted twice to one cluster by accident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from fp8spec import __version__
+from fp8spec.compiler.build import BackendChoice
+from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.quoting import json_scalar, yaml_string_map
+from fp8spec.hardware import gpu as gpu_facts
+from fp8spec.patchset import manifest as runtime_manifest
+from fp8spec.preflight import program_text
+from fp8spec.rules.context import STACK_KINDS, used_stack_fields
+from fp8spec.rules.engine import Validation
+
+LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")
+PREFLIGHT_FORMAT = 1
+RAY_PORT = 6379
+DASHBOARD_PORT = 8265
+KUBERAY_BUNDLE_DIR = "/fp8spec/bundle"
+KUBERAY_TTL_SECONDS = 600
+K8S_NAME_MAX = 47  # KubeRay: MaxRayJobNameLength = 53 (RayCluster) - 6 (generated suffix)
+
+# Installed distribution names tried for each pinned package, first found wins.
+DISTRIBUTIONS = {
+    "verl": ["verl"],
+    "vllm": ["vllm"],
+    "sglang": ["sglang"],
+    "megatron-core": ["megatron-core"],
+    "transformer-engine": ["transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
+                           "transformer-engine-torch"],
+    "fp8spec": ["fp8spec"],
+}
+
+
+def submission_id(spec_name: str, backend: str, spec_sha256: str) -> str:
+    return f"fp8spec-{spec_name}-{backend.replace('+', '-')}-{spec_sha256[:12]}"
+
+
+def k8s_name(name: str) -> str:
+    """A DNS-1035 label of at most 47 characters (a KubeRay RayJob name) from a spec name."""
+    text = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not text or not text[0].isalpha():
+        text = "fp8-" + text
+    if len(text) > K8S_NAME_MAX:
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
+        text = text[: K8S_NAME_MAX - 7].rstrip("-") + "-" + digest
+    return text.rstrip("-")
+
+
+def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan) -> dict:
+    """What preflight.py checks on every node (written as preflight.json)."""
+    spec = validation.loaded.spec
+    hw = spec.hardware
+    target = gpu_facts(hw.gpu)
+    packages = []
+    for field in used_stack_fields(spec):
+        name = STACK_KINDS[field]
+        packages.append({"name": name, "version": getattr(spec.stack, field), "distributions": DISTRIBUTIONS[name]})
+    if plan.patches:
+        packages.append({"name": "fp8spec", "version": runtime_manifest().PATCHSET_VERSION,
+                         "distributions": DISTRIBUTIONS["fp8spec"], "why": "runtime patches " + ", ".join(plan.patches)})
+    model = validation.context.model if validation.context is not None else None
+    config = None
+    if model is not None:
+        config = {"hidden_size": model.hidden_size, "num_hidden_layers": model.num_hidden_layers,
+                  "num_attention_heads": model.num_attention_heads,
+                  "num_key_value_heads": model.num_key_value_heads, "num_experts": model.num_experts,
+                  "vocab_size": model.vocab_size}
+    return {
+        "format": PREFLIGHT_FORMAT,
+        "fp8spec_version": __version__,
+        "spec": {"name": spec.name, "sha256": validation.loaded.sha256},
+        "backend": choice.name,
+        "submission_id": submission_id(spec.name, choice.name, validation.loaded.sha256),
+        "hardware": {"gpu": hw.gpu, "device_name": hw.gpu.upper(), "compute_capability": target.cc_text,
+                     "arch": target.arch, "nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node, "cuda": hw.cuda},
+        "packages": packages,
+        "env": dict(plan.env),
+        "model": {"name": spec.model.name, "path": spec.model.path, "config": config},
+    }
+
+
+def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan, files: dict[str, str]) -> dict[str, str]:
+    """The launcher files of a trainer bundle (none for a standalone serve bundle).
+
+    ``files`` are the bundle files rendered so far; rayjob.yaml's ConfigMap carries launch.sh from them.
+    """
+    if not choice.trainer:
+        return {}
+    from fp8spec.compiler.bundle import render
+
+    spec = validation.loaded.spec
+    cluster = spec.cluster
+    sha = validation.loaded.sha256
+    sub_id = submission_id(spec.name, choice.name, sha)
+    common = dict(spec=spec, backend=choice.name, fp8spec_version=__version__, submission_id=sub_id,
+                  nodes=spec.hardware.nodes, gpus_per_node=spec.hardware.gpus_per_node,
+                  working_dir=cluster.working_dir)
+    out: dict[str, str] = {}
+    out["preflight.py"] = program_text()
+    out["preflight.json"] = json.dumps(preflight_expected(validation, choice, plan), indent=2, sort_keys=True) + "\n"
+    out["submit.sh"] = render("submit.sh.j2", address=cluster.address, **common)
+    out["slurm.sbatch"] = render("slurm.sbatch.j2", slurm=cluster.slurm, job_name=spec.name, ray_port=RAY_PORT,
+                                 dashboard_port=DASHBOARD_PORT, **common)
+    name = k8s_name(spec.name)
+    runtime_env = (f"working_dir: {json_scalar(KUBERAY_BUNDLE_DIR)}\n"
+                   "env_vars:\n" + yaml_string_map(plan.env, indent=2)).rstrip("\n")
+    out["rayjob.yaml"] = render(
+        "rayjob.yaml.j2", name=name, configmap=f"{name}-bundle", namespace=cluster.kuberay.namespace,
+        kuberay=cluster.kuberay, spec_sha256=sha, bundle_dir=KUBERAY_BUNDLE_DIR,
+        configmap_files={"launch.sh": files["launch.sh"], "preflight.json": out["preflight.json"],
+                         "preflight.py": out["preflight.py"]},
+        entrypoint="python3 preflight.py && bash launch.sh", runtime_env_yaml=runtime_env,
+        ttl_seconds=KUBERAY_TTL_SECONDS, **common)
+    return out

@@ -1,0 +1,17 @@
+"""The cluster preflight shipped in every trainer bundle.
+
+``preflight.py`` beside this file is a self-contained program (standard library, torch, ray; never fp8spec):
+the compiler copies its text into the bundle and writes the values it checks into ``preflight.json``
+(fp8spec.compiler.launchers). Keep it importable on Python 3.8+ without third-party packages at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PROGRAM = Path(__file__).with_name("preflight.py")
+
+
+def program_text() -> str:
+    """The text of preflight.py, exactly as it goes into a bundle."""
+    return PROGRAM.read_text(encoding="utf-8")
