@@ -608,9 +608,38 @@ def check_env(c: Compiled) -> list[str]:
     return problems
 
 
+# ----------------------------------------------------------------------------- spec intent
+def check_kv_calibration(c: Compiled) -> list[str]:
+    """An FP8 KV cache with recalibration gets a mechanism that exists in the targeted release: the engine's
+    own calculate_kv_scales (confirmed by its snapshot) for 'once', else fp8spec's kv_scales runtime patch,
+    activated (verl bundles). A standalone serve command has no weight sync to patch: there only the engine's
+    own switch can calibrate, and it must be used where the release has it."""
+    spec = c.spec
+    if spec.kv_cache.dtype == "bf16" or spec.kv_cache.recalibrate == "none":
+        return []
+    version = c.version(c.engine)
+    snap = snapshot(c.engine, version)
+    native = _confirm(snap, "field", "calculate_kv_scales")[0]
+    if not c.trainer:
+        if native and "--calculate-kv-scales" not in c.argv:
+            return [f"kv_cache.recalibrate {spec.kv_cache.recalibrate}: {c.engine} {version} has "
+                    "--calculate-kv-scales, but the serve command does not use it"]
+        return []
+    key = f"{ENGINE_KWARGS}.{c.engine}.calculate_kv_scales"
+    kwargs = {o.key_or_group: o.value() for o in parse_overrides(c.overrides)}
+    if spec.kv_cache.recalibrate == "once" and kwargs.get(key) is True:
+        return [] if native else [f"{key}: {c.engine} {version} has no calculate_kv_scales"]
+    patches = c.env.get(_MANIFEST_CONSTS["ENV_PATCHES"], "").split(",")
+    modules = c.env.get("VERL_USE_EXTERNAL_MODULES", "").split(",")
+    if "kv_scales" in patches and _MANIFEST_CONSTS["MODULE"] in modules:
+        return []
+    return [f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {c.engine} {version}: the bundle neither enables "
+            "the engine's calculate_kv_scales nor activates the kv_scales runtime patch (scales stay 1.0)"]
+
+
 # ----------------------------------------------------------------------------- everything
 def check_bundle(c: Compiled) -> list[str]:
-    problems = check_env(c)
+    problems = check_env(c) + check_kv_calibration(c)
     if c.trainer:
         problems += check_hydra(c)
         if c.trainer == "megatron":
