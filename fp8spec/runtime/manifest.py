@@ -11,7 +11,7 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
    importing ``fp8spec.runtime`` does nothing at all.
 2. ``VERL_USE_EXTERNAL_MODULES=fp8spec.runtime`` in the same runtime_env: verl's package
    ``__init__`` imports the listed modules in every process that imports verl
-   (verl 0.9.1 ``verl/__init__.py`` lines 50-53, ``import_external_libs`` in
+   (verl 0.9.1 ``verl/__init__.py`` lines 49-52, ``import_external_libs`` in
    ``verl/utils/import_utils.py`` line 81). That includes the vLLM worker processes, which import
    verl's worker extension ``verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension``.
    (``actor_rollout_ref.model.external_lib`` is the config-level twin, imported in

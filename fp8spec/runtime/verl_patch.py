@@ -8,12 +8,12 @@ How weights travel in verl 0.9.1 (read in the installed package):
   ``self.rollout.update_weights`` (colocated, "naive") or to ``self.checkpoint_engine.send_weights``.
   Extra ``(name, tensor)`` pairs appended to that generator travel with the weights.
 * vLLM rollout: the tensors reach the vLLM worker's ``vLLMColocateWorkerExtension._update_weights``
-  in buckets (``verl/workers/rollout/vllm_rollout/utils.py`` lines 248-353, 355-404); with
+  in buckets (``verl/workers/rollout/vllm_rollout/utils.py``: ``update_weights_from_ipc`` line 248, ``_update_weights`` line 367); with
   ``rollout.quantization=fp8`` the BF16 weights are quantized *there*, per tensor, by
   ``verl.utils.vllm.vllm_quant_utils.quant_weights`` (line 346, ``scaled_fp8_blockwise`` at 392,
   ``<name>_scale_inv`` at 404), called from ``load_quanted_weights`` (line 439).
 * SGLang rollout: ``ServerAdapter.update_weights`` (``verl/workers/rollout/sglang_rollout/sglang_rollout.py``
-  line 360-370) quantizes in the trainer process with ``FP8QuantizerHelper.quant_weights_by_name``
+  line 305, quantization at lines 360-370) quantizes in the trainer process with ``FP8QuantizerHelper.quant_weights_by_name``
   (``verl/utils/fp8_utils.py`` line 86), then buckets and posts ``update_weights_from_tensor``.
 * Forward passes on the actor: ``ActorRolloutRefWorker.compute_log_prob`` calls
   ``self.actor.infer_batch`` (line 703-706), ``update_actor`` calls ``self.actor.train_mini_batch``
@@ -179,7 +179,7 @@ async def send_sglang_kv_scales(rollout, named) -> None:
     """Post the scales to every TP worker of the replica through the fp8spec custom loader.
 
     Same transport as verl 0.9.1's ``ServerAdapter._update_weights_delta_flush``
-    (``sglang_rollout.py`` lines 415-458): every rank serializes its GPU copy, TP rank 0 gathers and
+    (``sglang_rollout.py`` lines 413-458): every rank serializes its GPU copy, TP rank 0 gathers and
     posts one ``update_weights_from_tensor`` with ``load_format`` = the loader's import path.
     """
     import torch.distributed as dist

@@ -151,3 +151,28 @@ def test_vllm_plugin_register_activates_from_env(monkeypatch):
     monkeypatch.setenv("FP8SPEC_RUNTIME_PATCHES", "ue8m0_scales")
     vllm_plugin.register()
     assert rt.active_patches() == frozenset({"ue8m0_scales"})
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_bundle_overrides_compose_with_verl_config(engine):
+    """The emitted Hydra overrides are accepted by verl 0.9.1's own ppo_trainer config."""
+    import importlib.util
+
+    hydra = pytest.importorskip("hydra")
+    from omegaconf import OmegaConf
+
+    spec = importlib.util.find_spec("verl")  # locates the package without running verl/__init__
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is not installed")
+    cfgdir = os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config")
+    patches = ["kv_scales", "ue8m0_scales", "fast_block_quant"]
+    ov = manifest.bundle_overrides(patches, engine)
+    with hydra.initialize_config_dir(config_dir=cfgdir, version_base=None):
+        cfg = hydra.compose(
+            config_name="ppo_trainer",
+            overrides=ov + [f"actor_rollout_ref.rollout.name={engine}", "actor_rollout_ref.rollout.quantization=fp8"],
+        )
+    env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env)["env_vars"]
+    assert env == {"FP8SPEC_RUNTIME_PATCHES": ",".join(patches), "VERL_USE_EXTERNAL_MODULES": "fp8spec.runtime"}
+    ek = OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs)
+    assert ek[engine] == manifest.PATCHES["kv_scales"]["engine_args"][engine]

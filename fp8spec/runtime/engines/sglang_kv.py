@@ -10,9 +10,9 @@ SGLang facts relied on (wheel sources, paths relative to the package root):
 * ``RadixAttention`` keeps ``k_scale``/``v_scale`` (device tensors, or None without a KV quant
   method) and host floats ``k_scale_float``/``v_scale_float`` (``srt/layers/radix_attention.py``
   0.5.12 lines 89-92, 0.5.23 lines 94-98); the FA3 backend passes ``layer.k_scale`` as ``k_descale``
-  (0.5.12 ``srt/layers/attention/flashattention_backend.py`` line 679-681), others read the floats.
+  (0.5.12 ``srt/layers/attention/flashattention_backend.py`` lines 679-681), others read the floats.
   ``BaseKVCacheMethod.process_weights_after_loading`` fills both
-  (``srt/layers/quantization/kv_cache.py`` lines 80-85 / 82-85), doubling on fnuz platforms.
+  (``srt/layers/quantization/kv_cache.py``: 0.5.12 lines 82-85, 0.5.23 lines 80-83), doubling on fnuz platforms.
 * SGLang MHA backends do not use a q scale; pushed ``q_scale`` values are accepted and ignored.
 * Attention path: ``model.layers.{i}.self_attn.attn`` (``srt/models/qwen3.py`` line 150,
   ``prefix=add_prefix("attn", prefix)``).

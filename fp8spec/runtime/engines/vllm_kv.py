@@ -100,7 +100,7 @@ def patch_verl_worker_extension(module) -> None:
     """Patch verl 0.9.1's ``vLLMColocateWorkerExtension`` (``verl/workers/rollout/vllm_rollout/utils.py``).
 
     verl delivers weights in buckets to ``_update_weights(weights, peft_config, base_sync_done)``
-    (line 372), called from ``update_weights_from_ipc`` (line 248), which ends with the
+    (line 367), called from ``update_weights_from_ipc`` (line 248), which ends with the
     post-processing step. The kv scales travel in the same buckets under the engine's names; they
     are taken out before ``load_weights`` sees them and written into the layers once
     ``update_weights_from_ipc`` has returned (after any post-processing that resets scales).

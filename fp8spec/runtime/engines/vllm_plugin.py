@@ -1,8 +1,8 @@
 """vLLM general plugin: ``[project.entry-points."vllm.general_plugins"] fp8spec_runtime = "fp8spec.runtime.engines.vllm_plugin:register"``.
 
 vLLM calls every ``vllm.general_plugins`` entry point in each of its processes (front end, engine
-core, workers) before building the model (``vllm/plugins/__init__.py``: ``DEFAULT_PLUGINS_GROUP``,
-``load_general_plugins``; ``VLLM_PLUGINS`` filters by name). ``register`` activates the patches named
+core, workers) before building the model (``vllm/plugins/__init__.py``: ``DEFAULT_PLUGINS_GROUP`` 0.24.0 line 14 / 0.33.0 line 18,
+``load_general_plugins`` line 69 / 77; ``VLLM_PLUGINS`` filters by name). ``register`` activates the patches named
 in ``FP8SPEC_RUNTIME_PATCHES``: with it unset it does nothing. This makes the vLLM-side patches
 independent of verl importing ``fp8spec.runtime`` (``VERL_USE_EXTERNAL_MODULES``); both may run,
 activation is idempotent.
