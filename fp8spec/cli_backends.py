@@ -13,6 +13,7 @@ that failed (network, pip), reported as one line.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import List, Optional
 
@@ -51,6 +52,11 @@ def _artifact_error(spec: str, err: Exception) -> str:
                "No route to host", "Connection refused")
     if any(n in text for n in network):
         reason = next((ln for ln in lines if any(n in ln for n in network)), lines[-1] if lines else text)
+        host = re.search(r"host='([^']+)', port=(\d+)", reason)
+        why = re.search(r"Failed to establish a new connection: [^\"')]+", reason) or next(
+            (m for m in (re.search(re.escape(n), reason) for n in network[2:]) if m), None)
+        if why:
+            reason = (f"{host.group(1)}:{host.group(2)}: " if host else "") + why.group(0).strip()
         return _one_line(f"cannot download {spec}: network unreachable ({reason})")
     errors = [ln for ln in lines if ln.startswith("ERROR:")]
     reason = errors[-1][len("ERROR:"):].strip() if errors else (lines[-1] if lines else text)

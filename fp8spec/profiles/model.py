@@ -113,8 +113,8 @@ class Fact(_Frozen):
 
     value: Any = Field(description="Plain YAML data; null/false where the release lacks the feature.")
     evidence: Evidence = Field(description="file:line inside the release, or an upstream PR/issue URL.")
-    confirm: Optional[tuple[Confirm, ...]] = Field(
-        default=None, min_length=1, description="How a snapshot confirms the fact; omit for evidence-only facts.")
+    confirm: Optional[Annotated[tuple[Confirm, ...], Field(min_length=1)]] = Field(
+        default=None, description="How a snapshot confirms the fact; omit for evidence-only facts.")
 
     @model_validator(mode="after")
     def _choices_need_a_list(self) -> "Fact":
@@ -129,6 +129,8 @@ class Fact(_Frozen):
         # ``value: null`` is meaningful (the release lacks the thing); a missing ``value`` is a typo.
         if isinstance(data, dict) and "value" not in data:
             raise ValueError("fact has no 'value' key (write 'value: null' if the release lacks it)")
+        if isinstance(data, dict) and "confirm" in data and not data["confirm"]:
+            raise ValueError("'confirm' is empty: list at least one clause, or drop the key (evidence only)")
         return data
 
     @field_validator("value")
