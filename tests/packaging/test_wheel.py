@@ -46,3 +46,11 @@ def test_installed_wheel_compiles_outside_checkout(wheel, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert str(target) in proc.stderr, "ran the source checkout instead of the wheel"
     assert (work / "b" / "qwen3-30b-a3b-fp8-e2e" / "launch.sh").exists()
+
+
+def test_wheel_registers_vllm_plugin_and_cli(wheel):
+    zf = zipfile.ZipFile(wheel)
+    (ep,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = zf.read(ep).decode()
+    assert "[vllm.general_plugins]" in text and "fp8spec.runtime.engines.vllm_plugin:register" in text
+    assert "fp8spec = fp8spec.cli:main" in text
