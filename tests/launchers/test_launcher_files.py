@@ -1,0 +1,81 @@
+"""Which launcher files a bundle gets, and that preflight.json says what the rest of the bundle says."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ruamel.yaml import YAML
+
+from tests.compiler.golden import cases, compile_files
+from tests.conftest import BASE_SPEC, patched
+from tests.launchers.conftest import compile_bundle
+
+LAUNCHERS = {"preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
+
+
+@pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
+def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
+    from fp8spec.spec.loader import load_spec
+
+    files = compile_files(spec_path, backend)
+    spec = load_spec(spec_path).spec
+    if "+" not in backend:  # a standalone serve bundle starts no Ray job
+        assert not LAUNCHERS & set(files)
+        return
+    assert LAUNCHERS <= set(files)
+    manifest = json.loads(files["manifest.json"])
+    assert LAUNCHERS <= set(manifest["files"])
+    readme = files["README.md"]
+    assert f"it names `{spec.cluster.launcher}`" in readme
+    for name in ("submit.sh", "slurm.sbatch", "rayjob.yaml", "preflight.py"):
+        assert f"`{name}`" in readme
+
+    expected = json.loads(files["preflight.json"])
+    runtime_env = YAML(typ="safe").load(files["runtime_env.yaml"])
+    assert expected["env"] == runtime_env["env_vars"]
+    pins = {p["name"]: p["version"] for p in expected["packages"]}
+    stack = {"verl": spec.stack.verl, spec.rollout.engine: getattr(spec.stack, spec.rollout.engine)}
+    if spec.training.backend == "megatron":
+        stack |= {"megatron-core": spec.stack.megatron_core, "transformer-engine": spec.stack.transformer_engine}
+    patches = manifest["runtime_patches"]
+    if patches["patches"]:
+        stack["fp8spec"] = patches["version"]
+    assert pins == stack
+    assert expected["hardware"]["nodes"] == spec.hardware.nodes
+    assert expected["hardware"]["gpus_per_node"] == spec.hardware.gpus_per_node
+    assert expected["hardware"]["cuda"] == spec.hardware.cuda
+    assert expected["spec"]["sha256"] == manifest["spec"]["sha256"]
+    assert expected["submission_id"] == (f"fp8spec-{spec.name}-{backend.replace('+', '-')}-"
+                                         f"{manifest['spec']['sha256'][:12]}")
+    assert expected["submission_id"] in files["submit.sh"] and expected["submission_id"] in files["rayjob.yaml"]
+
+
+def test_preflight_program_is_shipped_verbatim(bundle_8b):
+    from fp8spec.preflight import PROGRAM
+
+    assert (bundle_8b / "preflight.py").read_bytes() == PROGRAM.read_bytes()
+
+
+def test_scripts_are_executable(bundle_8b):
+    for name in ("submit.sh", "slurm.sbatch", "launch.sh"):
+        assert os.access(bundle_8b / name, os.X_OK), name
+    assert not os.access(bundle_8b / "rayjob.yaml", os.X_OK)
+
+
+def test_submission_id_follows_the_spec_content(write_spec, tmp_path):
+    a = compile_bundle(write_spec(patched(BASE_SPEC, {"name": "ids"}), "a.yaml"), tmp_path / "a")
+    again = compile_bundle(write_spec(patched(BASE_SPEC, {"name": "ids"}), "a2.yaml"), tmp_path / "a2")
+    changed = compile_bundle(write_spec(patched(BASE_SPEC, {"name": "ids", "rollout": {"n": 8}}), "b.yaml"),
+                             tmp_path / "b")
+    ids = [json.loads((b / "preflight.json").read_text())["submission_id"] for b in (a, again, changed)]
+    assert ids[0] == ids[1] and ids[0] != ids[2]
+    assert all(i.startswith("fp8spec-ids-fsdp-vllm-") for i in ids)
+
+
+def test_model_facts_reach_preflight_json(bundle_30b):
+    expected = json.loads((bundle_30b / "preflight.json").read_text())
+    assert expected["model"]["config"] == {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+                                           "num_key_value_heads": 4, "num_experts": 128, "vocab_size": 151936}
+    assert expected["hardware"]["device_name"] == "H100" and expected["hardware"]["compute_capability"] == "9.0"

@@ -1,0 +1,230 @@
+"""preflight.py on its own: its checks on synthetic node facts (GPU nodes CI does not have), the --local mode
+on this CPU machine, and that it needs nothing of fp8spec."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.launchers.conftest import compile_bundle
+
+DATA = Path(__file__).with_name("data")
+PROGRAM = Path(__file__).resolve().parents[2] / "fp8spec" / "preflight" / "preflight.py"
+
+
+@pytest.fixture(scope="module")
+def pf():
+    spec = importlib.util.spec_from_file_location("preflight_under_test", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def h200_bundle(tmp_path_factory) -> Path:
+    return compile_bundle(DATA / "h200-single.yaml", tmp_path_factory.mktemp("h200"))
+
+
+@pytest.fixture(scope="module")
+def expected(h200_bundle) -> dict:
+    return json.loads((h200_bundle / "preflight.json").read_text())
+
+
+def h200_facts(expected: dict, **changes) -> dict:
+    """What a healthy H200 node with the bundle's stack would report."""
+    facts = {
+        "hostname": "gpu-node-1", "ip": "10.0.0.1", "python": "3.12.3", "skip_gpu": False,
+        "torch": {"installed": True, "version": "2.11.0+cu130", "cuda": "13.0", "available": True,
+                  "devices": [{"name": "NVIDIA H200", "cc": "9.0"}] * expected["hardware"]["gpus_per_node"]},
+        "packages": {p["name"]: {"distribution": p["name"], "version": p["version"]} for p in expected["packages"]},
+        "env": dict(expected["env"]),
+        "model": {"status": "read", "path": "/models/x/config.json", "values": dict(expected["model"]["config"])},
+    }
+    for key, value in changes.items():
+        facts[key] = value
+    return facts
+
+
+def statuses(rows) -> dict[str, str]:
+    return {r["check"]: r["status"] for r in rows}
+
+
+def test_bundle_expectations_for_h200(expected):
+    assert expected["hardware"] == {"gpu": "h200", "device_name": "H200", "compute_capability": "9.0",
+                                    "arch": "hopper", "nodes": 1, "gpus_per_node": 1, "cuda": "13.0"}
+    assert {p["name"]: p["version"] for p in expected["packages"]} == {"verl": "0.9.1", "vllm": "0.24.0",
+                                                                        "fp8spec": "0.1.0"}
+    assert expected["model"]["config"] == {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                                           "num_key_value_heads": 8, "num_experts": 0, "vocab_size": 151936}
+
+
+def test_healthy_gpu_node_passes(pf, expected):
+    rows = pf.check_node(expected, h200_facts(expected), skip_gpu=False)
+    assert set(statuses(rows).values()) <= {"PASS", "INFO"}, rows
+    assert statuses(rows)["gpu"] == statuses(rows)["gpu count"] == statuses(rows)["torch cuda"] == "PASS"
+
+
+@pytest.mark.parametrize("devices,reason", [
+    ([{"name": "NVIDIA H100 80GB HBM3", "cc": "9.0"}], "another Hopper part"),
+    ([{"name": "NVIDIA H20", "cc": "9.0"}], "H20 is not H200"),
+    ([{"name": "NVIDIA A100-SXM4-80GB", "cc": "8.0"}], "no FP8 tensor cores"),
+    ([{"name": "NVIDIA H200", "cc": "8.0"}], "wrong compute capability"),
+    ([], "no device"),
+])
+def test_wrong_gpu_fails(pf, expected, devices, reason):
+    torch_facts = dict(h200_facts(expected)["torch"], devices=devices)
+    rows = pf.check_node(expected, h200_facts(expected, torch=torch_facts), skip_gpu=False)
+    assert statuses(rows)["gpu"] == "FAIL", reason
+
+
+def test_gpu_count_and_cuda_mismatch_fail(pf, expected):
+    two = dict(h200_facts(expected)["torch"], devices=[{"name": "NVIDIA H200", "cc": "9.0"}] * 2)
+    assert statuses(pf.check_node(expected, h200_facts(expected, torch=two), False))["gpu count"] == "FAIL"
+    old_cuda = dict(h200_facts(expected)["torch"], cuda="12.4")
+    rows = pf.check_node(expected, h200_facts(expected, torch=old_cuda), False)
+    assert statuses(rows)["torch cuda"] == "FAIL"
+    assert statuses(pf.check_node(expected, h200_facts(expected), False))["torch cuda"] == "PASS"
+
+
+def test_gpu_name_matching(pf):
+    assert pf.gpu_name_matches("NVIDIA H200", "H200") and pf.gpu_name_matches("NVIDIA H200 NVL", "H200")
+    assert pf.gpu_name_matches("NVIDIA B200", "B200") and pf.gpu_name_matches("NVIDIA GB200", "GB200")
+    assert not pf.gpu_name_matches("NVIDIA GB200", "B200")
+    assert not pf.gpu_name_matches("NVIDIA H200", "H20") and pf.gpu_name_matches("NVIDIA H20", "H20")
+    assert pf.gpu_name_matches("NVIDIA A100-SXM4-80GB", "A100") and pf.gpu_name_matches("NVIDIA L40S", "L40S")
+
+
+def test_cpu_node_with_skip_reports_and_does_not_judge(pf, expected):
+    cpu = {"installed": True, "version": "2.13.0+cpu", "cuda": None, "available": False, "devices": []}
+    rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, torch=cpu), skip_gpu=True)}
+    assert rows["gpu"]["status"] == "SKIP" and "no CUDA device" in rows["gpu"]["found"]
+    assert rows["gpu count"]["found"] == "0" and rows["gpu count"]["status"] == "SKIP"
+    assert rows["torch cuda"]["found"] == "none (CPU build of torch)" and rows["torch cuda"]["status"] == "SKIP"
+    # the same node without --skip-gpu-checks fails on all three
+    judged = statuses(pf.check_node(expected, h200_facts(expected, torch=cpu), skip_gpu=False))
+    assert judged["gpu"] == judged["gpu count"] == judged["torch cuda"] == "FAIL"
+
+
+def test_versions_and_env(pf, expected):
+    assert pf.same_version("0.24.0", "0.24.0") and pf.same_version("0.24.0+cu129", "0.24.0")
+    assert not pf.same_version("0.24.1", "0.24.0") and not pf.same_version(None, "0.24.0")
+    assert not pf.same_version("0.24.0rc1", "0.24.0")
+    packages = dict(h200_facts(expected)["packages"], vllm={"distribution": None, "version": None})
+    rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, packages=packages), False)}
+    assert rows["pkg vllm"]["status"] == "FAIL" and rows["pkg vllm"]["found"] == "not installed"
+    env = dict(expected["env"], VLLM_USE_DEEP_GEMM_E8M0="1")
+    env.pop("FP8SPEC_RUNTIME_PATCHES")
+    rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, env=env), False)}
+    assert rows["env VLLM_USE_DEEP_GEMM_E8M0"]["status"] == "FAIL"
+    assert rows["env FP8SPEC_RUNTIME_PATCHES"]["found"] == "(unset)"
+    assert rows["env FP8SPEC_RUNTIME_PATCHES"]["status"] == "FAIL"
+
+
+def write_config(folder: Path, config: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 151936}
+
+
+def test_model_config_check(pf, expected, tmp_path):
+    def row(path):
+        model = dict(expected["model"], path=str(path))
+        return pf._model_row(model, pf._model_facts(model))
+
+    assert row(write_config(tmp_path / "good", QWEN3_8B))["status"] == "PASS"
+    wrong = row(write_config(tmp_path / "wrong", dict(QWEN3_8B, num_hidden_layers=28, vocab_size=32000)))
+    assert wrong["status"] == "FAIL" and "differs: num_hidden_layers, vocab_size" in wrong["found"]
+    moe = row(write_config(tmp_path / "moe", dict(QWEN3_8B, num_experts=128)))
+    assert moe["status"] == "FAIL" and "num_experts" in moe["found"]
+    nested = row(write_config(tmp_path / "vl", {"model_type": "wrapper", "text_config": QWEN3_8B}))
+    assert nested["status"] == "PASS"
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    assert row(tmp_path / "broken")["status"] == "FAIL"
+    assert row(tmp_path / "absent")["status"] == "SKIP"
+    assert row("Qwen/Qwen3-8B-Base")["status"] == "SKIP"
+
+
+def test_cluster_rows(pf, expected):
+    assert pf.check_cluster(dict(expected, hardware=dict(expected["hardware"], nodes=2)), 2, False, False)[0][
+        "status"] == "PASS"
+    assert pf.check_cluster(dict(expected, hardware=dict(expected["hardware"], nodes=2)), 1, False, False)[0][
+        "status"] == "FAIL"
+    assert pf.check_cluster(expected, 0, True, False)[0]["status"] == "SKIP"
+    assert pf.check_cluster(expected, 1, False, True)[0]["status"] == "SKIP"
+
+
+# --- the program as a process ----------------------------------------------------------------------
+
+
+def run_program(bundle: Path, *args: str, env_extra: dict | None = None, block_fp8spec: bool = True):
+    """Run the bundle's preflight.py; with block_fp8spec, importing fp8spec raises inside it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FP8SPEC_", "VLLM_", "VERL_"))}
+    env["PYTHONPATH"] = str(bundle)  # stand-in distributions planted in the bundle folder
+    env.update(env_extra or {})
+    code = ("import sys, runpy; sys.modules['fp8spec'] = None; " if block_fp8spec else "import sys, runpy; ")
+    code += "sys.argv = [sys.argv[1], *sys.argv[2:]]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code, str(bundle / "preflight.py"), *args], cwd="/",
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_program_imports_only_stdlib_torch_and_ray():
+    tree = ast.parse(PROGRAM.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            modules.add(node.module.split(".")[0])
+    third_party = modules - set(sys.stdlib_module_names)
+    assert third_party == {"torch", "ray"}, third_party
+
+
+def test_local_mode_on_this_cpu_machine(h200_bundle, tmp_path):
+    from tests.launchers.test_ray_preflight import plant_distribution
+
+    bundle = tmp_path / "b"
+    import shutil
+
+    shutil.copytree(h200_bundle, bundle)
+    plant_distribution(bundle, "vllm", "0.24.0")
+    env = json.loads((bundle / "preflight.json").read_text())["env"]
+    printed = run_program(bundle, "--print-env")
+    assert printed.returncode == 0, printed.stderr
+    shown = subprocess.run(["bash", "-c", printed.stdout + "\nenv"], capture_output=True, text=True).stdout
+    for name, value in env.items():
+        assert f"{name}={value}\n" in shown
+
+    # dry run: GPU facts reported as a CPU node's, not judged; everything else passes -> exit 0
+    dry = run_program(bundle, "--local", "--skip-gpu-checks", env_extra=env)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "PREFLIGHT PASSED" in dry.stdout and "no CUDA device" in dry.stdout
+    # the real check on a machine without a GPU: exit 1, naming the GPU rows
+    real = run_program(bundle, "--local", env_extra=env)
+    assert real.returncode == 1, real.stdout + real.stderr
+    assert "gpu expected 'H200 (compute capability 9.0)', found 'no CUDA device" in real.stdout
+    assert "torch cuda expected '13.0'" in real.stdout
+    # without the bundle's environment every FP8 variable is named
+    bare = run_program(bundle, "--local", "--skip-gpu-checks")
+    assert bare.returncode == 1
+    for name in env:
+        assert f"env {name} expected" in bare.stdout
+
+
+def test_bad_expected_file_is_exit_2(h200_bundle, tmp_path):
+    missing = run_program(h200_bundle, "--local", "--expected", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    (tmp_path / "x.json").write_text('{"format": 99}')
+    wrong = run_program(h200_bundle, "--local", "--expected", str(tmp_path / "x.json"))
+    assert wrong.returncode == 2 and "format 1" in wrong.stderr
