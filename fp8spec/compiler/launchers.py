@@ -76,10 +76,12 @@ def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan
     packages = []
     for field in used_stack_fields(spec):
         name = STACK_KINDS[field]
-        packages.append({"name": name, "version": getattr(spec.stack, field), "distributions": DISTRIBUTIONS[name]})
+        packages.append({"name": name, "version": getattr(spec.stack, field),
+                         "distributions": DISTRIBUTIONS[name]})
     if plan.patches:
         packages.append({"name": "fp8spec", "version": runtime_manifest().PATCHSET_VERSION,
-                         "distributions": DISTRIBUTIONS["fp8spec"], "why": "runtime patches " + ", ".join(plan.patches)})
+                         "distributions": DISTRIBUTIONS["fp8spec"],
+                         "why": "runtime patches " + ", ".join(plan.patches)})
     model = validation.context.model if validation.context is not None else None
     config = None
     if model is not None:
@@ -94,14 +96,16 @@ def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan
         "backend": choice.name,
         "submission_id": submission_id(spec.name, choice.name, validation.loaded.sha256),
         "hardware": {"gpu": hw.gpu, "device_name": hw.gpu.upper(), "compute_capability": target.cc_text,
-                     "arch": target.arch, "nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node, "cuda": hw.cuda},
+                     "arch": target.arch, "nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node,
+                     "cuda": hw.cuda},
         "packages": packages,
         "env": dict(plan.env),
         "model": {"name": spec.model.name, "path": spec.model.path, "config": config},
     }
 
 
-def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan, files: dict[str, str]) -> dict[str, str]:
+def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan,
+                   files: dict[str, str]) -> dict[str, str]:
     """The launcher files of a trainer bundle (none for a standalone serve bundle).
 
     ``files`` are the bundle files rendered so far; rayjob.yaml's ConfigMap carries launch.sh from them.
@@ -119,10 +123,11 @@ def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan, fi
                   working_dir=cluster.working_dir)
     out: dict[str, str] = {}
     out["preflight.py"] = program_text()
-    out["preflight.json"] = json.dumps(preflight_expected(validation, choice, plan), indent=2, sort_keys=True) + "\n"
+    expected = preflight_expected(validation, choice, plan)
+    out["preflight.json"] = json.dumps(expected, indent=2, sort_keys=True) + "\n"
     out["submit.sh"] = render("submit.sh.j2", address=cluster.address, **common)
-    out["slurm.sbatch"] = render("slurm.sbatch.j2", slurm=cluster.slurm, job_name=spec.name, ray_port=RAY_PORT,
-                                 dashboard_port=DASHBOARD_PORT, **common)
+    out["slurm.sbatch"] = render("slurm.sbatch.j2", slurm=cluster.slurm, job_name=spec.name,
+                                 ray_port=RAY_PORT, dashboard_port=DASHBOARD_PORT, **common)
     name = k8s_name(spec.name)
     runtime_env = (f"working_dir: {json_scalar(KUBERAY_BUNDLE_DIR)}\n"
                    "env_vars:\n" + yaml_string_map(plan.env, indent=2)).rstrip("\n")

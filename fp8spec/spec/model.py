@@ -171,7 +171,8 @@ class SlurmSettings(_Section):
         for option in options:
             name = option.split("=", 1)[0]
             if name in SBATCH_FROM_SPEC:
-                raise ValueError(f"{name} is written from the spec (hardware.*, cluster.slurm.*); remove it here")
+                raise ValueError(f"{name} is written from the spec (hardware.*, cluster.slurm.*); "
+                                 "remove it here")
         return options
 
 
@@ -182,10 +183,13 @@ class KubeRaySettings(_Section):
     ray_version: Optional[Version] = Field(
         None, description="Ray version inside the image (rayClusterSpec.rayVersion); left out when unset."
     )
-    head_cpus: K8sQuantity = Field("4", description="CPU request and limit of the head pod (it runs no Ray work).")
+    head_cpus: K8sQuantity = Field("4",
+                                   description="CPU request and limit of the head pod (it runs no Ray work).")
     head_memory: K8sQuantity = Field("16Gi", description="Memory request and limit of the head pod.")
-    worker_cpus: Optional[K8sQuantity] = Field(None, description="CPU request and limit of each GPU worker pod.")
-    worker_memory: Optional[K8sQuantity] = Field(None, description="Memory request and limit of each GPU worker pod.")
+    worker_cpus: Optional[K8sQuantity] = Field(None,
+                                               description="CPU request and limit of each GPU worker pod.")
+    worker_memory: Optional[K8sQuantity] = Field(None,
+                                                 description="Memory request and limit of each GPU worker pod.")
 
 
 class ClusterSection(_Section):

@@ -185,7 +185,8 @@ def check_node(expected: dict, facts: dict, skip_gpu: bool) -> list:
         rows.append(_row("torch cuda", hw["cuda"], seen_cuda, SKIP))
     else:
         good = bool(devices) and all(
-            d["cc"] == hw["compute_capability"] and gpu_name_matches(d["name"], hw["device_name"]) for d in devices
+            d["cc"] == hw["compute_capability"] and gpu_name_matches(d["name"], hw["device_name"])
+            for d in devices
         )
         rows.append(_row("gpu", want_gpu, seen_gpu, PASS if good else FAIL))
         rows.append(_row("gpu count", hw["gpus_per_node"], seen_count,
@@ -235,7 +236,8 @@ def _model_row(model: dict, seen: dict) -> dict:
         return _row("model config.json", _model_text(want), found, FAIL if bad else PASS)
     if seen.get("status") == "error":
         return _row("model config.json", _model_text(want), seen.get("reason"), FAIL)
-    return _row("model config.json", _model_text(want) if want else "-", seen.get("reason", "not checked"), SKIP)
+    return _row("model config.json", _model_text(want) if want else "-", seen.get("reason", "not checked"),
+                SKIP)
 
 
 def check_cluster(expected: dict, node_count: int, skip_gpu: bool, local: bool) -> list:
@@ -267,7 +269,11 @@ def run_ray(expected: dict, skip_gpu: bool, address, timeout: float) -> list:
     except ImportError as err:
         raise PreflightError(f"ray is not importable ({err}); use --local to check this machine alone")
     init = {"address": address} if address else {}
-    ray.init(log_to_driver=True, logging_level="WARNING", **init)
+    try:
+        ray.init(log_to_driver=True, logging_level="WARNING", **init)
+    except Exception as err:
+        raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err}); "
+                             "run it as a Ray job (submit.sh) or pass --address")
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if skip_gpu:
         targets = [(n, 0) for n in alive]
@@ -367,7 +373,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-gpu-checks", action="store_true",
                         help="dry run: report GPU facts without judging them; check every alive node")
     parser.add_argument("--local", action="store_true", help="check this machine in-process, without Ray")
-    parser.add_argument("--address", default=None, help="Ray address for ray.init (default: the job's cluster)")
+    parser.add_argument("--address", default=None,
+                        help="Ray address for ray.init (default: the job's cluster)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds to wait for every node task to be scheduled and answer (default 600)")
     parser.add_argument("--print-env", action="store_true",
