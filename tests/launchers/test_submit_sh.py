@@ -86,6 +86,7 @@ def test_bad_arguments(stub, bundle_8b):
         assert proc.returncode == 2 and ray == [], args
     help_, ray = stub(bundle_8b, "--help")
     assert help_.returncode == 0 and "--preflight-only" in help_.stdout and ray == []
+    assert help_.stdout.startswith("Submit spec ") and "set -euo" not in help_.stdout
 
 
 def test_working_dir_above_the_bundle(stub, write_spec, tmp_path):

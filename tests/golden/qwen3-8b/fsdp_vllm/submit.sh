@@ -34,7 +34,7 @@ while (($#)); do
     --skip-gpu-checks) preflight_args+=(--skip-gpu-checks); shift ;;
     --preflight-only) preflight_only=1; shift ;;
     --wait) wait_args=(); shift ;;
-    -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
     --) shift; launch_args=("$@"); break ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
