@@ -210,7 +210,7 @@ def models() -> None:
         typer.echo(f"{model_id:<36} {m.architecture:<24} {m.num_hidden_layers:>3} layers  {kind}")
 
 
-app.add_typer(backends_app, name="backends", help="Backend releases: snapshots of their wheels, drift report.")
+app.add_typer(backends_app, name="backends", help="Backend releases: wheel snapshots, drift report.")
 
 
 def _usage_error(message: str) -> None:

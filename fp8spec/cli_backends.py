@@ -1,4 +1,4 @@
-"""``fp8spec backends``: the backend releases fp8spec compiles for, their schema snapshots and the drift report.
+"""``fp8spec backends``: the backend releases fp8spec compiles for, their snapshots and the drift report.
 
     fp8spec backends list                          kinds, profiled versions, snapshots, the default stack
     fp8spec backends refresh vllm==0.33.0 [...]    download the wheel (pip, cached) and rewrite its snapshot
@@ -47,9 +47,9 @@ def _artifact_error(spec: str, err: Exception) -> str:
     """One line for a failed pip download: the network reason, else pip's last ERROR line."""
     text = str(err)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    network = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
-               "Name or service not known", "Network is unreachable", "ConnectTimeout", "ReadTimeout",
-               "No route to host", "Connection refused")
+    network = ("NewConnectionError", "Failed to establish a new connection",
+               "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
+               "ConnectTimeout", "ReadTimeout", "No route to host", "Connection refused")
     if any(n in text for n in network):
         reason = next((ln for ln in lines if any(n in ln for n in network)), lines[-1] if lines else text)
         host = re.search(r"host='([^']+)', port=(\d+)", reason)
@@ -113,14 +113,17 @@ def list_backends(
 
 @backends_app.command()
 def refresh(
-    specs: Optional[List[str]] = typer.Argument(None, help="Exact pins, e.g. vllm==0.33.0.", show_default=False),
+    specs: Optional[List[str]] = typer.Argument(None, help="Exact pins, e.g. vllm==0.33.0.",
+                                                show_default=False),
     all_: bool = typer.Option(False, "--all", help="Refresh every committed snapshot (DEFAULT_SPECS)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (default $FP8SPEC_CACHE or "
                                          "~/.cache/fp8spec); wheels go to CACHE/wheels."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write snapshots here instead of backends/snapshots."),
+    out: Optional[Path] = typer.Option(None, "--out",
+                                       help="Write snapshots here instead of backends/snapshots."),
 ) -> None:
     """Download each release's wheel through pip (into the cache) and (re)write its snapshot."""
-    from fp8spec.snapshots import DEFAULT_SPECS, ArtifactError, SnapshotError, parse_spec, refresh as do_refresh
+    from fp8spec.snapshots import DEFAULT_SPECS, ArtifactError, SnapshotError, parse_spec
+    from fp8spec.snapshots import refresh as do_refresh
     from fp8spec.snapshots import snapshot_path
     from fp8spec.snapshots.core import package_info, read_snapshot
 
@@ -128,7 +131,8 @@ def refresh(
     if all_:
         wanted += [s for s in DEFAULT_SPECS if s not in wanted]
     if not wanted:
-        _fail(EXIT_BAD_INPUT, "name at least one release, e.g. 'fp8spec backends refresh vllm==0.33.0', or --all")
+        _fail(EXIT_BAD_INPUT,
+              "name at least one release, e.g. 'fp8spec backends refresh vllm==0.33.0', or --all")
     for spec in wanted:  # reject bad input before downloading anything
         try:
             name, _ = parse_spec(spec)
@@ -211,7 +215,8 @@ def check(
         show_default=False),
     snapshots_dir: Optional[Path] = typer.Option(None, "--snapshots", help="Snapshot folder (default "
                                                  "backends/snapshots)."),
-    failures_only: bool = typer.Option(False, "--failures-only", help="Print only what is no longer confirmed."),
+    failures_only: bool = typer.Option(False, "--failures-only",
+                                       help="Print only what is no longer confirmed."),
     format: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
 ) -> None:
     """Drift report: does each snapshot still confirm the facts its profile relies on? (exit 1 if not)

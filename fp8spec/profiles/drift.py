@@ -77,7 +77,8 @@ class ProfileReport:
                     "id": f.fact_id,
                     "confirmed": f.confirmed,
                     "clauses": [
-                        {"check": c.describe(), "snapshot": c.snapshot, "confirmed": c.confirmed, "detail": c.detail}
+                        {"check": c.describe(), "snapshot": c.snapshot, "confirmed": c.confirmed,
+                         "detail": c.detail}
                         for c in f.clauses
                     ],
                 }
@@ -153,7 +154,8 @@ def check_profile(profile: Profile, directory=None, snapshots: Optional[_Snapsho
             spec, profile.source.artifact, profile.source.sha256, directory=snapshots.directory
         )
     else:
-        report.source_problems = [f"no snapshot at {snapshots.path(spec)} (run: fp8spec backends refresh {spec})"]
+        report.source_problems = [
+            f"no snapshot at {snapshots.path(spec)} (run: fp8spec backends refresh {spec})"]
     for fact_id, fact in profile.facts.items():
         if not fact.confirm:
             report.evidence_only.append(fact_id)
@@ -198,7 +200,8 @@ def render_text(reports: list[ProfileReport], *, failures_only: bool = False) ->
         status = "ok" if r.ok else "DRIFT"
         n_ok = sum(f.confirmed for f in r.facts)
         lines.append(
-            f"{r.kind} {r.version}: {status} ({n_ok}/{len(r.facts)} facts confirmed by {Path(r.snapshot).name}, "
+            f"{r.kind} {r.version}: {status} ({n_ok}/{len(r.facts)} facts confirmed by "
+            f"{Path(r.snapshot).name}, "
             f"{len(r.evidence_only)} evidence only)"
         )
         for p in r.source_problems:

@@ -65,18 +65,22 @@ class Source(_Frozen):
 #: fact's list value (or of ``value`` when given) is among the snapshot's choices for ``subject``.
 ConfirmKind = Literal["field", "flag", "choice", "choices", "env", "default", "key", "new_key", "class"]
 _NEEDS_VALUE = ("choice", "default")
-SnapshotSpec = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")]
+SnapshotSpec = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")]
 
 
 class Confirm(_Frozen):
     """One check a snapshot can make of a fact, e.g. ``{kind: flag, subject: "--kv-cache-dtype"}``."""
 
     kind: ConfirmKind
-    subject: NonEmpty = Field(description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path).")
+    subject: NonEmpty = Field(
+        description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path).")
     value: Any = Field(default=None, description="The choice or default value (kind choice/default/choices).")
-    present: bool = Field(default=True, description="false: the snapshot must NOT have it (a removed feature).")
+    present: bool = Field(
+        default=True, description="false: the snapshot must NOT have it (a removed feature).")
     snapshot: Optional[SnapshotSpec] = Field(
-        default=None, description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.')
+        default=None,
+        description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.')
 
     @model_validator(mode="before")
     @classmethod
@@ -120,7 +124,8 @@ class Fact(_Frozen):
     def _choices_need_a_list(self) -> "Fact":
         for c in self.confirm or ():
             if c.kind == "choices" and c.value is None and not isinstance(self.value, list):
-                raise ValueError("a 'choices' confirmation without 'value' needs the fact's value to be a list")
+                raise ValueError(
+                    "a 'choices' confirmation without 'value' needs the fact's value to be a list")
         return self
 
     @model_validator(mode="before")

@@ -163,7 +163,8 @@ def check_hydra(c: Compiled) -> list[str]:
     config = verl.data["configs"][MEGATRON_CONFIG if megatron else "ppo_trainer"]
     keys, mappings = config["keys"], set(config["mappings"])
     passthrough = set(config["open_mappings"]) | set(verl_profile.value("hydra.plus_required_under"))
-    rollout_name = next((o.value() for o in parsed if o.key_or_group == "actor_rollout_ref.rollout.name"), None)
+    rollout_name = next((o.value() for o in parsed if o.key_or_group == "actor_rollout_ref.rollout.name"),
+                        None)
     for o in parsed:
         key, text = o.key_or_group, o.input_line
         plus = o.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
@@ -207,10 +208,13 @@ def check_hydra(c: Compiled) -> list[str]:
         if key.startswith(ENV_VARS + "."):
             name = key[len(ENV_VARS) + 1:]
             if c.env.get(name) != str(value):
-                problems.append(f"{text}: runtime_env.yaml sets {name}={c.env.get(name)!r}, the override {value!r}")
-    env_keys = {o.key_or_group[len(ENV_VARS) + 1:] for o in parsed if o.key_or_group.startswith(ENV_VARS + ".")}
+                problems.append(f"{text}: runtime_env.yaml sets {name}={c.env.get(name)!r}, "
+                                f"the override {value!r}")
+    env_keys = {o.key_or_group[len(ENV_VARS) + 1:] for o in parsed
+                if o.key_or_group.startswith(ENV_VARS + ".")}
     if env_keys != set(c.env):
-        problems.append(f"runtime_env.yaml env_vars {sorted(c.env)} differ from the Ray overrides {sorted(env_keys)}")
+        problems.append(f"runtime_env.yaml env_vars {sorted(c.env)} differ from the Ray overrides "
+                        f"{sorted(env_keys)}")
     return problems
 
 
@@ -218,7 +222,8 @@ def _check_engine_kwarg(c: Compiled, key: str, value: Any, rollout_name: Optiona
     rest = key[len(ENGINE_KWARGS) + 1:].split(".")
     engine, name = rest[0], rest[1] if len(rest) > 1 else ""
     if engine != rollout_name:
-        return [f"{key}: engine_kwargs for {engine}, but the rollout engine is {rollout_name} (ignored by verl)"]
+        return [f"{key}: engine_kwargs for {engine}, but the rollout engine is {rollout_name} "
+                "(ignored by verl)"]
     version = c.version(engine)
     snap = snapshot(engine, version)
     ok, detail = _confirm(snap, "field", name)
@@ -243,17 +248,20 @@ def check_hf_quantization_config(c: Compiled, key: str, value: Any) -> list[str]
 
     problems: list[str] = []
     if set(value) != {"quantization_config"}:
-        problems.append(f"{key}: replaces verl's hf_overrides, which holds only quantization_config; got {sorted(value)}")
+        problems.append(f"{key}: replaces verl's hf_overrides, which holds only quantization_config; "
+                        f"got {sorted(value)}")
     qc = value.get("quantization_config") or {}
     if set(qc) != VERL_FP8_QUANT_KEYS:
-        problems.append(f"{key}.quantization_config: keys {sorted(qc)} differ from verl's {sorted(VERL_FP8_QUANT_KEYS)}")
+        problems.append(f"{key}.quantization_config: keys {sorted(qc)} differ from verl's "
+                        f"{sorted(VERL_FP8_QUANT_KEYS)}")
     version = c.version("vllm")
     ok, detail = _confirm(snapshot("vllm", version), "choice", "quantization", qc.get("quant_method"))
     if not ok:
         problems.append(f"{key}.quantization_config.quant_method={qc.get('quant_method')!r}: {detail}")
     verl_block = load_profile("verl", c.version("verl")).value("capability.vllm_fp8_weight_block_size")
     if qc.get("weight_block_size") != verl_block:
-        problems.append(f"{key}: weight_block_size {qc.get('weight_block_size')} != verl's quantizer {verl_block}")
+        problems.append(f"{key}: weight_block_size {qc.get('weight_block_size')} != verl's quantizer "
+                        f"{verl_block}")
     ignored = qc.get("ignored_layers") or []
     known = set(all_engine_names(c.ctx))
     unknown = [n for n in ignored if n not in known]
@@ -423,7 +431,8 @@ def check_argv(argv: list[str], engine: str, version: str, ctx=None) -> list[str
                     problems.append(f"{flag}: not JSON ({e})")
                     continue
                 if dest == "quantization_config":
-                    problems += check_quantization_config(obj, engine, version, values_of.get("quantization"), ctx)
+                    problems += check_quantization_config(obj, engine, version, values_of.get("quantization"),
+                                                          ctx)
     return problems
 
 
@@ -434,11 +443,13 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
     fields = (snap.data.get("config_classes") or {}).get("QuantizationConfigArgs") or {}
     for k in obj:
         if k not in fields:
-            problems.append(f"--quantization-config: {k!r} is not a QuantizationConfigArgs field in {engine} {version}")
+            problems.append(f"--quantization-config: {k!r} is not a QuantizationConfigArgs field in "
+                            f"{engine} {version}")
     shorthands = snap.choices("quantization_online_shorthands") or []
     for k in ("linear", "moe"):
         if k in obj and obj[k] not in shorthands:
-            problems.append(f"--quantization-config: {k}={obj[k]!r} is not an online shorthand of {engine} {version}")
+            problems.append(f"--quantization-config: {k}={obj[k]!r} is not an online shorthand of "
+                            f"{engine} {version}")
     if quantization and quantization[0] not in shorthands + ["online"]:
         problems.append(f"--quantization-config needs an online --quantization, got {quantization[0]!r}")
     ignore_key = prof.value("quantization_config.ignore_key")
@@ -447,7 +458,8 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
     for p in patterns:
         style = pattern_style(p)
         if style not in styles:
-            problems.append(f"ignore pattern {p!r} is {style}-style; {engine} {version} matches only {styles}")
+            problems.append(f"ignore pattern {p!r} is {style}-style; {engine} {version} matches only "
+                            f"{styles}")
         if style == "re:":
             try:
                 re.compile(p[3:])
@@ -459,8 +471,8 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
         wanted = set(engine_module_names(ctx))
         got = {n for n in all_engine_names(ctx) if any(ignored_by(p, n, styles) for p in patterns)}
         if got != wanted:
-            problems.append(f"ignore patterns {patterns} keep {sorted(got - wanted)[:4]} in BF16 that the spec "
-                            f"quantizes and miss {sorted(wanted - got)[:4]}")
+            problems.append(f"ignore patterns {patterns} keep {sorted(got - wanted)[:4]} in BF16 that "
+                            f"the spec quantizes and miss {sorted(wanted - got)[:4]}")
     return problems
 
 
@@ -633,8 +645,9 @@ def check_kv_calibration(c: Compiled) -> list[str]:
     modules = c.env.get("VERL_USE_EXTERNAL_MODULES", "").split(",")
     if "kv_scales" in patches and _MANIFEST_CONSTS["MODULE"] in modules:
         return []
-    return [f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {c.engine} {version}: the bundle neither enables "
-            "the engine's calculate_kv_scales nor activates the kv_scales runtime patch (scales stay 1.0)"]
+    return [f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {c.engine} {version}: the bundle neither "
+            "enables the engine's calculate_kv_scales nor activates the kv_scales runtime patch "
+            "(scales stay 1.0)"]
 
 
 # ----------------------------------------------------------------------------- everything

@@ -100,11 +100,12 @@ def test_unreadable_snapshot_is_bad_input(tmp_path):
 
 
 def test_network_failure_is_one_line_exit_2(tmp_path):
-    """pip cannot reach the index (a closed local port): one line naming the reason, exit 2, nothing written."""
+    """pip cannot reach the index (a closed local port): one line naming the reason, exit 2, nothing
+    written."""
     env = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": "",
            "PIP_RETRIES": "1", "PIP_TIMEOUT": "2"}
-    proc = run("refresh", "sglang==0.5.12", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"),
-               env=env, timeout=120)
+    proc = run("refresh", "sglang==0.5.12", "--cache", str(tmp_path / "cache"),
+               "--out", str(tmp_path / "out"), env=env, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = one_line_error(proc)
     assert line.startswith("fp8spec: error: cannot download sglang==0.5.12: ")

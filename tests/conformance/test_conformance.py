@@ -41,8 +41,9 @@ def _pinned() -> list[tuple]:
         for version in available_versions(engine):
             for mv in mcore:
                 stack = {engine: version} | ({"megatron_core": mv} if mv else {})
+                pins = "-".join(f"{k}{v}" for k, v in stack.items())
                 out.append(pytest.param(spec_path, backend, {"stack": stack},
-                                        id=f"{spec_path.stem}-{backend}-" + "-".join(f"{k}{v}" for k, v in stack.items())))
+                                        id=f"{spec_path.stem}-{backend}-{pins}"))
     return out
 
 

@@ -18,8 +18,8 @@ ALL = [(k, v) for k in KINDS for v in available_versions(k)]
 
 # Fact categories a snapshot can always check (flags, fields, env vars, verl keys, recipe classes): a fact in
 # one of them without confirm clauses is a forgotten clause, unless listed here with the reason.
-CONFIRMABLE = ("flag.", "field.", "env.", "key.", "declared.", "optimizer.", "recipe.", "hydra.plus_required_under",
-               "removed_keys", "values.kv_cache_dtype", "values.quantization")
+CONFIRMABLE = ("flag.", "field.", "env.", "key.", "declared.", "optimizer.", "recipe.",
+               "hydra.plus_required_under", "removed_keys", "values.kv_cache_dtype", "values.quantization")
 NOT_IN_ANY_SNAPSHOT = {
     # verl's snapshot is its composed Hydra tree (no environment table); the conformance suite checks this
     # variable in the installed verl 0.9.1 source instead (tests/conformance/checks.py verl_env).
@@ -101,8 +101,8 @@ def test_drift_is_reported(tampered):
     assert failed["sglang==0.5.12"] == ["values.kv_cache_dtype"]
     assert failed["transformer-engine==2.20.2"] == []  # facts fine, but the source no longer matches
     assert "sha256" in reports["transformer-engine==2.20.2"].source_problems[0]
-    assert set(failed["verl==0.9.1"]) == {"key.megatron_transformer_override", "declared.megatron_transformer_override_keys",
-                                          "hydra.plus_required_under"}
+    assert set(failed["verl==0.9.1"]) == {"key.megatron_transformer_override", "hydra.plus_required_under",
+                                          "declared.megatron_transformer_override_keys"}
     assert "no snapshot" in reports["megatron-core==0.19.2"].source_problems[0]
     text = render_text(list(reports.values()), failures_only=True)
     assert "FAIL  flag.calculate_kv_scales" in text

@@ -33,8 +33,9 @@ EK = checks.ENGINE_KWARGS
 def with_overrides(c, add=(), drop=()):
     """The bundle with overrides added/removed; runtime_env.yaml follows the Ray env-var overrides."""
     overrides = [o for o in c.overrides if not any(o.lstrip("+").startswith(d) for d in drop)] + list(add)
-    env = {o.key_or_group[len(checks.ENV_VARS) + 1:]: str(o.value()) for o in checks.parse_overrides(overrides)
-           if o.key_or_group.startswith(checks.ENV_VARS + ".")}
+    prefix = checks.ENV_VARS + "."
+    env = {o.key_or_group[len(prefix):]: str(o.value()) for o in checks.parse_overrides(overrides)
+           if o.key_or_group.startswith(prefix)}
     files = dict(c.files)
     files["overrides.yaml"] = yaml_string_list(overrides)
     files["runtime_env.yaml"] = "env_vars:\n" + yaml_string_map(env, indent=2)
@@ -53,13 +54,13 @@ def with_env(c, **env):
 def bundles(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("teeth")
     once = {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "once"}}
+    v024, v033 = {**once, "stack": {"vllm": "0.24.0"}}, {**once, "stack": {"vllm": "0.33.0"}}
     return {
         "megatron": compile_variant(SPECS / "qwen3-30b.yaml", "megatron+vllm", {}, tmp, "megatron"),
-        "fsdp024": compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {**once, "stack": {"vllm": "0.24.0"}},
-                                   tmp, "fsdp024"),
-        "fsdp033": compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {**once, "stack": {"vllm": "0.33.0"}},
-                                   tmp, "fsdp033"),
-        "serve024": compile_variant(SPECS / "qwen3-8b.yaml", "vllm", {"stack": {"vllm": "0.24.0"}}, tmp, "s024"),
+        "fsdp024": compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", v024, tmp, "fsdp024"),
+        "fsdp033": compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", v033, tmp, "fsdp033"),
+        "serve024": compile_variant(SPECS / "qwen3-8b.yaml", "vllm", {"stack": {"vllm": "0.24.0"}}, tmp,
+                                    "s024"),
         "sglang": compile_variant(SPECS / "qwen3-8b-sglang.yaml", "fsdp+sglang", {}, tmp, "sglang"),
         "sglang_serve": compile_variant(SPECS / "qwen3-8b-sglang.yaml", "sglang", {}, tmp, "sglang_serve"),
     }
@@ -134,7 +135,8 @@ def test_kv_calibration_must_be_realised(bundles):
     (f"{EK}.vllm.max_num_seqs=64", "without '+' Hydra rejects it"),
     ("actor_rollout_ref.actor.tis_imp_ratio_cap=2.0", "not in verl 0.9.1's composed tree"),
     ("+actor_rollout_ref.rollout.fp8_magic=1", "not under a mapping verl passes through"),
-    ("+actor_rollout_ref.rollout.quantization.method=1", "cannot add under actor_rollout_ref.rollout.quantization"),
+    ("+actor_rollout_ref.rollout.quantization.method=1",
+     "cannot add under actor_rollout_ref.rollout.quantization"),
     (f"+{EK}.sglang.kv_cache_dtype='fp8_e4m3'", "but the rollout engine is vllm"),
     (f"+{EK}.vllm.kv_cache_dtype_typo='fp8'", "vllm 0.24.0 has no engine argument 'kv_cache_dtype_typo'"),
 ])

@@ -19,7 +19,8 @@ PATCH = {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "once"}}
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("two-vllm")
-    return {v: compile_variant(SPECS / "qwen3-30b.yaml", "vllm", {**PATCH, "stack": {"vllm": v}}, tmp, f"vllm{v}")
+    return {v: compile_variant(SPECS / "qwen3-30b.yaml", "vllm", {**PATCH, "stack": {"vllm": v}}, tmp,
+                               f"vllm{v}")
             for v in ("0.24.0", "0.33.0")}
 
 
@@ -44,7 +45,9 @@ def test_same_spec_different_flags(both):
     assert _ignore(new) == ["model.layers.*.mlp.gate"]
     assert [pattern_style(p) for p in _ignore(new)] == ["fnmatch"]
     # everything else is the same command
-    strip = lambda argv: [a for a in argv if a != "--calculate-kv-scales" and not a.startswith("{")]  # noqa: E731
+    def strip(argv):
+        return [a for a in argv if a != "--calculate-kv-scales" and not a.startswith("{")]
+
     assert strip(old) == strip(new)
 
 
@@ -72,8 +75,8 @@ def test_verl_bundles_switch_too(tmp_path):
     key = "actor_rollout_ref.rollout.engine_kwargs.vllm.calculate_kv_scales"
     got = {}
     for v in ("0.24.0", "0.33.0"):
-        c = compile_variant(SPECS / "qwen3-30b.yaml", "megatron+vllm", {**PATCH, "stack": {"vllm": v}}, tmp_path,
-                            f"verl-vllm{v}")
+        c = compile_variant(SPECS / "qwen3-30b.yaml", "megatron+vllm", {**PATCH, "stack": {"vllm": v}},
+                            tmp_path, f"verl-vllm{v}")
         assert check_bundle(c) == [], v
         got[v] = c
     assert f"+{key}=true" in got["0.24.0"].overrides and "kv_scales" not in got["0.24.0"].plan.patches
