@@ -620,6 +620,39 @@ def check_env(c: Compiled) -> list[str]:
     return problems
 
 
+def _exports(script: str) -> dict[str, str]:
+    import shlex
+
+    out = {}
+    for line in script.splitlines():
+        if line.startswith("export "):
+            name, _, value = line[len("export "):].partition("=")
+            out[name] = " ".join(shlex.split(value)) if value else ""
+    return out
+
+
+def check_launch(c: Compiled) -> list[str]:
+    """launch.sh runs exactly the checked overrides with the checked environment (what the cluster sees)."""
+    import shlex
+
+    script = c.files["launch.sh"]
+    problems = []
+    start = script.find("\nexec ")
+    if start < 0:
+        return ["launch.sh has no exec line"]
+    words = shlex.split(script[start + 1:].replace("\\\n", " "), comments=True)
+    entry = load_profile("verl", c.version("verl")).value("entrypoint").split()
+    if words[1: 1 + len(entry)] != entry:
+        problems.append(f"launch.sh runs {words[1:1 + len(entry)]}, verl's entry point is {entry}")
+    passed = [w for w in words[1 + len(entry):] if w != "$@"]
+    if passed != c.overrides:
+        problems.append("launch.sh passes other overrides than overrides.yaml: "
+                        f"{sorted(set(passed) ^ set(c.overrides))[:4]}")
+    if _exports(script) != c.env:
+        problems.append(f"launch.sh exports {_exports(script)}, runtime_env.yaml has {c.env}")
+    return problems
+
+
 # ----------------------------------------------------------------------------- spec intent
 def check_kv_calibration(c: Compiled) -> list[str]:
     """An FP8 KV cache with recalibration gets a mechanism that exists in the targeted release: the engine's
@@ -654,7 +687,7 @@ def check_kv_calibration(c: Compiled) -> list[str]:
 def check_bundle(c: Compiled) -> list[str]:
     problems = check_env(c) + check_kv_calibration(c)
     if c.trainer:
-        problems += check_hydra(c)
+        problems += check_hydra(c) + check_launch(c)
         if c.trainer == "megatron":
             problems += check_megatron(c)
     else:

@@ -199,3 +199,17 @@ def test_fnmatch_pattern_for_vllm_024_and_a_pattern_that_misses_are_caught(bundl
     assert any("keep ['model.layers.0.self_attn.o_proj'" in p for p in problems), problems
     assert any("not a QuantizationConfigArgs field" in p
                for p in check_quantization_config({"targets": {}}, "vllm", "0.24.0", ["fp8_per_block"]))
+
+
+def test_launch_script_must_run_what_was_checked(bundles):
+    c = bundles["megatron"]
+    assert checks.check_launch(c) == []
+    script = c.files["launch.sh"]
+    line = "  \"+actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe='blockwise'\" \\\n"
+    dropped = script.replace(line, "")
+    assert dropped != script
+    problems = checks.check_launch(dataclasses.replace(c, files={**c.files, "launch.sh": dropped}))
+    assert any("other overrides than overrides.yaml" in p for p in problems), problems
+    extra = script.replace("export VLLM_USE_DEEP_GEMM_E8M0=0\n", "export VLLM_USE_DEEP_GEMM_E8M0=1\n")
+    problems = checks.check_launch(dataclasses.replace(c, files={**c.files, "launch.sh": extra}))
+    assert any(p.startswith("launch.sh exports") for p in problems), problems
