@@ -148,6 +148,8 @@ def refresh(
             path = do_refresh(spec, cache, out_dir=out)
         except ArtifactError as err:
             _fail(EXIT_BAD_INPUT, _artifact_error(spec, err))
+        except SnapshotError as err:
+            _fail(EXIT_BAD_INPUT, _one_line(f"{spec}: cannot extract a snapshot: {err}"))
         except OSError as err:
             _fail(EXIT_BAD_INPUT, _one_line(f"{spec}: cannot write the snapshot: {err.strerror or err}"))
         art = read_snapshot(path)["artifact"]
@@ -179,7 +181,7 @@ def verify(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (as for refresh)."),
 ) -> None:
     """Re-extract each snapshot from the wheel it names (sha256-pinned) and report any difference."""
-    from fp8spec.snapshots import ArtifactError, list_snapshots
+    from fp8spec.snapshots import ArtifactError, SnapshotError, list_snapshots
     from fp8spec.snapshots import verify as do_verify
 
     paths = [_snapshot_target(s) for s in snapshots] if snapshots else list_snapshots()
@@ -193,7 +195,7 @@ def verify(
             problems = do_verify(path, cache)
         except ArtifactError as err:
             _fail(EXIT_BAD_INPUT, _artifact_error(path.name, err))
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (SnapshotError, OSError, ValueError, KeyError, TypeError) as err:
             _fail(EXIT_BAD_INPUT, _one_line(f"{path}: not a readable snapshot ({type(err).__name__}: {err})"))
         if problems:
             drift += 1
