@@ -348,31 +348,64 @@ def quantize_flat(
     amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
     num_warps: int = 4,
     views: bool = True,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ):
     """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1).
 
     Returns per-tensor ``[(q, scale_inv), …]`` views, or with ``views=False`` the two flat output
-    buffers ``(y, s)`` (``plan.outputs(y, s)`` makes the views later).
+    buffers ``(y, s)`` (``plan.outputs(y, s)`` makes the views later). ``out=(y, s)``: write into these
+    1-D fp8 / float32 buffers (at least ``plan.y_total`` / ``plan.s_total`` elements, from element 0)
+    instead of allocating; views made earlier with ``plan.outputs(y, s)`` then see the new values.
     """
     _check_fmt(scale_fmt)
+    if out is not None:
+        _check_out(out, plan, flat.device)
     kernel = _get_kernel()
     if kernel is None or not flat.is_cuda:
         tensors = [flat[o : o + n].view(s) for o, n, s in zip(plan.x_offsets, plan.numel, plan.shapes)]
-        return _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
+        res = _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
+        if out is None:
+            return res if views else _flatten_outputs(plan, res, flat.device)
+        for (q, sc), (rq, rs) in zip(plan.outputs(*out), res):
+            q.copy_(rq)
+            sc.copy_(rs)
+        return plan.outputs(*out) if views else out
     if flat.dim() != 1 or not flat.is_contiguous():
         raise ValueError("flat must be a contiguous 1-D tensor")
-    y, s = _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned)
+    y, s = _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned, out)
     return plan.outputs(y, s) if views else (y, s)
+
+
+def _check_out(out, plan, device):
+    y, s = out
+    if y.dtype != _ref.FP8_DTYPE or s.dtype != torch.float32 or y.dim() != 1 or s.dim() != 1:
+        raise ValueError("out must be (1-D float8_e4m3fn, 1-D float32) buffers")
+    if not (y.is_contiguous() and s.is_contiguous()) or y.device != device or s.device != device:
+        raise ValueError("out buffers must be contiguous and on the input's device")
+    if y.numel() < plan.y_total or s.numel() < plan.s_total:
+        raise ValueError(f"out buffers too small: need {plan.y_total} / {plan.s_total} elements")
+
+
+def _flatten_outputs(plan, res, device):
+    y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
+    s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
+    for (q, sc), (rq, rs) in zip(plan.outputs(y, s), res):
+        q.copy_(rq)
+        sc.copy_(rs)
+    return y, s
 
 
 def _aligned(meta_cpu: torch.Tensor) -> bool:
     return bool((meta_cpu[:, [0, 1, 4, 5]] % 16 == 0).all()) if len(meta_cpu) else True
 
 
-def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned):
+def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned, out=None):
     device = base.device
-    y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
-    s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
+    if out is not None:
+        y, s = out
+    else:
+        y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
+        s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
     if plan.n_tiles:
         kernel[(plan.n_tiles,)](
             base,

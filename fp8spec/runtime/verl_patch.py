@@ -33,13 +33,20 @@ Patches:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import operator
 import os
+import pickle
+import threading
+from collections import OrderedDict
+from itertools import compress, repeat
 
 import torch
 
 from . import blockquant
+from . import triton_blockquant as _tbq
 from .kv_calibration import VLLM_CALC_DIVISORS, KVScaleCalibrator, num_layers_of
 from .manifest import SGLANG_KV_LOADER
 from .triton_blockquant import quantize_bucket
@@ -50,6 +57,7 @@ MOD_ENGINE_WORKERS = "verl.workers.engine_workers"
 MOD_VLLM_EXT = "verl.workers.rollout.vllm_rollout.utils"
 MOD_VLLM_QUANT = "verl.utils.vllm.vllm_quant_utils"
 MOD_FP8_UTILS = "verl.utils.fp8_utils"
+MOD_BUCKET_TRANSFER = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -84,7 +92,10 @@ def quant_settings(active: set) -> dict:
     backend = "auto" if "fast_block_quant" in active else "reference"
     backend = os.environ.get("FP8SPEC_BLOCK_QUANT_BACKEND", backend)
     chunk_mb = int(os.environ.get("FP8SPEC_QUANT_CHUNK_MB", "2048"))
-    return {"scale_fmt": fmt, "backend": backend, "chunk_bytes": chunk_mb << 20}
+    flat = os.environ.get("FP8SPEC_QUANT_FLAT_BUCKETS", "1").strip() not in ("0", "false", "no")
+    reuse = os.environ.get("FP8SPEC_QUANT_REUSE_OUTPUTS", "1").strip() not in ("0", "false", "no")
+    return {"scale_fmt": fmt, "backend": backend, "chunk_bytes": chunk_mb << 20, "flat_buckets": flat,
+            "reuse_outputs": reuse}
 
 
 # ------------------------------------------------------------------------------- kv_scales trainer
@@ -236,6 +247,288 @@ def _quantize_many(tensors, block, settings):
     return quantize_bucket(tensors, block=block, scale_fmt=settings["scale_fmt"], backend=settings["backend"])
 
 
+# How a bucket reaches ``quant_weights`` in the vLLM worker (verl 0.9.1, IPC path):
+#   BucketedWeightSender.async_send_weights (bucketed_weight_transfer.py 102-164) copies each
+#   (name, tensor) of the trainer's stream into ONE flat uint8 buffer at a byte offset aligned to the
+#   tensor's element size (127-130, 155-158) and sends {"bucket_meta": {name: {name, shape, dtype,
+#   offset, handle: None}}, "is_last"} with send_pyobj (133-135, 148-154, 163); a tensor larger than
+#   the bucket goes alone with a CUDA IPC handle instead (140-146, 223-237).
+#   BucketedWeightReceiver.receive_weights (269-309) maps the sender's buffer once (_init_buffer,
+#   316-330), and per bucket recv_pyobj's the metadata (286) and builds each tensor as a view of that
+#   buffer, ``self.buffer[offset : offset + size].view(dtype=dtype).view(shape)`` (288-298; with
+#   use_shm the views are copied to the device one by one, 296-297), then calls
+#   on_bucket_received(weights, is_last) (300) and synchronizes (301).
+#   vLLMColocateWorkerExtension.update_weights_from_ipc's callback (utils.py 307-324) ->
+#   _update_weights (367) -> split_buffer_updates (387; weight_update_utils.py 20-35, same tensor
+#   objects) -> load_quanted_weights (393, and 396 for an MTP drafter; vllm_quant_utils.py 439) ->
+#   list(weights) (452) -> quant_weights (453) -> model.load_weights (474).
+# So the tensors quant_weights gets are views into one flat buffer whose layout the metadata
+# describes. The receiver patch below records the metadata message and the buffer; quant_weights then
+# quantizes the selected tensors with ONE launch on that buffer, through a BucketPlan cached by layout
+# (the metadata repeats every step).
+
+
+class ReceivedBucket:
+    """One bucket as verl's receiver holds it: its flat uint8 ``buffer``, the ``bucket_meta`` dict (in
+    the receiver's order), the raw pickled metadata message when known (the layout key), and the
+    receiver's ``[(name, view), …]`` list."""
+
+    __slots__ = ("buffer", "meta", "weights", "raw", "_key", "_typed")
+
+    def __init__(self, buffer, meta, weights, raw=None):
+        self.buffer, self.meta, self.weights, self.raw = buffer, meta, weights, raw
+        self._key = None
+        self._typed = {}
+
+    @property
+    def key(self):
+        """Layout key: the exact metadata bytes verl sent (equal bytes = equal names, shapes, dtypes,
+        offsets), or a tuple built from the decoded metadata when the bytes are not at hand."""
+        if self._key is None:
+            if self.raw is not None:
+                self._key = ("raw", self.raw)
+            else:
+                self._key = ("meta",) + tuple(
+                    (n, tuple(m["shape"]), m["dtype"], m["offset"], m.get("handle") is None)
+                    for n, m in self.meta.items()
+                )
+        return self._key
+
+    def typed(self, dtype):
+        t = self._typed.get(dtype)
+        if t is None:
+            es = dtype.itemsize
+            n = self.buffer.numel()
+            t = self._typed[dtype] = self.buffer[: n - n % es].view(dtype)
+        return t
+
+
+_TLS = threading.local()
+
+
+@contextlib.contextmanager
+def received_bucket(buffer, meta, weights, raw=None):
+    """Make ``quant_weights`` calls inside this block see the bucket (set by the receiver patch)."""
+    prev = getattr(_TLS, "bucket", None)
+    _TLS.bucket = ReceivedBucket(buffer, meta, weights, raw)
+    try:
+        yield _TLS.bucket
+    finally:
+        _TLS.bucket = prev
+
+
+def _picker(idx):
+    if len(idx) == 1:
+        i = idx[0]
+        return lambda seq: (seq[i],)
+    return operator.itemgetter(*idx)
+
+
+_SECOND = operator.itemgetter(1)
+_FLAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_LAYOUTS: OrderedDict = OrderedDict()
+_LAYOUTS_MAX = 4096
+_ARENAS: dict = {}
+FLAT_STATS = {"flat_launches": 0, "plan_builds": 0, "cache_hits": 0, "not_flat": 0, "list_path": 0}
+
+
+class _FlatLayout:
+    __slots__ = ("sel", "plan", "mask", "pick_items", "pick_views", "outs")
+
+    def __init__(self, sel, plan, mask, pick_items, pick_views):
+        self.sel, self.plan, self.mask, self.pick_items, self.pick_views = sel, plan, mask, pick_items, pick_views
+        self.outs = None
+
+    def same_tensors(self, items, views) -> bool:
+        """The selected items are (still) the receiver's views the plan was built from (C-level)."""
+        return all(map(operator.is_, map(_SECOND, self.pick_items(items)), map(_SECOND, self.pick_views(views))))
+
+
+class _OutputArena:
+    """fp8 and float32 output storage of one device, shared by every cached layout.
+
+    Each layout's per-tensor output views are made once (into this storage) and handed out again at
+    every step, so the per-step cost does not grow with the number of tensors. Between weight-sync
+    rounds the memory is given back with ``storage.resize_(0)`` and re-allocated with ``resize_(n)``
+    at the next round's first bucket: the views keep pointing at the same storage object, as FSDP's
+    flat-parameter views do. Contract (the same verl relies on for its BF16 path, where
+    ``load_weights`` gets views of the receiver's buffer, bucketed_weight_transfer.py 295 and utils.py
+    405, which the sender overwrites with the next bucket, line 155): ``load_weights`` copies what it
+    is given and keeps no reference past the bucket (verl clones only for LoRA, which keeps tensors,
+    utils.py 309-310, 374-376). ``FP8SPEC_QUANT_REUSE_OUTPUTS=0`` allocates fresh outputs per bucket.
+    """
+
+    def __init__(self, device):
+        self.y = torch.empty(0, dtype=blockquant.FP8_DTYPE, device=device)
+        self.s = torch.empty(0, dtype=torch.float32, device=device)
+
+    @staticmethod
+    def _grow(t, n):
+        st = t.untyped_storage()
+        if st.nbytes() < n * t.element_size():
+            st.resize_(n * t.element_size())
+        if t.numel() < n:
+            t = torch.empty(0, dtype=t.dtype, device=t.device).set_(st, 0, (n,), (1,))
+        return t
+
+    def reserve(self, ny, ns):
+        self.y, self.s = self._grow(self.y, ny), self._grow(self.s, ns)
+
+    def ensure(self):
+        """Memory back after ``release`` (O(1))."""
+        for t in (self.y, self.s):
+            st = t.untyped_storage()
+            need = t.numel() * t.element_size()
+            if st.nbytes() < need:
+                st.resize_(need)
+
+    def release(self):
+        for t in (self.y, self.s):
+            t.untyped_storage().resize_(0)
+
+
+def release_outputs() -> None:
+    """Give back the reused output memory (called when verl's receiver cleans up after a round)."""
+    for dev, arena in _ARENAS.items():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        arena.release()
+
+
+def clear_flat_cache() -> None:
+    release_outputs()
+    _LAYOUTS.clear()
+    _ARENAS.clear()
+
+
+def _build_layout(ctx, items, sel, dtype, block, settings):
+    """The cached layout of ``items[sel]`` in the received bucket, or None when they are not views of
+    the bucket's one flat buffer, all of the quantization dtype, at the offsets the metadata gives."""
+    if dtype not in _FLAT_DTYPES:
+        return None
+    buf = ctx.buffer
+    if not isinstance(buf, torch.Tensor) or buf.dtype != torch.uint8 or buf.dim() != 1 or not buf.is_contiguous():
+        return None
+    metas = list(ctx.meta.values())
+    views = ctx.weights
+    if len(metas) != len(views):
+        return None
+    pos = {id(t): j for j, (_, t) in enumerate(views)}
+    es = dtype.itemsize
+    base, nbytes = buf.data_ptr(), buf.numel()
+    shapes, offs, w_idx = [], [], []
+    for i in sel:
+        t = items[i][1]
+        j = pos.get(id(t))
+        if j is None:
+            return None  # not the receiver's view (replaced on the way, or another list)
+        m = metas[j]
+        shape, off = tuple(m["shape"]), m["offset"]
+        if (
+            m.get("handle") is not None  # sent alone through its own IPC handle
+            or m["dtype"] != dtype  # mixed dtypes / needs a cast: the list path casts like verl
+            or t.dtype != dtype
+            or len(shape) < 2
+            or tuple(t.shape) != shape
+            or off % es
+            or off + t.numel() * es > nbytes
+            or not t.is_contiguous()
+            or t.device != buf.device
+            or t.data_ptr() != base + off
+        ):
+            return None
+        shapes.append(shape)
+        offs.append(off // es)
+        w_idx.append(j)
+    plan = _tbq.make_flat_plan(shapes, offs, block, buf.device)
+    mask = [False] * len(items)
+    for i in sel:
+        mask[i] = True
+    lay = _FlatLayout(sel, plan, tuple(mask), _picker(sel), _picker(w_idx))
+    if settings["reuse_outputs"]:
+        arena = _ARENAS.get(buf.device)
+        if arena is None:
+            arena = _ARENAS[buf.device] = _OutputArena(buf.device)
+        arena.reserve(plan.y_total, plan.s_total)
+        arena.ensure()
+        lay.outs = plan.outputs(arena.y[: plan.y_total], arena.s[: plan.s_total])
+    return lay
+
+
+def _bucket_for(settings):
+    ctx = getattr(_TLS, "bucket", None)
+    if ctx is None or settings["backend"] == "reference":
+        return None
+    if settings["backend"] == "triton" and _tbq._get_kernel() is None:
+        return None  # the list path raises the usual error
+    return ctx
+
+
+def _launch_layout(ctx, lay, dtype, settings):
+    flat = ctx.typed(dtype)
+    fmt = settings["scale_fmt"]
+    FLAT_STATS["flat_launches"] += 1
+    if lay.outs is None:
+        return _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt)
+    arena = _ARENAS[flat.device]
+    arena.ensure()
+    _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt, views=False, out=(arena.y, arena.s))
+    return lay.outs
+
+
+def _flat_speculate(items, dtype, block, settings):
+    """Launch before verl's per-tensor selection runs, when this bucket's layout is cached: the GPU
+    quantizes while the host classifies. ``_flat_bucket_quant`` then checks the selection is the
+    cached one (else the launch is redone for the new selection; its outputs are overwritten)."""
+    ctx = _bucket_for(settings)
+    if ctx is None:
+        return None
+    lay = _LAYOUTS.get((ctx.key, len(items), dtype, block))
+    if lay is None or not lay.same_tensors(items, ctx.weights):
+        return None
+    return lay, _launch_layout(ctx, lay, dtype, settings)
+
+
+def _flat_bucket_quant(items, sel, dtype, block, settings, spec=None):
+    """Quantize ``items[i]`` for i in ``sel`` with one launch on the received bucket's flat buffer.
+
+    Returns ``(mask, [(q, scale_inv), …])`` or None (then the caller takes the list path). Per call,
+    with the layout cached: one dict lookup keyed by the metadata bytes (hashed in C), a C-level
+    identity check that the selected tensors are the receiver's views, one launch (already made by
+    ``_flat_speculate``)."""
+    if spec is not None and spec[0].sel == sel:
+        FLAT_STATS["cache_hits"] += 1
+        return spec[0].mask, spec[1]
+    ctx = _bucket_for(settings)
+    if ctx is None or not sel:
+        return None
+    key = (ctx.key, len(items), dtype, block)
+    if spec is None and key in _LAYOUTS:
+        FLAT_STATS["not_flat"] += 1  # same metadata, but not the receiver's tensors: do not trust it
+        return None
+    lay = _build_layout(ctx, items, sel, dtype, block, settings)  # new layout, or new selection
+    if lay is None:
+        FLAT_STATS["not_flat"] += 1
+        return None
+    FLAT_STATS["plan_builds"] += 1
+    _LAYOUTS[key] = lay
+    if len(_LAYOUTS) > _LAYOUTS_MAX:
+        _LAYOUTS.popitem(last=False)
+    return lay.mask, _launch_layout(ctx, lay, dtype, settings)
+
+
+def _emit_flat(items, mask, outs):
+    it = iter(outs)
+    scale_name = blockquant.scale_name
+    for (k, v), m in zip(items, mask):
+        if m:
+            q, s = next(it)
+            yield (k, q)
+            yield (scale_name(k), s)
+        else:
+            yield (k, v)
+
+
 def make_vllm_quant_weights(module, settings: dict):
     """Replacement for ``vllm_quant_utils.quant_weights`` (same signature, same yield order)."""
     orig = module.quant_weights
@@ -249,10 +542,20 @@ def make_vllm_quant_weights(module, settings: dict):
         module.fp8_state.fp8_param_names.clear()
         block = tuple(quant_config.weight_block_size)
         items = list(weights)
-        fp8_idx = [i for i, (k, _) in enumerate(items) if module._classify_quant_weight(k, model, False) == "fp8"]
+        flat_on = settings.get("flat_buckets", True)
+        spec = _flat_speculate(items, dtype, block, settings) if flat_on else None
+        classify = module._classify_quant_weight  # verl's own selection, as quant_weights line 370
+        kinds = [classify(k, model, False) for k, _ in items]
+        sel = tuple(compress(range(len(kinds)), map(operator.eq, kinds, repeat("fp8"))))
+        if flat_on:
+            flat = _flat_bucket_quant(items, sel, dtype, block, settings, spec)
+            if flat is not None:
+                yield from _emit_flat(items, *flat)
+                return
+        FLAT_STATS["list_path"] += 1
         results = {}
         chunk, chunk_bytes = [], 0
-        for i in fp8_idx + [None]:
+        for i in list(sel) + [None]:
             if i is not None:
                 chunk.append(i)
                 chunk_bytes += items[i][1].numel() * items[i][1].element_size()
@@ -276,6 +579,73 @@ def patch_vllm_quant(module, settings: dict) -> None:
     if getattr(module.quant_weights, "_fp8spec", None) is not None:
         return
     module.quant_weights = make_vllm_quant_weights(module, settings)
+    if settings.get("flat_buckets", True) and settings["backend"] != "reference":
+        from . import _importhook
+
+        _importhook.when_imported(MOD_BUCKET_TRANSFER, patch_bucket_receiver)
+
+
+class _RecordingSocket:
+    """Wraps the receiver's zmq socket; keeps the last bucket-metadata message (raw bytes + object).
+
+    ``recv_pyobj`` is pyzmq's own definition (``recv`` then ``pickle.loads``)."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self.last_raw = None
+        self.last_meta = None
+
+    def recv_pyobj(self, flags=0):
+        raw = self._sock.recv(flags)
+        obj = pickle.loads(raw)
+        if isinstance(obj, dict) and "bucket_meta" in obj:
+            self.last_raw = raw if isinstance(raw, bytes) else None
+            self.last_meta = obj["bucket_meta"]
+        return obj
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def patch_bucket_receiver(module) -> None:
+    """fast_block_quant, vLLM worker: let quant_weights see each received bucket's flat buffer and
+    metadata (``BucketedWeightReceiver``, bucketed_weight_transfer.py 240-355), and give the reused
+    output memory back when the receiver cleans up after a round (its ``_cleanup``, 332-355, runs in a
+    ``finally`` after the last bucket, line 309, and ends with ``empty_cache``, 345)."""
+    cls = module.BucketedWeightReceiver
+    if getattr(cls, "_fp8spec_flat_patched", False):
+        return
+    orig_init_socket, orig_receive, orig_cleanup = cls._init_socket, cls.receive_weights, cls._cleanup
+
+    @functools.wraps(orig_init_socket)
+    def _init_socket(self):
+        orig_init_socket(self)
+        if not isinstance(self.socket, _RecordingSocket):
+            self.socket = _RecordingSocket(self.socket)
+
+    @functools.wraps(orig_receive)
+    def receive_weights(self, on_bucket_received):
+        def on_bucket(weights, is_last):
+            sock = self.socket
+            meta = getattr(sock, "last_meta", None) if isinstance(sock, _RecordingSocket) else None
+            if meta is None or self.use_shm or not isinstance(self.buffer, torch.Tensor):
+                return on_bucket_received(weights, is_last)  # shm: views were copied one by one (296-297)
+            with received_bucket(self.buffer, meta, weights, raw=sock.last_raw):
+                return on_bucket_received(weights, is_last)
+
+        return orig_receive(self, on_bucket)
+
+    @functools.wraps(orig_cleanup)
+    def _cleanup(self):
+        try:
+            release_outputs()
+        finally:
+            orig_cleanup(self)
+
+    cls._init_socket = _init_socket
+    cls.receive_weights = receive_weights
+    cls._cleanup = _cleanup
+    cls._fp8spec_flat_patched = True
 
 
 def patch_fp8_utils(module, settings: dict) -> None:
