@@ -52,6 +52,17 @@ class RuleContext:
     def engine_version(self) -> str:
         return getattr(self.spec.stack, self.engine)
 
+    def native_kv_calibration(self) -> bool:
+        """Whether the pinned stack itself realises kv_cache.recalibrate (no runtime patch needed)."""
+        recal = self.spec.kv_cache.recalibrate
+        if recal == "once":
+            # A mapping ({exists: false, ...} in vLLM 0.33.0) is truthy whatever it says: read 'exists'.
+            cap = self.fact(self.engine, "capability.calculate_kv_scales", False)
+            return bool(cap.get("exists", False) if isinstance(cap, dict) else cap)
+        if recal == "per_step":
+            return bool(self.fact("verl", "capability.kv_scale_recalibration", False))
+        return True
+
     @cached_property
     def exclusions(self):
         from fp8spec.exclusions import resolve_exclusions

@@ -41,9 +41,7 @@ def kv_recalibration_unrealisable(ctx):
     if spec.kv_cache.dtype == "bf16" or spec.kv_cache.recalibrate == "none":
         return
     engine, version = ctx.engine, ctx.engine_version
-    if spec.kv_cache.recalibrate == "once" and ctx.fact(engine, "capability.calculate_kv_scales", False):
-        return
-    if spec.kv_cache.recalibrate == "per_step" and ctx.fact("verl", "capability.kv_scale_recalibration", False):
+    if ctx.native_kv_calibration():
         return
     supported, versions = patch_supports("kv_scales", engine, version)
     if not supported:

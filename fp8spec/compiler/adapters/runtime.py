@@ -13,13 +13,7 @@ def needed_patches(ctx: RuleContext) -> dict[str, str]:
     spec = ctx.spec
     needed: dict[str, str] = {}
     if spec.kv_cache.dtype != "bf16":
-        recal = spec.kv_cache.recalibrate
-        # The fact is a mapping ({exists: false, ...} in vLLM 0.33.0): a non-empty mapping is truthy, so read
-        # 'exists', else a release without calculate_kv_scales would get neither it nor the patch.
-        cap = ctx.fact(ctx.engine, "capability.calculate_kv_scales", False)
-        native_once = recal == "once" and (cap.get("exists", False) if isinstance(cap, dict) else bool(cap))
-        native_step = recal == "per_step" and ctx.fact("verl", "capability.kv_scale_recalibration", False)
-        if recal != "none" and not (native_once or native_step):
+        if not ctx.native_kv_calibration():
             needed["kv_scales"] = "kv_cache.recalibrate"
     if spec.linear.quantize and spec.linear.scale_dtype == "ue8m0":
         needed["ue8m0_scales"] = "linear.scale_dtype"

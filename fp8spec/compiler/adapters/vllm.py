@@ -78,6 +78,12 @@ def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
         if spec.kv_cache.recalibrate != "none" and prof.value("flag.calculate_kv_scales"):
             args.append(("flag.calculate_kv_scales", None, "kv_cache.recalibrate",
                          "calibrate q/k/v scales on the first forward"))
+        elif spec.kv_cache.recalibrate != "none":
+            plan.notes.append(
+                f"vLLM {prof.version} has no calculate_kv_scales and a BF16 checkpoint carries no KV scales, so this "
+                "standalone server runs its FP8 KV cache with q/k/v scales of 1.0 (per-step calibration exists only "
+                "inside a training run, through the kv_scales runtime patch). Compare against a BF16 KV server."
+            )
     args.append(("flag.tensor_parallel_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
     args.append(("flag.gpu_memory_utilization", spec.rollout.gpu_memory_utilization,
                  "rollout.gpu_memory_utilization", "GPU memory share"))
