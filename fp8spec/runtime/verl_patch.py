@@ -28,7 +28,10 @@ Patches:
 * ``kv_scales`` (vLLM worker): ``engines.vllm_kv.patch_verl_worker_extension``.
 * ``fast_block_quant`` / ``ue8m0_scales``: ``vllm_quant_utils.quant_weights`` and
   ``FP8QuantizerHelper.quant_weights_by_name`` replaced by bucketed versions that keep verl's own
-  weight selection (``_classify_quant_weight`` / ``should_quantize_param``) and output order.
+  weight selection (``_classify_quant_weight`` / ``should_quantize_param``) and output order. In the
+  vLLM worker, ``BucketedWeightReceiver`` (``bucketed_weight_transfer.py``) is wrapped so that
+  ``quant_weights`` sees each received bucket's flat buffer and metadata and quantizes the bucket with
+  one launch through a plan cached by layout; the tensor-list path is the fallback.
 """
 
 from __future__ import annotations
