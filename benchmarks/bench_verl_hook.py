@@ -24,6 +24,21 @@ the per-bucket synchronize verl does:
   loop without the selection), + synchronize per bucket;
 * ``kernels_only``: the flat path's launches back to back (CUDA events), no host work.
 
+Issue 5 (the per-bucket gap between the hook and its kernels): the flat hook is timed under every
+combination of the four knobs of ``verl_patch.FLAT_KNOBS`` (``L`` lean_prelaunch, ``F`` fast_launch,
+``P`` prealloc_outputs, ``K`` keep_outputs; ``----`` is the code path of run 4), rounds interleaved
+across combinations (order reversed every other repetition), each round starting with the output
+memory where that combination's previous round left it (released and ``empty_cache``'d, or kept);
+with ``P`` the re-allocation happens before the first bucket, timed apart as ``round_start`` (in verl
+it runs while the receiver waits for the sender's first bucket). One instrumented round per
+combination of interest splits each bucket's hook time into: host time before the launch call
+(``pre``, with the output allocation ``ensure`` inside it), the launch call (``launch``; Triton's own
+``kernel[grid]`` part ``triton``), the host work after it (``post``: verl's selection, yielding), the
+wait in ``synchronize`` (``sync``), and on the GPU the time from the launch call's start to the
+kernel's end (``gpu``, CUDA events). Micro-measurements: a 1 GiB ``cudaMalloc`` after
+``empty_cache``, ``synchronize`` round trips, the host cost of one launch through
+``quantize_flat`` / ``kernel[grid]`` / the compiled kernel's runner.
+
 ``quant_weights`` needs verl's weight selection (``_classify_quant_weight``, which resolves vLLM
 modules); a stand-in (set lookup) replaces it, and its cost is timed separately. Bit identity: every
 selected tensor of one round against the torch reference (fp32 scales; every 10th tensor for the
@@ -35,6 +50,7 @@ Usage: python benchmarks/bench_verl_hook.py --verl-wheel .whl/verl-0.9.1-py3-non
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -158,7 +174,7 @@ def load_from_wheel(wheel, member, modname):
     return mod
 
 
-def fake_quant_utils(fmt, fp8_names):
+def fake_quant_utils(fmt, fp8_names, knobs=None):
     def orig(weights, model, quant_config, dtype=torch.bfloat16):
         raise AssertionError("verl's own quant_weights must not run")
 
@@ -169,8 +185,35 @@ def fake_quant_utils(fmt, fp8_names):
     )
     settings = verl_patch.quant_settings({"fast_block_quant"})
     settings["scale_fmt"] = fmt
+    if knobs is not None:
+        settings.update(knobs)
     verl_patch.patch_vllm_quant(mod, settings)
+    mod.settings = settings
     return mod
+
+
+KNOBS = ("lean_prelaunch", "fast_launch", "prealloc_outputs", "keep_outputs")
+
+
+def combo_knobs(name):
+    """``"LF--"`` -> {lean_prelaunch: True, fast_launch: True, prealloc_outputs: False, keep_outputs: False}"""
+    assert len(name) == 4 and all(c in (l, "-") for c, l in zip(name, "LFPK")), name
+    return {k: c != "-" for k, c in zip(KNOBS, name)}
+
+
+ALL_COMBOS = ["".join(l if (i >> (3 - j)) & 1 else "-" for j, l in enumerate("LFPK")) for i in range(16)]
+
+
+def use_combo(mod):
+    """The output policy of this module's settings, and the output memory where the previous round of
+    this combination left it: kept (allocated) with K, else released and given back to the driver."""
+    verl_patch.set_output_policy(mod.settings)
+    if mod.settings["keep_outputs"]:
+        verl_patch.prepare_outputs()
+    else:
+        verl_patch.release_outputs(force=True)
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
 
 
 class NoBuffers(torch.nn.Module):
@@ -179,11 +222,16 @@ class NoBuffers(torch.nn.Module):
 
 # ------------------------------------------------------------------------------------------ rounds
 def run_round(buffers, raws, quant_mod, split, flat, check=None, consume=True):
-    """One weight sync. Returns (verl_receive_s, hook_s, per-bucket output names)."""
+    """One weight sync. Returns (verl_receive_s, hook_s, per-bucket output names, round_start_s)."""
     qc = types.SimpleNamespace(weight_block_size=list(BLOCK))
     model = NoBuffers()
-    t_recv = t_hook = 0.0
+    t_recv = t_hook = t_start = 0.0
     names = []
+    if flat and verl_patch.OUTPUT_POLICY["prealloc_outputs"]:
+        # the receiver patch does this after _init_buffer, before the sender's first bucket arrives
+        t0 = time.perf_counter()
+        verl_patch.prepare_outputs()
+        t_start = time.perf_counter() - t0
     for buf, raw in zip(buffers, raws):
         t0 = time.perf_counter()
         metadata, weights = receive_views(buf, raw)
@@ -219,7 +267,121 @@ def run_round(buffers, raws, quant_mod, split, flat, check=None, consume=True):
     t_hook += time.perf_counter() - t0
     if DEV == "cuda":
         torch.cuda.empty_cache()  # verl's _cleanup (bucketed_weight_transfer.py 345): the next round allocates anew
-    return t_recv, t_hook, names
+    return t_recv, t_hook, names, t_start
+
+
+def profile_round(buffers, raws, quant_mod, split):
+    """One weight sync through the flat hook, instrumented per bucket (see the module docstring).
+    The instrumentation (perf_counter reads, two CUDA events per bucket) adds a few microseconds."""
+    perf = time.perf_counter
+    qc = types.SimpleNamespace(weight_block_size=list(BLOCK))
+    model = NoBuffers()
+    recs = []
+    state = {"cur": None}
+    o_ensure, o_qf, o_call, o_kernel = verl_patch._OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__, tbq._kernel
+
+    def ensure(self):
+        t0 = perf()
+        o_ensure(self)
+        if state["cur"] is not None:
+            state["cur"]["ensure_us"] += (perf() - t0) * 1e6
+
+    def timed(fn):
+        @functools.wraps(fn)
+        def w(*a, **k):
+            cur = state["cur"]
+            if cur is None or "l0" in cur:
+                return fn(*a, **k)
+            cur["l0"] = perf()
+            if DEV == "cuda":
+                cur["e0"].record()
+            res = fn(*a, **k)
+            if DEV == "cuda":
+                cur["e1"].record()
+            cur["l1"] = perf()
+            return res
+
+        return w
+
+    class KernelProxy:
+        precise_div = getattr(o_kernel, "precise_div", True)
+
+        def __getitem__(self, grid):
+            launch = o_kernel[grid]
+
+            def f(*a, **k):
+                t0 = perf()
+                res = launch(*a, **k)
+                if state["cur"] is not None:
+                    state["cur"]["triton_us"] += (perf() - t0) * 1e6
+                return res
+
+            return f
+
+    verl_patch._OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = ensure, timed(o_qf), timed(o_call)
+    if o_kernel is not None:
+        tbq._kernel = KernelProxy()
+    try:
+        t_start = 0.0
+        if verl_patch.OUTPUT_POLICY["prealloc_outputs"]:
+            t0 = perf()
+            verl_patch.prepare_outputs()
+            t_start = perf() - t0
+        for buf, raw in zip(buffers, raws):
+            metadata, weights = receive_views(buf, raw)
+            param_updates, _, _ = split(model, weights)
+            items = list(param_updates)
+            cur = {"ensure_us": 0.0, "triton_us": 0.0}
+            if DEV == "cuda":
+                cur["e0"], cur["e1"] = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            state["cur"] = cur
+            h0 = perf()
+            with verl_patch.received_bucket(buf, metadata["bucket_meta"], weights, raw=raw):
+                for _ in quant_mod.quant_weights(items, model, qc, dtype=torch.bfloat16):
+                    pass
+            g1 = perf()
+            sync()
+            h1 = perf()
+            state["cur"] = None
+            cur.update(h0=h0, g1=g1, h1=h1)
+            recs.append(cur)
+            del metadata, weights, param_updates, items
+        t0 = perf()
+        verl_patch.release_outputs()
+        t_release = perf() - t0
+    finally:
+        verl_patch._OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = o_ensure, o_qf, o_call
+        tbq._kernel = o_kernel
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+    rows = []
+    for c in recs:
+        if "l0" not in c:
+            rows.append({"hook_us": 1e6 * (c["h1"] - c["h0"]), "launched": False})
+            continue
+        gpu = c["e0"].elapsed_time(c["e1"]) * 1e3 if DEV == "cuda" else 0.0
+        launch = 1e6 * (c["l1"] - c["l0"])
+        rows.append({
+            "hook_us": 1e6 * (c["h1"] - c["h0"]), "pre_us": 1e6 * (c["l0"] - c["h0"]), "ensure_us": c["ensure_us"],
+            "launch_us": launch, "triton_us": c["triton_us"], "post_us": 1e6 * (c["g1"] - c["l1"]),
+            "sync_us": 1e6 * (c["h1"] - c["g1"]), "gpu_us": gpu,
+            # the kernel itself: the GPU span minus the part of the launch call before the kernel was queued
+            "kernel_est_us": gpu - launch, "launched": True,
+        })
+    return {"round_start_us": 1e6 * t_start, "release_us": 1e6 * t_release, "buckets": rows}
+
+
+def summarize_profile(p, b2b_us):
+    """Per-bucket means, and the gap (hook - back-to-back kernel time of that bucket) split up."""
+    rows = [r for r in p["buckets"] if r["launched"]]
+    keys = ("hook_us", "pre_us", "ensure_us", "launch_us", "triton_us", "post_us", "sync_us", "gpu_us", "kernel_est_us")
+    out = {k: statistics.mean(r[k] for r in rows) for k in keys}
+    out["first_bucket"] = {k: rows[0][k] for k in keys}
+    out["b2b_kernel_us"] = statistics.mean(b2b_us[: len(rows)]) if b2b_us else None
+    out["gap_us"] = out["hook_us"] - out["b2b_kernel_us"] if b2b_us else None
+    out["round_start_us"], out["release_us"] = p["round_start_us"], p["release_us"]
+    out["hook_total_ms"] = (sum(r["hook_us"] for r in p["buckets"]) + p["release_us"]) / 1e3
+    return out
 
 
 def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
@@ -259,17 +421,19 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
                     buffers[bi][o : o + 2 * _prod(s)].view(torch.bfloat16).view(s)[5, 7] = 30.0
                 k += 1
     sync()
-    mods = {fmt: fake_quant_utils(fmt, fp8_names) for fmt in ("fp32", "ue8m0", "ue8m0_fixed")}
+    mods = {fmt: fake_quant_utils(fmt, fp8_names) for fmt in ("fp32", "ue8m0", "ue8m0_fixed")}  # defaults
+    combos = [c for c in args.combos.split(",") if c]
+    cmods = {c: fake_quant_utils("fp32", fp8_names, combo_knobs(c)) for c in combos}
     raws0 = sender_messages(buckets, torch.bfloat16)
     r["metadata_bytes_per_bucket"] = [len(x) for x in raws0]
+    r["defaults"] = {k: mods["fp32"].settings[k] for k in KNOBS}
+    default_combo = "".join(l if r["defaults"][k] else "-" for k, l in zip(KNOBS, "LFPK"))
+    r["default_combo"] = default_combo
 
-    def rounds(flat, reps, warm):
+    def rounds_list(reps, warm):
         recv, hook, first = [], [], None
         for i in range(warm + reps):
-            raws = sender_messages(buckets, torch.bfloat16)  # fresh objects every step, as in verl
-            if i == 0:
-                assert raws == raws0  # same layout -> same bytes -> cache hit
-            tr, th, _ = run_round(buffers, raws, mods["fp32"], split, flat)
+            tr, th, _, _ = run_round(buffers, sender_messages(buckets, torch.bfloat16), mods["fp32"], split, False)
             if i == 0:
                 first = th
             if i >= warm:
@@ -279,17 +443,49 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
                 "verl_receive_ms": 1e3 * statistics.median(recv), "first_round_ms": 1e3 * first}
 
     verl_patch.clear_flat_cache()
+    tbq.reset_fast_launch()
     for k2 in verl_patch.FLAT_STATS:
         verl_patch.FLAT_STATS[k2] = 0
-    r["flat"] = rounds(True, args.reps, 1)
+    # every combination: one warm-up round (plans built, Triton compiled, runner convention found),
+    # then interleaved timed rounds
+    cres = {c: {"hook": [], "start": [], "recv": [], "first_round_ms": None} for c in combos}
+    for c in combos:
+        use_combo(cmods[c])
+        raws = sender_messages(buckets, torch.bfloat16)  # fresh objects every step, as in verl
+        assert raws == raws0  # same layout -> same bytes -> cache hit
+        tr, th, _, ts = run_round(buffers, raws, cmods[c], split, True)
+        cres[c]["first_round_ms"] = 1e3 * (th + ts)
+    warm_stats = dict(verl_patch.FLAT_STATS)
+    for k2 in verl_patch.FLAT_STATS:
+        verl_patch.FLAT_STATS[k2] = 0
+    for rep in range(args.reps):
+        for c in (combos if rep % 2 == 0 else combos[::-1]):
+            use_combo(cmods[c])
+            tr, th, _, ts = run_round(buffers, sender_messages(buckets, torch.bfloat16), cmods[c], split, True)
+            cres[c]["hook"].append(th)
+            cres[c]["start"].append(ts)
+            cres[c]["recv"].append(tr)
+    r["flat_stats_warmup"] = warm_stats
     r["flat_stats"] = dict(verl_patch.FLAT_STATS)
-    r["list"] = rounds(False, args.list_reps, 1)
-    for key in ("flat", "list"):
-        t = r[key]
-        t["pct_copy"] = 100 * floor_ms / t["hook_ms"]
-        print(f"  hook {key:5s}: {t['hook_ms']:8.2f} ms ({t['pct_copy']:5.1f}% of copy bw); first round "
-              f"{t['first_round_ms']:.1f} ms; verl's receive work {t['verl_receive_ms']:.2f} ms", flush=True)
-    print(f"  flat stats {r['flat_stats']}", flush=True)
+    r["fast_launch"] = {"convention": tbq._FAST["convention"], "error": repr(tbq._FAST["error"]),
+                        "disabled": tbq._FAST["disabled"], "stats": dict(tbq.FAST_STATS)}
+    r["combos"] = {}
+    for c in combos:
+        t = cres[c]
+        hook_ms = 1e3 * statistics.median(t["hook"])
+        start_ms = 1e3 * statistics.median(t["start"])
+        r["combos"][c] = {"hook_ms": hook_ms, "hook_all_ms": [1e3 * x for x in t["hook"]],
+                          "round_start_ms": start_ms, "hook_plus_start_ms": hook_ms + start_ms,
+                          "pct_copy": 100 * floor_ms / hook_ms, "pct_copy_with_start": 100 * floor_ms / (hook_ms + start_ms),
+                          "verl_receive_ms": 1e3 * statistics.median(t["recv"]), "first_round_ms": t["first_round_ms"]}
+        print(f"  hook flat [{c}]: {hook_ms:7.2f} ms ({100 * floor_ms / hook_ms:5.1f}% of copy bw; spread "
+              f"{1e3 * min(t['hook']):.2f}-{1e3 * max(t['hook']):.2f}); round start {start_ms:.2f} ms", flush=True)
+    r["flat"] = dict(r["combos"].get(default_combo, {}))
+    r["list"] = rounds_list(args.list_reps, 1)
+    r["list"]["pct_copy"] = 100 * floor_ms / r["list"]["hook_ms"]
+    print(f"  hook list: {r['list']['hook_ms']:8.2f} ms ({r['list']['pct_copy']:5.1f}% of copy bw); verl's receive "
+          f"work {r['list']['verl_receive_ms']:.2f} ms", flush=True)
+    print(f"  flat stats {r['flat_stats']}; fast launch {r['fast_launch']}", flush=True)
 
     # the selection stand-in's cost (inside hook_ms) and the flat path's launches alone
     items_all = [n for n, _ in stream]
@@ -299,32 +495,63 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
         [cls(n, None, False) for n in items_all]
     r["selection_stub_ms"] = 1e3 * (time.perf_counter() - t0) / 5
     raw_idx = {raw: i for i, raw in enumerate(raws0)}
-    pairs = [(buffers[raw_idx[key[0][1]]], lay) for key, lay in verl_patch._LAYOUTS.items()]
+    by_bucket = {}
+    for key, lay in verl_patch._LAYOUTS.items():
+        raw = key[0].raw if isinstance(key[0], verl_patch._RawKey) else key[0][1]
+        by_bucket.setdefault(raw_idx[raw], lay)
+    pairs = [(buffers[i], by_bucket[i]) for i in sorted(by_bucket)]
     pairs = [(b[: b.numel() - b.numel() % 2].view(torch.bfloat16), lay) for b, lay in pairs]
     r["buckets_with_quantized_tensors"] = len(pairs)
 
-    def kernels():
-        for f, lay in pairs:
+    def kernels(evs=None):
+        for i, (f, lay) in enumerate(pairs):
+            if evs is not None:
+                evs[i].record()
             tbq.quantize_flat(f, lay.plan, views=False)
+        if evs is not None:
+            evs[-1].record()
 
     kernels()
-    ts = []
+    ts, per_bucket = [], []
     for _ in range(args.reps):
         if DEV == "cuda":
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            kernels()
-            e1.record()
+            evs = [torch.cuda.Event(enable_timing=True) for _ in range(len(pairs) + 1)]
+            kernels(evs)
             sync()
-            ts.append(e0.elapsed_time(e1))
+            ts.append(evs[0].elapsed_time(evs[-1]))
+            per_bucket.append([1e3 * evs[i].elapsed_time(evs[i + 1]) for i in range(len(pairs))])
         else:
             t0 = time.perf_counter()
             kernels()
             ts.append(1e3 * (time.perf_counter() - t0))
     r["kernels_only_ms"] = statistics.median(ts)
+    b2b_us = [statistics.median(col) for col in zip(*per_bucket)] if per_bucket else []
+    r["kernels_only_per_bucket_us"] = b2b_us
     r["kernels_only_pct_copy"] = 100 * floor_ms / r["kernels_only_ms"]
     print(f"  kernels only (one launch per bucket, back to back): {r['kernels_only_ms']:.2f} ms "
           f"({r['kernels_only_pct_copy']:.1f}%); selection stand-in {r['selection_stub_ms']:.2f} ms", flush=True)
+
+    # where the gap is: one instrumented round per combination of interest (after a plain round of it)
+    r["profile"] = {}
+    for c in [c for c in args.profile_combos.split(",") if c in cmods]:
+        use_combo(cmods[c])
+        run_round(buffers, sender_messages(buckets, torch.bfloat16), cmods[c], split, True)
+        use_combo(cmods[c])
+        try:
+            p = profile_round(buffers, sender_messages(buckets, torch.bfloat16), cmods[c], split)
+            sm = summarize_profile(p, b2b_us)
+        except Exception as e:
+            r["profile"][c] = {"error": repr(e)}
+            print(f"  profile [{c}] failed: {e!r}", flush=True)
+            continue
+        r["profile"][c] = {"summary": sm, "buckets": p["buckets"]}
+        fb = sm["first_bucket"]
+        print(f"  profile [{c}] per bucket (mean us): hook {sm['hook_us']:.0f} = pre {sm['pre_us']:.0f} (ensure "
+              f"{sm['ensure_us']:.0f}) + launch {sm['launch_us']:.0f} (triton {sm['triton_us']:.0f}) + post "
+              f"{sm['post_us']:.0f} + sync {sm['sync_us']:.0f}; gpu span {sm['gpu_us']:.0f}, kernel est "
+              f"{sm['kernel_est_us']:.0f} vs back-to-back {sm['b2b_kernel_us'] or 0:.0f}; gap {sm['gap_us'] or 0:.0f}; "
+              f"first bucket ensure {fb['ensure_us']:.0f} pre {fb['pre_us']:.0f}; round start "
+              f"{sm['round_start_us']:.0f} release {sm['release_us']:.0f}", flush=True)
 
     # verl 0.9.1's kernel, one call per selected tensor, synchronize per bucket
     def run_verl():
@@ -349,8 +576,12 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     # bit identity, every quantized tensor (fp32) / every 10th (UE8M0 formats); poisoned memory
     ident = {}
     list_names = run_round(buffers, raws0, mods["fp32"], split, False, check=lambda o, i: None)[2]
-    for fmt in ("fp32", "ue8m0", "ue8m0_fixed"):
-        stride = 1 if fmt == "fp32" else args.ref_stride
+    all_on = {k: True for k in KNOBS}
+    checks = [("LFPK", fmt, fake_quant_utils(fmt, fp8_names, all_on), 1 if fmt == "fp32" else args.ref_stride)
+              for fmt in ("fp32", "ue8m0", "ue8m0_fixed")]
+    checks += [(default_combo, "fp32", mods["fp32"], args.ref_stride), ("----", "fp32",
+               fake_quant_utils("fp32", fp8_names, {k: False for k in KNOBS}), args.ref_stride)]
+    for combo, fmt, qmod, stride in checks:
         stat = {"checked": 0, "bad": 0, "nan": 0, "passthrough_not_same": 0}
         counter = [0]
 
@@ -369,17 +600,25 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
                 stat["bad"] += not (torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs))
                 stat["nan"] += bool(torch.isnan(q.float()).any()) or bool(torch.isnan(s).any())
 
-        verl_patch.release_outputs()
+        verl_patch.set_output_policy(qmod.settings)
+        # a warm round (the layouts of this knob set are cached, later launches are cache hits), then
+        # the checked round on poisoned memory
+        run_round(buffers, sender_messages(buckets, torch.bfloat16), qmod, split, True)
+        verl_patch.release_outputs(force=True)
         if DEV == "cuda":
             torch.cuda.empty_cache()
             free = torch.cuda.mem_get_info()[0]
             p = torch.empty(min(free // 2, 8 << 30), dtype=torch.uint8, device=DEV).fill_(0xFF)
             del p
-        names = run_round(buffers, sender_messages(buckets, torch.bfloat16), mods[fmt], split, True, check=check)[2]
+        hits = verl_patch.FLAT_STATS["cache_hits"]
+        names = run_round(buffers, sender_messages(buckets, torch.bfloat16), qmod, split, True, check=check)[2]
+        stat["cache_hits"] = verl_patch.FLAT_STATS["cache_hits"] - hits
         stat["names_equal_list_path"] = names == list_names
-        ident[fmt] = stat
-        print(f"  bit identity [{fmt}]: {stat['checked'] - stat['bad']}/{stat['checked']} identical, nan {stat['nan']}, "
-              f"stream order == list path: {stat['names_equal_list_path']}", flush=True)
+        ident[f"{combo}:{fmt}"] = stat
+        print(f"  bit identity [{combo} {fmt}]: {stat['checked'] - stat['bad']}/{stat['checked']} identical, nan "
+              f"{stat['nan']}, stream order == list path: {stat['names_equal_list_path']}, cache hits "
+              f"{stat['cache_hits']}", flush=True)
+    verl_patch.set_output_policy(mods["fp32"].settings)
     r["bit_identity"] = ident
     r["speedup_flat_vs_list"] = r["list"]["hook_ms"] / r["flat"]["hook_ms"]
     if "verl_kernel_ms" in r:
@@ -413,6 +652,85 @@ def copy_bandwidth(nbytes):
     return 2 * nbytes / (statistics.median(ts) * 1e-3) / 1e9
 
 
+def micro(args):
+    """Host costs of the pieces the hook is made of, on their own (CUDA only)."""
+    out = {}
+    if DEV != "cuda":
+        return out
+    perf = time.perf_counter
+    # (1) a 1 GiB allocation after empty_cache (what the first bucket of a round pays without P/K)
+    ts = []
+    for _ in range(5):
+        torch.cuda.empty_cache()
+        sync()
+        t0 = perf()
+        x = torch.empty(1 << 30, dtype=torch.uint8, device=DEV)
+        ts.append(1e6 * (perf() - t0))
+        del x
+    torch.cuda.empty_cache()
+    out["malloc_1GiB_us"] = ts
+    # the arena's way: storage.resize_ from 0 after empty_cache
+    st = torch.empty(0, dtype=torch.uint8, device=DEV).untyped_storage()
+    ts = []
+    for _ in range(5):
+        st.resize_(0)
+        torch.cuda.empty_cache()
+        sync()
+        t0 = perf()
+        st.resize_(1 << 30)
+        ts.append(1e6 * (perf() - t0))
+    st.resize_(0)
+    torch.cuda.empty_cache()
+    out["storage_resize_1GiB_us"] = ts
+    # (2) synchronize round trips: nothing queued; after a tiny kernel
+    y = torch.zeros(1024, device=DEV)
+    sync()
+    ts, ts2 = [], []
+    for _ in range(200):
+        t0 = perf()
+        sync()
+        ts.append(1e6 * (perf() - t0))
+        y.add_(1.0)
+        t0 = perf()
+        sync()
+        ts2.append(1e6 * (perf() - t0))
+    out["sync_idle_us"] = statistics.median(ts)
+    out["sync_after_tiny_kernel_us"] = statistics.median(ts2)
+    # (3) host cost of one launch of a small plan (64 tiles): quantize_flat with out=, kernel[grid]
+    # directly, and the FlatLauncher through the compiled kernel's runner (each 500 launches queued)
+    if tbq.triton_available():
+        shapes = [(1024, 1024), (1024, 1024), (512, 1024), (512, 1024)]
+        offs = [0, 1 << 20, 2 << 20, (2 << 20) + (512 << 10)]
+        flat = torch.randn(3 << 20, device=DEV).to(torch.bfloat16)
+        plan = tbq.make_flat_plan(shapes, offs, BLOCK, DEV)
+        y8 = torch.empty(plan.y_total, dtype=bq.FP8_DTYPE, device=DEV)
+        s32 = torch.empty(plan.s_total, dtype=torch.float32, device=DEV)
+        kern = tbq._get_kernel()
+        fast = tbq.FlatLauncher(plan, (y8, s32), fast=True)
+        slow = tbq.FlatLauncher(plan, (y8, s32), fast=False)
+
+        def direct():
+            kern[(plan.n_tiles,)](flat, y8, s32, plan.meta_dev, plan.tile2mat, 1e-4, 448.0, 1.0, BM=128, BN=128,
+                                  FMT=0, PRECISE_DIV=kern.precise_div, ALIGNED=plan.aligned, num_warps=4)
+
+        ways = {"quantize_flat": lambda: tbq.quantize_flat(flat, plan, views=False, out=(y8, s32)),
+                "kernel_grid": direct, "launcher_jit": lambda: slow(flat), "launcher_runner": lambda: fast(flat)}
+        res = {}
+        for _ in range(2):
+            for k, f in ways.items():
+                f()
+                sync()
+                t0 = perf()
+                for _ in range(500):
+                    f()
+                t1 = perf()
+                sync()
+                res.setdefault(k, []).append(1e6 * (t1 - t0) / 500)
+        out["launch_host_us"] = {k: min(v) for k, v in res.items()}
+        out["fast_launch_convention"] = tbq._FAST["convention"]
+    return out
+
+
 def _cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -434,6 +752,9 @@ def main():
     ap.add_argument("--ref-stride", type=int, default=10)
     ap.add_argument("--bucket-mb", type=int, default=2048)
     ap.add_argument("--models", default="qwen3_8b,qwen3_30b_a3b")
+    ap.add_argument("--combos", default=",".join(ALL_COMBOS),
+                    help="knob combinations to time (letters LFPK or '-', see the module docstring)")
+    ap.add_argument("--profile-combos", default="----,L---,LF--,LFP-,LF-K")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: exercise the script only")
     args = ap.parse_args()
     global DEV
@@ -467,8 +788,20 @@ def main():
     env["copy_GBps"] = copy_bandwidth(64 << 20 if args.smoke else 4 << 30)
     print(f"device-to-device copy: {env['copy_GBps']:.0f} GB/s (read+write)", flush=True)
     results = {"env": env}
+    try:
+        results["micro"] = micro(args)
+    except Exception as e:  # keep the run going: the timings below matter more
+        results["micro"] = {"error": repr(e)}
+    print(f"micro: {json.dumps(results['micro'])}", flush=True)
     for name in args.models.split(","):
+        env[f"copy_GBps_before_{name}"] = copy_bandwidth(64 << 20 if args.smoke else 4 << 30)
         bench_model(name, streams[name](), verl_kernel, split, env["copy_GBps"], args, results)
+        r = results[name]
+        r["copy_GBps_before"] = env[f"copy_GBps_before_{name}"]
+        for c in r["combos"].values():
+            c["pct_copy_vs_bw_before_model"] = 100 * r["bytes_moved"] / (r["copy_GBps_before"] * 1e9) * 1e3 / c["hook_ms"]
+        with open(os.path.join(args.out, "bench_verl_hook.json"), "w") as f:  # partial results survive a crash
+            json.dump(results, f, indent=1, default=float)
     env["copy_GBps_end"] = copy_bandwidth(64 << 20 if args.smoke else 4 << 30)
     with open(os.path.join(args.out, "bench_verl_hook.json"), "w") as f:
         json.dump(results, f, indent=1, default=float)
@@ -483,7 +816,14 @@ def main():
             print(f"{name:14s} {label:26s} {ms:8.2f} {100 * r['copy_floor_ms'] / ms:6.1f}")
         print(f"{name:14s} verl's receive work (not hook) {r['flat']['verl_receive_ms']:.2f} ms; first round "
               f"{r['flat']['first_round_ms']:.1f} ms; bit identity {json.dumps(r['bit_identity'])}")
-    print(f"copy GB/s start {env['copy_GBps']:.0f} end {env['copy_GBps_end']:.0f}")
+    print("\nmodel          knobs  hook ms  %copy  %copy(bw before model)  round start ms  %copy(hook+start)")
+    for name in args.models.split(","):
+        r = results[name]
+        for c, t in r["combos"].items():
+            print(f"{name:14s} {c}  {t['hook_ms']:7.2f}  {t['pct_copy']:5.1f}  {t['pct_copy_vs_bw_before_model']:5.1f}"
+                  f"                  {t['round_start_ms']:6.2f}          {t['pct_copy_with_start']:5.1f}")
+    print(f"copy GB/s start {env['copy_GBps']:.0f} end {env['copy_GBps_end']:.0f} before models "
+          f"{[round(env[k]) for k in env if k.startswith('copy_GBps_before_')]}")
 
 
 if __name__ == "__main__":

@@ -95,10 +95,37 @@ def quant_settings(active: set) -> dict:
     backend = "auto" if "fast_block_quant" in active else "reference"
     backend = os.environ.get("FP8SPEC_BLOCK_QUANT_BACKEND", backend)
     chunk_mb = int(os.environ.get("FP8SPEC_QUANT_CHUNK_MB", "2048"))
-    flat = os.environ.get("FP8SPEC_QUANT_FLAT_BUCKETS", "1").strip() not in ("0", "false", "no")
-    reuse = os.environ.get("FP8SPEC_QUANT_REUSE_OUTPUTS", "1").strip() not in ("0", "false", "no")
-    return {"scale_fmt": fmt, "backend": backend, "chunk_bytes": chunk_mb << 20, "flat_buckets": flat,
-            "reuse_outputs": reuse}
+    return {"scale_fmt": fmt, "backend": backend, "chunk_bytes": chunk_mb << 20,
+            **{key: _env_flag(env, default) for key, (env, default) in FLAT_KNOBS.items()}}
+
+
+# The flat-bucket path's switches: settings key -> (environment variable, default). BENCHMARKS.md
+# section 3 has what each one buys on an H200; fp8spec/runtime/README.md says what each one costs.
+FLAT_KNOBS = {
+    "flat_buckets": ("FP8SPEC_QUANT_FLAT_BUCKETS", True),  # one launch on the received flat buffer
+    "reuse_outputs": ("FP8SPEC_QUANT_REUSE_OUTPUTS", True),  # output views made once per layout, reused
+    # layout key hashed from the metadata message's length and ends (equality still compares every
+    # byte), and the check that the selected tensors are the receiver's views made after the launch
+    "lean_prelaunch": ("FP8SPEC_QUANT_LEAN_PRELAUNCH", True),
+    # the compiled kernel's own launcher instead of kernel[grid](...) (self-tested, falls back)
+    "fast_launch": ("FP8SPEC_QUANT_FAST_LAUNCH", False),
+    # re-allocate the output memory when the receiver has mapped its buffer (before the first bucket)
+    "prealloc_outputs": ("FP8SPEC_QUANT_PREALLOC_OUTPUTS", False),
+    # keep the output memory between weight syncs (costs half a bucket of GPU memory all the time)
+    "keep_outputs": ("FP8SPEC_QUANT_KEEP_OUTPUTS", False),
+}
+
+
+def _env_flag(name, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or not v.strip():
+        return default
+    v = v.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 0 or 1, got {v!r}")
 
 
 # ------------------------------------------------------------------------------- kv_scales trainer
@@ -276,12 +303,20 @@ class ReceivedBucket:
     the receiver's order), the raw pickled metadata message when known (the layout key), and the
     receiver's ``[(name, view), …]`` list."""
 
-    __slots__ = ("buffer", "meta", "weights", "raw", "_key", "_typed")
+    __slots__ = ("buffer", "meta", "weights", "raw", "_key", "_lean_key", "_typed")
 
     def __init__(self, buffer, meta, weights, raw=None):
         self.buffer, self.meta, self.weights, self.raw = buffer, meta, weights, raw
-        self._key = None
+        self._key = self._lean_key = None
         self._typed = {}
+
+    def layout_key(self, lean: bool):
+        """``key``, or with ``lean`` the same bytes behind a hash of their length and ends (see _RawKey)."""
+        if not lean or self.raw is None:
+            return self.key
+        if self._lean_key is None:
+            self._lean_key = _RawKey(self.raw)
+        return self._lean_key
 
     @property
     def key(self):
@@ -304,6 +339,25 @@ class ReceivedBucket:
             n = self.buffer.numel()
             t = self._typed[dtype] = self.buffer[: n - n % es].view(dtype)
         return t
+
+
+class _RawKey:
+    """A metadata message as a dict key that hashes only its length and its first and last bytes
+    (the last entries' names and offsets differ from bucket to bucket) instead of all ~60 KB of it
+    (Python hashes bytes with SipHash, ~15 us for a Qwen3-30B-A3B bucket on a 2-core box); equality
+    still compares every byte (memcmp), so a key matches exactly the same message."""
+
+    __slots__ = ("raw", "_h")
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self._h = hash((len(raw), raw[:128], raw[-512:]))
+
+    def __hash__(self):
+        return self._h
+
+    def __eq__(self, other):
+        return type(other) is _RawKey and (self is other or (self._h == other._h and self.raw == other.raw))
 
 
 _TLS = threading.local()
@@ -332,15 +386,29 @@ _FLAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _LAYOUTS: OrderedDict = OrderedDict()
 _LAYOUTS_MAX = 4096
 _ARENAS: dict = {}
-FLAT_STATS = {"flat_launches": 0, "plan_builds": 0, "cache_hits": 0, "not_flat": 0, "list_path": 0}
+FLAT_STATS = {"flat_launches": 0, "plan_builds": 0, "cache_hits": 0, "not_flat": 0, "list_path": 0,
+              "spec_discarded": 0}
+# what the receiver patch does with the output memory around a round (set from the settings by
+# patch_vllm_quant; FP8SPEC_QUANT_KEEP_OUTPUTS / FP8SPEC_QUANT_PREALLOC_OUTPUTS)
+OUTPUT_POLICY = {"keep_outputs": False, "prealloc_outputs": False}
+
+
+def set_output_policy(settings: dict) -> None:
+    for k in OUTPUT_POLICY:
+        OUTPUT_POLICY[k] = bool(settings.get(k, False))
 
 
 class _FlatLayout:
-    __slots__ = ("sel", "plan", "mask", "pick_items", "pick_views", "outs")
+    __slots__ = ("sel", "plan", "mask", "pick_items", "pick_views", "outs", "launchers")
 
     def __init__(self, sel, plan, mask, pick_items, pick_views):
         self.sel, self.plan, self.mask, self.pick_items, self.pick_views = sel, plan, mask, pick_items, pick_views
         self.outs = None
+        self.launchers = {}  # scale_fmt -> triton_blockquant.FlatLauncher into the reused output memory
+
+    def fits(self, flat) -> bool:
+        """O(1): the received buffer is long enough for the plan and on the plan's device."""
+        return flat.numel() >= self.plan.x_extent and _tbq.same_device(flat.device, self.plan.device)
 
     def same_tensors(self, items, views) -> bool:
         """The selected items are (still) the receiver's views the plan was built from (C-level)."""
@@ -390,16 +458,28 @@ class _OutputArena:
             t.untyped_storage().resize_(0)
 
 
-def release_outputs() -> None:
-    """Give back the reused output memory (called when verl's receiver cleans up after a round)."""
+def release_outputs(force: bool = False) -> None:
+    """Give back the reused output memory (called when verl's receiver cleans up after a round);
+    with ``FP8SPEC_QUANT_KEEP_OUTPUTS=1`` it stays allocated unless ``force``."""
+    if OUTPUT_POLICY["keep_outputs"] and not force:
+        return
     for dev, arena in _ARENAS.items():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         arena.release()
 
 
+def prepare_outputs() -> None:
+    """Re-allocate the reused output memory (its size from the last round) ahead of the first bucket;
+    the receiver patch calls it once it has mapped the sender's buffer, with
+    ``FP8SPEC_QUANT_PREALLOC_OUTPUTS=1``, so the allocation happens while the receiver waits for the
+    sender to fill the first bucket instead of inside the first bucket's quantization."""
+    for arena in _ARENAS.values():
+        arena.ensure()
+
+
 def clear_flat_cache() -> None:
-    release_outputs()
+    release_outputs(force=True)
     _LAYOUTS.clear()
     _ARENAS.clear()
 
@@ -467,29 +547,53 @@ def _bucket_for(settings):
     return ctx
 
 
-def _launch_layout(ctx, lay, dtype, settings):
-    flat = ctx.typed(dtype)
+def _launch_layout(ctx, lay, dtype, settings, flat=None):
+    if flat is None:
+        flat = ctx.typed(dtype)
     fmt = settings["scale_fmt"]
     FLAT_STATS["flat_launches"] += 1
     if lay.outs is None:
         return _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt)
     arena = _ARENAS[flat.device]
     arena.ensure()
-    _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt, views=False, out=(arena.y, arena.s))
+    if settings.get("fast_launch", False):
+        launcher = lay.launchers.get(fmt)
+        if launcher is None:
+            launcher = lay.launchers[fmt] = _tbq.FlatLauncher(lay.plan, (arena.y, arena.s), fmt, fast=True)
+        launcher(flat)
+    else:
+        _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt, views=False, out=(arena.y, arena.s))
     return lay.outs
 
 
 def _flat_speculate(items, dtype, block, settings):
     """Launch before verl's per-tensor selection runs, when this bucket's layout is cached: the GPU
     quantizes while the host classifies. ``_flat_bucket_quant`` then checks the selection is the
-    cached one (else the launch is redone for the new selection; its outputs are overwritten)."""
+    cached one (else the launch is redone for the new selection; its outputs are overwritten).
+
+    With ``lean_prelaunch`` the layout key is a ``_RawKey`` and the check that the selected tensors
+    are the receiver's views (O(tensors)) runs after the launch, while the GPU works: if it fails the
+    launch is discarded (it read the received buffer inside its bounds and wrote only the reused
+    output memory, which nothing holds between buckets) and the bucket takes the list path."""
     ctx = _bucket_for(settings)
     if ctx is None:
         return None
-    lay = _LAYOUTS.get((ctx.key, len(items), dtype, block))
-    if lay is None or not lay.same_tensors(items, ctx.weights):
+    lean = settings.get("lean_prelaunch", False)
+    lay = _LAYOUTS.get((ctx.layout_key(lean), len(items), dtype, block))
+    if lay is None:
         return None
-    return lay, _launch_layout(ctx, lay, dtype, settings)
+    if not lean:
+        if not lay.same_tensors(items, ctx.weights):
+            return None
+        return lay, _launch_layout(ctx, lay, dtype, settings)
+    flat = ctx.typed(dtype)
+    if not lay.fits(flat):
+        return None
+    outs = _launch_layout(ctx, lay, dtype, settings, flat)
+    if not lay.same_tensors(items, ctx.weights):
+        FLAT_STATS["spec_discarded"] += 1
+        return None
+    return lay, outs
 
 
 def _flat_bucket_quant(items, sel, dtype, block, settings, spec=None):
@@ -505,7 +609,7 @@ def _flat_bucket_quant(items, sel, dtype, block, settings, spec=None):
     ctx = _bucket_for(settings)
     if ctx is None or not sel:
         return None
-    key = (ctx.key, len(items), dtype, block)
+    key = (ctx.layout_key(settings.get("lean_prelaunch", False)), len(items), dtype, block)
     if spec is None and key in _LAYOUTS:
         FLAT_STATS["not_flat"] += 1  # same metadata, but not the receiver's tensors: do not trust it
         return None
@@ -582,6 +686,7 @@ def patch_vllm_quant(module, settings: dict) -> None:
     if getattr(module.quant_weights, "_fp8spec", None) is not None:
         return
     module.quant_weights = make_vllm_quant_weights(module, settings)
+    set_output_policy(settings)
     if settings.get("flat_buckets", True) and settings["backend"] != "reference":
         from . import _importhook
 
@@ -619,6 +724,15 @@ def patch_bucket_receiver(module) -> None:
     if getattr(cls, "_fp8spec_flat_patched", False):
         return
     orig_init_socket, orig_receive, orig_cleanup = cls._init_socket, cls.receive_weights, cls._cleanup
+    orig_init_buffer = cls._init_buffer
+
+    @functools.wraps(orig_init_buffer)
+    def _init_buffer(self):
+        # verl 0.9.1 (lines 316-330): receives the buffer handle, maps it and acks; the sender then
+        # fills the first bucket, which the receiver waits for (recv_pyobj, line 286)
+        orig_init_buffer(self)
+        if OUTPUT_POLICY["prealloc_outputs"] and not self.use_shm:
+            prepare_outputs()
 
     @functools.wraps(orig_init_socket)
     def _init_socket(self):
@@ -646,6 +760,7 @@ def patch_bucket_receiver(module) -> None:
             orig_cleanup(self)
 
     cls._init_socket = _init_socket
+    cls._init_buffer = _init_buffer
     cls.receive_weights = receive_weights
     cls._cleanup = _cleanup
     cls._fp8spec_flat_patched = True

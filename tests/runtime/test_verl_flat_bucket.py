@@ -196,6 +196,7 @@ def hook(monkeypatch):
 
     yield make
     verl_patch.clear_flat_cache()
+    verl_patch.set_output_policy({})
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -219,7 +220,9 @@ def test_flat_bucket_bit_identical_and_same_stream_as_list_path(hook, fmt):
 def _current_layout(params):
     """The cached layout the hook used for this bucket (None when it took the list path)."""
     ctx = verl_patch._TLS.bucket
-    lay = verl_patch._LAYOUTS.get((ctx.key, len(params), torch.bfloat16, (128, 128)))
+    lay = None
+    for lean in (True, False):  # the key the hook used depends on FP8SPEC_QUANT_LEAN_PRELAUNCH
+        lay = lay or verl_patch._LAYOUTS.get((ctx.layout_key(lean), len(params), torch.bfloat16, (128, 128)))
     if lay is not None:
         assert lay.sel == tuple(i for i, (n, _) in enumerate(params) if n.endswith("proj.weight"))
     return lay, ctx
@@ -597,12 +600,15 @@ def test_patch_vllm_quant_registers_receiver_hook(hook, monkeypatch):
 # --------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("knobs", ["defaults", "all_on", "all_off"])
 @pytest.mark.parametrize("fmt", FMTS)
-def test_gpu_flat_bucket_bit_identical(hook, fmt):
+def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
     if not tbq.triton_available():
         pytest.skip("triton not available")
     gen = torch.Generator().manual_seed(21)
-    mod = hook(fmt)
+    env = {} if knobs == "defaults" else _combo_env((knobs == "all_on",) * 4)
+    mod = hook(fmt, **env)
+    tbq.reset_fast_launch()
     for step in range(2):  # second step: cached plans and reused output views
         stream = model_stream(gen, device="cuda")
         p = torch.empty(1 << 26, dtype=torch.uint8, device="cuda").fill_(0xFF)  # poison freed memory
@@ -610,3 +616,204 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt):
         run_round(mod, stream, fmt, device="cuda", check=check_against_reference(fmt))
     st = verl_patch.FLAT_STATS
     assert st["flat_launches"] > 0 and st["cache_hits"] == st["plan_builds"]
+    if knobs == "all_on":  # the second step went through the compiled kernel's runner
+        assert tbq.FAST_STATS["fast"] == st["cache_hits"] and tbq.FAST_STATS["fallbacks"] == 0
+
+
+# ------------------------------------------------------------ the flat path's knobs (issue 5)
+KNOB_ENV = {
+    "lean_prelaunch": "FP8SPEC_QUANT_LEAN_PRELAUNCH",
+    "fast_launch": "FP8SPEC_QUANT_FAST_LAUNCH",
+    "prealloc_outputs": "FP8SPEC_QUANT_PREALLOC_OUTPUTS",
+    "keep_outputs": "FP8SPEC_QUANT_KEEP_OUTPUTS",
+}
+
+
+def test_knob_table_and_defaults(monkeypatch):
+    for env in KNOB_ENV.values():
+        monkeypatch.delenv(env, raising=False)
+    assert {k: verl_patch.FLAT_KNOBS[k][0] for k in KNOB_ENV} == KNOB_ENV
+    st = verl_patch.quant_settings({"fast_block_quant"})
+    # defaults: what BENCHMARKS.md section 3 says (no memory held between syncs by default)
+    assert st["flat_buckets"] and st["reuse_outputs"] and st["lean_prelaunch"]
+    assert not st["fast_launch"] and not st["prealloc_outputs"] and not st["keep_outputs"]
+    monkeypatch.setenv("FP8SPEC_QUANT_KEEP_OUTPUTS", "yes")
+    monkeypatch.setenv("FP8SPEC_QUANT_LEAN_PRELAUNCH", "0")
+    st = verl_patch.quant_settings({"fast_block_quant"})
+    assert st["keep_outputs"] and not st["lean_prelaunch"]
+    monkeypatch.setenv("FP8SPEC_QUANT_FAST_LAUNCH", "maybe")
+    with pytest.raises(ValueError, match="FP8SPEC_QUANT_FAST_LAUNCH"):
+        verl_patch.quant_settings({"fast_block_quant"})
+
+
+def _combo_env(bits):
+    return {env: str(int(b)) for env, b in zip(KNOB_ENV.values(), bits)}
+
+
+@pytest.mark.parametrize("bits", [(a, b, c, d) for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)])
+def test_every_knob_combination_bit_identical_over_two_rounds(hook, bits):
+    gen = torch.Generator().manual_seed(30)
+    stream = model_stream(gen, layers=1)
+    mod = hook(**_combo_env(bits))
+    assert verl_patch.OUTPUT_POLICY == {"keep_outputs": bool(bits[3]), "prealloc_outputs": bool(bits[2])}
+    names = [run_round(mod, stream, "fp32", check=check_against_reference("fp32")) for _ in range(2)]
+    st = verl_patch.FLAT_STATS
+    assert st["plan_builds"] > 0 and st["cache_hits"] == st["plan_builds"] and st["spec_discarded"] == 0
+    assert names[0] == names[1] == run_round(mod, stream, "fp32", flat=False)
+    held = verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage().nbytes()
+    assert (held > 0) == bool(bits[3])  # memory kept between rounds only with KEEP_OUTPUTS
+    verl_patch.release_outputs(force=True)
+    assert verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage().nbytes() == 0
+
+
+def test_fast_launch_uses_one_launcher_per_layout_and_format(hook):
+    gen = torch.Generator().manual_seed(31)
+    stream = model_stream(gen, layers=1)
+    mods = {fmt: hook(fmt, FP8SPEC_QUANT_FAST_LAUNCH="1") for fmt in ("fp32", "ue8m0_fixed")}
+    for _ in range(2):
+        for fmt, mod in mods.items():
+            run_round(mod, stream, fmt, check=check_against_reference(fmt))
+    lays = list(verl_patch._LAYOUTS.values())
+    assert lays and all(sorted(lay.launchers) == ["fp32", "ue8m0_fixed"] for lay in lays)
+    for lay in lays:  # bound to the shared output memory
+        for la in lay.launchers.values():
+            assert la.y.untyped_storage() is verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage()
+
+
+@pytest.mark.parametrize("lean", ["0", "1"])
+def test_changed_layout_is_a_miss_with_either_key(hook, lean):
+    gen = torch.Generator().manual_seed(32)
+    mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH=lean)
+    stream = model_stream(gen, layers=1)
+    run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
+    builds = verl_patch.FLAT_STATS["plan_builds"]
+    i = next(i for i, (n, _) in enumerate(stream) if n.endswith("k_proj.weight"))
+    n, t = stream[i]
+    stream[i] = (n, t.reshape(t.shape[1], t.shape[0]).clone())
+    run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
+    assert verl_patch.FLAT_STATS["plan_builds"] == builds + 1
+    assert verl_patch.FLAT_STATS["spec_discarded"] == 0
+
+
+def test_raw_key_compares_every_byte():
+    raw = pickle.dumps({"bucket_meta": {f"w{i}": {"offset": i} for i in range(200)}, "is_last": False})
+    k = verl_patch._RawKey(raw)
+    same = verl_patch._RawKey(bytes(bytearray(raw)))
+    assert k == same and hash(k) == hash(same) and {k: 1}[same] == 1
+    mid = len(raw) // 2
+    other = raw[:mid] + bytes([raw[mid] ^ 1]) + raw[mid + 1 :]  # same length, same ends
+    ko = verl_patch._RawKey(other)
+    assert hash(ko) == hash(k) and ko != k and {k: 1}.get(ko) is None
+    assert k != ("raw", raw) and verl_patch._RawKey(raw + b"x") != k
+
+
+def test_lean_replaced_tensor_discards_the_speculative_launch(hook):
+    """With the identity check after the launch, a bucket whose selected tensors are not the
+    receiver's views is launched, found out, and redone on the list path; the outputs are right."""
+    gen = torch.Generator().manual_seed(33)
+    mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH="1")
+    stream = model_stream(gen, layers=1)
+    qc = types.SimpleNamespace(weight_block_size=[128, 128])
+    check = check_against_reference("fp32")
+    run_round(mod, stream, "fp32", check=check)
+    st = verl_patch.FLAT_STATS
+    before = dict(st)
+    n_replaced = 0
+    for buffer, raw, ipc in send_buckets(stream, BUCKET):
+        meta, weights = receive(buffer, raw, ipc)
+        params = list(weights)
+        j = next((i for i, (n, _) in enumerate(params) if n.endswith("o_proj.weight")), None)
+        if j is not None:
+            params[j] = (params[j][0], params[j][1].clone() * 3)  # replaced, and different values
+            n_replaced += 1
+        with verl_patch.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
+            check(list(mod.quant_weights(params, object(), qc)), params)
+    assert n_replaced >= 1
+    assert st["spec_discarded"] == before["spec_discarded"] + n_replaced
+    assert st["list_path"] == before["list_path"] + n_replaced + 1  # + the IPC-handle bucket
+
+
+def test_lean_refuses_a_buffer_shorter_than_the_plan(hook):
+    """Same metadata bytes, but the buffer handed in is shorter than the cached plan reads: no launch
+    (the O(1) bound check runs before the launch), list path."""
+    gen = torch.Generator().manual_seed(34)
+    mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH="1")
+    stream = model_stream(gen, layers=1)
+    qc = types.SimpleNamespace(weight_block_size=[128, 128])
+    check = check_against_reference("fp32")
+    run_round(mod, stream, "fp32", check=check)
+    st = verl_patch.FLAT_STATS
+    launches, lists = st["flat_launches"], st["list_path"]
+    buffer, raw, ipc = next(iter(send_buckets(stream, BUCKET)))
+    meta, weights = receive(buffer, raw, ipc)
+    short = buffer[: 1024]
+    with verl_patch.received_bucket(short, meta["bucket_meta"], weights, raw=raw):
+        check(list(mod.quant_weights(list(weights), object(), qc)), weights)
+    assert st["flat_launches"] == launches and st["list_path"] == lists + 1
+
+
+@pytest.mark.parametrize("prealloc", ["0", "1"])
+def test_prealloc_outputs_before_the_first_bucket(hook, prealloc):
+    """FP8SPEC_QUANT_PREALLOC_OUTPUTS=1: from the second round on, the output memory is back once the
+    receiver has mapped the sender's buffer, before the sender fills the first bucket."""
+    gen = torch.Generator().manual_seed(35)
+    mod = hook(FP8SPEC_QUANT_PREALLOC_OUTPUTS=prealloc)
+    stream = [(n, t) for n, t in model_stream(gen, layers=1) if "shared_expert" not in n]
+    size = 1 << 20
+    shared = torch.empty(size, dtype=torch.uint8)
+    held_at_first_bucket = []
+
+    def arena_bytes():
+        a = verl_patch._ARENAS.get(torch.device("cpu"))
+        return 0 if a is None else a.y.untyped_storage().nbytes()
+
+    messages = [(pickle.dumps("handle-0"), lambda: None)]
+    for k, (buffer, raw, ipc) in enumerate(send_buckets(stream, size)):
+        def before(snap=buffer.clone(), first=k == 0):
+            if first:
+                held_at_first_bucket.append(arena_bytes())
+            shared.copy_(snap)
+
+        messages.append((raw, before))
+    qc = types.SimpleNamespace(weight_block_size=[128, 128])
+
+    def on_bucket(weights, is_last):
+        out = list(mod.quant_weights(list(weights), object(), qc))
+        check_against_reference("fp32")(out, weights)
+
+    for _ in range(3):
+        transfer = fake_transfer_module(list(messages), {"handle-0": shared}, [])
+        verl_patch.patch_bucket_receiver(transfer)
+        transfer.BucketedWeightReceiver("ipc:///tmp/x", torch.device("cpu")).receive_weights(on_bucket)
+        assert arena_bytes() == 0  # released at cleanup either way (KEEP_OUTPUTS off)
+    want = [0, 1, 1] if prealloc == "1" else [0, 0, 0]
+    assert [int(b > 0) for b in held_at_first_bucket] == want
+
+
+def test_keep_outputs_through_the_receiver(hook):
+    gen = torch.Generator().manual_seed(36)
+    mod = hook(FP8SPEC_QUANT_KEEP_OUTPUTS="1")
+    stream = [(n, t) for n, t in model_stream(gen, layers=1) if "shared_expert" not in n]
+    size = 1 << 20
+    shared = torch.empty(size, dtype=torch.uint8)
+    messages = [(pickle.dumps("handle-0"), lambda: None)]
+    for buffer, raw, ipc in send_buckets(stream, size):
+        messages.append((raw, lambda snap=buffer.clone(): shared.copy_(snap)))
+    qc = types.SimpleNamespace(weight_block_size=[128, 128])
+    outs = []
+
+    def on_bucket(weights, is_last):
+        out = list(mod.quant_weights(list(weights), object(), qc))
+        check_against_reference("fp32")(out, weights)
+        outs.append(out)
+
+    transfer = fake_transfer_module(messages, {"handle-0": shared}, [])
+    verl_patch.patch_bucket_receiver(transfer)
+    transfer.BucketedWeightReceiver("ipc:///tmp/x", torch.device("cpu")).receive_weights(on_bucket)
+    arena = verl_patch._ARENAS[torch.device("cpu")]
+    plans = [lay.plan for lay in verl_patch._LAYOUTS.values()]
+    # held after the round: the largest bucket's fp8 output (1 byte per element) and its scales
+    assert arena.y.untyped_storage().nbytes() == max(p.y_total for p in plans)
+    assert arena.s.untyped_storage().nbytes() == 4 * max(p.s_total for p in plans)
+    verl_patch.clear_flat_cache()
+    assert not verl_patch._ARENAS
