@@ -102,13 +102,41 @@ PATCHES = {
     "fast_block_quant": {
         "description": (
             "Bucketed GPU blockwise FP8 quantizer for weight sync: one Triton launch per bucket instead of "
-            "verl's one launch per tensor; bit-identical to the torch reference."
+            "verl's one launch per tensor; bit-identical to the torch reference. On the vLLM path each received "
+            "bucket is quantized in place on verl's flat transfer buffer (plan cached by layout, output views "
+            "reused, launch through the compiled kernel's runner); on an H200 the hook reached 87.5 % (Qwen3-8B) "
+            "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end with the default switches."
         ),
         "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "requires": ("actor_rollout_ref.rollout.quantization=fp8",),
-        "env": {"FP8SPEC_BLOCK_QUANT_BACKEND": "auto"},  # auto | triton | reference
+        "env": {
+            # optional knobs, defaults shown
+            "FP8SPEC_BLOCK_QUANT_BACKEND": "auto",  # auto | triton | reference
+            "FP8SPEC_QUANT_FLAT_BUCKETS": "1",  # vLLM path: one launch on the received flat buffer
+            "FP8SPEC_QUANT_REUSE_OUTPUTS": "1",
+            "FP8SPEC_QUANT_LEAN_PRELAUNCH": "1",
+            "FP8SPEC_QUANT_FAST_LAUNCH": "1",
+            "FP8SPEC_QUANT_PREALLOC_OUTPUTS": "0",
+            "FP8SPEC_QUANT_KEEP_OUTPUTS": "0",
+            "FP8SPEC_QUANT_CHUNK_MB": "2048",  # tensor-list fallback: launch per chunk of this size
+        },
+        "env_notes": {
+            "FP8SPEC_QUANT_LEAN_PRELAUNCH": "cheaper layout key; identity check after the launch; no memory cost",
+            "FP8SPEC_QUANT_FAST_LAUNCH": (
+                "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
+                "kernel[grid]); no memory cost"
+            ),
+            "FP8SPEC_QUANT_PREALLOC_OUTPUTS": (
+                "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
+                "nothing held between syncs"
+            ),
+            "FP8SPEC_QUANT_KEEP_OUTPUTS": (
+                "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
+                "held per rollout GPU all the time"
+            ),
+        },
         "hydra_overrides": {"vllm": (), "sglang": ()},
         "engine_args": {"vllm": {}, "sglang": {}},
     },

@@ -14,6 +14,10 @@ is an approximate division, multiply by the reciprocal, explicit clamp, round-to
 
 Import needs only torch; triton is imported lazily, and without CUDA/triton ``quantize_bucket``
 falls back to the reference, tensor by tensor.
+
+``FlatLauncher`` launches one flat plan again and again into fixed output buffers with the arguments
+bound once, optionally through the compiled kernel's own runner instead of ``kernel[grid](...)``
+(self-tested per process, with a fallback; see the section "pre-bound flat launches" below).
 """
 
 from __future__ import annotations
@@ -447,8 +451,8 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned,
 # included, in Triton >= 3.3; only the run-time ones before), so the convention is found once per
 # process by a bit-exact self-test on a small bucket (``fast_launch_convention``); without one that
 # passes, or if a runner ever raises, every launch takes ``kernel[grid](...)`` as before. The runner
-# skips Triton's specialization, so it is used only while the input's 16-byte alignment is the one
-# the kernel was compiled for (the other pointers are bound at construction).
+# skips Triton's specialization, so it is used only while the 16-byte alignment of the input and of
+# the two outputs is the one the kernel was compiled for (the plan's tables never move).
 
 _FAST = {"convention": None, "checked": False, "error": None, "disabled": False}
 FAST_STATS = {"fast": 0, "jit": 0, "fallbacks": 0}
@@ -533,7 +537,7 @@ class FlatLauncher:
     the reference fills ``out``."""
 
     __slots__ = ("plan", "y", "s", "scale_fmt", "amax_floor", "num_warps", "fast", "_runner", "_args",
-                 "_x_aligned", "_device", "_kernel")
+                 "_aligned_at_compile", "_device", "_kernel")
 
     def __init__(self, plan, out, scale_fmt="fp32", amax_floor=_ref.DEFAULT_AMAX_FLOOR, num_warps=4, fast=False,
                  kernel=None):
@@ -545,7 +549,7 @@ class FlatLauncher:
         _check_out(out, plan, out[0].device)
         self.plan, (self.y, self.s) = plan, out
         self.scale_fmt, self.amax_floor, self.num_warps, self.fast = scale_fmt, float(amax_floor), num_warps, fast
-        self._runner = self._args = self._x_aligned = None
+        self._runner = self._args = self._aligned_at_compile = None
         self._device = out[0].device
         self._kernel = kernel  # tests: a stand-in for the Triton kernel (used on any device)
 
@@ -556,7 +560,7 @@ class FlatLauncher:
         if not plan.n_tiles:
             return
         runner = self._runner
-        if runner is not None and (flat.data_ptr() % 16 == 0) is self._x_aligned and not _FAST["disabled"]:
+        if runner is not None and self._alignment(flat) == self._aligned_at_compile and not _FAST["disabled"]:
             try:
                 runner(flat, *self._args)
                 FAST_STATS["fast"] += 1
@@ -583,4 +587,10 @@ class FlatLauncher:
             if conv is not None:
                 self._runner = _runner_for(compiled, (self.plan.n_tiles, 1, 1), conv)
                 self._args = rt[1:] + ce if conv == "all" else rt[1:]
-                self._x_aligned = flat.data_ptr() % 16 == 0
+                self._aligned_at_compile = self._alignment(flat)
+
+    def _alignment(self, flat):
+        """16-byte alignment of the pointers that can move between calls: the input, and the outputs
+        (their storage is given back and re-allocated between weight syncs); the kernel the runner
+        launches was specialized for the alignment seen at its first launch."""
+        return (flat.data_ptr() % 16 == 0, self.y.data_ptr() % 16 == 0, self.s.data_ptr() % 16 == 0)

@@ -31,7 +31,9 @@ Patches:
   weight selection (``_classify_quant_weight`` / ``should_quantize_param``) and output order. In the
   vLLM worker, ``BucketedWeightReceiver`` (``bucketed_weight_transfer.py``) is wrapped so that
   ``quant_weights`` sees each received bucket's flat buffer and metadata and quantizes the bucket with
-  one launch through a plan cached by layout; the tensor-list path is the fallback.
+  one launch through a plan cached by layout; the tensor-list path is the fallback. The flat path's
+  per-bucket host overhead is governed by ``FLAT_KNOBS`` (lean pre-launch path and the compiled
+  kernel's runner on by default; pre-allocated / kept output memory opt-in; BENCHMARKS.md section 3).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ FLAT_KNOBS = {
     # byte), and the check that the selected tensors are the receiver's views made after the launch
     "lean_prelaunch": ("FP8SPEC_QUANT_LEAN_PRELAUNCH", True),
     # the compiled kernel's own launcher instead of kernel[grid](...) (self-tested, falls back)
-    "fast_launch": ("FP8SPEC_QUANT_FAST_LAUNCH", False),
+    "fast_launch": ("FP8SPEC_QUANT_FAST_LAUNCH", True),
     # re-allocate the output memory when the receiver has mapped its buffer (before the first bucket)
     "prealloc_outputs": ("FP8SPEC_QUANT_PREALLOC_OUTPUTS", False),
     # keep the output memory between weight syncs (costs half a bucket of GPU memory all the time)
@@ -427,6 +429,9 @@ class _OutputArena:
     405, which the sender overwrites with the next bucket, line 155): ``load_weights`` copies what it
     is given and keeps no reference past the bucket (verl clones only for LoRA, which keeps tensors,
     utils.py 309-310, 374-376). ``FP8SPEC_QUANT_REUSE_OUTPUTS=0`` allocates fresh outputs per bucket.
+    ``FP8SPEC_QUANT_KEEP_OUTPUTS=1`` keeps the memory between rounds (``release_outputs`` does nothing
+    unless forced); ``FP8SPEC_QUANT_PREALLOC_OUTPUTS=1`` gets it back when the receiver has mapped the
+    sender's buffer (``prepare_outputs``) instead of at the first bucket.
     """
 
     def __init__(self, device):

@@ -181,9 +181,9 @@ def test_runner_error_disables_fast_launch():
     assert tbq.FAST_STATS["fast"] == 0 and tbq.FAST_STATS["jit"] == 3
 
 
-def test_runner_not_used_when_input_alignment_changes():
-    """The runner skips Triton's specialization (pointer divisible by 16): an input whose alignment
-    differs from the one the kernel was compiled for goes through kernel[grid]."""
+def test_runner_not_used_when_pointer_alignment_changes():
+    """The runner skips Triton's specialization (pointer divisible by 16): an input or output whose
+    alignment differs from the one the kernel was compiled for goes through kernel[grid]."""
     gen = torch.Generator().manual_seed(5)
     shapes, offs, flat = _flat_bucket(gen)
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
@@ -202,6 +202,13 @@ def test_runner_not_used_when_input_alignment_changes():
     _check(plan, shifted, out, "fp32")
     la(flat)
     assert tbq.FAST_STATS["fast"] == n_fast + 1
+    # the outputs' storage moved to a 16-byte-misaligned address (arena re-allocated between syncs)
+    raw = torch.empty(plan.y_total + 1, dtype=torch.uint8)
+    la.y = raw[1:].view(bq.FP8_DTYPE)
+    assert la.y.data_ptr() % 16 != 0
+    la(flat)
+    assert tbq.FAST_STATS["fast"] == n_fast + 1 and k.log[-1][0] == "jit"
+    _check(plan, flat, (la.y, out[1]), "fp32")
 
 
 def test_launcher_refuses_wrong_input_and_outputs():
