@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 
+from fp8spec.module_names import shape_pattern
 from fp8spec.rules.registry import Finding, rule
-
-_LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
-
-
-def _shape_pattern(name: str) -> str:
-    return _LAYER_INDEX.sub(".*", name)
 
 
 def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
@@ -44,7 +38,7 @@ def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int
             if split > 1:
                 per, exact = m.in_features // split, m.in_features % split == 0
                 if not exact or per % block_k:
-                    key = (_shape_pattern(m.name), "in", m.in_features, split)
+                    key = (shape_pattern(m.name), "in", m.in_features, split)
                     bad.setdefault(key, [0, f"in_features {m.in_features} / tp {split} = "
                                         f"{m.in_features / split:g}, not a multiple of block {block_k}"])[0] += 1
             continue
@@ -54,14 +48,14 @@ def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int
             continue
         if split > 1 or m.group or engine == "sglang":
             if not exact or per % block_n:
-                key = (_shape_pattern(m.name), "out", m.out_features, split)
+                key = (shape_pattern(m.name), "out", m.out_features, split)
                 bad.setdefault(key, [0, f"out_features {m.out_features} / tp {split} = "
                                     f"{m.out_features / split:g}, not a multiple of block {block_n}"])[0] += 1
     # vLLM lets the last partition of a merged layer be ragged when the layer is not TP-split.
     for members in merged_groups.values():
         for m, per in members[:-1]:
             if per % block_n:
-                key = (_shape_pattern(m.name), "out", m.out_features, 1)
+                key = (shape_pattern(m.name), "out", m.out_features, 1)
                 bad.setdefault(key, [0, f"out_features {m.out_features} is not a multiple of block {block_n} "
                                     "inside a fused layer"])[0] += 1
     return bad

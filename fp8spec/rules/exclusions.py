@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 
-from fp8spec.rules.blocks import _shape_pattern
+from fp8spec.module_names import shape_pattern
 from fp8spec.rules.registry import Finding, rule
 
 _PARTIAL_WILDCARD = re.compile(r"[^.*]\*|\*[^.*]")
@@ -30,7 +30,7 @@ def _categories_cached(model) -> dict[str, str]:
 
 
 def _suggestions(model, text: str) -> list[str]:
-    shapes = sorted({_shape_pattern(n) for n in model.module_names()})
+    shapes = sorted({shape_pattern(n) for n in model.module_names()})
     tails = sorted({s.split("layers.*.", 1)[-1] for s in shapes})
     return difflib.get_close_matches(text, tails + shapes, n=2, cutoff=0.5)
 
@@ -99,7 +99,7 @@ def fused_group_split(ctx):
     for fused, members in groups.items():
         excluded = [m for m in members if m.name in plan.excluded]
         if excluded and len(excluded) < len(members):
-            key = _shape_pattern(fused)
+            key = shape_pattern(fused)
             seen[key] = seen.get(key, 0) + 1
             if seen[key] == 1:
                 ex = ", ".join(m.name.rsplit(".", 1)[-1] for m in excluded)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from fp8spec.module_names import shape_pattern
 from fp8spec.rules.context import RuleContext
 
-_INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 
 
 def engine_module_names(ctx: RuleContext) -> list[str]:
@@ -36,13 +36,12 @@ def compress(names: list[str], all_names: list[str], style: str) -> list[str]:
     """
     if style == "exact":
         return list(names)
-    shape_of = lambda n: _INDEX.sub(".*", n)  # noqa: E731
     total = defaultdict(int)
     for n in all_names:
-        total[shape_of(n)] += 1
+        total[shape_pattern(n)] += 1
     chosen = defaultdict(list)
     for n in names:
-        chosen[shape_of(n)].append(n)
+        chosen[shape_pattern(n)].append(n)
     out: list[str] = []
     for shape, members in chosen.items():
         if len(members) == total[shape] and len(members) > 1:
