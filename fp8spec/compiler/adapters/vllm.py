@@ -34,10 +34,8 @@ def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
         if sorted(ignored) != default:
             # verl's own config ignores only model.layers.{i}.mlp.gate; engine_kwargs.hf_overrides replaces it
             # (vllm_async_server.py builds args {..., "hf_overrides": ..., **engine_kwargs}).
-            config = {
-                "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                "weight_block_size": list(spec.linear.block_size), "ignored_layers": ignored,
-            }
+            config = dict(ctx.profile("verl").value("rollout.vllm_fp8_quant_config"))
+            config.update(weight_block_size=list(spec.linear.block_size), ignored_layers=ignored)
             key = base + ".hf_overrides"
             plan.add("hydra", key, {"quantization_config": config}, "linear.exclude",
                      f"{len(ignored)} linear modules kept in BF16 (exclusions and BF16 first/last layers)",
