@@ -11,7 +11,7 @@ import copy
 import math
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 KINDS: tuple[str, ...] = ("verl", "vllm", "sglang", "megatron-core", "transformer-engine")
 Kind = Literal["verl", "vllm", "sglang", "megatron-core", "transformer-engine"]
@@ -48,6 +48,14 @@ def _check_plain(value: Any, where: str = "value") -> None:
     raise ValueError(f"{where}: {type(value).__name__} is not plain YAML data")
 
 
+def _plain_value(value: Any) -> Any:
+    _check_plain(value)
+    return value
+
+
+PlainValue = Annotated[Any, AfterValidator(_plain_value)]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -75,7 +83,7 @@ class Confirm(_Frozen):
     kind: ConfirmKind
     subject: NonEmpty = Field(
         description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path).")
-    value: Any = Field(default=None, description="The choice or default value (kind choice/default/choices).")
+    value: PlainValue = Field(default=None, description="The choice or default value (kind choice/default/choices).")
     present: bool = Field(
         default=True, description="false: the snapshot must NOT have it (a removed feature).")
     snapshot: Optional[SnapshotSpec] = Field(
@@ -95,12 +103,6 @@ class Confirm(_Frozen):
                 raise ValueError("'choices' takes a list 'value' (or none: the fact's own list value)")
         return data
 
-    @field_validator("value")
-    @classmethod
-    def _plain(cls, value: Any) -> Any:
-        _check_plain(value)
-        return value
-
     def describe(self) -> str:
         text = f"{self.kind} {self.subject}"
         if self.kind in _NEEDS_VALUE:
@@ -115,7 +117,7 @@ class Fact(_Frozen):
     snapshot of the release confirms it. Facts without ``confirm`` are evidence-only (behaviour read from
     code paths, or upstream statements)."""
 
-    value: Any = Field(description="Plain YAML data; null/false where the release lacks the feature.")
+    value: PlainValue = Field(description="Plain YAML data; null/false where the release lacks the feature.")
     evidence: Evidence = Field(description="file:line inside the release, or an upstream PR/issue URL.")
     confirm: Optional[Annotated[tuple[Confirm, ...], Field(min_length=1)]] = Field(
         default=None, description="How a snapshot confirms the fact; omit for evidence-only facts.")
@@ -137,12 +139,6 @@ class Fact(_Frozen):
         if isinstance(data, dict) and "confirm" in data and not data["confirm"]:
             raise ValueError("'confirm' is empty: list at least one clause, or drop the key (evidence only)")
         return data
-
-    @field_validator("value")
-    @classmethod
-    def _plain(cls, value: Any) -> Any:
-        _check_plain(value)
-        return value
 
 
 class Profile(_Frozen):

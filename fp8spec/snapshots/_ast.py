@@ -314,3 +314,18 @@ def getenv_calls(node: ast.AST) -> Iterator[tuple[str, ast.AST | None, ast.Call]
                 name = literal(c.args[0], None)
                 if isinstance(name, str):
                     yield name, (c.args[1] if len(c.args) > 1 else None), c
+
+
+def add_argument_calls(node: ast.AST) -> Iterator[tuple[list[str], dict[str, ast.AST], str]]:
+    """Each ``add_argument(...)`` under ``node`` with string option spellings, as (options, keyword nodes,
+    dest); dest is the literal ``dest=`` or argparse's own derivation from the first long option."""
+    for call in calls_named(node, "add_argument"):
+        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if not options:
+            continue
+        kws = {k.arg: k.value for k in call.keywords if k.arg}
+        dest = literal(kws["dest"], None) if "dest" in kws else None
+        if dest is None:
+            longs = [o for o in options if o.startswith("--")]
+            dest = (longs[0] if longs else options[0]).lstrip("-").replace("-", "_")
+        yield options, kws, dest

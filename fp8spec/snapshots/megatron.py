@@ -125,15 +125,7 @@ def _flags(art: Artifact, tc_fields: list[dict[str, Any]]) -> dict[str, Any]:
             entry = _derived_flag(f)
             for s in entry["spellings"]:
                 flags[s] = dict(entry)
-    for call in _ast.calls_named(tree, "add_argument"):
-        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        if not options:
-            continue
-        kws = {k.arg: k.value for k in call.keywords if k.arg}
-        dest = _ast.literal(kws["dest"], None) if "dest" in kws else None
-        if dest is None:
-            longs = [o for o in options if o.startswith("--")]
-            dest = (longs[0] if longs else options[0]).lstrip("-").replace("-", "_")
+    for options, kws, dest in _ast.add_argument_calls(tree):
         entry: dict[str, Any] = {"dest": dest, "spellings": options, "registered_by": "arguments.py add_argument"}
         if "action" in kws:
             entry["action"] = _ast.unparse(kws["action"]).strip("'\"")

@@ -158,15 +158,7 @@ def _add_flag(flags: dict[str, Any], entry: dict[str, Any]) -> None:
 def _add_argument_flags(
     func: ast.AST, names: _Names, actions: dict[str, bool], registered_by: str, flags: dict[str, Any]
 ) -> None:
-    for call in _ast.calls_named(func, "add_argument"):
-        options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        if not options:
-            continue
-        kws = {k.arg: k.value for k in call.keywords if k.arg}
-        dest = _ast.literal(kws["dest"], None) if "dest" in kws else None
-        if dest is None:
-            longs = [o for o in options if o.startswith("--")]
-            dest = (longs[0] if longs else options[0]).lstrip("-").replace("-", "_")
+    for options, kws, dest in _ast.add_argument_calls(func):
         choices = None
         if "choices" in kws:
             resolved = names.resolve(kws["choices"])

@@ -6,10 +6,19 @@ import pytest
 
 from tests.compiler.golden import GOLDEN, REGEN, cases, compile_files
 
+# Copied verbatim into every trainer bundle: pinned once against its source instead of once per golden
+# folder (its bytes still count through each golden manifest.json's sha256).
+VERBATIM = {"preflight.py"}
+
 
 @pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
 def test_golden_bundle(spec_path, backend):
     files = compile_files(spec_path, backend)
+    verbatim = {name: files.pop(name) for name in VERBATIM & set(files)}
+    if verbatim:
+        from fp8spec.preflight import program_text
+
+        assert verbatim["preflight.py"] == program_text()
     folder = GOLDEN / spec_path.stem / backend.replace("+", "_")
     if REGEN:
         folder.mkdir(parents=True, exist_ok=True)
