@@ -65,6 +65,7 @@ PATCHES = {
             # optional knobs, defaults shown
             "FP8SPEC_KV_SCALE_DIVISORS": "vllm",  # vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or "q,k,v"
             "FP8SPEC_KV_CALIB_PHASES": "compute_log_prob,update_actor",
+            "FP8SPEC_KV_RECALIBRATE": "per_step",  # once = keep the first scales computed from rollout data
         },
         "hydra_overrides": {
             "vllm": ("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8",),

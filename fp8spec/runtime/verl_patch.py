@@ -177,11 +177,30 @@ def attach_kv_calibration(worker) -> KVScaleCalibrator | None:
     return cal
 
 
+def kv_recalibrate_from_env() -> str:
+    v = os.environ.get("FP8SPEC_KV_RECALIBRATE", "per_step").strip() or "per_step"
+    if v not in ("per_step", "once"):
+        raise ValueError(f"FP8SPEC_KV_RECALIBRATE must be per_step or once, got {v!r}")
+    return v
+
+
 def _scales_for_sync(cal: KVScaleCalibrator):
+    """The scales to push with this weight sync.
+
+    ``once`` (FP8SPEC_KV_RECALIBRATE): the first scales computed from real rollout data are kept and pushed
+    again at every later sync (vLLM's own calculate_kv_scales calibrates on the profiling dummy run instead,
+    and its V1 runner resets the scales at every KV-cache wake-up; BENCHMARKS.md, real engine). Every rank
+    freezes at the same sync: the decision follows the all-reduced amax, which all ranks share.
+    """
+    frozen = getattr(cal, "_fp8spec_frozen", None)
+    if frozen is not None:
+        return [(n, t.clone()) for n, t in frozen]
     dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     cal.reduce(device=dev)
     named = cal.named_scales(device=dev)
     cal.reset()
+    if named and kv_recalibrate_from_env() == "once":
+        cal._fp8spec_frozen = [(n, t.clone()) for n, t in named]
     return named
 
 

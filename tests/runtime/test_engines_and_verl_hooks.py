@@ -66,10 +66,25 @@ def test_vllm_apply_kv_scales_in_place():
         vllm_kv.apply_kv_scales(model, [("model.layers.0.self_attn.attn.k_scale", 0.0)], fnuz_factor=1.0)
 
 
+class FakeV1ModelRunner:
+    """vLLM 0.24 V1 GPUModelRunner's wake-up path: ``post_kv_cache_wake_up`` -> ``init_fp8_kv_scales``,
+    which fills ``_k_scale`` / ``_v_scale`` with 1.0 (gpu_model_runner.py 935-980)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def post_kv_cache_wake_up(self):
+        for mod in self.model.modules():
+            if isinstance(mod, FakeVllmAttention):
+                mod._k_scale.fill_(1.0)
+                mod._v_scale.fill_(1.0)
+
+
 def _fake_verl_vllm_ext_module():
     class vLLMColocateWorkerExtension:  # noqa: N801 - verl's name
         def __init__(self, model):
             self.model = model
+            self.model_runner = FakeV1ModelRunner(model)
             self.loaded = []
 
         def _iter_all_models(self):
@@ -108,17 +123,37 @@ def test_verl_vllm_worker_extension_patch(monkeypatch):
     assert ext.loaded == ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight"]
     assert ext.model.model.layers[0].self_attn.attn._k_scale.item() == 0.75  # applied after the reset
     assert ext.model.model.layers[1].self_attn.attn._k_scale_float == 0.5
-    # a sync without scales leaves the engine's own state alone
+    # verl wakes the KV cache after the update; the V1 runner's reset must not drop the pushed scales
+    ext.model_runner.post_kv_cache_wake_up()
+    assert ext.model.model.layers[0].self_attn.attn._k_scale.item() == 0.75
+    assert ext.model.model.layers[1].self_attn.attn._k_scale.item() == 0.5
+    # a sync without scales keeps the last pushed ones across later wake-ups
     ext.buckets = [[("model.layers.0.self_attn.q_proj.weight", torch.zeros(2, 2))]]
     ext.update_weights_from_ipc()
-    assert ext.model.model.layers[0].self_attn.attn._k_scale.item() == 1.0
+    ext.model_runner.post_kv_cache_wake_up()
+    assert ext.model.model.layers[0].self_attn.attn._k_scale.item() == 0.75
 
 
-def test_plain_vllm_worker_extension_method():
+def test_v1_runner_reset_without_the_keeper_drops_scales():
+    # the bug the keeper fixes, on the stand-in: a plain write is undone by the wake-up
+    model = _fake_vllm_model(1)
+    runner = FakeV1ModelRunner(model)
+    vllm_kv.apply_kv_scales(model, [("model.layers.0.self_attn.attn.k_scale", 0.5)], fnuz_factor=1.0)
+    runner.post_kv_cache_wake_up()
+    assert model.model.layers[0].self_attn.attn._k_scale.item() == 1.0
+
+
+def test_plain_vllm_worker_extension_method(monkeypatch):
+    monkeypatch.setattr(vllm_kv, "_fnuz_factor", lambda: 1.0)
     ext = vllm_kv.Fp8specKVScaleWorkerExtension()
-    ext.model_runner = types.SimpleNamespace(model=_fake_vllm_model(1))
+    ext.model_runner = FakeV1ModelRunner(_fake_vllm_model(1))
     assert ext.fp8spec_set_kv_scales([("model.layers.0.self_attn.attn.v_scale", 0.3)]) == 1
     assert ext.model_runner.model.model.layers[0].self_attn.attn._v_scale.item() == pytest.approx(0.3)
+    ext.model_runner.post_kv_cache_wake_up()
+    assert ext.model_runner.model.model.layers[0].self_attn.attn._v_scale.item() == pytest.approx(0.3)
+    ext.fp8spec_set_kv_scales([("model.layers.0.self_attn.attn.v_scale", 0.2)])  # wrapped once, value updated
+    ext.model_runner.post_kv_cache_wake_up()
+    assert ext.model_runner.model.model.layers[0].self_attn.attn._v_scale.item() == pytest.approx(0.2)
 
 
 # --------------------------------------------------------------------------------------- SGLang

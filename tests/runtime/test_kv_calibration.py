@@ -166,3 +166,46 @@ def test_names_and_errors():
         cal.observe(2, torch.ones(1), torch.ones(1), torch.ones(1))
     cal.reduce()  # no process group: no-op
     assert cal.named_scales() == []
+
+
+def _observed(cal, value):
+    t = torch.full((2, 4), value)
+    for layer in range(cal.num_layers):
+        cal.observe(layer, t, t, t)
+
+
+def test_sync_scales_per_step_follow_each_step(monkeypatch):
+    from fp8spec.runtime import verl_patch
+
+    monkeypatch.delenv("FP8SPEC_KV_RECALIBRATE", raising=False)
+    cal = kc.KVScaleCalibrator(2, divisors=(1.0, 1.0, 1.0))
+    _observed(cal, 2.0)
+    first = verl_patch._scales_for_sync(cal)
+    _observed(cal, 5.0)
+    second = verl_patch._scales_for_sync(cal)
+    assert [float(t) for _, t in first] == [2.0] * 6
+    assert [float(t) for _, t in second] == [5.0] * 6
+
+
+def test_sync_scales_once_keep_the_first_real_calibration(monkeypatch):
+    from fp8spec.runtime import verl_patch
+
+    monkeypatch.setenv("FP8SPEC_KV_RECALIBRATE", "once")
+    cal = kc.KVScaleCalibrator(2, divisors=(1.0, 1.0, 1.0))
+    assert verl_patch._scales_for_sync(cal) == []  # nothing observed yet (first rollout): nothing frozen
+    _observed(cal, 2.0)
+    first = verl_patch._scales_for_sync(cal)
+    _observed(cal, 5.0)
+    later = verl_patch._scales_for_sync(cal)
+    assert [n for n, _ in later] == [n for n, _ in first]
+    assert [float(t) for _, t in later] == [2.0] * 6
+
+
+def test_sync_scales_recalibrate_env_is_checked(monkeypatch):
+    from fp8spec.runtime import verl_patch
+
+    monkeypatch.setenv("FP8SPEC_KV_RECALIBRATE", "sometimes")
+    cal = kc.KVScaleCalibrator(1, divisors=(1.0, 1.0, 1.0))
+    _observed(cal, 1.0)
+    with pytest.raises(ValueError, match="per_step or once"):
+        verl_patch._scales_for_sync(cal)

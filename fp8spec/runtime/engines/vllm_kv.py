@@ -18,6 +18,13 @@ vLLM facts relied on (wheel sources, paths relative to the package root):
   buffers (``q_descale``/``k_descale``/``v_descale`` from ``layer._q_scale`` …); FlashInfer passes the
   host floats to its kernels, which captured CUDA graphs freeze until they are re-captured.
 * On fnuz FP8 platforms (ROCm) vLLM doubles checkpoint scales (kv_cache.py, ``is_fp8_fnuz``); done here too.
+* vLLM 0.24's V1 model runner (every MoE model; dense Qwen3 runs on the V2 runner) resets ``_k_scale`` /
+  ``_v_scale`` to 1.0 whenever the KV cache wakes from sleep (``vllm/v1/worker/gpu_worker.py`` 199-200 ->
+  ``gpu_model_runner.py`` 935-980, ``init_fp8_kv_scales``), and verl wakes the KV cache *after* the weight
+  update (``vllm_async_server.py`` 882-891). So the scales written here are also remembered on the model
+  runner and written again after every KV-cache wake-up (``keep_across_kv_wake``); the V2 runner's
+  ``post_kv_cache_wake_up`` resets nothing, where re-writing them is a no-op. Shown in the real engine on an
+  H200 (BENCHMARKS.md, engine section).
 
 Layer lookup: the pushed name minus ``.{q,k,v}_scale`` is the attention module's path in vLLM's model
 (``model.layers.{i}.self_attn.attn``; ``vllm/model_executor/models/qwen3.py`` 0.24.0 line 139 /
@@ -74,6 +81,36 @@ def apply_kv_scales(model: torch.nn.Module, named_scales, fnuz_factor: float | N
     return len(per_layer)
 
 
+def keep_across_kv_wake(model_runner, named_scales) -> None:
+    """Remember ``named_scales`` on the model runner and write them again after every KV-cache wake-up.
+
+    Wraps the runner's ``post_kv_cache_wake_up`` once per runner (instance attribute, so other engines in
+    the process are untouched); later calls only update the remembered values.
+    """
+    store = model_runner.__dict__.setdefault("_fp8spec_kv_scales", {})
+    store.update((name, float(v.item() if isinstance(v, torch.Tensor) else v)) for name, v in named_scales)
+    if model_runner.__dict__.get("_fp8spec_kv_wake_wrapped"):
+        return
+    original = model_runner.post_kv_cache_wake_up
+
+    def post_kv_cache_wake_up(*args, **kwargs):
+        out = original(*args, **kwargs)
+        n = apply_kv_scales(model_runner.model, list(model_runner._fp8spec_kv_scales.items()))
+        logger.info("fp8spec kv_scales: re-applied q/k/v scales to %d attention layers after KV-cache wake-up", n)
+        return out
+
+    model_runner.post_kv_cache_wake_up = post_kv_cache_wake_up
+    model_runner._fp8spec_kv_wake_wrapped = True
+
+
+def apply_and_keep(model_runner, named_scales) -> int:
+    """Write the scales into the runner's model now and after every later KV-cache wake-up."""
+    named_scales = list(named_scales)
+    n = apply_kv_scales(model_runner.model, named_scales)
+    keep_across_kv_wake(model_runner, named_scales)
+    return n
+
+
 def split_scales(weights):
     """Split a weight list into (weights without kv scales, kv scales as floats)."""
     kept, scales = [], []
@@ -93,7 +130,7 @@ class Fp8specKVScaleWorkerExtension:
     """
 
     def fp8spec_set_kv_scales(self, named_scales) -> int:
-        return apply_kv_scales(self.model_runner.model, named_scales)
+        return apply_and_keep(self.model_runner, named_scales)
 
 
 def patch_verl_worker_extension(module) -> None:
@@ -122,9 +159,9 @@ def patch_verl_worker_extension(module) -> None:
         out = orig_ipc(self, *args, **kwargs)
         scales = self.__dict__.pop("_fp8spec_pending_kv_scales", [])
         if scales:
-            n = 0
-            for model in self._iter_all_models():
-                n = apply_kv_scales(model, scales)
+            n = apply_and_keep(self.model_runner, scales)
+            for model in list(self._iter_all_models())[1:]:  # an MTP drafter: same layer names
+                apply_kv_scales(model, scales)
             logger.info("fp8spec kv_scales: applied %d q/k/v scales to %d attention layers", len(scales), n)
         return out
 

@@ -1,0 +1,84 @@
+"""Rollout throughput of one real vLLM engine configuration (run once per configuration, in its own process).
+
+    python benchmarks/engine/bench_rollout.py --model qwen3-8b --mode fp8 --deep-gemm 0 \
+        --util 0.6 --max-model-len 8192 --prompts 256 --prompt-len 1024 --output-len 1536 --json out.json
+
+A rollout-shaped workload: ``--prompts`` random-token prompts submitted at once (as verl submits a step's
+``train_batch_size x n`` sequences), sampled at temperature 1 with ``ignore_eos`` so every sequence makes
+exactly ``--output-len`` tokens; weights are vLLM's dummy init at the model's real shapes; CUDA graphs and
+torch.compile at vLLM's defaults. Modes: bf16, fp8 (W8A8 blockwise 128x128 exactly as verl 0.9.1 configures
+it), fp8kv (fp8 + fp8_e4m3 KV cache). Writes one JSON record (throughput, KV capacity, memory facts from the
+engine's log) to ``--json``; the engine log goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from engine_common import MODELS, engine_kwargs  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=sorted(MODELS), required=True)
+    ap.add_argument("--mode", choices=["bf16", "fp8", "fp8kv"], required=True)
+    ap.add_argument("--deep-gemm", type=int, choices=[0, 1], default=0)
+    ap.add_argument("--util", type=float, default=0.6)
+    ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--prompts", type=int, default=256)
+    ap.add_argument("--prompt-len", type=int, default=1024)
+    ap.add_argument("--output-len", type=int, default=1536)
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args()
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    model_id = MODELS[args.model]
+    t0 = time.perf_counter()
+    llm = LLM(**engine_kwargs(model_id, args.mode, args.util, args.max_model_len))
+    start_s = time.perf_counter() - t0
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = 151936
+    prompts = [TokensPrompt(prompt_token_ids=torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist())
+               for _ in range(args.prompts)]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=args.output_len, ignore_eos=True,
+                            detokenize=False, seed=0)
+    warm = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, detokenize=False)
+    llm.generate(prompts[:16], warm, use_tqdm=False)
+
+    t1 = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    gen_s = time.perf_counter() - t1
+    out_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    preemptions = None
+    try:
+        for metric in llm.get_metrics():
+            if metric.name == "vllm:num_preemptions":
+                preemptions = int(metric.value)
+    except Exception as exc:  # metrics are a nicety; the throughput is the result
+        print(f"bench_rollout: no metrics ({exc})", file=sys.stderr)
+    record = {
+        "model": model_id, "mode": args.mode, "deep_gemm": bool(args.deep_gemm), "util": args.util,
+        "max_model_len": args.max_model_len, "prompts": args.prompts, "prompt_len": args.prompt_len,
+        "output_len": args.output_len, "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
+        "output_tokens": out_tokens, "output_tok_per_s": round(out_tokens / gen_s, 1),
+        "total_tok_per_s": round((out_tokens + args.prompts * args.prompt_len) / gen_s, 1),
+        "preemptions": preemptions, "vllm_use_deep_gemm": os.environ.get("VLLM_USE_DEEP_GEMM"),
+    }
+    with open(args.json, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+    print(json.dumps(record), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The real-engine runs on the H200 machine, one step per device call (see benchmarks/engine/README.md).
+#
+#   bash benchmarks/engine/run_h200_engine.sh receive NN     copy the carried .engine/partNN into /tmp/engine
+#   bash benchmarks/engine/run_h200_engine.sh install        check + unpack the offline set into /tmp/site
+#   bash benchmarks/engine/run_h200_engine.sh gputests       the GPU test suite of fp8spec.runtime
+#   bash benchmarks/engine/run_h200_engine.sh bench GPU ITEMS...   rollout throughput (run_configs.py) on GPU
+#   bash benchmarks/engine/run_h200_engine.sh kvprobe GPU    KV-scale probe (kv_scales_probe.py) on GPU
+#   bash benchmarks/engine/run_h200_engine.sh wsprobe GPU [CASES]   weight-sync probe on GPU
+#
+# Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fp8spec_out}
+SITE=/tmp/site
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$SITE:$PWD:$PWD/benchmarks/engine${PYTHONPATH:+:$PYTHONPATH}"
+step=${1:?step}
+shift
+# $OUT comes back as at most 8 files: each step packs its folder into one archive.
+pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
+case $step in
+  receive)
+    mkdir -p /tmp/engine && cp -v ".engine/part$1"/* /tmp/engine/ && ls -la /tmp/engine | tail -n +2 ;;
+  install)
+    bash benchmarks/engine/install_offline.sh /tmp/engine "$SITE" &&
+      python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" ;;
+  gputests)
+    mkdir -p "$OUT/gputests"
+    { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
+      python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
+    } 2>&1 | tee "$OUT/gputests/env.txt"
+    PYTHONPATH="$PWD" timeout 240 python3 -m pytest tests/runtime --noconftest -q -p no:cacheprovider -rs 2>&1 |
+      tee "$OUT/gputests/pytest.log" | tail -n 15
+    pack gputests ;;
+  bench)
+    gpu=$1; shift
+    mkdir -p "$OUT/bench$gpu"
+    CUDA_VISIBLE_DEVICES=$gpu timeout 570 python3 benchmarks/engine/run_configs.py --out "$OUT/bench$gpu" \
+      --budget-s "${BUDGET_S:-540}" "$@" 2>&1 | tee "$OUT/bench$gpu/driver.log"
+    pack "bench$gpu" ;;
+  kvprobe)
+    mkdir -p "$OUT/kvprobe"
+    CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 benchmarks/engine/kv_scales_probe.py --out "$OUT/kvprobe" 2>&1 |
+      tee "$OUT/kvprobe/driver.log"
+    pack kvprobe ;;
+  wsprobe)
+    mkdir -p "$OUT/wsprobe"
+    CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 benchmarks/engine/weight_sync_probe.py --out "$OUT/wsprobe" \
+      ${2:+--cases "$2"} 2>&1 | tee "$OUT/wsprobe/driver.log"
+    pack wsprobe ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac

@@ -1,0 +1,256 @@
+"""FP8 weight sync through verl 0.9.1's real path into a real vLLM 0.24.0 engine: verl's quantizer vs fp8spec's
+``fast_block_quant``, checked against a fresh engine, and timed.
+
+    python benchmarks/engine/weight_sync_probe.py --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b]
+
+Per case, one process per engine (``--one``):
+
+* ``verl``: verl's ``vLLMColocateWorkerExtension`` as the worker extension; the driver streams BF16 weights
+  (checkpoint names, HF layout) with verl's own ``BucketedWeightSender`` (CUDA IPC, 2048 MiB buckets, verl's
+  default) while ``update_weights_from_ipc`` runs in the engine: verl's receiver, verl's ``quant_weights``
+  (``scaled_fp8_blockwise``) and vLLM's ``load_weights`` + verl's post-load processing. Three syncs, timed.
+* ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (one launch per bucket).
+* ``fresh`` (tiny cases): a new engine that loads the same weights from an FP8 checkpoint written by the driver
+  with verl's own ``scaled_fp8_blockwise`` (``weight`` e4m3 + ``weight_scale_inv``), i.e. without any sync.
+
+Every engine reports a byte-exact fingerprint of each parameter it holds after its update (or load) and the
+greedy log-probs of fixed prompts. Verdicts: verl == patch byte for byte; the synced engines == the fresh one;
+log-probs equal; sync seconds per step (median of 3) for verl and patch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from engine_common import MODELS, catalog_config, verl_fp8_quantization  # noqa: E402
+
+TINY = {
+    "tiny-dense": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=8192,
+                       hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=8,
+                       num_key_value_heads=4, head_dim=128, max_position_embeddings=4096,
+                       tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                       torch_dtype="bfloat16", hidden_act="silu", attention_bias=False),
+    "tiny-moe": dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", vocab_size=8192,
+                     hidden_size=1024, intermediate_size=3072, moe_intermediate_size=256, num_experts=8,
+                     num_experts_per_tok=2, decoder_sparse_step=1, norm_topk_prob=True, mlp_only_layers=[],
+                     num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=128,
+                     max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=1000000.0,
+                     rms_norm_eps=1e-6, torch_dtype="bfloat16", hidden_act="silu", attention_bias=False),
+}
+ZMQ = "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-0.sock"  # verl's handle for job 0, replica 0, rank 0
+
+
+def case_config(case: str) -> dict:
+    return dict(TINY[case]) if case in TINY else catalog_config(MODELS[case])
+
+
+def checkpoint_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Checkpoint (HF) parameter names and shapes of a Qwen3 / Qwen3-MoE config, in checkpoint order."""
+    h, d = cfg["hidden_size"], cfg["head_dim"]
+    nh, nkv, v = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
+    out = [("model.embed_tokens.weight", (v, h))]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,)),
+                (p + "self_attn.q_proj.weight", (nh * d, h)), (p + "self_attn.k_proj.weight", (nkv * d, h)),
+                (p + "self_attn.v_proj.weight", (nkv * d, h)), (p + "self_attn.o_proj.weight", (h, nh * d)),
+                (p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
+        if cfg.get("num_experts"):
+            m = cfg["moe_intermediate_size"]
+            out.append((p + "mlp.gate.weight", (cfg["num_experts"], h)))
+            for j in range(cfg["num_experts"]):
+                e = f"{p}mlp.experts.{j}."
+                out += [(e + "gate_proj.weight", (m, h)), (e + "up_proj.weight", (m, h)),
+                        (e + "down_proj.weight", (h, m))]
+        else:
+            m = cfg["intermediate_size"]
+            out += [(p + "mlp.gate_proj.weight", (m, h)), (p + "mlp.up_proj.weight", (m, h)),
+                    (p + "mlp.down_proj.weight", (h, m))]
+    out += [("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
+    return out
+
+
+def make_weights(cfg: dict, step: int):
+    """Seeded BF16 weights on the GPU (norms near 1, the rest N(0, 0.02); lm_head x8 for clear greedy margins)."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(1000 + step)
+    weights = []
+    for name, shape in checkpoint_shapes(cfg):
+        t = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        if name.endswith("norm.weight"):
+            t.uniform_(0.9, 1.1, generator=gen)
+        else:
+            t.normal_(0.0, 0.16 if name == "lm_head.weight" else 0.02, generator=gen)
+        weights.append((name, t))
+    return weights
+
+
+def is_quantized(name: str, cfg: dict) -> bool:
+    """What verl/vLLM quantize: every linear weight but the router, lm_head and embeddings."""
+    return name.endswith("_proj.weight")
+
+
+def write_fp8_checkpoint(cfg: dict, weights, folder: Path) -> None:
+    """The same weights as an FP8 checkpoint, quantized by verl's own scaled_fp8_blockwise."""
+    from safetensors.torch import save_file
+    from verl.utils.kernel.fp8_kernel import scaled_fp8_blockwise
+
+    tensors = {}
+    for name, t in weights:
+        if is_quantized(name, cfg):
+            q, s = scaled_fp8_blockwise(t, weight_block_size=[128, 128])
+            tensors[name] = q.contiguous().cpu()
+            tensors[name + "_scale_inv"] = s.squeeze(-1).contiguous().cpu()
+        else:
+            tensors[name] = t.contiguous().cpu()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"))
+    conf = dict(cfg, quantization_config=verl_fp8_quantization(cfg["num_hidden_layers"]))
+    (folder / "config.json").write_text(json.dumps(conf, indent=1), encoding="utf-8")
+
+
+def run_engine(case: str, path: str, out: Path, util: float) -> None:
+    import torch
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    cfg = case_config(case)
+    folder = Path("/tmp/fp8spec-models") / f"ws-{case}"
+    kw = dict(skip_tokenizer_init=True, seed=0, gpu_memory_utilization=util, max_model_len=1024,
+              enforce_eager=True, enable_prefix_caching=False, worker_extension_cls="ws_probe_ext.ProbeVerlExt")
+    if path == "fresh":
+        llm = LLM(model=str(folder / "fp8"), **kw)
+    else:
+        (folder / "dummy").mkdir(parents=True, exist_ok=True)
+        (folder / "dummy" / "config.json").write_text(json.dumps(cfg, indent=1), encoding="utf-8")
+        llm = LLM(model=str(folder / "dummy"), load_format="dummy", quantization="fp8",
+                  hf_overrides={"quantization_config": verl_fp8_quantization(cfg["num_hidden_layers"])}, **kw)
+    record = {"case": case, "path": path, "patched": llm.collective_rpc("probe_patched")[0]}
+    if path != "fresh":
+        from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
+
+        times = []
+        for step in range(3):
+            weights = make_weights(cfg, step=0)  # the same values each step: the last sync is checked
+            torch.cuda.synchronize()
+            result = {}
+
+            def receive():
+                result["r"] = llm.collective_rpc("update_weights_from_ipc",
+                                                 kwargs=dict(peft_config=None, base_sync_done=True, use_shm=False))
+
+            t0 = time.perf_counter()
+            th = threading.Thread(target=receive)
+            th.start()
+            asyncio.run(BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=2048).async_send_weights(iter(weights)))
+            th.join()
+            times.append(time.perf_counter() - t0)
+            del weights
+            torch.cuda.empty_cache()
+        record["sync_s"] = times
+        record["patched_after"] = llm.collective_rpc("probe_patched")[0]
+    record["fingerprints"] = llm.collective_rpc("probe_fingerprints")[0]
+    gen = torch.Generator().manual_seed(1)
+    prompts = [TokensPrompt(prompt_token_ids=torch.randint(0, cfg["vocab_size"], (32,), generator=gen).tolist())
+               for _ in range(4)]
+    sp = SamplingParams(temperature=0.0, max_tokens=8, logprobs=0, ignore_eos=True, detokenize=False)
+    record["greedy"] = [{"tokens": list(o.outputs[0].token_ids),
+                         "logprobs": [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]}
+                        for o in llm.generate(prompts, sp, use_tqdm=False)]
+    (out / f"ws_{case}_{path}.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+def prepare_fresh(case: str) -> None:
+    import torch
+
+    cfg = case_config(case)
+    weights = make_weights(cfg, step=0)
+    write_fp8_checkpoint(cfg, weights, Path("/tmp/fp8spec-models") / f"ws-{case}" / "fp8")
+    del weights
+    torch.cuda.empty_cache()
+
+
+def verdict(out: Path, case: str) -> dict:
+    recs = {p: json.loads((out / f"ws_{case}_{p}.json").read_text())
+            for p in ("verl", "patch", "fresh") if (out / f"ws_{case}_{p}.json").exists()}
+    v = {"paths": sorted(recs)}
+    if "verl" in recs and "patch" in recs:
+        fv, fp = recs["verl"]["fingerprints"], recs["patch"]["fingerprints"]
+        v["verl_vs_patch_params_differ"] = sorted(n for n in fv if fv[n] != fp.get(n))[:20]
+        v["verl_vs_patch_param_count"] = [len(fv), len(fp)]
+        v["patch_active"] = recs["patch"].get("patched_after")
+        v["verl_active"] = recs["verl"].get("patched_after")
+        v["sync_s_median"] = {p: statistics.median(recs[p]["sync_s"]) for p in ("verl", "patch")}
+        v["sync_s_all"] = {p: recs[p]["sync_s"] for p in ("verl", "patch")}
+        v["greedy_verl_eq_patch"] = recs["verl"]["greedy"] == recs["patch"]["greedy"]
+    if "fresh" in recs and "verl" in recs:
+        fv, ff = recs["verl"]["fingerprints"], recs["fresh"]["fingerprints"]
+        v["synced_vs_fresh_params_differ"] = sorted(n for n in fv if fv[n] != ff.get(n))[:20]
+        v["greedy_synced_eq_fresh"] = recs["verl"]["greedy"] == recs["fresh"]["greedy"]
+        if not v["greedy_synced_eq_fresh"]:
+            v["greedy_fresh"] = recs["fresh"]["greedy"][0]
+            v["greedy_verl"] = recs["verl"]["greedy"][0]
+    return v
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--cases", default="tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b")
+    ap.add_argument("--one", nargs=2, metavar=("CASE", "PATH"))
+    ap.add_argument("--prepare-fresh", metavar="CASE")
+    ap.add_argument("--util", type=float, default=0.3)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.one:
+        run_engine(a.one[0], a.one[1], a.out, a.util)
+        return 0
+    if a.prepare_fresh:
+        prepare_fresh(a.prepare_fresh)
+        return 0
+    base_env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_DEEP_GEMM="0", VLLM_MOE_USE_DEEP_GEMM="0",
+                    PYTHONUNBUFFERED="1",
+                    PYTHONPATH=os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    base_env.pop("FP8SPEC_RUNTIME_PATCHES", None)
+    verdicts, rc = {}, 0
+    for case in a.cases.split(","):
+        paths = ["verl", "patch"] + (["fresh"] if case in TINY else [])
+        if case in TINY:
+            subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case],
+                           env=base_env, check=True)
+        for path in paths:
+            env = dict(base_env)
+            if path == "patch":
+                env["FP8SPEC_RUNTIME_PATCHES"] = "fast_block_quant"
+            util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
+            with open(a.out / f"ws_{case}_{path}.log", "w") as log:
+                r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],
+                                   env=env, stdout=log, stderr=subprocess.STDOUT, timeout=420)
+            print(f"weight_sync {case} {path}: rc={r.returncode}", flush=True)
+            if r.returncode:
+                rc = 1
+                print((a.out / f"ws_{case}_{path}.log").read_text()[-2500:], flush=True)
+        try:
+            verdicts[case] = verdict(a.out, case)
+        except Exception as exc:
+            verdicts[case] = {"error": repr(exc)}
+        print(case, json.dumps(verdicts[case]), flush=True)
+    (a.out / "ws_verdicts.json").write_text(json.dumps(verdicts, indent=1), encoding="utf-8")
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

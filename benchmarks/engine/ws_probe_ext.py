@@ -1,0 +1,45 @@
+"""Worker extension for the weight-sync probe: verl 0.9.1's own ``vLLMColocateWorkerExtension`` (so the
+weight update runs verl's receiver, verl's quantizer or fp8spec's ``fast_block_quant`` replacement, and vLLM's
+real ``load_weights``), plus read-only probes: a fingerprint of every parameter the engine holds.
+
+Importing ``fp8spec.runtime`` here activates the patches named in ``FP8SPEC_RUNTIME_PATCHES`` in the worker
+process before verl's modules load, as the vLLM plugin entry point does in a deployed bundle.
+"""
+
+from __future__ import annotations
+
+import fp8spec.runtime  # noqa: F401 - activates FP8SPEC_RUNTIME_PATCHES in this process
+import torch
+from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+
+_WEIGHTS: dict[str, torch.Tensor] = {}
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """Byte-exact fingerprint: the bytes as int32 words times a fixed odd sequence, summed in int64."""
+    b = t.detach().contiguous().view(torch.uint8).flatten()
+    pad = (-b.numel()) % 4
+    if pad:
+        b = torch.cat([b, b.new_zeros(pad)])
+    w = b.view(torch.int32).to(torch.int64)
+    idx = torch.arange(w.numel(), device=w.device, dtype=torch.int64)
+    mult = (idx * 2654435761 + 97) % 2147483629 * 2 + 1
+    s1 = int((w * mult).sum().item())
+    s2 = int((w * (idx % 65521 + 1)).sum().item())
+    return f"{t.dtype}:{tuple(t.shape)}:{s1 & (2**64 - 1):016x}{s2 & (2**64 - 1):016x}"
+
+
+class ProbeVerlExt(vLLMColocateWorkerExtension):
+    def probe_fingerprints(self) -> dict:
+        return {n: fingerprint(p) for n, p in self.model_runner.model.named_parameters()}
+
+    def probe_patched(self) -> dict:
+        import verl.utils.vllm.vllm_quant_utils as q
+        import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as b
+
+        from fp8spec.runtime import verl_patch
+
+        return {"quant_weights_replaced": getattr(q.quant_weights, "_fp8spec", None) is not None,
+                "receiver_patched": bool(getattr(b.BucketedWeightReceiver, "_fp8spec_flat_patched", False)),
+                "flat_stats": dict(verl_patch.FLAT_STATS),
+                "active": sorted(fp8spec.runtime.active_patches())}
