@@ -19,7 +19,10 @@ MODELS = {"qwen3-8b": "Qwen/Qwen3-8B-Base", "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B
 def catalog_config(model_id: str) -> dict:
     """config.json of a catalog model (the catalog entry's ``config`` is the config.json text)."""
     path = CATALOG / (model_id.replace("/", "--") + ".yaml")
-    return dict(yaml.safe_load(path.read_text(encoding="utf-8"))["config"])
+    cfg = dict(yaml.safe_load(path.read_text(encoding="utf-8"))["config"])
+    # PyYAML (YAML 1.1) reads JSON's 1e-06 as a string; the catalog's own reader does not
+    return {k: float(v) if isinstance(v, str) and re.fullmatch(r"[-+]?[0-9.]+[eE][-+]?[0-9]+", v) else v
+            for k, v in cfg.items()}
 
 
 def model_dir(model_id: str, root: str = "/tmp/fp8spec-models") -> str:

@@ -104,6 +104,10 @@ def run_engine(kind: str, engine: str, model_path: str, out: Path) -> None:
             runs[which] = generate()
     else:
         rpc("probe_snapshot_weights")
+        # calculate_kv_scales calibrates on the first forward that reaches attention with the flag set:
+        # record whether the profiling run at start took it, then let one generation consume it
+        generate()
+        record["scales_after_first_generate"] = rpc("probe_read_scales")
 
         def verl_update(write_method: str, which: str):
             llm.sleep(level=2)  # verl HYBRID: level 2 for full-weight sync (vllm_async_server.py 1308-1316)
@@ -159,6 +163,8 @@ def verdicts(out: Path) -> dict:
         v[kind] = {
             "runner": g["runner"],
             "calculate_kv_scales_at_start_layer0": g["scales_at_start"][sorted(g["scales_at_start"])[0]],
+            "calculate_kv_scales_after_first_generate_layer0":
+                g["scales_after_first_generate"][sorted(g["scales_after_first_generate"])[0]],
             "scales_change_outputs": not _same(gr["unit"], gr["clip"]),
             "graph_vs_eager_unit_max_dlogprob": [noise, n_noise],
             "graph_vs_eager_clip_max_dlogprob": [match_clip, n_clip],

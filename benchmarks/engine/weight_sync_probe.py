@@ -103,23 +103,39 @@ def is_quantized(name: str, cfg: dict) -> bool:
     return name.endswith("_proj.weight")
 
 
-def write_fp8_checkpoint(cfg: dict, weights, folder: Path) -> None:
-    """The same weights as an FP8 checkpoint, quantized by verl's own scaled_fp8_blockwise."""
+def write_fp8_checkpoint(cfg: dict, weights, folder: Path, quantizer: str = "verl") -> dict:
+    """The same weights as an FP8 checkpoint, quantized by verl's own scaled_fp8_blockwise (``verl``) or by
+    fp8spec's torch reference (``reference``: IEEE divisions, vLLM's amax floor). Returns how many codes and
+    scales the two quantizers disagree on over these weights."""
+    import torch
     from safetensors.torch import save_file
     from verl.utils.kernel.fp8_kernel import scaled_fp8_blockwise
 
-    tensors = {}
+    from fp8spec.runtime.blockquant import quantize_blockwise
+
+    tensors, stats = {}, {"codes": 0, "codes_differ": 0, "scales": 0, "scales_differ": 0,
+                          "max_scale_rel_diff": 0.0}
     for name, t in weights:
         if is_quantized(name, cfg):
-            q, s = scaled_fp8_blockwise(t, weight_block_size=[128, 128])
+            qv, sv = scaled_fp8_blockwise(t, weight_block_size=[128, 128])
+            sv = sv.squeeze(-1)
+            qr, sr = quantize_blockwise(t, (128, 128))
+            stats["codes"] += qv.numel()
+            stats["codes_differ"] += int((qv.view(torch.uint8) != qr.view(torch.uint8)).sum())
+            stats["scales"] += sv.numel()
+            stats["scales_differ"] += int((sv != sr.reshape(sv.shape)).sum())
+            rel = float(((sv - sr.reshape(sv.shape)).abs() / sr.reshape(sv.shape)).max())
+            stats["max_scale_rel_diff"] = max(stats["max_scale_rel_diff"], rel)
+            q, sc = (qv, sv) if quantizer == "verl" else (qr, sr.reshape(sv.shape))
             tensors[name] = q.contiguous().cpu()
-            tensors[name + "_scale_inv"] = s.squeeze(-1).contiguous().cpu()
+            tensors[name + "_scale_inv"] = sc.contiguous().cpu()
         else:
             tensors[name] = t.contiguous().cpu()
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(folder / "model.safetensors"))
     conf = dict(cfg, quantization_config=verl_fp8_quantization(cfg["num_hidden_layers"]))
     (folder / "config.json").write_text(json.dumps(conf, indent=1), encoding="utf-8")
+    return stats
 
 
 def run_engine(case: str, path: str, out: Path, util: float) -> None:
@@ -131,15 +147,15 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     folder = Path("/tmp/fp8spec-models") / f"ws-{case}"
     kw = dict(skip_tokenizer_init=True, seed=0, gpu_memory_utilization=util, max_model_len=1024,
               enforce_eager=True, enable_prefix_caching=False, worker_extension_cls="ws_probe_ext.ProbeVerlExt")
-    if path == "fresh":
-        llm = LLM(model=str(folder / "fp8"), **kw)
+    if path in ("fresh", "fresh-ref"):
+        llm = LLM(model=str(folder / ("fp8" if path == "fresh" else "fp8ref")), **kw)
     else:
         (folder / "dummy").mkdir(parents=True, exist_ok=True)
         (folder / "dummy" / "config.json").write_text(json.dumps(cfg, indent=1), encoding="utf-8")
         llm = LLM(model=str(folder / "dummy"), load_format="dummy", quantization="fp8",
                   hf_overrides={"quantization_config": verl_fp8_quantization(cfg["num_hidden_layers"])}, **kw)
     record = {"case": case, "path": path, "patched": llm.collective_rpc("probe_patched")[0]}
-    if path != "fresh":
+    if not path.startswith("fresh"):
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
 
         times = []
@@ -173,20 +189,30 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     (out / f"ws_{case}_{path}.json").write_text(json.dumps(record), encoding="utf-8")
 
 
-def prepare_fresh(case: str) -> None:
+def prepare_fresh(case: str, out: Path) -> None:
     import torch
 
     cfg = case_config(case)
     weights = make_weights(cfg, step=0)
-    write_fp8_checkpoint(cfg, weights, Path("/tmp/fp8spec-models") / f"ws-{case}" / "fp8")
+    root = Path("/tmp/fp8spec-models") / f"ws-{case}"
+    stats = write_fp8_checkpoint(cfg, weights, root / "fp8", "verl")
+    write_fp8_checkpoint(cfg, weights, root / "fp8ref", "reference")
+    (out / f"ws_{case}_quantizers.json").write_text(json.dumps(stats), encoding="utf-8")
     del weights
     torch.cuda.empty_cache()
 
 
 def verdict(out: Path, case: str) -> dict:
     recs = {p: json.loads((out / f"ws_{case}_{p}.json").read_text())
-            for p in ("verl", "patch", "fresh") if (out / f"ws_{case}_{p}.json").exists()}
+            for p in ("verl", "patch", "fresh", "fresh-ref") if (out / f"ws_{case}_{p}.json").exists()}
     v = {"paths": sorted(recs)}
+    q = out / f"ws_{case}_quantizers.json"
+    if q.exists():
+        v["verl_kernel_vs_reference"] = json.loads(q.read_text())
+    if "fresh-ref" in recs and "patch" in recs:
+        fp, fr = recs["patch"]["fingerprints"], recs["fresh-ref"]["fingerprints"]
+        v["patch_vs_fresh_ref_params_differ"] = sorted(n for n in fp if fp[n] != fr.get(n))[:20]
+        v["greedy_patch_eq_fresh_ref"] = recs["patch"]["greedy"] == recs["fresh-ref"]["greedy"]
     if "verl" in recs and "patch" in recs:
         fv, fp = recs["verl"]["fingerprints"], recs["patch"]["fingerprints"]
         v["verl_vs_patch_params_differ"] = sorted(n for n in fv if fv[n] != fp.get(n))[:20]
@@ -213,13 +239,14 @@ def main() -> int:
     ap.add_argument("--one", nargs=2, metavar=("CASE", "PATH"))
     ap.add_argument("--prepare-fresh", metavar="CASE")
     ap.add_argument("--util", type=float, default=0.3)
+    ap.add_argument("--paths", default="verl,patch,fresh", help="engines per case (tiny cases: + fresh, fresh-ref)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.one:
         run_engine(a.one[0], a.one[1], a.out, a.util)
         return 0
     if a.prepare_fresh:
-        prepare_fresh(a.prepare_fresh)
+        prepare_fresh(a.prepare_fresh, a.out)
         return 0
     base_env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_DEEP_GEMM="0", VLLM_MOE_USE_DEEP_GEMM="0",
                     PYTHONUNBUFFERED="1",
@@ -227,7 +254,7 @@ def main() -> int:
     base_env.pop("FP8SPEC_RUNTIME_PATCHES", None)
     verdicts, rc = {}, 0
     for case in a.cases.split(","):
-        paths = ["verl", "patch"] + (["fresh"] if case in TINY else [])
+        paths = [p for p in a.paths.split(",") if case in TINY or not p.startswith("fresh")]
         if case in TINY:
             subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case],
                            env=base_env, check=True)
