@@ -188,9 +188,6 @@ def _patterned(pattern: str, max_length: int):
 # Written into #SBATCH lines (sbatch parses them itself): no blanks, quotes, '$' or backslashes.
 SlurmName = _patterned(r"^[A-Za-z0-9_.,:+-]+$", 200)
 SbatchOption = _patterned(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%&|!*\[\]-]+)?$", 200)
-# Options the launcher writes from the spec: a second one would contradict hardware.* or the fields above.
-SBATCH_FROM_SPEC = ("--nodes", "--ntasks-per-node", "--gpus-per-node", "--gpus", "--gres", "--exclusive",
-                    "--partition", "--account", "--time", "--job-name")
 K8sLabel = _patterned(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", 63)
 K8sQuantity = _patterned(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$", 32)
 
@@ -201,19 +198,11 @@ class SlurmSettings(_Section):
     time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = "24:00:00"
     extra_sbatch: list[SbatchOption] = Field(
         default_factory=list,
-        description="More #SBATCH options, one '--name=value' each (e.g. --qos=high, --mem=0). Nodes, GPUs, "
-        "--exclusive, partition, account, time and job name come from the spec and cannot be repeated here.",
+        description="More #SBATCH options, one '--name=value' each, names in full (e.g. --qos=high, --mem=0). "
+        "Nodes, GPUs, tasks, --exclusive, partition, account, time and job name come from the spec; options that "
+        "change that layout are refused (rule LCH001).",
     )
 
-    @field_validator("extra_sbatch")
-    @classmethod
-    def _not_from_spec(cls, options: list[str]) -> list[str]:
-        for option in options:
-            name = option.split("=", 1)[0]
-            if name in SBATCH_FROM_SPEC:
-                raise ValueError(f"{name} is written from the spec (hardware.*, cluster.slurm.*); "
-                                 "remove it here")
-        return options
 
 
 class KubeRaySettings(_Section):
