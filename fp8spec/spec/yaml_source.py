@@ -43,7 +43,7 @@ from fp8spec.spec.text import FILE_WHITESPACE, describe, first_refused
 
 MAX_SPEC_BYTES = 64 * 1024  # example specs are ~2 KiB; the YAML parser reads ~150 KiB/s on a slow core
 MAX_DEPTH = 32  # a spec nests 4 deep
-MAX_NODES = 10_000  # keys, values and list items together
+MAX_NODES = 5_000  # keys, values and list items together; a spec has a few hundred at most
 MAX_NUMBER_DIGITS = 100
 
 PathKey = tuple  # e.g. ("rollout", "tp") or ("linear", "exclude", 2)
@@ -207,13 +207,26 @@ def _position(mark) -> tuple[int, int]:
     return (mark.line + 1, mark.column + 1)
 
 
+_OPENERS = {"while scanning a quoted scalar": "a quoted string", "while parsing a flow sequence": "a '['",
+            "while parsing a flow mapping": "a '{'"}
+
+
 def _syntax_error(err: MarkedYAMLError, text: str, display: str) -> InputError:
     problem = err.problem or err.context or "invalid YAML"
     mark = err.problem_mark or err.context_mark
-    # An unclosed quote or bracket is found at the end of the file; the place to fix is where it opened.
-    if err.context_mark is not None and "end of stream" in str(problem):
+    opener = _OPENERS.get(str(err.context or ""))
+    # An unclosed quote or bracket is found at the end of the file or far below; the place to fix is where
+    # it opened.
+    if opener and err.context_mark is not None and err.problem_mark is not None:
+        found = _position(err.problem_mark)
         mark = err.context_mark
-        problem = f"{err.context} that is never closed" if err.context else problem
+        if "end of stream" in str(problem) or "<stream end>" in str(problem):
+            problem = f"{opener} opened here is never closed"
+        else:
+            problem = f"{opener} opened here is not closed where expected ({problem} at line {found[0]}, " \
+                      f"column {found[1]})"
+        line, col = _position(mark)
+        return _error(display, "E003", f"YAML syntax error: {problem}", line, col)
     line, col = _position(mark) if mark is not None else (1, 1)
     lines = text.splitlines()
     if 0 < line <= len(lines) and "\t" in lines[line - 1][: max(col, 1)] or "'\\t'" in str(problem):
