@@ -18,10 +18,7 @@ where text is not what a field takes).
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -38,6 +35,7 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.scanner import Scanner
 
+from fp8spec.bounded_read import ReadError, read_regular
 from fp8spec.diagnostics import Diagnostic
 from fp8spec.spec.text import FILE_WHITESPACE, describe, first_refused
 
@@ -85,59 +83,15 @@ def _error(file: str, code: str, message: str, line: int = 1, col: int = 1, hint
 
 # --- reading the file -------------------------------------------------------------------------------------
 
-_FILE_KINDS = (
-    (stat.S_ISDIR, "is a directory, not a spec file"),
-    (stat.S_ISFIFO, "is a named pipe (FIFO), not a regular file"),
-    (stat.S_ISCHR, "is a character device (like /dev/zero), not a regular file"),
-    (stat.S_ISBLK, "is a block device, not a regular file"),
-    (stat.S_ISSOCK, "is a socket, not a regular file"),
-)
-
-
-def _open_error(path: Path, err: OSError) -> str:
-    if err.errno == errno.ENOENT:
-        return "spec file not found (a symbolic link to a missing file)" if path.is_symlink() else \
-            "spec file not found"
-    if err.errno == errno.ELOOP:
-        return "symbolic link loop: the path never reaches a file"
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied: the spec file cannot be read"
-    if err.errno == errno.ENXIO:
-        return "is a socket or device without a reader, not a regular file"
-    return f"cannot read spec file: {err.strerror or err}"
-
 
 def read_bytes(path: Path, display: str) -> bytes:
-    """At most MAX_SPEC_BYTES of a regular file. The file's own size is never trusted (0 for /proc files)."""
+    """At most MAX_SPEC_BYTES of a regular file (fp8spec.bounded_read); a located E001 otherwise."""
     try:
-        # O_NONBLOCK: opening a FIFO does not wait for a writer; reads of odd files fail instead of blocking.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as err:
-        raise _error(display, "E001", _open_error(path, err)) from None
-    except ValueError:  # an embedded NUL in the path
-        raise _error(display, "E001", "the file name contains a NUL character") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        for is_kind, message in _FILE_KINDS:
-            if is_kind(mode):
-                raise _error(display, "E001", message)
-        if not stat.S_ISREG(mode):
-            raise _error(display, "E001", "is not a regular file")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > MAX_SPEC_BYTES:
-                raise _error(display, "E001", f"spec file is larger than the limit of {MAX_SPEC_BYTES} bytes",
-                             hint="a spec is a few KiB; is this the right file?")
-        return b"".join(chunks)
-    except OSError as err:
-        raise _error(display, "E001", f"cannot read spec file: {err.strerror or err}") from None
-    finally:
-        os.close(fd)
+        return read_regular(path, MAX_SPEC_BYTES, "spec file")
+    except ReadError as err:
+        hint = "a spec is a few KiB; is this the right file?" if "larger than the limit" in str(err) else None
+        message = "is a directory, not a spec file" if str(err) == "is a directory" else str(err)
+        raise _error(display, "E001", message, hint=hint) from None
 
 
 def read_text(path: Path, display: str) -> str:

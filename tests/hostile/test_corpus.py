@@ -217,3 +217,18 @@ def test_unreadable_file_is_a_located_e001_also_as_json(tmp_path):
 def test_usage_errors_are_json_when_json_is_asked_for():
     rc, out, _ = run_cli("validate", "--format", "json")
     assert rc == 2 and json.loads(out)["error"]["kind"] == "usage"
+
+
+def test_config_path_to_special_files_is_refused_without_reading(tmp_path):
+    """model.config_path is the other file a spec makes fp8spec read: the same bounded, regular-only read."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    base = (REPO / "specs" / "qwen3-8b.yaml").read_text()
+    for target, fragment in (("/dev/zero", "character device"), ("/dev/urandom", "character device"),
+                             (str(fifo), "named pipe")):
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(base.replace("  path: /models/Qwen3-8B-Base\n",
+                                     f"  path: /models/Qwen3-8B-Base\n  config_path: {target}\n"))
+        proc = run_subprocess("validate", str(spec))
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert " error REF001 " in proc.stdout and fragment in proc.stdout, proc.stdout
