@@ -138,14 +138,14 @@ def _value_hint(loc: tuple) -> Optional[str]:
     return None
 
 
-_YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n", "true", "false"}
+_YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n"}
 
 
 def _type_hint(kind: str, value: Any) -> Optional[str]:
     """How to write the value a strict field takes, for the usual slips (YAML 1.1 habits, quoting)."""
     if kind == "bool_type":
         if isinstance(value, str) and value.lower() in _YAML11_BOOLEANS:
-            return "write true or false: in a spec (YAML 1.2) yes/no/on/off and True/FALSE are text, not booleans"
+            return "write true or false: YAML 1.1's yes/no/on/off are text in a spec (YAML 1.2), not booleans"
         return "write true or false"
     if kind in ("int_type", "float_type"):
         if isinstance(value, bool):

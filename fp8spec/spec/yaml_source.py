@@ -10,10 +10,10 @@ values stop the read. Also refused: tabs in indentation, YAML syntax errors (at 
 the problem starts), duplicate keys, merge keys (``<<``), anchors/aliases (alias bombs), explicit tags,
 ``%YAML`` directives, several documents, an empty file or a non-mapping.
 
-Scalars are typed by the YAML 1.2 JSON schema, strictly: ``true``/``false`` are the only booleans, ``null``
-and ``~`` (or nothing) the only nulls, decimal numbers the only numbers; everything else is a string
-(YAML 1.1's ``yes``/``no``/``on``/``off``, ``0x10``, ``017`` and dates stay text, and the spec model says
-where text is not what a field takes).
+Plain scalars follow the YAML 1.2 core schema for booleans (``true``/``True``/``TRUE``, ``false``/...), null
+(``null``/``~``/nothing) and decimal numbers. Forms YAML 1.1 reads as another boolean or number stay text:
+``yes``/``no``/``on``/``off``, ``017`` (octal in 1.1), ``0x10``, ``0o17``, ``1_000``, ``1:20``, and dates; the
+strict spec model then refuses text where a field wants a boolean or a number, with a hint.
 """
 
 from __future__ import annotations
@@ -206,11 +206,12 @@ def _events(text: str, display: str):
 
 # --- typing scalars (YAML 1.2 JSON schema, strict) -----------------------------------------------------------
 
-_NULLS = ("", "~", "null")
-_BOOLS = {"true": True, "false": False}
-_INT = re.compile(r"-?(0|[1-9][0-9]*)")
-_FLOAT = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]*)?([eE][-+]?[0-9]+)?|-?\.[0-9]+([eE][-+]?[0-9]+)?")
-_SPECIAL_FLOATS = {".inf": float("inf"), "-.inf": float("-inf"), "+.inf": float("inf"), ".nan": float("nan")}
+_NULLS = ("", "~", "null", "Null", "NULL")
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"[-+]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+_SPECIAL_FLOATS = {f"{sign}.{word}": float(f"{sign}inf") for sign in ("", "+", "-") for word in ("inf", "Inf", "INF")}
+_SPECIAL_FLOATS.update({f".{word}": float("nan") for word in ("nan", "NaN", "NAN")})
 
 
 def _scalar(event: ScalarEvent, display: str) -> Any:

@@ -27,7 +27,7 @@ CASES = {
     "bidi-override-raw": (2, "E008", (8, 17), "U+202E"),
     "bom-at-start-ok": (0, None, None, None),
     "bom-inside": (2, "E008", (8, 17), "U+FEFF"),
-    "bool-capital": (1, "S002", (15, 13), "valid boolean"),
+    "bool-capital-yes": (1, "S002", (15, 13), "valid boolean"),
     "bool-on": (1, "S002", (15, 13), "valid boolean"),
     "bool-one": (1, "S002", (15, 13), "valid boolean"),
     "bool-yes": (1, "S002", (15, 13), "valid boolean"),
@@ -60,7 +60,8 @@ CASES = {
     "version-true": (1, "S004", (4, 10), "integer 1"),
     "yaml-1.1-directive": (2, "E003", (2, 1), "%YAML"),
 }
-HINTS = {"bool-yes": "yes/no/on/off", "bool-on": "yes/no/on/off", "tp-float": "2, not 2.0"}
+HINTS = {"bool-yes": "yes/no/on/off", "bool-on": "yes/no/on/off", "bool-capital-yes": "yes/no/on/off",
+         "tp-float": "2, not 2.0"}
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:
