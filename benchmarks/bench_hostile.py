@@ -80,8 +80,8 @@ def main() -> None:
     print(f"slowest read+check: {worst['case']} {worst['read_check_s'] * 1000:.1f} ms; "
           f"slowest cli: {max(r['cli_s'] for r in rows):.2f} s")
     if args.out:
-        args.out.write_text(json.dumps({"python": sys.version.split()[0], "cpus": os.cpu_count(), "rows": rows},
-                                       indent=2) + "\n")
+        summary = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "rows": rows}
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ _KINDS = (
 
 def _open_error(path: Path, err: OSError, what: str) -> str:
     if err.errno == errno.ENOENT:
-        return f"{what} not found (a symbolic link to a missing file)" if path.is_symlink() else f"{what} not found"
+        missing = " (a symbolic link to a missing file)" if path.is_symlink() else ""
+        return f"{what} not found{missing}"
     if err.errno == errno.ELOOP:
         return "symbolic link loop: the path never reaches a file"
     if err.errno in (errno.EACCES, errno.EPERM):
@@ -41,7 +42,8 @@ def _open_error(path: Path, err: OSError, what: str) -> str:
 def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; ReadError (with a user message) otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags)
     except OSError as err:
         raise ReadError(_open_error(Path(path), err, what)) from None
     except ValueError:  # an embedded NUL in the path

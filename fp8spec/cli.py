@@ -137,7 +137,8 @@ def _validated(spec: Path, backend: Optional[str]):
     if validation.errors:
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)
-        typer.echo(f"{printable(str(spec))}: {summary_line(validation.diagnostics)}; nothing written", err=True)
+        summary = summary_line(validation.diagnostics)
+        typer.echo(f"{printable(str(spec))}: {summary}; nothing written", err=True)
         raise typer.Exit(EXIT_RULE_ERRORS)
     try:
         choice = choose_backend(backend, validation)
@@ -199,8 +200,8 @@ def diff(
 
     va, ca = _validated(spec_a, backend)
     vb, cb = _validated(spec_b, backend or ca.name)
-    typer.echo(diff_text(build_plan(va, ca), build_plan(vb, cb), printable(str(spec_a)), printable(str(spec_b))),
-               nl=False)
+    text = diff_text(build_plan(va, ca), build_plan(vb, cb), printable(str(spec_a)), printable(str(spec_b)))
+    typer.echo(text, nl=False)
 
 
 @app.command()
@@ -239,7 +240,8 @@ def _wants_json(argv: list[str]) -> bool:
 
 
 def _json_failure(kind: str, message: str) -> None:
-    typer.echo(json.dumps({"error": {"kind": kind, "message": message}, "files": []}, indent=2, sort_keys=True))
+    failure = {"error": {"kind": kind, "message": message}, "files": []}
+    typer.echo(json.dumps(failure, indent=2, sort_keys=True))
 
 
 def main() -> None:

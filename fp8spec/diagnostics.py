@@ -31,7 +31,8 @@ class Diagnostic:
         return (self.file, self.line, self.col, SEVERITY_ORDER[self.severity], self.code, self.message)
 
     def render(self) -> str:
-        head = f"{printable(self.file)}:{self.line}:{self.col}: {self.severity} {self.code} {_one_line(self.message)}"
+        where = f"{printable(self.file)}:{self.line}:{self.col}"
+        head = f"{where}: {self.severity} {self.code} {_one_line(self.message)}"
         if self.hint:
             return f"{head}\n    hint: {_one_line(self.hint)}"
         return head

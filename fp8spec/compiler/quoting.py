@@ -81,8 +81,11 @@ def json_scalar(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
-                   for ch in text)
+    return "".join(ch if ch.isprintable() else _yaml_escape(ch) for ch in text)
+
+
+def _yaml_escape(ch: str) -> str:
+    return f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
 
 
 def yaml_string_list(items: list[str]) -> str:

@@ -174,7 +174,7 @@ def write_bundle(out_dir: Path, name: str, files: dict[str, str], force: bool = 
 
 
 def _put_in_place(staging: Path, target: Path, force: bool) -> None:
-    """The checked replace, under the bundle lock: nothing can appear at ``target`` between check and rename."""
+    """The checked replace, under the bundle lock: nothing appears at ``target`` between check and rename."""
     old = None
     if os.path.lexists(target):
         if not force:

@@ -95,7 +95,8 @@ def resolve(name: str, table: Optional[SbatchTable] = None) -> Resolution:
     if not candidates:
         return Resolution(name, ())
     first = table.options[candidates[0]]
-    if all((table.options[c].argument, table.options[c].val) == (first.argument, first.val) for c in candidates):
+    if all((table.options[c].argument, table.options[c].val) == (first.argument, first.val)
+           for c in candidates):
         return Resolution(name, (candidates[0],))
     return Resolution(name, tuple(candidates))
 
@@ -117,8 +118,9 @@ def judge(option: str, table: Optional[SbatchTable] = None) -> Optional[tuple[st
     meaning = "" if found.exact else f" (sbatch reads it as --{full}, the only option it begins)"
     if full in table.written_by_launcher:
         why = table.written_by_launcher[full]
-        return (f"--{name}{meaning} is written by slurm.sbatch itself ({why})",
-                f"remove it; set {why.removeprefix('from ')} instead" if why.startswith("from ") else "remove it")
+        field = why.removeprefix("from ")
+        fix = f"remove it; set {field} instead" if field != why else "remove it"
+        return f"--{name}{meaning} is written by slurm.sbatch itself ({why})", fix
     if full in table.refused:
         return f"--{name}{meaning} is not allowed: {table.refused[full]}", "remove it"
     if not found.exact:

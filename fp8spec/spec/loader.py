@@ -118,7 +118,8 @@ def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnos
     path = _dotted(written or loc)
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
-    return Diagnostic("error", code, text, display, line, col, path, _value_hint(loc) or _type_hint(kind, value))
+    hint = _value_hint(loc) or _type_hint(kind, value)
+    return Diagnostic("error", code, text, display, line, col, path, hint)
 
 
 def _missing_hint(loc: tuple) -> Optional[str]:
@@ -153,7 +154,8 @@ def _type_hint(kind: str, value: Any) -> Optional[str]:
         if isinstance(value, float) and kind == "int_type":
             return f"write a whole number ({int(value)}, not {value!r})" if value.is_integer() else \
                 "write a whole number"
-        if isinstance(value, str) and value.strip().lstrip("+-").isdigit() and value.strip().lstrip("+-")[:1] == "0":
+        digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
+        if digits.isdigit() and digits.startswith("0"):
             return "write the number in decimal without leading zeros (YAML 1.1 reads 017 as octal 15)"
         if isinstance(value, str):
             return "write a plain number, without quotes"

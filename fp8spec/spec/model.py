@@ -198,9 +198,9 @@ class SlurmSettings(_Section):
     time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = "24:00:00"
     extra_sbatch: list[SbatchOption] = Field(
         default_factory=list,
-        description="More #SBATCH options, one '--name=value' each, names in full (e.g. --qos=high, --mem=0). "
-        "Nodes, GPUs, tasks, --exclusive, partition, account, time and job name come from the spec; options that "
-        "change that layout are refused (rule LCH001).",
+        description="More #SBATCH options, one '--name=value' each, names in full (e.g. --qos=high, "
+        "--mem=0). Nodes, GPUs, tasks, --exclusive, partition, account, time and job name come from the spec; "
+        "options that change that layout are refused (rule LCH001).",
     )
 
 

@@ -17,12 +17,11 @@ from typing import Optional
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 # Inside a file, the line structure itself is allowed: tab, line feed, carriage return.
 FILE_WHITESPACE = frozenset("\t\n\r")
-_NONCHARACTER = re.compile("[\ufdd0-\ufdef]")
 
 
 def _refused(ch: str) -> bool:
     code = ord(ch)
-    if (code & 0xFFFE) == 0xFFFE or _NONCHARACTER.match(ch):
+    if (code & 0xFFFE) == 0xFFFE or 0xFDD0 <= code <= 0xFDEF:  # Unicode noncharacters
         return True
     return unicodedata.category(ch) in _REFUSED_CATEGORIES
 
@@ -57,8 +56,8 @@ def check_value(value: str) -> str:
     index = first_refused(value)
     if index is not None:
         raise ValueError(
-            f"character {describe(value[index])} at position {index + 1} is not allowed: control, line/paragraph "
-            "separator, bidi and other invisible format characters are refused in spec values")
+            f"character {describe(value[index])} at position {index + 1} is not allowed: control, "
+            "line/paragraph separator, bidi and other invisible format characters are refused in spec values")
     if "${" in value:
         raise ValueError("'${' is not allowed: OmegaConf would interpolate it on the cluster")
     return value

@@ -204,13 +204,14 @@ def _events(text: str, display: str):
         raise _error(display, "E003", f"YAML error: {type(err).__name__}: {err}") from None
 
 
-# --- typing scalars (YAML 1.2 JSON schema, strict) -----------------------------------------------------------
+# --- typing scalars (YAML 1.2 core schema, minus what YAML 1.1 reads differently) ---------------------------
 
 _NULLS = ("", "~", "null", "Null", "NULL")
 _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
 _INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 _FLOAT = re.compile(r"[-+]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
-_SPECIAL_FLOATS = {f"{sign}.{word}": float(f"{sign}inf") for sign in ("", "+", "-") for word in ("inf", "Inf", "INF")}
+_SPECIAL_FLOATS = {f"{sign}.{word}": float(f"{sign}inf")
+                   for sign in ("", "+", "-") for word in ("inf", "Inf", "INF")}
 _SPECIAL_FLOATS.update({f".{word}": float("nan") for word in ("nan", "NaN", "NAN")})
 
 
@@ -258,7 +259,8 @@ class _Builder:
     def feed(self, event) -> None:
         if isinstance(event, DocumentStartEvent):
             if getattr(event, "version", None) not in (None, (1, 2)):
-                raise self.fail("E003", "%YAML directives are not allowed: a spec is YAML 1.2", event.start_mark)
+                raise self.fail("E003", "%YAML directives are not allowed: a spec is YAML 1.2",
+                                event.start_mark)
             return
         if isinstance(event, CollectionEndEvent):
             self.stack.pop()
@@ -301,7 +303,8 @@ class _Builder:
 
     def key(self, frame: _Frame, event) -> None:
         if not isinstance(event, ScalarEvent):
-            raise self.fail("E006", "mapping keys must be plain scalars, not lists or mappings", event.start_mark)
+            raise self.fail("E006", "mapping keys must be plain scalars, not lists or mappings",
+                            event.start_mark)
         name = event.value
         if event.style is None and name == "<<":
             raise self.fail("E009", "YAML merge keys ('<<') are not allowed in a spec", event.start_mark,
@@ -310,7 +313,8 @@ class _Builder:
             raise self.fail("E006", "a mapping key is empty or null", event.start_mark)
         line, _ = _position(event.start_mark)
         if name in frame.first_seen:
-            raise self.fail("E004", f"duplicate key '{name}' (first written on line {frame.first_seen[name]})",
+            first = frame.first_seen[name]
+            raise self.fail("E004", f"duplicate key '{name}' (first written on line {first})",
                             event.start_mark, "each key may appear once in a mapping")
         frame.first_seen[name] = line
         frame.key = name

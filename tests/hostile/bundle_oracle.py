@@ -46,8 +46,8 @@ def exec_words(script_name: str, folder: Path) -> tuple[list[str], dict[str, str
     proc = _run_bash(probe, folder)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     argv = (folder / ".argv").read_bytes().decode("utf-8", "surrogateescape").split("\0")[:-1]
-    env = dict(item.split("=", 1) for item in
-               (folder / ".env").read_bytes().decode("utf-8", "surrogateescape").split("\0")[:-1] if "=" in item)
+    items = (folder / ".env").read_bytes().decode("utf-8", "surrogateescape").split("\0")[:-1]
+    env = dict(item.split("=", 1) for item in items if "=" in item)
     return argv, env
 
 
@@ -126,7 +126,8 @@ def _trainer(spec, plan, files, data, folder) -> list[str]:
     if runtime_env != {"working_dir": spec.cluster.working_dir, "env_vars": plan.env}:
         problems.append(f"runtime_env.yaml reads back as {runtime_env!r}")
     pre = data["preflight.json"]
-    if (pre["model"]["path"], pre["model"]["name"], pre["env"]) != (spec.model.path, spec.model.name, plan.env):
+    if (pre["model"]["path"], pre["model"]["name"], pre["env"]) != (spec.model.path, spec.model.name,
+                                                                     plan.env):
         problems.append("preflight.json does not carry the spec's model and the plan's environment")
     submit = shell_assignments(files["submit.sh"], ["address", "working_dir"], folder)
     if submit != {"address": spec.cluster.address, "working_dir": spec.cluster.working_dir}:

@@ -19,8 +19,8 @@ BUNDLE = "qwen3-8b-fp8-rollout"
 
 
 def start_compile(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fp8spec.cli", "compile", str(SPEC), "-o", str(out), *extra],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "fp8spec.cli", "compile", str(SPEC), "-o", str(out), *extra]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
@@ -39,7 +39,8 @@ def assert_one_winner(results, out: Path) -> None:
     winners = [r for r in results if r[0] == 0]
     losers = [r for r in results if r[0] != 0]
     assert len(winners) == 1, results
-    assert all(code == 2 and "already exists" in err and "Traceback" not in err for code, _, err in losers), losers
+    for code, _, err in losers:
+        assert code == 2 and "already exists" in err and "Traceback" not in err, losers
     assert entries(out) == [BUNDLE], "no staging, lock or set-aside folder left behind"
     manifest = (out / BUNDLE / "manifest.json").read_text()
     assert '"backend": "fsdp+vllm"' in manifest

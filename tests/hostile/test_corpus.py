@@ -168,9 +168,10 @@ def test_special_files_are_refused_without_reading_them(tmp_path):
             assert "Traceback" not in proc.stderr
             if fmt == "json":
                 (entry,) = json.loads(proc.stdout)["files"]
-                assert entry["diagnostics"][0]["code"] == "E001" and fragment in entry["diagnostics"][0]["message"]
+                first = entry["diagnostics"][0]
+                assert first["code"] == "E001" and fragment in first["message"]
             else:
-                assert f"{path}:1:1: error E001 " in proc.stdout and fragment in proc.stdout, (name, proc.stdout)
+                assert f"{path}:1:1: error E001 " in proc.stdout and fragment in proc.stdout, name
 
 
 def test_a_socket_is_refused(tmp_path):
@@ -205,7 +206,8 @@ def test_unreadable_file_is_a_located_e001_also_as_json(tmp_path):
     tmp_path.chmod(0o755)
     user = _unprivileged_user()
     proc = run_subprocess("validate", str(spec), user=user)
-    assert proc.returncode == 2 and f"{spec}:1:1: error E001 permission denied" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{spec}:1:1: error E001 permission denied" in proc.stdout
     proc = run_subprocess("validate", "--format", "json", str(spec), user=user)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (entry,) = json.loads(proc.stdout)["files"]

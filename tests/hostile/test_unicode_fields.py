@@ -48,7 +48,8 @@ def test_fields_are_found():
     paths = {p for p, _ in FIELDS}
     assert {("model", "path"), ("cluster", "working_dir"), ("cluster", "kuberay", "image"),
             ("data", "train_files"), ("cluster", "slurm", "extra_sbatch"), ("acknowledge",)} <= paths
-    assert {("model", "path"), ("cluster", "working_dir"), ("cluster", "address")} <= {p for p, _ in FREE_FIELDS}
+    free = {p for p, _ in FREE_FIELDS}
+    assert {("model", "path"), ("cluster", "working_dir"), ("cluster", "address")} <= free
 
 
 def _spec_with(backend: str, launcher: str, path: tuple, shape: str, value: str) -> dict:
