@@ -22,6 +22,7 @@ from fp8spec.diagnostics import (
     EXIT_OK,
     EXIT_RULE_ERRORS,
     Diagnostic,
+    printable,
     render_json,
     summary_line,
 )
@@ -52,7 +53,7 @@ def _root(
 
 @app.command()
 def validate(
-    specs: List[Path] = typer.Argument(..., help="Spec files (YAML).", show_default=False),
+    specs: List[Path] = typer.Argument(..., help="Spec files (YAML).", show_default=False, readable=False),
     format: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors (exit 1)."),
 ) -> None:
@@ -80,13 +81,14 @@ def validate(
         for display, diags in results.items():
             for d in diags:
                 typer.echo(d.render())
-            typer.echo(f"{display}: {summary_line(diags)}")
+            typer.echo(f"{printable(display)}: {summary_line(diags)}")
     raise typer.Exit(exit_code)
 
 
 @app.command()
 def schema(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON Schema to this file."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the JSON Schema to this file.",
+                                          readable=False),
 ) -> None:
     """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line)."""
     from fp8spec.spec.schema import schema_text
@@ -99,7 +101,7 @@ def schema(
         output.write_text(text, encoding="utf-8")
     except OSError as err:
         _fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
-    typer.echo(f"wrote {output}")
+    typer.echo(f"wrote {printable(str(output))}")
 
 
 @app.command()
@@ -135,7 +137,8 @@ def _validated(spec: Path, backend: Optional[str]):
     if validation.errors:
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)
-        typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
+        summary = summary_line(validation.diagnostics)
+        typer.echo(f"{printable(str(spec))}: {summary}; nothing written", err=True)
         raise typer.Exit(EXIT_RULE_ERRORS)
     try:
         choice = choose_backend(backend, validation)
@@ -146,12 +149,13 @@ def _validated(spec: Path, backend: Optional[str]):
 
 @app.command()
 def compile(
-    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False),
+    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False, readable=False),
     backend: Optional[str] = typer.Option(
         None, "--backend", "-b",
         help="fsdp+vllm, fsdp+sglang, megatron+vllm, megatron+sglang (verl run), or vllm / sglang (standalone "
         "serve for evaluation). Default: the spec's training.backend + rollout.engine."),
-    output: Path = typer.Option(Path("bundles"), "--output", "-o", help="Folder that receives the bundle folder."),
+    output: Path = typer.Option(Path("bundles"), "--output", "-o", help="Folder that receives the bundle folder.",
+                                readable=False),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle of the same name."),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
@@ -163,17 +167,17 @@ def compile(
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, str(spec))
+    files = bundle_files(validation, choice, plan, printable(str(spec)))  # the name is shown in README.md
     try:
         target = write_bundle(output, validation.loaded.spec.name, files, force=force)
     except WriteError as err:
         _fail(EXIT_BAD_INPUT, str(err))
-    typer.echo(f"wrote {target} ({choice.name}): {', '.join(sorted(files))}")
+    typer.echo(f"wrote {printable(str(target))} ({choice.name}): {', '.join(sorted(files))}")
 
 
 @app.command()
 def explain(
-    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False),
+    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False, readable=False),
     backend: Optional[str] = typer.Option(None, "--backend", "-b", help="As for compile."),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
@@ -186,8 +190,8 @@ def explain(
 
 @app.command()
 def diff(
-    spec_a: Path = typer.Argument(..., help="First spec.", show_default=False),
-    spec_b: Path = typer.Argument(..., help="Second spec.", show_default=False),
+    spec_a: Path = typer.Argument(..., help="First spec.", show_default=False, readable=False),
+    spec_b: Path = typer.Argument(..., help="Second spec.", show_default=False, readable=False),
     backend: Optional[str] = typer.Option(None, "--backend", "-b", help="As for compile."),
 ) -> None:
     """The difference between two specs as it lands in the compiled configuration (exit 0 either way)."""
@@ -196,7 +200,8 @@ def diff(
 
     va, ca = _validated(spec_a, backend)
     vb, cb = _validated(spec_b, backend or ca.name)
-    typer.echo(diff_text(build_plan(va, ca), build_plan(vb, cb), str(spec_a), str(spec_b)), nl=False)
+    text = diff_text(build_plan(va, ca), build_plan(vb, cb), printable(str(spec_a)), printable(str(spec_b)))
+    typer.echo(text, nl=False)
 
 
 @app.command()
@@ -218,12 +223,30 @@ def _usage_error(message: str) -> None:
 
 
 def _fail(code: int, message: str) -> None:
-    typer.echo(f"fp8spec: error: {message}", err=True)
+    typer.echo(f"fp8spec: error: {printable(message)}", err=True)
     raise typer.Exit(code)
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """Whether this command line asked `validate` for JSON: then even usage and internal errors are JSON."""
+    if "validate" not in argv:
+        return False
+    for i, arg in enumerate(argv):
+        if arg in ("--format", "-f") and argv[i + 1: i + 2] == ["json"]:
+            return True
+        if arg in ("--format=json", "-fjson"):
+            return True
+    return False
+
+
+def _json_failure(kind: str, message: str) -> None:
+    failure = {"error": {"kind": kind, "message": message}, "files": []}
+    typer.echo(json.dumps(failure, indent=2, sort_keys=True))
 
 
 def main() -> None:
     """Console entry point: users see one-line errors, never tracebacks (FP8SPEC_DEBUG=1 shows them)."""
+    as_json = _wants_json(sys.argv[1:])
     try:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
@@ -237,14 +260,18 @@ def main() -> None:
     except Exception as exc:  # click usage errors and anything unexpected
         # Typer may vendor its own click, so recognise click's exceptions by shape, not by class.
         if callable(getattr(exc, "show", None)) and hasattr(exc, "exit_code"):
+            if as_json and callable(getattr(exc, "format_message", None)):
+                _json_failure("usage", exc.format_message())
             exc.show()
             sys.exit(EXIT_BAD_INPUT)
         if type(exc).__name__ == "Abort":
             sys.exit(130)
         if os.environ.get("FP8SPEC_DEBUG"):
             raise
-        typer.echo(f"fp8spec: internal error: {type(exc).__name__}: {exc} (set FP8SPEC_DEBUG=1 for details)",
-                   err=True)
+        message = f"internal error: {type(exc).__name__}: {exc} (set FP8SPEC_DEBUG=1 for details)"
+        if as_json:
+            _json_failure("internal", message)
+        typer.echo(f"fp8spec: {message}", err=True)
         sys.exit(EXIT_INTERNAL)
 
 

@@ -31,7 +31,8 @@ class Diagnostic:
         return (self.file, self.line, self.col, SEVERITY_ORDER[self.severity], self.code, self.message)
 
     def render(self) -> str:
-        head = f"{self.file}:{self.line}:{self.col}: {self.severity} {self.code} {_one_line(self.message)}"
+        where = f"{printable(self.file)}:{self.line}:{self.col}"
+        head = f"{where}: {self.severity} {self.code} {_one_line(self.message)}"
         if self.hint:
             return f"{head}\n    hint: {_one_line(self.hint)}"
         return head
@@ -41,7 +42,16 @@ class Diagnostic:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return printable(" ".join(str(text).split()))
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would not show as itself (controls, bidi and other format
+    characters, line separators, undecodable file-name bytes) written as a Python escape, so one
+    diagnostic is always one honest line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def render_text(diagnostics: Iterable[Diagnostic]) -> str:

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp8spec.bounded_read import ReadError, read_regular
+
 from ._types import ConfigError, ModelFacts
 
 #: largest config.json accepted (real ones are a few KiB)
@@ -354,16 +356,14 @@ def read_config_file(path: str | os.PathLike[str]) -> tuple[dict, Path]:
                     f"{shown}: is a directory, not a config.json (and it holds no config.json)", path=shown
                 )
             p, shown = inner, str(inner)
-        if not p.exists():
-            raise ConfigError(f"{shown}: no such file", path=shown)
-        if not p.is_file():
-            raise ConfigError(f"{shown}: not a regular file", path=shown)
-        size = p.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(
-                f"{shown}: {size} bytes is too large for a config.json (limit {MAX_CONFIG_BYTES})", path=shown
-            )
-        data = p.read_bytes()
+        data = read_regular(p, MAX_CONFIG_BYTES, "config.json")
+    except ReadError as e:
+        why = str(e)
+        if "not found" in why:
+            why = "no such file"
+        elif "larger than the limit" in why:
+            why = f"too large for a config.json (limit {MAX_CONFIG_BYTES} bytes)"
+        raise ConfigError(f"{shown}: {why}", path=shown) from None
     except OSError as e:
         raise ConfigError(f"{shown}: cannot read: {e.strerror or e}", path=shown) from None
     except ValueError as e:  # e.g. embedded NUL in the path

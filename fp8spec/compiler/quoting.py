@@ -2,7 +2,11 @@
 
 Hydra: strings are always single-quoted (Hydra's grammar keeps them strings; '${' is refused upstream by
 the spec model so OmegaConf never interpolates); numbers and booleans are rendered from typed values.
-Shell: every word is quoted. YAML/JSON: every scalar is a JSON string or number.
+Shell: every word is quoted; a word with a character a terminal would not show as itself is written with
+bash's $'...' and byte escapes, so a generated script never carries a raw control or bidi character.
+YAML: every scalar is a double-quoted JSON string or a number; characters that YAML 1.1 readers take as line
+breaks (NEL, U+2028, U+2029), refuse (C1 controls, DEL, U+FFFE/U+FFFF, surrogates) or that would hide text
+(bidi and other format characters) are escaped, so PyYAML and ruamel read back exactly the same value.
 """
 
 from __future__ import annotations
@@ -48,17 +52,40 @@ def hydra_override(key: str, value: Any, prefix: str = "") -> str:
 
 
 def shell_word(word: str) -> str:
-    """One shell word: bare when plain, double-quoted when only single quotes need protecting, else shlex."""
+    """One bash word: bare when plain, double-quoted when only single quotes need protecting, $'...' with
+    byte escapes when it holds an unprintable character, else single-quoted."""
     if _SHELL_PLAIN.match(word):
         return word
+    if "\x00" in word:
+        raise ValueError("a NUL character cannot be part of a shell word")
+    if not word.isprintable():
+        return "$'" + "".join(_ansi_c(ch) for ch in word) + "'"
     if _DOUBLE_QUOTE_SAFE.match(word):
         return '"' + word + '"'
     return shlex.quote(word)
 
 
+def _ansi_c(ch: str) -> str:
+    if ch in "\\'":
+        return "\\" + ch
+    if ch.isprintable():
+        return ch
+    # Bytes, not \u: bash turns \u into the current locale's encoding, \x is the same byte everywhere.
+    return "".join(f"\\x{b:02x}" for b in ch.encode("utf-8", "surrogatepass"))
+
+
 def json_scalar(value: Any) -> str:
-    """A JSON scalar, which is also a valid quoted YAML scalar."""
-    return json.dumps(value, ensure_ascii=False)
+    """A double-quoted YAML scalar in JSON syntax (a number, boolean or null as JSON writes it); every
+    character that is not printable is a \\u escape (\\U for one beyond the Basic Multilingual Plane, which
+    YAML reads and JSON does not: this is for YAML files)."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _yaml_escape(ch) for ch in text)
+
+
+def _yaml_escape(ch: str) -> str:
+    return f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
 
 
 def yaml_string_list(items: list[str]) -> str:

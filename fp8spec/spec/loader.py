@@ -114,11 +114,12 @@ def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnos
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
-    message = err.get("msg", "invalid value")
+    message = err.get("msg", "invalid value").removeprefix("Value error, ")
     path = _dotted(written or loc)
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
-    return Diagnostic("error", code, text, display, line, col, path, _value_hint(loc))
+    hint = _value_hint(loc) or _type_hint(kind, value)
+    return Diagnostic("error", code, text, display, line, col, path, hint)
 
 
 def _missing_hint(loc: tuple) -> Optional[str]:
@@ -135,6 +136,31 @@ def _value_hint(loc: tuple) -> Optional[str]:
         return "use lowercase letters, digits, '.', '_' and '-' (it names the bundle folder)"
     if loc == ("version",):
         return "this fp8spec reads spec version 1"
+    return None
+
+
+_YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n"}
+
+
+def _type_hint(kind: str, value: Any) -> Optional[str]:
+    """How to write the value a strict field takes, for the usual slips (YAML 1.1 habits, quoting)."""
+    if kind == "bool_type":
+        if isinstance(value, str) and value.lower() in _YAML11_BOOLEANS:
+            return "write true or false: YAML 1.1's yes/no/on/off are text in a spec (YAML 1.2), not booleans"
+        return "write true or false"
+    if kind in ("int_type", "float_type"):
+        if isinstance(value, bool):
+            return "a boolean is not a number: write the number"
+        if isinstance(value, float) and kind == "int_type":
+            return f"write a whole number ({int(value)}, not {value!r})" if value.is_integer() else \
+                "write a whole number"
+        digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
+        if digits.isdigit() and digits.startswith("0"):
+            return "write the number in decimal without leading zeros (YAML 1.1 reads 017 as octal 15)"
+        if isinstance(value, str):
+            return "write a plain number, without quotes"
+    if kind == "string_type" and isinstance(value, (bool, int, float)):
+        return "quote it: unquoted, YAML reads it as a number or a boolean"
     return None
 
 

@@ -9,12 +9,14 @@ the model only says what a well-formed spec looks like.
 
 from __future__ import annotations
 
+import typing
 from functools import lru_cache
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
 
 from fp8spec.hardware import GPU_NAMES
+from fp8spec.spec.text import check_value
 
 SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
 
@@ -27,21 +29,59 @@ Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){1,3}([a-z
 CudaVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]{2}\.[0-9]{1,2}$")]
 
 
-def _plain_text(value: str) -> str:
-    # Values flow into Hydra overrides, shell and YAML: no control characters, no OmegaConf interpolation.
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise ValueError("control characters (newlines, tabs, ...) are not allowed")
-    if "${" in value:
-        raise ValueError("'${' is not allowed: OmegaConf would interpolate it on the cluster")
-    return value
-
+# Values flow into Hydra overrides, shell and YAML: fp8spec.spec.text says which characters are refused
+# (controls, line separators, bidi and other invisible characters) and why; no OmegaConf interpolation.
+_plain_text = check_value
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_plain_text)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, ge=-1e9, le=1e9)]
 
 
+def _exactly_int(value: Any) -> Any:
+    # Literal[1] alone would take True and 1.0 (they compare equal to 1).
+    if type(value) is not int:
+        raise ValueError(f"must be the integer 1, not {type(value).__name__} {value!r}")
+    return value
+
+
+def _strings_in(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings_in(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings_in(key)
+            yield from _strings_in(item)
+
+
+def _is_tuple(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is tuple or any(_is_tuple(a) for a in typing.get_args(annotation))
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    """Every section is strict (no bool for a number, no text for a number, no number for text, booleans only
+    true/false) and every string in it, in any field added later too, follows fp8spec.spec.text's rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _lists_as_tuples(cls, value: Any, info) -> Any:
+        # YAML has lists, not tuples; strict mode would refuse a list for a fixed-length tuple field.
+        if isinstance(value, list) and _is_tuple(cls.model_fields[info.field_name].annotation):
+            return tuple(value)
+        return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _text_rule(cls, value: Any) -> Any:
+        # The typed aliases (NonEmpty, ...) check their own strings with item-level locations; this catches a
+        # string in any field that does not use them.
+        for text in _strings_in(value):
+            check_value(text)
+        return value
 
 
 class ModelSection(_Section):
@@ -148,9 +188,6 @@ def _patterned(pattern: str, max_length: int):
 # Written into #SBATCH lines (sbatch parses them itself): no blanks, quotes, '$' or backslashes.
 SlurmName = _patterned(r"^[A-Za-z0-9_.,:+-]+$", 200)
 SbatchOption = _patterned(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%&|!*\[\]-]+)?$", 200)
-# Options the launcher writes from the spec: a second one would contradict hardware.* or the fields above.
-SBATCH_FROM_SPEC = ("--nodes", "--ntasks-per-node", "--gpus-per-node", "--gpus", "--gres", "--exclusive",
-                    "--partition", "--account", "--time", "--job-name")
 K8sLabel = _patterned(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", 63)
 K8sQuantity = _patterned(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$", 32)
 
@@ -161,19 +198,11 @@ class SlurmSettings(_Section):
     time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = "24:00:00"
     extra_sbatch: list[SbatchOption] = Field(
         default_factory=list,
-        description="More #SBATCH options, one '--name=value' each (e.g. --qos=high, --mem=0). Nodes, GPUs, "
-        "--exclusive, partition, account, time and job name come from the spec and cannot be repeated here.",
+        description="More #SBATCH options, one '--name=value' each, names in full (e.g. --qos=high, "
+        "--mem=0). Nodes, GPUs, tasks, --exclusive, partition, account, time and job name come from the spec; "
+        "options that change that layout are refused (rule LCH001).",
     )
 
-    @field_validator("extra_sbatch")
-    @classmethod
-    def _not_from_spec(cls, options: list[str]) -> list[str]:
-        for option in options:
-            name = option.split("=", 1)[0]
-            if name in SBATCH_FROM_SPEC:
-                raise ValueError(f"{name} is written from the spec (hardware.*, cluster.slurm.*); "
-                                 "remove it here")
-        return options
 
 
 class KubeRaySettings(_Section):
@@ -225,7 +254,7 @@ RuleCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2,4}[0-9]{3}$")]
 class Spec(_Section):
     """One FP8-RL run: model, hardware, FP8 choices, correction, trainer, rollout and cluster."""
 
-    version: Literal[1] = Field(description="Spec format version.")
+    version: Annotated[Literal[1], BeforeValidator(_exactly_int)] = Field(description="Spec format version.")
     name: Slug = Field(description="Names the output bundle: lowercase letters, digits, '.', '_', '-'.")
     model: ModelSection
     hardware: HardwareSection

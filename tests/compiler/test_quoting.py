@@ -44,3 +44,51 @@ def test_shell_word_round_trip(word, tmp_path):
 def test_dict_keys_must_be_identifiers():
     with pytest.raises(ValueError):
         hydra_override("a", {"bad key": 1})
+
+
+# --- any Unicode: the escaping writers on their own (the spec refuses many of these characters first) ------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+LINE_BREAKERS = "\u2028\u2029\x85\r\n\x0b\x0c"
+ANY_TEXT = st.text(st.one_of(st.characters(exclude_categories=()), st.sampled_from(LINE_BREAKERS + "\u202e\ufeff\ufffe\x7f\x9b'\"\\#:")),
+                   max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ANY_TEXT)
+def test_yaml_scalar_reads_back_exactly_in_yaml_1_1_and_1_2(value):
+    """A value in a YAML comment-free line, a list item and a mapping value reads back exactly, and no
+    character a YAML 1.1 reader takes as a line break is written raw."""
+    import yaml as pyyaml
+    from ruamel.yaml import YAML
+
+    from fp8spec.compiler.quoting import json_scalar, yaml_string_list, yaml_string_map
+
+    scalar = json_scalar(value)
+    assert not any(ch in scalar for ch in LINE_BREAKERS)
+    text = f"# {scalar}\nk: {scalar}\nl:\n" + yaml_string_list([value]).replace("- ", "  - ") + "m:\n" + \
+        yaml_string_map({value: value}, indent=2)
+    expected = {"k": value, "l": [value], "m": {value: value}}
+    assert pyyaml.safe_load(text) == expected
+    assert YAML(typ="safe", pure=True).load(text) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(ANY_TEXT.filter(lambda s: "\x00" not in s))
+def test_shell_word_reads_back_exactly_in_bash(value):
+    word = shell_word(value)
+    assert word.isprintable(), "no raw control, bidi or line-separator character in a generated script"
+    out = subprocess.run(["bash", "-c", f"printf '%s' {word}"], capture_output=True, check=True,
+                         env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}).stdout
+    assert out == value.encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(st.characters(exclude_categories=("Cs",)), max_size=30))
+def test_hydra_string_round_trip_any_text(value):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_override(hydra_override("a.b", value))
+    assert parsed.value() == value

@@ -165,15 +165,27 @@ def test_slurm_settings_from_the_spec(sbatch, write_spec, tmp_path):
     assert all(o["--gpus-per-node"] == "4" for o, _ in starts)
 
 
-def test_spec_refuses_sbatch_options_it_writes_itself():
+def test_spec_refuses_sbatch_options_it_writes_itself(validate):
+    """Options the launcher writes, or that change its layout, are refused however sbatch would spell them
+    (rule LCH001); malformed options are schema errors."""
     from pydantic import ValidationError
 
     from fp8spec.spec.model import SlurmSettings
 
-    for bad in (["--nodes=4"], ["--gpus-per-node=2"], ["--exclusive"], ["--time=1:00:00"], ["--qos=$(id)"],
-                ["--comment=two words"], ["-N 4"]):
+    for bad in (["--qos=$(id)"], ["--comment=two words"], ["-N 4"], ["--Nodes=4"]):
         with pytest.raises(ValidationError):
             SlurmSettings(extra_sbatch=bad)
     for bad in ("gpu partition", "gpu;id", "a'b"):
         with pytest.raises(ValidationError):
             SlurmSettings(partition=bad)
+    for bad, text in (("--nodes=4", "from hardware.nodes"), ("--gpus-per-node=2", "hardware.gpus_per_node"),
+                      ("--exclusive", "whole nodes"), ("--time=1:00:00", "cluster.slurm.time_limit"),
+                      ("--partitio=x", "sbatch reads it as --partition"), ("--node=4", "ambiguous"),
+                      ("--tasks-per-node=2", "--ntasks-per-node"), ("--tasks=2", "--tasks-per-node"),
+                      ("--gres=gpu:8", "GPU"), ("--array=0-3", "once per array index"), ("--wrap=id", "replaces"),
+                      ("--export=NONE", "environment"), ("--mem-per-g=8G", "abbreviation of --mem-per-gpu"),
+                      ("--hold=1", "takes no value"), ("--qos", "needs a value"), ("--bogus=1", "no option")):
+        found = [d for d in validate(patched(BASE_SPEC, {"cluster": {"slurm": {"extra_sbatch": [bad]}}})).diagnostics
+                 if d.code == "LCH001"]
+        assert len(found) == 1 and text in found[0].message, (bad, [d.message for d in found])
+        assert found[0].path == "cluster.slurm.extra_sbatch.0"

@@ -1,0 +1,29 @@
+"""Launchers: what a spec adds to a generated launcher must not undo what the launcher sets from the spec."""
+
+from __future__ import annotations
+
+from fp8spec.profiles.sbatch import SBATCH_VERSION, judge
+from fp8spec.rules.registry import Finding, rule
+
+
+@rule(
+    "LCH001", "sbatch-option-not-allowed", "error",
+    "An extra #SBATCH option is unknown to sbatch, ambiguous, abbreviated, or one the launcher sets itself.",
+    f"""slurm.sbatch writes nodes, GPUs per node, one task per node, --exclusive, time, partition, account and
+    job name from the spec, and starts one Ray node per Slurm node; a second or contradicting option in
+    cluster.slurm.extra_sbatch would silently change the allocation (sbatch takes the last one). sbatch
+    reads #SBATCH lines with getopt_long, which accepts any unique prefix of a long option, so an option is
+    judged by what sbatch would read: --partitio=x is --partition=x (sbatch {SBATCH_VERSION}'s option table,
+    read from Slurm's source: backends/slurm/sbatch-{SBATCH_VERSION}.yaml). Only job options that leave the
+    launcher's layout alone are allowed, written in full (a prefix unique today may not be in another
+    Slurm release).""",
+    "remove the option, set it through the spec field named in the message, or write its full name",
+    needs_model=False,
+)
+def sbatch_option_not_allowed(ctx):
+    for index, option in enumerate(ctx.spec.cluster.slurm.extra_sbatch):
+        problem = judge(option)
+        if problem is not None:
+            message, fix = problem
+            path = f"cluster.slurm.extra_sbatch.{index}"
+            yield Finding(f"cluster.slurm.extra_sbatch: {message}", path, fix)
