@@ -176,6 +176,8 @@ class ModelFacts:
     qk_norm: bool = False
     num_mtp_layers: int = 0
     max_position_embeddings: int | None = None
+    # quantization_config.quant_method of a checkpoint stored quantized (e.g. "fp8"); None for BF16/FP16 weights
+    quantization: str | None = None
     source: str = field(default="", compare=False)
 
     # -- derived ---------------------------------------------------------------------------------------
