@@ -307,5 +307,7 @@ class ModelFacts:
             )
         if self.num_mtp_layers:
             out["mtp_layers"] = self.num_mtp_layers
+        if self.quantization:
+            out["stored_quantized"] = self.quantization
         out["parameters_b"] = round(self.num_parameters() / 1e9, 2)
         return out

@@ -20,7 +20,7 @@ from fp8spec.rules.registry import Finding, rule
 def no_checkpoint_folder(ctx):
     if ctx.spec.trainer.checkpoint_dir is None:
         yield Finding("trainer.checkpoint_dir is not set: checkpoints would land in the Ray job's temporary "
-                      "working_dir", "trainer")
+                      "working_dir", "trainer.checkpoint_dir")
 
 
 @rule(
@@ -34,7 +34,7 @@ def no_checkpoint_folder(ctx):
 )
 def no_validation_files(ctx):
     if ctx.spec.data.val_files is None:
-        yield Finding("data.val_files is not set: verl would read ~/data/rlhf/gsm8k/test.parquet", "data")
+        yield Finding("data.val_files is not set: verl would read ~/data/rlhf/gsm8k/test.parquet", "data.val_files")
 
 
 @rule(

@@ -75,8 +75,9 @@ def assert_run_keys(cfg, spec) -> None:
     assert cfg.reward.reward_manager.name == r.manager
     if r.overlong_buffer is not None:
         kwargs = cfg.reward.reward_kwargs
-        assert kwargs.overlong_buffer_cfg.enable is True and kwargs.overlong_buffer_cfg.len == r.overlong_buffer
-        assert kwargs.overlong_buffer_cfg.penalty_factor == r.overlong_penalty and kwargs.overlong_buffer_cfg.log is False
+        overlong = kwargs.overlong_buffer_cfg
+        assert overlong.enable is True and overlong.len == r.overlong_buffer
+        assert overlong.penalty_factor == r.overlong_penalty and overlong.log is False
         assert kwargs.max_resp_len == spec.rollout.max_response_length
     a, actor = spec.algorithm, cfg.actor_rollout_ref.actor
     assert actor.use_dynamic_bsz == a.use_dynamic_bsz
@@ -108,7 +109,6 @@ def test_bundle_passes_verl_validation(spec_path, backend):
     pytest.importorskip("ray")
     pytest.importorskip("tensordict")
     from omegaconf import OmegaConf
-
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -188,10 +188,10 @@ def test_custom_reward_ships_in_the_bundle_and_verl_loads_it(tmp_path, monkeypat
     """verl's own loader, run from the bundle folder (the Ray working_dir), finds the shipped function."""
     pytest.importorskip("ray")
     from ruamel.yaml import YAML
+    from verl.utils.import_utils import load_extern_object
 
     from fp8spec.compiler.writer import write_bundle
     from fp8spec.resolve.reward import BUNDLE_NAME
-    from verl.utils.import_utils import load_extern_object
 
     compiled = _variant("custom-reward", tmp_path)
     assert compiled.files[BUNDLE_NAME] == Path(REWARD_OK).read_text(encoding="utf-8")

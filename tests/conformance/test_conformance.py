@@ -19,8 +19,8 @@ import pytest
 
 from fp8spec.profiles import available_versions
 from tests.compiler.golden import cases
-from tests.conftest import EXAMPLE_SPECS, REPO
 from tests.conformance.checks import check_bundle, compile_path, compile_variant
+from tests.conftest import EXAMPLE_SPECS, REPO
 
 pytest.importorskip("hydra")
 if importlib.util.find_spec("verl") is None:

@@ -199,17 +199,19 @@ def test_fp8spec_refuses_iff_megatron_refuses(model_id, gpus, parallel, validate
                          ids=lambda v: getattr(v, "stem", v))
 def test_example_bundle_layout_starts(spec_path, backend, one_process_world, monkeypatch):
     """The layout each Megatron example bundle emits (its overrides) passes megatron-core's start-up checks."""
+    from ruamel.yaml import YAML
+
     from fp8spec.rules.engine import validate_path
     from tests.conformance.checks import megatron_overrides
 
-    tc, _, par = megatron_overrides(list(__import__("ruamel.yaml", fromlist=["YAML"]).YAML(typ="safe").load(
-        compile_files(spec_path, backend)["overrides.yaml"])))
-    model = validate_path(spec_path).context.model
-    spec = validate_path(spec_path).loaded.spec
+    tc, _, par = megatron_overrides(list(YAML(typ="safe").load(compile_files(spec_path, backend)["overrides.yaml"])))
+    validation = validate_path(spec_path)
+    model, spec = validation.context.model, validation.loaded.spec
     layout = {"world": spec.world_size, "tp": par["tensor_model_parallel_size"],
               "pp": par["pipeline_model_parallel_size"], "cp": par["context_parallel_size"],
               "ep": par["expert_model_parallel_size"], "etp": par.get("expert_tensor_parallel_size"),
-              "first": tc.get("num_layers_in_first_pipeline_stage"), "last": tc.get("num_layers_in_last_pipeline_stage")}
+              "first": tc.get("num_layers_in_first_pipeline_stage"),
+              "last": tc.get("num_layers_in_last_pipeline_stage")}
     assert megatron_refusal(model, layout, monkeypatch) == ("", "")
     # without the etp the bundle sets, verl's null (= tp) is what the issue saw fail at Megatron init
     stage, message = megatron_refusal(model, dict(layout, etp=None), monkeypatch)

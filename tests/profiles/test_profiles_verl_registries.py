@@ -18,9 +18,8 @@ PROFILE = load_profile("verl", VERSION)
 
 
 def test_reward_managers_are_verls_registry():
-    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
-
     import verl.experimental.reward_loop.reward_manager  # noqa: F401  (registers the managers)
+    from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
 
     assert sorted(PROFILE.value("values.reward_manager")) == sorted(REWARD_MANAGER)
 

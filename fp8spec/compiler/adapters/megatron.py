@@ -23,11 +23,12 @@ def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
     tc = keys.key("key.megatron_transformer_override")
     opt = keys.key("key.megatron_optimizer_override")
     mc = ctx.profile("megatron-core")
-    for value, field, fact_id in ((p.first_stage_layers, "first_stage_layers", "field.num_layers_in_first_pipeline_stage"),
-                                  (p.last_stage_layers, "last_stage_layers", "field.num_layers_in_last_pipeline_stage")):
+    for value, field, fact_id in (
+            (p.first_stage_layers, "first_stage_layers", "field.num_layers_in_first_pipeline_stage"),
+            (p.last_stage_layers, "last_stage_layers", "field.num_layers_in_last_pipeline_stage")):
         if value is not None:
-            _mc(plan, keys, mc, f"{tc}.{mc.value(fact_id)['name']}", value, f"training.parallel.{field}", fact_id,
-                "decoder layers on that pipeline stage; the other stages split the rest evenly")
+            _mc(plan, keys, mc, f"{tc}.{mc.value(fact_id)['name']}", value, f"training.parallel.{field}",
+                fact_id, "decoder layers on that pipeline stage; the other stages split the rest evenly")
     if t.router_replay != "disabled":
         add(plan, keys, "key.megatron_router_replay_mode", t.router_replay, "training.router_replay",
             "replay MoE routes in the actor update: R2 from the trainer's old-log-prob pass, R3 from the rollout")
