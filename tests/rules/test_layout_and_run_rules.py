@@ -107,3 +107,19 @@ def test_reward_file_relative_to_spec(validate, tmp_path):
 def test_checkpoint_dir_must_be_absolute(validate):
     result = validate(patched(BASE_SPEC, {"trainer": {"checkpoint_dir": "checkpoints/run"}}))
     assert any(d.path == "trainer.checkpoint_dir" and "absolute path" in d.message for d in result.errors)
+
+
+def test_deepseek_v3_e2e_on_4x8_h200_is_refused_with_fixes(validate):
+    """The issue's DeepSeek-V3 end-to-end spec that used to validate with 0 warnings."""
+    spec = patched(BASE_SPEC, {"model": {"name": "deepseek-ai/DeepSeek-V3", "path": "/models/DeepSeek-V3"},
+                               "hardware": {"gpu": "h200", "nodes": 4, "gpus_per_node": 8},
+                               "training": {"backend": "megatron", "precision": "fp8",
+                                            "parallel": {"tp": 8, "pp": 4, "ep": 8}},
+                               "rollout": {"tp": 8}})
+    result = validate(spec)
+    codes = {d.code for d in result.errors}
+    assert {"PAR008", "MDL001"} <= codes
+    assert "PAR001" not in codes  # etp defaults to 1: 1*8*4 = 32 GPUs
+    par008 = next(d for d in result.errors if d.code == "PAR008")
+    assert "num_layers 61 is not divisible by pp 4" in par008.message
+    assert "first_stage_layers: 16, last_stage_layers: 15" in par008.message
