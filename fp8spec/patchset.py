@@ -24,3 +24,11 @@ def patch_supports(name: str, engine: str, version: str) -> tuple[bool, list[str
     engines = info.get("engines") or {}
     versions = [str(v) for v in engines.get(engine, ())]
     return version in versions, versions
+
+
+def patch_attention(name: str) -> tuple[str, ...]:
+    """Attention kinds (catalog ModelFacts.attention values) patch ``name`` hooks; empty if it says none."""
+    try:
+        return tuple(patch_info(name).get("attention") or ())
+    except (ImportError, KeyError, AttributeError):
+        return ()

@@ -24,7 +24,8 @@ BASE_SPEC = {
     "training": {"backend": "fsdp"},
     "rollout": {"engine": "vllm", "tp": 2},
     "algorithm": {"name": "grpo", "train_batch_size": 32, "ppo_mini_batch_size": 32},
-    "data": {"train_files": "/data/train.parquet"},
+    "data": {"train_files": "/data/train.parquet", "val_files": "/data/val.parquet"},
+    "trainer": {"checkpoint_dir": "/shared/checkpoints/base"},
 }
 
 MEGATRON_FP8 = {"training": {"backend": "megatron", "precision": "fp8", "parallel": {"tp": 2}}}

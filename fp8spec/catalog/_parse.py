@@ -206,6 +206,7 @@ def facts_from_dict(
     intermediate = r.int("intermediate_size")
     tied = r.bool("tie_word_embeddings", False)
     max_pos = r.int("max_position_embeddings", default=None)
+    quantization = _quant_method(r, cfg.get("quantization_config"))
     attention_bias = r.bool("attention_bias", False)
     qkv_bias = attention_bias if arch.qkv_bias == "attention_bias" else bool(arch.qkv_bias)
     o_bias = attention_bias if arch.o_bias == "attention_bias" else bool(arch.o_bias)
@@ -233,6 +234,7 @@ def facts_from_dict(
         "o_proj_bias": o_bias,
         "qk_norm": arch.qk_norm,
         "max_position_embeddings": max_pos,
+        "quantization": quantization,
         "source": source,
     }
 
@@ -315,6 +317,21 @@ def facts_from_dict(
         num_mtp_layers=mtp,
         **common,
     )
+
+
+def _quant_method(r: _Reader, qc: object) -> str | None:
+    """``quantization_config.quant_method`` of a pre-quantized checkpoint (DeepSeek-V3 ships FP8: "fp8")."""
+    if qc is None:
+        return None
+    if not isinstance(qc, dict):
+        raise r.fail(f"quantization_config must be an object, got {_type_name(qc)}", "quantization_config")
+    method = qc.get("quant_method")
+    if method is None:
+        return "unknown"
+    if not isinstance(method, str) or not method or len(method) > 64:
+        raise r.fail(f"quantization_config.quant_method must be a short string, got {_show(method)}",
+                     "quantization_config")
+    return method
 
 
 def _check_expert_budget(r: _Reader, layers: int, experts: int) -> None:

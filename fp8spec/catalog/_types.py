@@ -176,6 +176,8 @@ class ModelFacts:
     qk_norm: bool = False
     num_mtp_layers: int = 0
     max_position_embeddings: int | None = None
+    # quantization_config.quant_method of a checkpoint stored quantized (e.g. "fp8"); None for BF16/FP16 weights
+    quantization: str | None = None
     source: str = field(default="", compare=False)
 
     # -- derived ---------------------------------------------------------------------------------------
@@ -305,5 +307,7 @@ class ModelFacts:
             )
         if self.num_mtp_layers:
             out["mtp_layers"] = self.num_mtp_layers
+        if self.quantization:
+            out["stored_quantized"] = self.quantization
         out["parameters_b"] = round(self.num_parameters() / 1e9, 2)
         return out

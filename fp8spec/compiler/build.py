@@ -9,6 +9,7 @@ from fp8spec.compiler.adapters.megatron import build_megatron
 from fp8spec.compiler.adapters.runtime import build_runtime
 from fp8spec.compiler.adapters.sglang import build_sglang_in_verl, build_sglang_serve
 from fp8spec.compiler.adapters.verl import build_verl
+from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
 from fp8spec.compiler.adapters.vllm import build_vllm_in_verl, build_vllm_serve
 from fp8spec.compiler.plan import Plan
 from fp8spec.rules.engine import Validation
@@ -61,6 +62,9 @@ def build_plan(validation: Validation, choice: BackendChoice) -> Plan:
         plan.entrypoint = (build_vllm_serve if choice.engine == "vllm" else build_sglang_serve)(plan, ctx)
         return plan
     keys = build_verl(plan, ctx, choice.trainer, choice.engine)
+    build_batching(plan, keys, ctx)
+    build_run(plan, keys, ctx)
+    build_reward(plan, keys, ctx)
     if choice.trainer == "megatron":
         build_megatron(plan, ctx, keys)
     (build_vllm_in_verl if choice.engine == "vllm" else build_sglang_in_verl)(plan, ctx, keys)

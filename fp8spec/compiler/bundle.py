@@ -18,6 +18,7 @@ from fp8spec.compiler.launchers import launcher_files
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
 from fp8spec.patchset import manifest as runtime_manifest
+from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resources import data_dir
 from fp8spec.rules.context import STACK_KINDS, used_stack_fields
 from fp8spec.rules.engine import Validation
@@ -93,6 +94,7 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         stack=stack, checks=_checks(validation), fp8_rows=_fp8_table(plan), env=plan.env,
         patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
         metrics=_metrics(ctx, plan),
+        reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
     )
     files: dict[str, str] = {}
     if choice.trainer:
@@ -104,6 +106,9 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
             f"working_dir: {json_scalar(spec.cluster.working_dir)}\n"
             "env_vars:\n" + yaml_string_map(plan.env, indent=2)
         )
+        if ctx.reward_file is not None:
+            # verl loads it relative to the Ray working_dir, which is the bundle folder (adapters/verl_run.py)
+            files[REWARD_FILE] = ctx.reward_file.text
     else:
         files["serve.sh"] = render("serve.sh.j2", **common)
         files["engine_args.json"] = json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2,

@@ -30,6 +30,7 @@ from fp8spec.compiler.quoting import json_scalar, yaml_string_map
 from fp8spec.hardware import gpu as gpu_facts
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.preflight import program_text
+from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.rules.context import STACK_KINDS, used_stack_fields
 from fp8spec.rules.engine import Validation
 
@@ -135,7 +136,9 @@ def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan,
         "rayjob.yaml.j2", name=name, configmap=f"{name}-bundle", namespace=cluster.kuberay.namespace,
         kuberay=cluster.kuberay, spec_sha256=sha, bundle_dir=KUBERAY_BUNDLE_DIR,
         configmap_files={"launch.sh": files["launch.sh"], "preflight.json": out["preflight.json"],
-                         "preflight.py": out["preflight.py"]},
+                         "preflight.py": out["preflight.py"],
+                         # the custom reward file is loaded relative to the working_dir (this ConfigMap)
+                         **{name: files[name] for name in (REWARD_FILE,) if name in files}},
         entrypoint="python3 preflight.py && bash launch.sh", runtime_env_yaml=runtime_env,
         ttl_seconds=KUBERAY_TTL_SECONDS, **common)
     return out

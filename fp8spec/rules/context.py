@@ -29,6 +29,8 @@ class RuleContext:
     model_error_path: str = "model.name"
     profiles: dict[str, Any] = field(default_factory=dict)  # kind -> fp8spec.profiles.Profile
     missing_profiles: dict[str, str] = field(default_factory=dict)  # stack field -> message
+    reward_file: Any = None  # fp8spec.resolve.reward.RewardFile when the spec names one and it is usable
+    reward_problem: Any = None  # fp8spec.resolve.reward.RewardFileProblem otherwise
 
     @property
     def gpu(self) -> Gpu:
@@ -64,6 +66,20 @@ class RuleContext:
         return True
 
     @cached_property
+    def megatron(self):
+        """The Megatron layout with its resolved defaults (fp8spec.resolve.megatron.MegatronLayout)."""
+        from fp8spec.resolve.megatron import megatron_layout
+
+        return megatron_layout(self.spec, self.model)
+
+    @cached_property
+    def batching(self):
+        """Micro-batch sizes and token budgets with their resolved defaults (fp8spec.resolve.batching)."""
+        from fp8spec.resolve.batching import batching
+
+        return batching(self.spec)
+
+    @cached_property
     def exclusions(self):
         from fp8spec.exclusions import resolve_exclusions
 
@@ -71,9 +87,12 @@ class RuleContext:
 
 
 def build_context(spec: Spec, spec_dir: Path) -> RuleContext:
+    from fp8spec.resolve.reward import load_reward_file
+
     ctx = RuleContext(spec=spec, spec_dir=spec_dir)
     _resolve_model(ctx)
     _resolve_profiles(ctx)
+    ctx.reward_file, ctx.reward_problem = load_reward_file(spec, spec_dir)
     return ctx
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fp8spec.patchset import patch_supports
+from fp8spec.patchset import patch_attention, patch_supports
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -81,3 +81,27 @@ def kv_uncalibrated(ctx):
     if spec.kv_cache.dtype != "bf16" and spec.kv_cache.recalibrate == "none":
         yield Finding(f"kv_cache.dtype {spec.kv_cache.dtype} with recalibrate none uses scales of 1.0",
                       "kv_cache.recalibrate")
+
+
+@rule(
+    "KV005", "kv-recalibration-mla", "error",
+    "Per-step KV-scale recalibration is not implemented for MLA attention.",
+    """The runtime patch that realises kv_cache.recalibrate on this stack ('kv_scales') hooks per-head
+    attention: it takes post-RoPE q/k/v amax in Hugging Face *Attention / Megatron core_attention and pushes
+    model.layers.{i}.self_attn.attn.{q,k,v}_scale (fp8spec/runtime/kv_calibration.py; the patch manifest lists
+    attention gqa only). MLA (DeepSeek-V2/V3) caches one compressed latent per token (kv_lora_rank +
+    qk_rope_head_dim values) under a single scale per layer, so those scales would describe tensors the cache
+    never holds.""",
+    "use kv_cache.recalibrate: none (scales 1.0, see KV004) or kv_cache.dtype: bf16; MLA support needs the "
+    "calibrator to take amax of the latent vLLM writes (kv_a_layernorm output concatenated with the RoPE'd k_pe) "
+    "and push it as the MLA attention layer's k_scale",
+)
+def kv_recalibration_mla(ctx):
+    spec = ctx.spec
+    if (ctx.model.attention != "mla" or spec.kv_cache.dtype == "bf16" or spec.kv_cache.recalibrate == "none"
+            or ctx.native_kv_calibration()):
+        return
+    covered = patch_attention("kv_scales")
+    if ctx.model.attention not in covered:
+        yield Finding(f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
+                      f"{', '.join(covered) or 'no'} attention only", "kv_cache.recalibrate")

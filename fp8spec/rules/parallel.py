@@ -6,28 +6,6 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "PAR001", "trainer-layout-indivisible", "error",
-    "The GPU count is not divisible by the Megatron parallel layout.",
-    """verl's validate_config asserts "n_gpus must be divisible by model_parallel_size (tp*pp) times
-    context_parallel_size" (verl/utils/config.py), and Megatron needs the expert-parallel size to divide
-    the data-parallel ranks of each pipeline stage.""",
-    "choose training.parallel values whose product tp*pp*cp divides nodes*gpus_per_node",
-    needs_model=False,
-)
-def trainer_layout(ctx):
-    spec = ctx.spec
-    if spec.training.backend != "megatron":
-        return
-    p = spec.training.parallel
-    world = spec.world_size
-    if world % (p.tp * p.pp * p.cp):
-        yield Finding(f"{world} GPUs are not divisible by tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {p.tp * p.pp * p.cp}",
-                      "training.parallel")
-    elif (world // p.pp) % p.ep:
-        yield Finding(f"ep {p.ep} does not divide the {world // p.pp} GPUs of a pipeline stage", "training.parallel.ep")
-
-
-@rule(
     "PAR002", "rollout-tp-indivisible", "error",
     "Rollout tensor parallelism does not fit the GPUs.",
     """Each rollout replica takes rollout.tp GPUs; verl builds replicas from all trainer GPUs, so the GPU

@@ -2,7 +2,8 @@
 
 Modelled on ruff's rule catalogue. Codes never change meaning; a retired rule keeps its code reserved.
 Prefixes: COR correction, BLK block geometry, EXC exclusions, HW hardware, TRN training, KV kv cache,
-PAR parallelism and sizes, LCH launchers, REF references (model catalog, backend profiles).
+PAR parallelism and sizes, LCH launchers, REF references (model catalog, backend profiles), RUN checkpoints,
+validation and logging, RWD reward, MOE MoE routing, MDL model facts against the run.
 """
 
 from __future__ import annotations
@@ -78,13 +79,19 @@ def get_rule(code: str) -> Optional[Rule]:
 def _load_rule_modules() -> None:
     # Importing the modules registers their rules; kept here so the registry has one entry point.
     from fp8spec.rules import (  # noqa: F401
+        batching,
         blocks,
         correction,
         exclusions,
         hardware_rules,
         kv_cache,
         launchers,
+        megatron_layout,
+        model_family,
         parallel,
         references,
+        reward,
+        routing,
+        run,
         training,
     )

@@ -61,6 +61,9 @@ PATCHES = {
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "trainer_backends": ("fsdp (Hugging Face models)", "megatron"),
+        # Hooks post-RoPE q/k/v of per-head attention and pushes per-layer attn.{q,k,v}_scale (kv_calibration.py).
+        # MLA caches a compressed latent (kv_lora_rank + rope dims) with one scale per layer: not covered.
+        "attention": ("gqa",),
         "env": {
             # optional knobs, defaults shown
             "FP8SPEC_KV_SCALE_DIVISORS": "vllm",  # vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or "q,k,v"

@@ -34,6 +34,20 @@ CudaVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]{2}\.[0-9]{1,2}$"
 _plain_text = check_value
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_plain_text)]
+
+
+def _absolute(value: str) -> str:
+    # Ray workers run in a temporary working_dir on every node: a relative folder would land there and vanish.
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path (start with '/') on storage every node shares")
+    return value
+
+
+AbsolutePath = Annotated[NonEmpty, AfterValidator(_absolute)]
+# Names verl looks up in its registries (loggers, reward managers): checked against the verl profile by rules.
+RegistryName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
+PythonName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+LayerCount = Annotated[int, Field(ge=1, le=10_000)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, ge=-1e9, le=1e9)]
 
 
@@ -141,6 +155,22 @@ class ParallelSection(_Section):
     pp: SmallCount = 1
     ep: SmallCount = 1
     cp: SmallCount = 1
+    etp: Optional[SmallCount] = Field(
+        None,
+        description="Expert tensor parallel size (actor.megatron.expert_tensor_parallel_size). Default: 1 for an "
+        "MoE model with ep > 1, otherwise Megatron's own default (= tp). Megatron needs etp*ep*pp to divide "
+        "the GPU count.",
+    )
+    first_stage_layers: Optional[LayerCount] = Field(
+        None,
+        description="Decoder layers on the first pipeline stage, for models whose layer count pp does not "
+        "divide (Megatron num_layers_in_first_pipeline_stage). Default: an even split.",
+    )
+    last_stage_layers: Optional[LayerCount] = Field(
+        None,
+        description="Decoder layers on the last pipeline stage (Megatron num_layers_in_last_pipeline_stage). "
+        "Default: an even split.",
+    )
 
 
 class TrainingSection(_Section):
@@ -149,6 +179,12 @@ class TrainingSection(_Section):
     fp8_recipe: Literal["hybrid", "e4m3"] = "hybrid"
     fp8_scaling: Literal["blockwise", "tensorwise", "delayed", "mxfp8"] = "blockwise"
     router_dtype: Literal["bf16", "fp32"] = "bf16"
+    router_replay: Literal["disabled", "R2", "R3"] = Field(
+        "disabled",
+        description="MoE router replay (Megatron trainer; actor.megatron.router_replay.mode): R2 replays the "
+        "routes of the trainer's own old-log-prob pass in the update; R3 replays the rollout engine's routes "
+        "(also sets rollout.enable_rollout_routing_replay). Default: disabled.",
+    )
     parallel: ParallelSection = Field(default_factory=ParallelSection)
 
 
@@ -169,14 +205,103 @@ class AlgorithmSection(_Section):
     train_batch_size: PositiveCount = 128
     ppo_mini_batch_size: PositiveCount = 32
     ppo_micro_batch_size_per_gpu: SmallCount = 1
-    use_dynamic_bsz: bool = False
+    log_prob_micro_batch_size_per_gpu: Optional[SmallCount] = Field(
+        None,
+        description="Sequences per GPU in the log-prob passes without dynamic batching "
+        "(rollout/ref log_prob_micro_batch_size_per_gpu). Default: ppo_micro_batch_size_per_gpu.",
+    )
+    use_dynamic_bsz: bool = Field(
+        True,
+        description="Pack micro-batches by token count up to the per-GPU budgets below (actor.use_dynamic_bsz; "
+        "the log-prob passes follow it). Default: on, the fit for long responses.",
+    )
+    ppo_max_token_len_per_gpu: Optional[PositiveCount] = Field(
+        None,
+        description="Token budget per GPU of one actor-update micro-batch with dynamic batching "
+        "(actor.ppo_max_token_len_per_gpu). Default: max_prompt_length + max_response_length, the least that "
+        "holds one full sequence.",
+    )
+    log_prob_max_token_len_per_gpu: Optional[PositiveCount] = Field(
+        None,
+        description="Token budget per GPU of the old-log-prob pass (rollout.log_prob_max_token_len_per_gpu). "
+        "Default: ppo_max_token_len_per_gpu.",
+    )
+    ref_log_prob_max_token_len_per_gpu: Optional[PositiveCount] = Field(
+        None,
+        description="Token budget per GPU of the reference-policy pass (ref.log_prob_max_token_len_per_gpu). "
+        "Default: log_prob_max_token_len_per_gpu.",
+    )
     lr: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 1e-6
     total_epochs: SmallCount = 1
 
 
 class DataSection(_Section):
     train_files: Union[NonEmpty, list[NonEmpty]] = Field(description="Parquet file(s) on the cluster.")
-    val_files: Union[NonEmpty, list[NonEmpty], None] = None
+    val_files: Union[NonEmpty, list[NonEmpty], None] = Field(
+        None, description="Validation parquet file(s) on the cluster (data.val_files); verl 0.9.1 always builds "
+        "a validation set, so a run needs them.")
+
+
+class TrainerSection(_Section):
+    """How the run keeps its state: checkpoints, resumption, validation, logging, length."""
+
+    checkpoint_dir: Optional[AbsolutePath] = Field(
+        None,
+        description="Absolute folder on storage every node shares; checkpoints go to <checkpoint_dir>/"
+        "global_step_N and resuming reads the newest one there (trainer.default_local_dir). Required.",
+    )
+    save_freq: PositiveCount = Field(
+        5, description="Steps between checkpoints; the last step is always saved (trainer.save_freq). "
+        "Default 5, as the verl FP8 recipes.")
+    keep_checkpoints: Optional[PositiveCount] = Field(
+        5, description="Newest checkpoints kept, older ones deleted; null keeps all "
+        "(trainer.max_actor_ckpt_to_keep). Default 5, as the verl FP8 recipes.")
+    resume: Literal["auto", "disable", "resume_path"] = Field(
+        "auto", description="auto: continue from the newest checkpoint in checkpoint_dir if there is one; "
+        "disable: start fresh; resume_path: continue from resume_from (trainer.resume_mode). Default auto.")
+    resume_from: Optional[AbsolutePath] = Field(
+        None, description="A .../global_step_N checkpoint folder, with resume: resume_path "
+        "(trainer.resume_from_path).")
+    test_freq: PositiveCount = Field(
+        10, description="Steps between validations on data.val_files; the last step always validates "
+        "(trainer.test_freq). Default 10, as the verl FP8 recipes.")
+    val_before_train: bool = Field(
+        True, description="Validate once before the first step (trainer.val_before_train). Default true.")
+    total_steps: Optional[PositiveCount] = Field(
+        None, description="Stop after this many steps (trainer.total_training_steps); the run ends at whichever "
+        "comes first, these steps or algorithm.total_epochs. Default: the epochs decide.")
+    loggers: list[RegistryName] = Field(
+        default_factory=lambda: ["console"],
+        description="verl tracking backends (trainer.logger), e.g. console, wandb, tensorboard, mlflow; each "
+        "needs its own credentials on the cluster. Default [console].",
+    )
+    project: NonEmpty = Field("fp8spec", description="Tracking project (trainer.project_name). Default fp8spec.")
+    experiment: Optional[NonEmpty] = Field(
+        None, description="Run name in the tracker (trainer.experiment_name). Default: the spec's name.")
+
+
+class CustomRewardFunction(_Section):
+    path: NonEmpty = Field(
+        description="Python file with the reward function, relative to the spec file or absolute; fp8spec copies "
+        "it into the bundle and verl loads it from there (reward.custom_reward_function.path).")
+    name: PythonName = Field(
+        "compute_score", description="Function in that file (reward.custom_reward_function.name). "
+        "Default compute_score.")
+
+
+class RewardSection(_Section):
+    manager: RegistryName = Field(
+        "naive", description="verl reward manager (reward.reward_manager.name): naive, dapo, and the others "
+        "verl ships. Default naive.")
+    overlong_buffer: Optional[PositiveCount] = Field(
+        None, description="DAPO soft overlong punishment (manager dapo): the last this many tokens before "
+        "max_response_length get a linearly growing penalty (reward.reward_kwargs.overlong_buffer_cfg.len). "
+        "Default: off.")
+    overlong_penalty: Annotated[float, Field(gt=0.0, le=1e6, allow_inf_nan=False)] = Field(
+        1.0, description="Penalty at max_response_length, in reward units "
+        "(reward.reward_kwargs.overlong_buffer_cfg.penalty_factor). Default 1.0.")
+    custom_function: Optional[CustomRewardFunction] = Field(
+        None, description="Your own reward function instead of verl's built-in scorers for data_source.")
 
 
 # NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
@@ -265,6 +390,8 @@ class Spec(_Section):
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
     data: DataSection
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
+    reward: RewardSection = Field(default_factory=RewardSection)
     cluster: ClusterSection = Field(default_factory=ClusterSection)
     stack: StackSection = Field(default_factory=StackSection)
     acknowledge: dict[RuleCode, NonEmpty] = Field(

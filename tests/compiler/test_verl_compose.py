@@ -59,6 +59,38 @@ def test_bundle_composes_in_verl(spec_path, backend):
         assert cfg.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == spec.training.parallel.tp
     if spec.kv_cache.dtype != "bf16":
         assert rollout.engine_kwargs[spec.rollout.engine].kv_cache_dtype == spec.kv_cache.dtype
+    assert_run_keys(cfg, spec)
+
+
+def assert_run_keys(cfg, spec) -> None:
+    """The spec's trainer, reward and batching sections, as verl's composed tree holds them."""
+    t, trainer = spec.trainer, cfg.trainer
+    assert trainer.default_local_dir == t.checkpoint_dir and t.checkpoint_dir.startswith("/")
+    assert trainer.save_freq == t.save_freq > 0 and trainer.test_freq == t.test_freq > 0
+    assert trainer.max_actor_ckpt_to_keep == t.keep_checkpoints and trainer.resume_mode == t.resume
+    assert list(trainer.logger) == list(t.loggers) and trainer.project_name == t.project
+    assert trainer.experiment_name == (t.experiment or spec.name)
+    assert cfg.data.val_files == spec.data.val_files
+    r = spec.reward
+    assert cfg.reward.reward_manager.name == r.manager
+    if r.overlong_buffer is not None:
+        kwargs = cfg.reward.reward_kwargs
+        overlong = kwargs.overlong_buffer_cfg
+        assert overlong.enable is True and overlong.len == r.overlong_buffer
+        assert overlong.penalty_factor == r.overlong_penalty and overlong.log is False
+        assert kwargs.max_resp_len == spec.rollout.max_response_length
+    a, actor = spec.algorithm, cfg.actor_rollout_ref.actor
+    assert actor.use_dynamic_bsz == a.use_dynamic_bsz
+    if a.use_dynamic_bsz:
+        sequence = spec.rollout.max_prompt_length + spec.rollout.max_response_length
+        assert actor.ppo_max_token_len_per_gpu >= sequence
+        assert cfg.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu >= sequence
+        assert cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu >= sequence
+        assert cfg.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz is True
+    if spec.training.backend == "megatron":
+        megatron = actor.megatron
+        assert megatron.expert_tensor_parallel_size == (spec.training.parallel.etp or 1)
+        assert megatron.router_replay.mode == spec.training.router_replay
 
 
 def test_missing_plus_or_unknown_key_fails():
@@ -77,7 +109,6 @@ def test_bundle_passes_verl_validation(spec_path, backend):
     pytest.importorskip("ray")
     pytest.importorskip("tensordict")
     from omegaconf import OmegaConf
-
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -89,3 +120,88 @@ def test_bundle_passes_verl_validation(spec_path, backend):
     assert rollout.quantization == "fp8"
     correction = omega_conf_to_dataclass(resolved.algorithm.rollout_correction, RolloutCorrectionConfig)
     assert correction.rollout_is == "token"
+
+
+REWARD_OK = str(Path(__file__).resolve().parents[1] / "rules" / "data" / "reward_ok.py")
+# name -> (example spec, patch): spec features the examples leave at their defaults
+VARIANTS = {
+    "router-replay-r3": ("qwen3-30b", {"training": {"router_replay": "R3"}}),
+    "router-replay-r2": ("qwen3-30b", {"training": {"router_replay": "R2"}}),
+    "uneven-stages": ("qwen3-30b", {"training": {"parallel": {"pp": 2, "first_stage_layers": 20,
+                                                             "last_stage_layers": 28}}}),
+    "resume-path": ("qwen3-8b", {"trainer": {"resume": "resume_path", "keep_checkpoints": None, "total_steps": 200,
+                                             "resume_from": "/shared/checkpoints/qwen3-8b-fp8-rollout/global_step_40",
+                                             "experiment": "resumed", "loggers": ["console", "tensorboard"]}}),
+    "fixed-batches": ("qwen3-8b", {"algorithm": {"use_dynamic_bsz": False, "log_prob_micro_batch_size_per_gpu": 2}}),
+    "budgets": ("qwen3-8b", {"algorithm": {"ppo_max_token_len_per_gpu": 24576,
+                                           "log_prob_max_token_len_per_gpu": 49152}}),
+    "custom-reward": ("qwen3-8b-sglang", {"reward": {"custom_function": {"path": REWARD_OK}}}),
+}
+
+
+def _variant(name, tmp_path):
+    from tests.conformance.checks import compile_variant
+    from tests.conftest import SPECS
+
+    stem, patch = VARIANTS[name]
+    backend = next(b for p, b in TRAINER_CASES if p.stem == stem)
+    return compile_variant(SPECS / f"{stem}.yaml", backend, patch, tmp_path, label=name)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_composes_and_passes_verl_validation(name, tmp_path):
+    pytest.importorskip("ray")
+    pytest.importorskip("tensordict")
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    compiled = _variant(name, tmp_path)
+    cfg = compose(compiled.overrides)
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert_run_keys(cfg, compiled.spec)
+    actor = cfg.actor_rollout_ref.actor
+    if name.startswith("router-replay"):
+        mode = compiled.spec.training.router_replay
+        engine = omega_conf_to_dataclass(_resolved(cfg).actor_rollout_ref.actor.megatron)
+        assert engine.router_replay.mode == mode
+        assert cfg.actor_rollout_ref.rollout.enable_rollout_routing_replay is (mode == "R3")
+    if name == "uneven-stages":
+        tc = actor.megatron.override_transformer_config
+        assert (tc.num_layers_in_first_pipeline_stage, tc.num_layers_in_last_pipeline_stage) == (20, 28)
+    if name == "resume-path":
+        assert cfg.trainer.resume_from_path.endswith("global_step_40") and cfg.trainer.total_training_steps == 200
+        assert cfg.trainer.max_actor_ckpt_to_keep is None
+    if name == "fixed-batches":
+        assert cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu == 2
+        assert actor.ppo_max_token_len_per_gpu == 16384  # verl's default, untouched: dynamic batching is off
+    if name == "budgets":
+        assert cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu == 49152
+
+
+def _resolved(cfg):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_custom_reward_ships_in_the_bundle_and_verl_loads_it(tmp_path, monkeypatch):
+    """verl's own loader, run from the bundle folder (the Ray working_dir), finds the shipped function."""
+    pytest.importorskip("ray")
+    from ruamel.yaml import YAML
+    from verl.utils.import_utils import load_extern_object
+
+    from fp8spec.compiler.writer import write_bundle
+    from fp8spec.resolve.reward import BUNDLE_NAME
+
+    compiled = _variant("custom-reward", tmp_path)
+    assert compiled.files[BUNDLE_NAME] == Path(REWARD_OK).read_text(encoding="utf-8")
+    cfg = compose(compiled.overrides)
+    assert cfg.reward.custom_reward_function.path == BUNDLE_NAME
+    assert cfg.reward.custom_reward_function.name == "compute_score"
+    bundle = write_bundle(tmp_path / "out", compiled.spec.name, compiled.files)
+    monkeypatch.chdir(bundle)
+    fn = load_extern_object(cfg.reward.custom_reward_function.path, cfg.reward.custom_reward_function.name)
+    assert fn("gsm8k", "so the answer is 42", "42") == 1.0
+    # the KubeRay ConfigMap (the working_dir there) carries it too
+    configmap = next(YAML(typ="safe").load_all(compiled.files["rayjob.yaml"]))
+    assert configmap["data"][BUNDLE_NAME] == compiled.files[BUNDLE_NAME]

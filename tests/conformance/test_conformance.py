@@ -19,14 +19,15 @@ import pytest
 
 from fp8spec.profiles import available_versions
 from tests.compiler.golden import cases
-from tests.conftest import EXAMPLE_SPECS
 from tests.conformance.checks import check_bundle, compile_path, compile_variant
+from tests.conftest import EXAMPLE_SPECS, REPO
 
 pytest.importorskip("hydra")
 if importlib.util.find_spec("verl") is None:
     pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
 SPECS = {p.stem: p for p in EXAMPLE_SPECS}
+REWARD_OK = str(REPO / "tests" / "rules" / "data" / "reward_ok.py")
 
 
 def _engine(backend: str) -> str:
@@ -61,6 +62,10 @@ FEATURES = {
     "moe-exclude-kv": ("qwen3-30b", {"linear": {"exclude": ["lm_head", "embeddings", "norms", "router",
                                                             "self_attn.o_proj"]},
                                      "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}),
+    "moe-uneven-r3": ("qwen3-30b", {"training": {"router_replay": "R3", "parallel": {
+        "pp": 2, "first_stage_layers": 20, "last_stage_layers": 28}}}),
+    "custom-reward-budgets": ("qwen3-8b-sglang", {"reward": {"custom_function": {"path": REWARD_OK}},
+                                                  "algorithm": {"log_prob_max_token_len_per_gpu": 32768}}),
 }
 
 

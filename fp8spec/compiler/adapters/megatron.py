@@ -14,9 +14,27 @@ def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
     for fact_id, value, field in (("key.megatron_tp", p.tp, "tp"), ("key.megatron_pp", p.pp, "pp"),
                                   ("key.megatron_ep", p.ep, "ep"), ("key.megatron_cp", p.cp, "cp")):
         add(plan, keys, fact_id, value, f"training.parallel.{field}", f"Megatron {field} size")
+    layout = ctx.megatron
+    if layout.etp is not None:
+        why = ("expert tensor parallel size" if p.etp is not None else
+               "expert tensor parallel 1 for MoE with ep > 1 (verl's null means etp = tp, and then etp*ep*pp = "
+               f"{p.tp}*{p.ep}*{p.pp} must divide the {layout.world} GPUs)")
+        add(plan, keys, "key.megatron_etp", layout.etp, "training.parallel.etp", why)
     tc = keys.key("key.megatron_transformer_override")
     opt = keys.key("key.megatron_optimizer_override")
     mc = ctx.profile("megatron-core")
+    for value, field, fact_id in (
+            (p.first_stage_layers, "first_stage_layers", "field.num_layers_in_first_pipeline_stage"),
+            (p.last_stage_layers, "last_stage_layers", "field.num_layers_in_last_pipeline_stage")):
+        if value is not None:
+            _mc(plan, keys, mc, f"{tc}.{mc.value(fact_id)['name']}", value, f"training.parallel.{field}",
+                fact_id, "decoder layers on that pipeline stage; the other stages split the rest evenly")
+    if t.router_replay != "disabled":
+        add(plan, keys, "key.megatron_router_replay_mode", t.router_replay, "training.router_replay",
+            "replay MoE routes in the actor update: R2 from the trainer's old-log-prob pass, R3 from the rollout")
+        if t.router_replay == "R3":
+            add(plan, keys, "key.rollout_routing_replay", True, "training.router_replay",
+                "R3: the rollout engine returns the experts it routed each token to")
     if t.precision == "fp8":
         _mc(plan, keys, mc, tc + ".fp8", t.fp8_recipe, "training.fp8_recipe", "field.fp8",
             "TransformerConfig.fp8: hybrid = E4M3 forward, E5M2 gradients")

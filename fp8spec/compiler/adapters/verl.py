@@ -110,12 +110,6 @@ def _algorithm(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
         "prompts per step")
     add(plan, keys, "key.ppo_mini_batch_size", a.ppo_mini_batch_size, "algorithm.ppo_mini_batch_size",
         "prompts per optimizer step")
-    add(plan, keys, "key.use_dynamic_bsz", a.use_dynamic_bsz, "algorithm.use_dynamic_bsz",
-        "pack micro-batches by token count instead of a fixed size")
-    for fact_id in ("key.ppo_micro_batch_size_per_gpu", "key.rollout_log_prob_micro_batch_size_per_gpu",
-                    "key.ref_log_prob_micro_batch_size_per_gpu"):
-        add(plan, keys, fact_id, a.ppo_micro_batch_size_per_gpu, "algorithm.ppo_micro_batch_size_per_gpu",
-            "micro-batch per GPU (verl requires it unless use_dynamic_bsz)")
     if a.name == "dapo":
         add(plan, keys, "key.use_kl_loss", False, "algorithm.name", "DAPO trains without a KL loss")
         add(plan, keys, "key.clip_ratio_low", 0.2, "algorithm.name", "DAPO clip-higher: lower clip 0.2")
@@ -137,8 +131,5 @@ def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str
     add(plan, keys, "key.trainer_nnodes", spec.hardware.nodes, "hardware.nodes", "nodes in the Ray cluster")
     add(plan, keys, "key.trainer_n_gpus_per_node", spec.hardware.gpus_per_node, "hardware.gpus_per_node",
         "GPUs per node")
-    add(plan, keys, "key.trainer_project_name", "fp8spec", "name", "experiment tracking project")
-    add(plan, keys, "key.trainer_experiment_name", spec.name, "name", "experiment name = spec name")
-    add(plan, keys, "key.trainer_logger", ["console"], "name", "log to the console; add wandb on the cluster")
     add(plan, keys, "key.trainer_total_epochs", spec.algorithm.total_epochs, "algorithm.total_epochs",
         "passes over the training data")

@@ -1,0 +1,47 @@
+"""Dynamic batching: per-GPU token budgets against the longest sequence a pass can see."""
+
+from __future__ import annotations
+
+from fp8spec.resolve.batching import explicit_budgets
+from fp8spec.rules.registry import Finding, rule
+
+
+@rule(
+    "PAR012", "token-budget-below-sequence", "error",
+    "A dynamic-batching token budget cannot hold one full sequence.",
+    """With use_dynamic_bsz verl packs each micro-batch up to max_token_len_per_gpu * sp tokens (sp = Megatron
+    context_parallel_size, 1 for FSDP: verl/workers/engine/utils.py:108-111) and rearrange_micro_batches
+    asserts "max_token_len must be greater than the sequence length" (verl/utils/seqlen_balancing.py:384), so
+    the first batch holding a sequence of max_prompt_length + max_response_length tokens stops the run.""",
+    "raise the budget to at least the number in the message, or leave it unset (it then defaults to that)",
+    needs_model=False,
+)
+def budget_below_sequence(ctx):
+    b = ctx.batching
+    if not b.dynamic:
+        return
+    r = ctx.spec.rollout
+    split = b.sequence_split
+    least = -(-b.sequence_tokens // split)
+    for field, value in explicit_budgets(ctx.spec):
+        if value is not None and value * split < b.sequence_tokens:
+            times = f" x cp {split} = {value * split}" if split > 1 else ""
+            yield Finding(f"algorithm.{field} {value}{times} tokens is below max_prompt_length + "
+                          f"max_response_length = {r.max_prompt_length} + {r.max_response_length} = "
+                          f"{b.sequence_tokens}; set it to at least {least}", f"algorithm.{field}")
+
+
+@rule(
+    "PAR013", "token-budget-ignored", "warning",
+    "Token budgets are set but dynamic batching is off.",
+    """verl reads ppo_max_token_len_per_gpu and the log-prob budgets only with use_dynamic_bsz
+    (verl/workers/engine/utils.py:108-124); without it micro-batches are the fixed *_micro_batch_size_per_gpu.""",
+    "set algorithm.use_dynamic_bsz: true, or remove the budgets",
+    needs_model=False,
+)
+def budget_ignored(ctx):
+    if ctx.batching.dynamic:
+        return
+    for field, value in explicit_budgets(ctx.spec):
+        if value is not None:
+            yield Finding(f"algorithm.{field} has no effect with use_dynamic_bsz false", f"algorithm.{field}")

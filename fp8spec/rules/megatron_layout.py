@@ -1,0 +1,138 @@
+"""The Megatron trainer's layout, checked the way megatron-core checks it at start-up.
+
+Each rule mirrors one refusal of megatron-core (0.16.1 on CPU proves it, tests/conformance/
+test_megatron_layout.py; 0.18.2 / 0.19.2 lines in backends/megatron-core/*.yaml rule.layout_*): a layout is
+refused here iff megatron-core refuses it. Messages carry the arithmetic and the values that would work.
+"""
+
+from __future__ import annotations
+
+from fp8spec.resolve.megatron import divisors, stage_layers, uneven_split
+from fp8spec.rules.registry import Finding, rule
+
+
+def _megatron(ctx) -> bool:
+    return ctx.spec.training.backend == "megatron"
+
+
+def _join(values) -> str:
+    return ", ".join(map(str, values)) or "none"
+
+
+@rule(
+    "PAR001", "trainer-layout-indivisible", "error",
+    "The GPU count is not divisible by the Megatron parallel layout.",
+    """megatron-core's initialize_model_parallel raises "world_size (W) is not divisible by M" when
+    tp*cp*pp does not divide the GPUs, and "... not divisible by expert_tensor_model_pipeline_parallel size"
+    when etp*ep*pp does not (parallel_state.py; megatron-core 0.18.2 :733-790). verl's validate_config asserts
+    the first too. verl leaves expert_tensor_parallel_size null, which megatron-core reads as etp = tp.""",
+    "choose training.parallel values whose products divide nodes*gpus_per_node (etp 1 for MoE models)",
+)
+def trainer_layout(ctx):
+    if not _megatron(ctx):
+        return
+    m = ctx.megatron
+    if m.world % m.model_size:
+        yield Finding(f"{m.world} GPUs are not divisible by tp*cp*pp = {m.tp}*{m.cp}*{m.pp} = {m.model_size}; "
+                      f"tp*cp*pp must be one of {_join(divisors(m.world))}", "training.parallel")
+    if m.world % m.expert_model_size:
+        etp = f"etp {m.expert_tp}" + (" (unset, so it follows tp)" if m.etp is None else "")
+        if m.world % (m.ep * m.pp) == 0:
+            fix = f"with ep {m.ep} and pp {m.pp}, etp values that work: {_join(divisors(m.world // (m.ep * m.pp)))}"
+        elif m.world % m.pp == 0:
+            fix = f"with pp {m.pp} and etp 1, ep values that work: {_join(divisors(m.world // m.pp))}"
+        else:
+            fix = "pp must divide the GPUs first"
+        yield Finding(f"{m.world} GPUs are not divisible by etp*ep*pp = {m.expert_tp}*{m.ep}*{m.pp} = "
+                      f"{m.expert_model_size} ({etp}); {fix}",
+                      "training.parallel.etp" if ctx.spec.training.parallel.etp is not None else "training.parallel.ep")
+
+
+@rule(
+    "PAR008", "pipeline-layers-indivisible", "error",
+    "The decoder layers do not split over the pipeline stages.",
+    """Without first/last stage layer counts megatron-core builds num_layers / pp layers per stage and
+    asserts "num_layers should be divisible by pipeline_model_parallel_size" when it builds the model
+    (transformer_block.get_num_layers_to_build). With num_layers_in_first/last_pipeline_stage, the remaining
+    layers must split evenly over the middle stages (TransformerConfig "Uneven PP": "number of layers at
+    middle stage ... must be divisible", "Mismatch: ... middle layers remaining"). A first and last stage on
+    pp 1 is accepted but builds only the last stage's layers, a wrong model.""",
+    "choose a pp that divides the layer count, or set training.parallel.first_stage_layers/last_stage_layers "
+    "as the message suggests",
+)
+def pipeline_layers(ctx):
+    if not _megatron(ctx):
+        return
+    m, layers = ctx.megatron, ctx.model.num_hidden_layers
+    _, problem = stage_layers(layers, m.pp, m.first_stage_layers, m.last_stage_layers)
+    if not problem:
+        return
+    fixes = []
+    if not m.uneven:
+        fixes.append(f"pp values that divide {layers}: {_join(d for d in divisors(layers) if d <= m.world)}")
+    split = uneven_split(layers, m.pp)
+    if split:
+        middle = (layers - sum(split)) // (m.pp - 2) if m.pp > 2 else 0
+        fixes.append(f"keep pp {m.pp} with first_stage_layers: {split[0]}, last_stage_layers: {split[1]}"
+                     + (f" ({m.pp - 2} middle stages of {middle})" if m.pp > 2 else ""))
+    where = "training.parallel.first_stage_layers" if m.first_stage_layers is not None else (
+        "training.parallel.last_stage_layers" if m.last_stage_layers is not None else "training.parallel.pp")
+    yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}; " + "; or ".join(fixes), where)
+
+
+@rule(
+    "PAR009", "experts-indivisible-by-ep", "error",
+    "The routed experts do not split over the trainer's expert parallelism.",
+    """Every expert-parallel rank holds num_moe_experts / ep experts: megatron-core's BaseMoELayer asserts
+    num_moe_experts % expert_model_parallel_size == 0 when it builds each MoE layer (moe/moe_layer.py:185).""",
+    "choose a training.parallel.ep that divides the expert count",
+)
+def experts_by_ep(ctx):
+    model = ctx.model
+    if not _megatron(ctx) or not model.is_moe:
+        return
+    m = ctx.megatron
+    if model.num_experts % m.ep:
+        ok = [e for e in divisors(model.num_experts) if m.world % (m.expert_tp * e * m.pp) == 0]
+        yield Finding(f"{model.num_experts} experts of {model.id} are not divisible by ep {m.ep}; ep values that "
+                      f"divide them and fit etp {m.expert_tp} * pp {m.pp} on {m.world} GPUs: {_join(ok)}",
+                      "training.parallel.ep")
+
+
+@rule(
+    "PAR010", "ep-without-experts", "error",
+    "Expert parallelism on a model without experts.",
+    """megatron-core's TransformerConfig raises "num_moe_experts must be non None to use expert-parallel."
+    when expert_model_parallel_size > 1 and the model has no MoE layers.""",
+    "set training.parallel.ep: 1 for a dense model",
+)
+def ep_without_experts(ctx):
+    if _megatron(ctx) and not ctx.model.is_moe and ctx.spec.training.parallel.ep > 1:
+        yield Finding(f"{ctx.model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
+                      "training.parallel.ep")
+
+
+@rule(
+    "PAR011", "trainer-heads-indivisible", "error",
+    "Attention heads do not split over the trainer's tensor parallelism.",
+    """megatron-core's TransformerConfig raises "num_attention_heads (H) must be a multiple of
+    tensor_model_parallel_size (T)" and "num_query_groups (G) must be a multiple or divisor of
+    tensor_model_parallel_size (T)" (KV heads are Megatron's query groups).""",
+    "choose a training.parallel.tp from the values in the message",
+)
+def trainer_heads(ctx):
+    if not _megatron(ctx):
+        return
+    m, model = ctx.megatron, ctx.model
+    heads, groups = model.num_attention_heads, model.num_key_value_heads
+
+    def fits(tp: int) -> bool:
+        return heads % tp == 0 and (groups % tp == 0 or tp % groups == 0) and m.world % (tp * m.cp * m.pp) == 0
+
+    ok = _join(t for t in divisors(m.world) if fits(t))
+    if heads % m.tp:
+        yield Finding(f"{heads} attention heads of {model.id} are not divisible by training tp {m.tp}; tp values "
+                      f"that work: {ok}", "training.parallel.tp")
+    elif groups % m.tp and m.tp % groups:
+        yield Finding(f"{groups} query groups (KV heads) of {model.id} and training tp {m.tp}: neither divides the "
+                      f"other; tp values that work: {ok}", "training.parallel.tp")

@@ -1,0 +1,45 @@
+"""Model facts against the run: a checkpoint stored quantized, a context shorter than prompt + response."""
+
+from __future__ import annotations
+
+from fp8spec.rules.registry import Finding, rule
+
+
+@rule(
+    "MDL001", "quantized-checkpoint", "error",
+    "The checkpoint is stored quantized but the trainer needs BF16 weights.",
+    """verl's trainers load model.path as trainable weights (FSDP through transformers, Megatron through
+    Megatron-Bridge; FP8 training too keeps BF16 master weights and lets TransformerEngine quantize). A
+    checkpoint whose config.json carries a quantization_config (DeepSeek-V3 ships FP8 block-quantized) loads
+    as an inference-only model: transformers' FineGrainedFP8HfQuantizer.is_trainable is False
+    (transformers 5.10 quantizers/quantizer_finegrained_fp8.py:157), and verl's vLLM server also switches the
+    rollout to the checkpoint's FP8 on its own (vllm_async_server.py:1263-1266).""",
+    "convert the checkpoint to BF16 first (for DeepSeek-V3 its inference/fp8_cast_bf16.py), point model.path "
+    "at the copy and model.config_path at its config.json, which has no quantization_config",
+)
+def quantized_checkpoint(ctx):
+    model = ctx.model
+    if model.quantization:
+        where = "model.config_path" if ctx.spec.model.config_path else "model.name"
+        yield Finding(f"{model.id}'s config.json has quantization_config (quant_method {model.quantization!r}): "
+                      "its weights are stored quantized and cannot be trained as a BF16 checkpoint", where)
+
+
+@rule(
+    "MDL002", "context-too-long", "error",
+    "Prompt plus response is longer than the model's context.",
+    """verl caps the engines' max_model_len at the model's max_position_embeddings (vllm_async_server.py:1103-1111,
+    async_sglang_server.py:166-173) and cuts generation at max_model_len - prompt length (:593-599), so
+    responses never reach rollout.max_response_length and the trainer sees positions the model was not
+    trained for.""",
+    "lower rollout.max_prompt_length / max_response_length to fit the number in the message, or use a "
+    "checkpoint whose config.json allows longer contexts",
+)
+def context_too_long(ctx):
+    model, r = ctx.model, ctx.spec.rollout
+    limit = model.max_position_embeddings
+    total = r.max_prompt_length + r.max_response_length
+    if limit is not None and total > limit:
+        yield Finding(f"max_prompt_length + max_response_length = {r.max_prompt_length} + {r.max_response_length} "
+                      f"= {total} exceeds {model.id}'s max_position_embeddings {limit}; max_response_length "
+                      f"{max(limit - r.max_prompt_length, 0)} would fit", "rollout.max_response_length")
