@@ -81,3 +81,37 @@ def build_plan(ctx, overrides: Overrides = Overrides()) -> Plan:
         notes.append(f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "
                      "(fp8spec/data/gpu_memory.yaml)")
     return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainer_memory(ctx), notes)
+
+
+@dataclass(frozen=True)
+class Curve:
+    label: str
+    is_spec: bool
+    capacity_tokens: int
+    points: tuple[tuple[int, float], ...]  # (response length, sequences that fit at prompt + response)
+
+
+def curves(plan: Plan) -> tuple[list[Curve], int]:
+    """The picture's data: per choice, KV capacity and max concurrency against response length; and the
+    sequences the engine runs at once (the demand line)."""
+    prompt = plan.spec.rollout.max_prompt_length
+    lengths = plan.response_lengths()
+    out = [Curve(r.choice.label, r.is_spec, r.kv.tokens,
+                 tuple((n, round(r.kv.concurrency_at(prompt + n), 4)) for n in lengths)) for r in plan.rollout]
+    return out, plan.spec_rollout.running
+
+
+def cached_plan(ctx) -> Optional[Plan]:
+    """The spec's plan with verl's defaults, built once per context (rules and compiler share it); None
+    when the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+    from fp8spec.plan.setup import PlanInputError
+
+    if "_memory_plan" not in ctx.__dict__:
+        plan = None
+        if ctx.model is not None and ctx.profile("verl") is not None:
+            try:
+                plan = build_plan(ctx)
+            except PlanInputError:
+                plan = None
+        ctx.__dict__["_memory_plan"] = plan
+    return ctx.__dict__["_memory_plan"]

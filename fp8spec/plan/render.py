@@ -125,7 +125,8 @@ def render_text(plan) -> str:
     spec_r = plan.spec_rollout
     out = [f"fp8spec plan: {plan.spec.name} ({plan.model.id}, {plan.world} x {s.gpu}, "
            f"{s.total_bytes / GIB:.2f} GiB per GPU)", ""]
-    out.append(f"Rollout engine: {s.engine} {s.engine_version} ({spec_r.memory.runner} memory model), "
+    model_name = {"v1": "vLLM V1 model runner", "v2": "vLLM V2 model runner", "sglang": "SGLang pool"}
+    out.append(f"Rollout engine: {s.engine} {s.engine_version} ({model_name[spec_r.memory.runner]}), "
                f"TP {s.tp} x EP {s.ep} = {s.gpus_per_replica} GPU(s) per replica, {plan.replicas} replica(s)")
     out.append(f"  gpu_memory_utilization {s.utilization:g}, max_num_batched_tokens {s.max_num_batched_tokens}, "
                f"max_num_seqs {s.max_num_seqs}, max_model_len {s.max_model_len}, CUDA graphs "
@@ -159,7 +160,8 @@ def render_text(plan) -> str:
         g = plan.gain(r)
         gains.append("-" if g is None else (f"{g.low:.0%}" if g.low == g.high else f"{g.low:.0%}-{g.high:.0%}"))
     out.append(row("expected rollout speed-up", gains))
-    out.append("  * the spec's choice. Speed-up: " + gain_source())
+    out.append("  * the spec's choice")
+    out.append("  speed-up source: " + gain_source())
     t = plan.trainer
     if t is not None:
         out.append("")

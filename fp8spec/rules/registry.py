@@ -2,7 +2,7 @@
 
 Modelled on ruff's rule catalogue. Codes never change meaning; a retired rule keeps its code reserved.
 Prefixes: COR correction, BLK block geometry, EXC exclusions, HW hardware, TRN training, KV kv cache,
-PAR parallelism and sizes, REF references (model catalog, backend profiles).
+PAR parallelism and sizes, REF references (model catalog, backend profiles), MEM memory feasibility.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def _load_rule_modules() -> None:
         exclusions,
         hardware_rules,
         kv_cache,
+        memory,
         parallel,
         references,
         training,
