@@ -55,7 +55,8 @@ def trainer_state(plan) -> Optional[Verdict]:
 def rollout_weights(plan) -> Optional[Verdict]:
     """MEM002: the engine must keep KV memory for at least one max_model_len request at its utilisation."""
     r = plan.spec_rollout
-    problem = r.kv_shortfall
+    problem = {"no_kv_memory": "no memory left for the KV cache",
+               "below_one_request": "the KV cache cannot hold one request of max_model_len tokens"}.get(r.kv_shortfall)
     if problem is None:
         return Verdict("MEM002", True)
     m = r.memory

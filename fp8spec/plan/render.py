@@ -62,12 +62,16 @@ def _rollout_json(plan, r) -> dict:
     }
 
 
+_LAYOUT_UNITS = {"busiest_stage": "stage index", "stage_layers": "layers"}
+
+
 def _trainer_json(t) -> dict | None:
     if t is None:
         return None
     b = lambda v, s="estimate": q(v, "bytes", s)  # noqa: E731
     return {
-        "backend": t.backend, "precision": t.precision, "layout": t.layout, "offload": t.offload,
+        "backend": t.backend, "precision": t.precision, "offload": t.offload,
+        "layout": {k: q(v, _LAYOUT_UNITS.get(k, "GPUs")) for k, v in t.layout.items()},
         "parameters_on_gpu": q(t.params_on_gpu, "parameters", "exact"),
         "params": b(t.params, "exact"), "grads": b(t.grads, "exact"), "optimizer": b(t.optimizer, "exact"),
         "fp8_weight_cache": b(t.fp8_weight_cache, "exact"), "state": b(t.state, "exact"),
@@ -90,7 +94,7 @@ def plan_json(plan) -> dict:
         "gpu": {"name": s.gpu, "total_memory": q(s.total_bytes, "bytes", "exact")},
         "engine": {
             "engine": s.engine, "version": s.engine_version, "runner": spec_r.memory.runner,
-            "tp": s.tp, "ep": s.ep, "gpus_per_replica": q(s.gpus_per_replica, "GPUs"),
+            "tp": q(s.tp, "GPUs"), "ep": q(s.ep, "GPUs"), "gpus_per_replica": q(s.gpus_per_replica, "GPUs"),
             "replicas": q(plan.replicas, "replicas"),
             "gpu_memory_utilization": q(s.utilization, "fraction"),
             "max_num_batched_tokens": q(s.max_num_batched_tokens, "tokens"),
@@ -118,6 +122,14 @@ def render_json(plan) -> str:
 
 def _g(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
+
+
+def _step_word(r) -> str:
+    if r.kv_shortfall == "no_kv_memory":
+        return "no KV room"
+    if r.kv_shortfall == "below_one_request":
+        return "< 1 request"
+    return "fits" if r.fits_without_preemption else "preempts"
 
 
 def render_text(plan) -> str:
@@ -154,7 +166,7 @@ def render_text(plan) -> str:
     out.append(row(f"max concurrency @ {s.max_model_len} tok", [f"{r.kv.max_concurrency:.2f}x" for r in rs]))
     out.append(row(f"sequences @ {spec_r.seq_len} tok", [f"{r.concurrency:.1f}" for r in rs]))
     out.append(row(f"step: {spec_r.running} running of {spec_r.sequences_per_replica}/replica",
-                   ["fits" if r.fits_without_preemption else (r.kv_shortfall or "preempts") for r in rs]))
+                   [_step_word(r) for r in rs]))
     gains = []
     for r in rs:
         g = plan.gain(r)

@@ -43,11 +43,11 @@ class RolloutResult:
 
     @property
     def kv_shortfall(self) -> Optional[str]:
-        """Why vLLM would refuse to start, or None."""
+        """Why vLLM would refuse to start ("no_kv_memory", "below_one_request"), or None."""
         if self.memory.available_kv <= 0:
-            return "no memory left for the KV cache"
+            return "no_kv_memory"
         if self.kv.one_request_bytes > self.memory.available_kv:
-            return "the KV cache cannot hold one request of max_model_len tokens"
+            return "below_one_request"
         return None
 
 

@@ -110,17 +110,14 @@ class TrainerMemory:
 
     @property
     def state(self) -> int:
-        """What the optimizer step needs on the GPU at once."""
+        """Parameters, gradients, optimizer state and FP8 caches: on the GPU during the training pass."""
         return self.params + self.grads + self.optimizer + self.fp8_weight_cache
 
     @property
     def peak(self) -> int:
-        """Training peak: forward/backward (state without an offloaded optimizer, plus activations) or the
-        optimizer step (full state), whichever is larger, plus the CUDA context."""
-        fwd_bwd = self.params + self.grads + self.fp8_weight_cache + self.activations + self.logits + self.transient
-        if not self.offload.get("optimizer"):
-            fwd_bwd += self.optimizer
-        return max(fwd_bwd, self.state) + self.context
+        """Training peak: the whole state (verl loads offloaded state back for the whole training pass,
+        verl/workers/engine/base.py:300-335) plus activations, logits, gather buffers and the CUDA context."""
+        return self.state + self.activations + self.logits + self.transient + self.context
 
     @property
     def resident_during_rollout(self) -> int:
@@ -210,7 +207,13 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
     m = ctx.profile("verl").value("memory.megatron_state")
     p = spec.training.parallel
     tp, pp, ep, cp = p.tp, p.pp, p.ep, p.cp
-    etp = getattr(p, "etp", None) or tp  # verl leaves expert_tensor_parallel_size null = TP
+    notes = []
+    etp = getattr(p, "etp", None)
+    if etp is None:  # verl leaves expert_tensor_parallel_size null = TP; Megatron needs etp*ep*pp | world
+        etp = tp if world % (tp * ep * pp) == 0 else 1
+        if etp != tp:
+            notes.append(f"expert tensor parallelism = tp {tp} does not fit {world} GPUs with ep {ep} x pp {pp}; "
+                         "planned with etp 1")
     dp = max(1, world // (tp * pp * cp))
     edp = max(1, world // (ep * etp * pp))
     stages = _stage_layers(spec, model.num_hidden_layers, pp)
@@ -250,8 +253,8 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
         m["optimizer_bytes"] * (_cdiv(dense_gpu, dp) + _cdiv(expert_gpu, edp)), cache,
         acts, logits, 0, context, split.total,
         m["param_bytes"] + m["grad_bytes"] + m["optimizer_bytes"] + cache_per_param, offload,
-        (f"distributed optimizer over dp {dp} (experts over expert-dp {edp}); {in_flight} micro-batch(es) of "
-         "activations in flight on the busiest pipeline stage (1F1B)",),
+        tuple(notes) + (f"distributed optimizer over dp {dp} (experts over expert-dp {edp}); {in_flight} "
+                        "micro-batch(es) of activations in flight on the busiest pipeline stage (1F1B)",),
     )
 
 

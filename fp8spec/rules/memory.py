@@ -19,8 +19,8 @@ def _check(ctx, verdict_fn, path: str):
 @rule(
     "MEM001", "trainer-state-exceeds-gpu", "error",
     "The trainer's parameters, gradients and optimizer state do not fit one GPU.",
-    """The optimizer step holds parameters, gradients and optimizer state on the GPU at once (verl offloads
-    them only while idle: verl/workers/engine/fsdp/transformer_impl.py:160-231, engine_workers.py:768-826).
+    """Training holds parameters, gradients and optimizer state on the GPU at once: verl's offload options
+    move them to CPU only between training passes (verl/workers/engine/base.py:300-335).
     verl's FSDP actor keeps fp32 parameters, fp32 gradients and AdamW's two fp32 moments sharded over all GPUs
     (16 bytes per parameter / world: verl/workers/config/engine.py:287-289); its Megatron actor keeps bf16
     parameters and an fp32 grad buffer per model-parallel rank and the distributed optimizer's 12 bytes over

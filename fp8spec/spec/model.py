@@ -103,6 +103,13 @@ class ParallelSection(_Section):
     cp: SmallCount = 1
 
 
+class OffloadSection(_Section):
+    params: bool = Field(False, description="verl param_offload: the trainer's parameters (and Megatron's gradient "
+                         "buffers) go to CPU while the rollout engine runs.")
+    optimizer: bool = Field(False, description="verl optimizer_offload: optimizer state stays on CPU except for the "
+                            "optimizer step.")
+
+
 class TrainingSection(_Section):
     backend: Literal["fsdp", "megatron"] = "fsdp"
     precision: Literal["bf16", "fp8"] = "bf16"
@@ -110,6 +117,7 @@ class TrainingSection(_Section):
     fp8_scaling: Literal["blockwise", "tensorwise", "delayed", "mxfp8"] = "blockwise"
     router_dtype: Literal["bf16", "fp32"] = "bf16"
     parallel: ParallelSection = Field(default_factory=ParallelSection)
+    offload: OffloadSection = Field(default_factory=OffloadSection)
 
 
 class RolloutSection(_Section):
