@@ -25,7 +25,7 @@ def plan_png(plan) -> bytes:
         left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[:len(series)])
         left.set_xticks(range(len(series)), names, fontsize=8)
         left.set_ylabel("KV capacity per replica (thousand tokens)")
-        left.set_title(f"{plan.model.id}: KV cache capacity", fontsize=10)
+        left.set_title(f"{plan.spec.model.name}: KV cache capacity", fontsize=10)
         for colour, c in zip(COLOURS, series):
             xs = [p[0] for p in c.points]
             ys = [p[1] for p in c.points]

@@ -90,7 +90,7 @@ def plan_json(plan) -> dict:
     return {
         "format": 1,
         "spec": plan.spec.name,
-        "model": plan.model.id,
+        "model": plan.spec.model.name,
         "gpu": {"name": s.gpu, "total_memory": q(s.total_bytes, "bytes", "exact")},
         "engine": {
             "engine": s.engine, "version": s.engine_version, "runner": spec_r.memory.runner,
@@ -135,7 +135,7 @@ def _step_word(r) -> str:
 def render_text(plan) -> str:
     s, rs = plan.setup, plan.rollout
     spec_r = plan.spec_rollout
-    out = [f"fp8spec plan: {plan.spec.name} ({plan.model.id}, {plan.world} x {s.gpu}, "
+    out = [f"fp8spec plan: {plan.spec.name} ({plan.spec.model.name}, {plan.world} x {s.gpu}, "
            f"{s.total_bytes / GIB:.2f} GiB per GPU)", ""]
     model_name = {"v1": "vLLM V1 model runner", "v2": "vLLM V2 model runner", "sglang": "SGLang pool"}
     out.append(f"Rollout engine: {s.engine} {s.engine_version} ({model_name[spec_r.memory.runner]}), "

@@ -39,7 +39,7 @@ def plan_svg(plan) -> str:
            'font-family="DejaVu Sans, Arial, sans-serif">', f'<rect width="{W}" height="{H}" fill="white"/>']
     x0, y0, pw, ph = LEFT
     top = _nice_top(max(c.capacity_tokens for c in series) / 1e3)
-    out.append(_text(x0 + pw / 2, 24, f"{plan.model.id}: KV cache capacity per replica", 12))
+    out.append(_text(x0 + pw / 2, 24, f"{plan.spec.model.name}: KV cache capacity per replica", 12))
     out.append(f'<path d="M{x0} {y0} V{y0 + ph} H{x0 + pw}" stroke="black" fill="none"/>')
     for i in range(5):
         v = top * i / 4

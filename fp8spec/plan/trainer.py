@@ -67,7 +67,7 @@ def split_params(model) -> ParamSplit:
     embedding = model.vocab_size * model.hidden_size
     norms = max(0, model.num_parameters() - linear_total - embedding - lm_head)
     for i in range(layers):  # norms and router biases, spread evenly
-        dense[i] += norms // layers
+        dense[i] += norms // layers + (norms % layers if i == 0 else 0)
     return ParamSplit(tuple(dense), tuple(expert), embedding, lm_head, tuple(fp8_dense))
 
 
