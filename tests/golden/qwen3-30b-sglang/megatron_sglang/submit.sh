@@ -15,7 +15,7 @@
 set -euo pipefail
 
 address=http://ray-head:8265
-submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-sglang-megatron-sglang-5af790204e02
+submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-sglang-megatron-sglang-c2c76bd14703
 working_dir=.
 id_suffix=
 preflight_only=0

@@ -15,7 +15,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-megatron-vllm-1f20da69b066
+submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-megatron-vllm-a5e59981d0b3
 working_dir=.
 id_suffix=
 preflight_only=0
