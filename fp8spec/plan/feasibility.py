@@ -86,7 +86,7 @@ def colocation(plan) -> Optional[Verdict]:
     engine_ctx = int(estimate("trainer", "cuda_context_bytes"))
     requested = plan.spec_rollout.memory.requested
     used = t.resident_during_rollout + engine_ctx + requested
-    ok = used <= plan.total_bytes
+    ok = plan.headroom(t) >= 0
     room = plan.total_bytes - t.resident_during_rollout - engine_ctx
     max_util = math.floor(max(room, 0) / plan.total_bytes * 100) / 100
     fixes = []

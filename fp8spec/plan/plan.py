@@ -9,7 +9,7 @@ from fp8spec.plan.facts import MEMORY_MODEL_VLLM
 from fp8spec.plan.gain import Gain, expected_gain
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
-from fp8spec.plan.trainer import TrainerMemory, trainer_memory
+from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
 
 
 @dataclass
@@ -20,6 +20,7 @@ class Plan:
     rollout: list[RolloutResult]
     trainer: Optional[TrainerMemory]
     notes: list[str] = field(default_factory=list)
+    trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
 
     @property
     def total_bytes(self) -> int:
@@ -49,6 +50,14 @@ class Plan:
         if r.choice.key == "bf16":
             return None
         return expected_gain(self.model.is_moe, r.choice.quantized is not None, r.choice.kv_dtype != "bf16")
+
+    def headroom(self, trainer: TrainerMemory) -> int:
+        """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts
+        counted); negative: vLLM cannot start (MEM003)."""
+        from fp8spec.plan.facts import estimate
+
+        engine_context = int(estimate("trainer", "cuda_context_bytes"))
+        return self.total_bytes - trainer.resident_during_rollout - engine_context - self.spec_rollout.memory.requested
 
     def verdicts(self):
         from fp8spec.plan.feasibility import verdicts
@@ -80,7 +89,9 @@ def build_plan(ctx, overrides: Overrides = Overrides()) -> Plan:
     if overrides.gpu_memory_gib is None:
         notes.append(f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "
                      "(fp8spec/data/gpu_memory.yaml)")
-    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainer_memory(ctx), notes)
+    trainers = trainer_precisions(ctx)
+    other = trainers[1] if len(trainers) > 1 else None
+    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,7 @@ def _trainer_json(t) -> dict | None:
 def plan_json(plan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
-    headroom = None
-    if plan.trainer is not None:
-        headroom = plan.total_bytes - plan.trainer.resident_during_rollout - spec_r.memory.requested
+    headroom = None if plan.trainer is None else plan.headroom(plan.trainer)
     return {
         "format": 1,
         "spec": plan.spec.name,
@@ -103,6 +101,7 @@ def plan_json(plan) -> dict:
         },
         "rollout": [_rollout_json(plan, r) for r in plan.rollout],
         "trainer": _trainer_json(plan.trainer),
+        "trainer_other_precision": _trainer_json(plan.trainer_other),
         "colocation": None if headroom is None else {
             "headroom_beside_rollout": q(headroom, "bytes", "estimate")},
         "verdicts": [{"code": v.code, "ok": v.ok, "message": v.message if not v.ok else "",
@@ -112,7 +111,16 @@ def plan_json(plan) -> dict:
             "vllm.cudagraph_bytes_per_graph_per_layer": estimate_basis("vllm", "cudagraph_bytes_per_graph_per_layer"),
             "trainer.cuda_context_bytes": estimate_basis("trainer", "cuda_context_bytes"),
         },
-        "sources": {"expected_gain": gain_source(), "notes": plan.notes},
+        "sources": {
+            "expected_gain": gain_source(),
+            "engine_memory_model": ("backends/vllm/0.24.0.yaml memory.* facts (vLLM 0.24.0 source, file:line)"
+                                    if s.engine == "vllm" else "fp8spec/plan/sglang_memory.py (SGLang 0.5.12)"),
+            "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
+            "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
+                                    "memory.megatron_state, memory.colocation",
+            "gpu_memory": "fp8spec/data/gpu_memory.yaml",
+            "notes": plan.notes,
+        },
     }
 
 
@@ -178,20 +186,23 @@ def render_text(plan) -> str:
     if t is not None:
         out.append("")
         layout = ", ".join(f"{k} {v}" for k, v in t.layout.items())
-        out.append(f"Trainer: {t.backend}, {t.precision} ({layout}), busiest GPU holds "
-                   f"{t.params_on_gpu / 1e9:.2f}B parameters")
-        items = [("parameters", t.params), ("gradients", t.grads), ("optimizer state", t.optimizer)]
-        if t.fp8_weight_cache:
-            items.append(("FP8 weight caches", t.fp8_weight_cache))
-        items += [("state (optimizer step)", t.state), ("activations (estimate)", t.activations),
-                  ("logits (estimate)", t.logits)]
-        if t.transient:
-            items.append(("FSDP gather buffers (estimate)", t.transient))
-        items += [("training peak incl. CUDA context", t.peak), ("kept during rollout", t.resident_during_rollout),
-                  ("headroom beside the rollout engine",
-                   plan.total_bytes - t.resident_during_rollout - spec_r.memory.requested)]
-        for name, value in items:
-            out.append(f"  {name:<34}{_g(value):>{width}}")
+        out.append(f"Trainer: {t.backend} ({layout}), busiest GPU holds {t.params_on_gpu / 1e9:.2f}B parameters")
+        cols = [t] + ([plan.trainer_other] if plan.trainer_other is not None else [])
+        cols.sort(key=lambda x: x.precision)  # bf16 before fp8
+        out.append(row("per GPU", [c.precision.upper() + (" *" if c is t else "") for c in cols]))
+        items = [("parameters", "params"), ("gradients", "grads"), ("optimizer state", "optimizer"),
+                 ("FP8 weight caches", "fp8_weight_cache"), ("state (training pass)", "state"),
+                 ("activations (estimate)", "activations"), ("logits (estimate)", "logits"),
+                 ("FSDP gather buffers (estimate)", "transient"), ("training peak incl. CUDA context", "peak"),
+                 ("kept during rollout", "resident_during_rollout")]
+        for name, attr in items:
+            values = [getattr(c, attr) for c in cols]
+            if any(values) or attr in ("params", "state", "peak"):
+                out.append(row(name, [_g(v) for v in values]))
+        out.append(row("headroom beside the rollout engine",
+                       [_g(plan.headroom(c)) for c in cols]))
+        for note in t.notes:
+            out.append(f"  note: {note}")
     problems = [v for v in plan.verdicts() if not v.ok]
     out.append("")
     if problems:

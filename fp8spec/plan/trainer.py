@@ -166,19 +166,30 @@ def _stage_layers(spec, layers: int, pp: int) -> list[int]:
     return stages
 
 
-def trainer_memory(ctx) -> TrainerMemory:
+def trainer_memory(ctx, precision: str | None = None) -> TrainerMemory:
+    """The spec's trainer; ``precision`` ("bf16" / "fp8") plans the same layout in the other precision
+    (FP8 training exists on the Megatron trainer only)."""
     spec, model = ctx.spec, ctx.model
     verl = ctx.profile("verl")
     world = spec.world_size
     split = split_params(model)
     offload = _offload(spec)
     tokens = _micro_batch_tokens(spec, verl)
-    fp8 = spec.training.precision == "fp8" and spec.training.backend == "megatron"
+    fp8 = (precision or spec.training.precision) == "fp8" and spec.training.backend == "megatron"
     context = int(estimate("trainer", "cuda_context_bytes"))
     per_layer_act = _layer_bytes_per_token(model, fp8)
     if spec.training.backend == "fsdp":
         return _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
     return _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
+
+
+def trainer_precisions(ctx) -> list[TrainerMemory]:
+    """BF16 and FP8 side by side for the Megatron trainer (the spec's own first), else the spec's only."""
+    own = trainer_memory(ctx)
+    if ctx.spec.training.backend != "megatron":
+        return [own]
+    other = trainer_memory(ctx, "bf16" if ctx.spec.training.precision == "fp8" else "fp8")
+    return [own, other]
 
 
 def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context) -> TrainerMemory:
@@ -248,7 +259,7 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
     layout = {"world": world, "tp": tp, "pp": pp, "ep": ep, "etp": etp, "cp": cp, "dp": dp, "expert_dp": edp,
               "busiest_stage": stage, "stage_layers": stage_layers}
     return TrainerMemory(
-        "megatron", spec.training.precision, layout, on_gpu,
+        "megatron", "fp8" if fp8 else "bf16", layout, on_gpu,
         on_gpu * m["param_bytes"], on_gpu * m["grad_bytes"],
         m["optimizer_bytes"] * (_cdiv(dense_gpu, dp) + _cdiv(expert_gpu, edp)), cache,
         acts, logits, 0, context, split.total,

@@ -96,3 +96,13 @@ def test_offload_settings_compose_in_verl(backend_patch, validate):
     off = validate(patched(BASE_SPEC, backend_patch))
     plain = bundle_files(off, choose_backend(None, off), build_plan(off, choose_backend(None, off)), "spec.yaml")
     assert "offload" not in plain["overrides.yaml"]
+
+
+def test_megatron_trainer_is_planned_in_both_precisions(plan_of):
+    plan = plan_of(MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 4}}})
+    fp8, bf16 = plan.trainer, plan.trainer_other
+    assert (fp8.precision, bf16.precision) == ("fp8", "bf16")
+    assert bf16.fp8_weight_cache == 0 < fp8.fp8_weight_cache
+    assert fp8.activations < bf16.activations  # FP8 linear inputs are saved in one byte
+    assert fp8.params == bf16.params and fp8.optimizer == bf16.optimizer
+    assert plan_of().trainer_other is None  # FSDP trains in BF16 only
