@@ -3,7 +3,8 @@
 BF16: every parameter 2 bytes. FP8 (W8A8 blockwise): each quantized linear 1 byte per weight plus fp32
 block scales, ceil(out/128) x ceil(in/128) per (fused) linear and per expert; linears left out of
 quantization (lm_head, router, linear.exclude, bf16 first/last layers), embeddings, norms and biases stay
-BF16. Per-GPU shapes follow vLLM's tensor/expert parallel sharding (profile facts memory.*).
+BF16. Per-GPU shapes follow vLLM's tensor/expert parallel sharding (profile facts memory.*). MLA attention
+also keeps a bf16 copy of an FP8 kv_b_proj (memory.mla_kv_b_copy).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def rollout_weight_bytes(model, shard: Sharding, quantized: Optional[Iterable[st
         if m.name in fp8_names:
             fp8 += out * inn * FP8
             bf16 += bias
+            if m.kind == "mla_kv_b":  # MLA keeps a dequantized bf16 copy for its W_UK/W_UV bmm's
+                bf16 += out * inn * BF16
             key = m.fused_name or m.name
             if m.group == "experts":
                 key = f"{key}.{m.expert}.{'w13' if m.kind == 'expert_in' else 'w2'}"
