@@ -105,7 +105,8 @@ def plan_json(plan) -> dict:
         "colocation": None if headroom is None else {
             "headroom_beside_rollout": q(headroom, "bytes", "estimate")},
         "verdicts": [{"code": v.code, "ok": v.ok, "message": v.message if not v.ok else "",
-                      "fix": v.fix if not v.ok else ""} for v in plan.verdicts()],
+                      "fix": v.fix if not v.ok else "", "acknowledged": plan.spec.acknowledge.get(v.code)}
+                     for v in plan.verdicts()],
         "estimates": {
             "vllm.non_torch_bytes": estimate_basis("vllm", "non_torch_bytes"),
             "vllm.cudagraph_bytes_per_graph_per_layer": estimate_basis("vllm", "cudagraph_bytes_per_graph_per_layer"),
@@ -207,7 +208,8 @@ def render_text(plan) -> str:
     out.append("")
     if problems:
         for v in problems:
-            out.append(f"{v.code}: {v.message}")
+            reason = plan.spec.acknowledge.get(v.code)
+            out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
             if v.fix:
                 out.append(f"    fix: {v.fix}")
     else:
