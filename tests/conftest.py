@@ -30,6 +30,11 @@ BASE_SPEC = {
 
 MEGATRON_FP8 = {"training": {"backend": "megatron", "precision": "fp8", "parallel": {"tp": 2}}}
 MOE = {"model": {"name": "Qwen/Qwen3-30B-A3B-Base", "path": "/models/Qwen3-30B-A3B-Base"}}
+# The DeepSeek-V3 end-to-end FP8 run on 4 x 8 H200 that must be refused (its training state alone does not fit).
+DEEPSEEK_E2E = {"model": {"name": "deepseek-ai/DeepSeek-V3", "path": "/models/DeepSeek-V3"},
+                "hardware": {"gpu": "h200", "nodes": 4, "gpus_per_node": 8},
+                "training": {"backend": "megatron", "precision": "fp8", "parallel": {"tp": 8, "pp": 4, "ep": 8}},
+                "rollout": {"tp": 8}}
 
 
 def patched(base: dict, *patches: dict) -> dict:

@@ -93,10 +93,12 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         fp8spec_version=__version__, spec=spec, spec_file=spec_file, backend=choice.name, plan=plan,
         stack=stack, checks=_checks(validation), fp8_rows=_fp8_table(plan), env=plan.env,
         patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
-        metrics=_metrics(ctx, plan),
+        metrics=_metrics(ctx, plan), memory_plan=None,
         reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
     )
     files: dict[str, str] = {}
+    if choice.trainer:
+        files.update(_memory_plan_files(ctx, common))
     if choice.trainer:
         files["launch.sh"] = render("launch.sh.j2", **common)
         files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
@@ -117,6 +119,20 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(validation, choice, plan, spec_file, stack, files)
     return files
+
+
+def _memory_plan_files(ctx, common: dict) -> dict[str, str]:
+    """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
+    matplotlib, so the bundle is byte-identical everywhere)."""
+    from fp8spec.plan import cached_plan
+    from fp8spec.plan.render import render_text
+    from fp8spec.plan.svg import plan_svg
+
+    memory = cached_plan(ctx)
+    if memory is None:
+        return {}
+    common["memory_plan"] = render_text(memory)
+    return {"plan.svg": plan_svg(memory)}
 
 
 def _metrics(ctx, plan: Plan) -> dict:

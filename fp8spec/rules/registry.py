@@ -3,7 +3,8 @@
 Modelled on ruff's rule catalogue. Codes never change meaning; a retired rule keeps its code reserved.
 Prefixes: COR correction, BLK block geometry, EXC exclusions, HW hardware, TRN training, KV kv cache,
 PAR parallelism and sizes, LCH launchers, REF references (model catalog, backend profiles), RUN checkpoints,
-validation and logging, RWD reward, MOE MoE routing, MDL model facts against the run.
+validation and logging, RWD reward, MOE MoE routing, MDL model facts against the run, MEM memory
+feasibility.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def _load_rule_modules() -> None:
         launchers,
         megatron_layout,
         model_family,
+        memory,
         parallel,
         references,
         reward,

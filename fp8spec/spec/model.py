@@ -173,6 +173,13 @@ class ParallelSection(_Section):
     )
 
 
+class OffloadSection(_Section):
+    params: bool = Field(False, description="verl param_offload: the trainer's parameters (and Megatron's gradient "
+                         "buffers) go to CPU while the rollout engine runs.")
+    optimizer: bool = Field(False, description="verl optimizer_offload: optimizer state stays on CPU except for the "
+                            "optimizer step.")
+
+
 class TrainingSection(_Section):
     backend: Literal["fsdp", "megatron"] = "fsdp"
     precision: Literal["bf16", "fp8"] = "bf16"
@@ -186,6 +193,7 @@ class TrainingSection(_Section):
         "(also sets rollout.enable_rollout_routing_replay). Default: disabled.",
     )
     parallel: ParallelSection = Field(default_factory=ParallelSection)
+    offload: OffloadSection = Field(default_factory=OffloadSection)
 
 
 class RolloutSection(_Section):

@@ -81,7 +81,7 @@ def test_concurrent_force_compiles_leave_one_complete_bundle(tmp_path):
     assert all(code == 0 for code, _, _ in results), results
     assert entries(out) == [BUNDLE]
     assert sorted(p.name for p in (out / BUNDLE).iterdir()) == sorted(
-        ["README.md", "launch.sh", "manifest.json", "overrides.yaml", "preflight.json", "preflight.py",
+        ["README.md", "launch.sh", "manifest.json", "overrides.yaml", "plan.svg", "preflight.json", "preflight.py",
          "rayjob.yaml", "runtime_env.yaml", "slurm.sbatch", "submit.sh"])
 
 

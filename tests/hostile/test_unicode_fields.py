@@ -23,8 +23,10 @@ from tests.hostile.spec_fields import set_path, string_fields, to_yaml
 BACKENDS = {
     "fsdp+vllm": {},
     "fsdp+sglang": {"rollout": {"engine": "sglang"}},
-    "megatron+vllm": {"training": {"backend": "megatron"}},
-    "megatron+sglang": {"training": {"backend": "megatron"}, "rollout": {"engine": "sglang"}},
+    # offload: the base model's Megatron trainer state would not leave the engine room (MEM003)
+    "megatron+vllm": {"training": {"backend": "megatron", "offload": {"params": True, "optimizer": True}}},
+    "megatron+sglang": {"training": {"backend": "megatron", "offload": {"params": True, "optimizer": True}},
+                        "rollout": {"engine": "sglang"}},
     "vllm": {},
     "sglang": {"rollout": {"engine": "sglang"}},
 }

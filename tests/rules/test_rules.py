@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fp8spec.rules.registry import all_rules, get_rule
-from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, REPO, patched
+from tests.conftest import BASE_SPEC, DEEPSEEK_E2E, MEGATRON_FP8, MOE, REPO, patched
 
 REWARD_OK = str(REPO / "tests" / "rules" / "data" / "reward_ok.py")
 DEEPSEEK = {"model": {"name": "deepseek-ai/DeepSeek-V3", "path": "/models/DeepSeek-V3"}}
@@ -52,6 +52,17 @@ CASES = {
     "LCH001": ([{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--partitio=long"]}}}],
                [{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--mem-per-gpu=80G"]}}}],
                "sbatch reads it as --partition"),
+    "MEM001": ([DEEPSEEK_E2E], [MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 8}}}], "but a h200 holds"),
+    "MEM002": ([{"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}, "linear": {"quantize": False}}],
+               [{"rollout": {"tp": 1, "gpu_memory_utilization": 0.6}, "linear": {"quantize": False}}],
+               "no memory left for the KV cache"),
+    "MEM003": ([{"rollout": {"gpu_memory_utilization": 0.9}}],
+               [{"rollout": {"gpu_memory_utilization": 0.9}, "training": {"offload": {"optimizer": True}}}],
+               "less than desired GPU memory utilization"),
+    "MEM004": ([{"rollout": {"max_response_length": 20480}}], [{"rollout": {"max_response_length": 2048}}],
+               "preempted"),
+    "MEM005": ([{"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}}], [],
+               "estimated training peak"),
     "PAR001": ([MEGATRON_FP8, {"training": {"parallel": {"tp": 3}}}],
                [MEGATRON_FP8, {"training": {"parallel": {"tp": 2}}}], "not divisible by tp*cp*pp = 3*1*1 = 3"),
     "PAR002": ([{"rollout": {"tp": 3}}], [{"rollout": {"tp": 2}}], "not divisible by rollout.tp 3"),
@@ -232,3 +243,26 @@ def test_config_path_unusable_is_located(validate, tmp_path):
     result = validate(patched(BASE_SPEC, {"model": {"config_path": str(bad)}}))
     found = _codes(result, "REF001")
     assert found and found[0].path == "model.config_path" and "supported" in found[0].message.lower()
+
+
+def test_deepseek_v3_end_to_end_on_4x8_h200_is_refused(validate):
+    """The issue's case: 671B parameters trained end to end in FP8 on 32 H200s cannot hold their own state."""
+    result = validate(patched(BASE_SPEC, DEEPSEEK_E2E))
+    found = _codes(result, "MEM001")
+    assert found and found[0].severity == "error"
+    assert "trainer state per GPU is 428.7 GiB" in found[0].message
+    assert "at least 90 GPUs (12 nodes of 8)" in found[0].hint
+    assert result.errors
+
+
+def test_memory_hints_give_values_that_fit(validate):
+    hint = _codes(validate(patched(BASE_SPEC, {"rollout": {"gpu_memory_utilization": 0.9}})), "MEM003")[0].hint
+    assert "rollout.gpu_memory_utilization <= 0.84" in hint and "training.offload.optimizer: true frees" in hint
+    # the values it names do fit
+    assert not _codes(validate(patched(BASE_SPEC, {"rollout": {"gpu_memory_utilization": 0.84}})), "MEM003")
+    assert _codes(validate(patched(BASE_SPEC, {"rollout": {"gpu_memory_utilization": 0.85}})), "MEM003")
+    low = _codes(validate(patched(BASE_SPEC, {"rollout": {"tp": 1, "gpu_memory_utilization": 0.1},
+                                              "linear": {"quantize": False}})), "MEM002")[0].hint
+    assert "rollout.gpu_memory_utilization >= 0.27" in low
+    assert not _codes(validate(patched(BASE_SPEC, {"rollout": {"tp": 1, "gpu_memory_utilization": 0.27},
+                                                    "linear": {"quantize": False}})), "MEM002")

@@ -58,6 +58,7 @@ def build_verl(plan: Plan, ctx: RuleContext, trainer: str, engine: str) -> VerlK
     _correction(plan, keys, ctx)
     _algorithm(plan, keys, ctx)
     _data_and_trainer(plan, keys, ctx, trainer)
+    _offload(plan, keys, ctx, trainer)
     return keys
 
 
@@ -117,6 +118,15 @@ def _algorithm(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
         add(plan, keys, "key.loss_agg_mode", "token-mean", "algorithm.name", "DAPO token-level loss")
         add(plan, keys, "key.dapo_filter_groups", True, "algorithm.name",
             "DAPO dynamic sampling: drop prompt groups whose responses all score the same")
+
+
+def _offload(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None:
+    offload = ctx.spec.training.offload
+    for field, on, why in (("params", offload.params, "trainer parameters leave the GPU while the rollout runs"),
+                           ("optimizer", offload.optimizer, "optimizer state stays on CPU outside the step")):
+        if on:  # verl's default is false: set only what the spec turns on
+            add(plan, keys, f"key.{trainer}_{'param' if field == 'params' else field}_offload", True,
+                f"training.offload.{field}", why)
 
 
 def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None:

@@ -15,7 +15,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-qwen3-8b-sglang-fp8-rollout-fsdp-sglang-488c892c1695
+submission_id=fp8spec-qwen3-8b-sglang-fp8-rollout-fsdp-sglang-0ca193a76cbf
 working_dir=.
 id_suffix=
 preflight_only=0

@@ -15,7 +15,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-qwen3-8b-fp8-rollout-fsdp-vllm-ae65439f4e87
+submission_id=fp8spec-qwen3-8b-fp8-rollout-fsdp-vllm-5c5ad6737022
 working_dir=.
 id_suffix=
 preflight_only=0

@@ -1,0 +1,86 @@
+"""The data the planner reads: GPU memory, backend memory facts (from backends/), estimates and gains.
+
+Numbers live in data files, never in this package's code: fp8spec/data/{gpu_memory,memory_estimates,
+expected_gains}.yaml and the ``memory.*`` facts of the backend profiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from ruamel.yaml import YAML
+
+_DATA = Path(__file__).resolve().parent.parent / "data"
+
+#: the vLLM release whose memory model is profiled; other versions fall back to it (and say so)
+MEMORY_MODEL_VLLM = "0.24.0"
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> Any:
+    return YAML(typ="safe").load((_DATA / name).read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    name: str
+    total_bytes: Optional[int]
+    sms: Optional[int]
+    source: str
+
+
+def gpu_memory(name: str) -> GpuMemory:
+    entry = _load("gpu_memory.yaml").get(name) or {}
+    mib = entry.get("mib")
+    return GpuMemory(name, None if mib is None else int(mib) << 20, entry.get("sms"), str(entry.get("source", "")))
+
+
+def estimate(section: str, name: str) -> Any:
+    """One estimated term (value only) from memory_estimates.yaml."""
+    return _load("memory_estimates.yaml")[section][name]["value"]
+
+
+def estimate_basis(section: str, name: str) -> str:
+    return " ".join(str(_load("memory_estimates.yaml")[section][name]["basis"]).split())
+
+
+def gains() -> dict:
+    return _load("expected_gains.yaml")
+
+
+@dataclass(frozen=True)
+class ProfileFacts:
+    """``memory.*`` facts of one backend profile, with the version they were read from."""
+
+    kind: str
+    version: str
+    requested_version: str
+
+    @property
+    def fallback(self) -> bool:
+        return self.version != self.requested_version
+
+    def value(self, fact_id: str) -> Any:
+        from fp8spec.profiles import load_profile
+
+        return load_profile(self.kind, self.version).value(fact_id)
+
+    def evidence(self, fact_id: str) -> str:
+        from fp8spec.profiles import load_profile
+
+        return load_profile(self.kind, self.version).evidence(fact_id)
+
+
+def profile_facts(kind: str, version: str, fallback_version: str, probe: str) -> ProfileFacts:
+    """The profile of ``kind`` at ``version`` when it has ``probe``, else the ``fallback_version`` one."""
+    from fp8spec.profiles import ProfileNotFound, load_profile
+
+    try:
+        if load_profile(kind, version).has(probe):
+            return ProfileFacts(kind, version, version)
+    except ProfileNotFound:
+        pass
+    return ProfileFacts(kind, fallback_version, version)

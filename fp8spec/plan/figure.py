@@ -1,0 +1,47 @@
+"""The plan's picture as a PNG (matplotlib; imported only when a PNG is asked for).
+
+Byte-identical for identical plans: Agg backend, fixed size and dpi, no 'Software' metadata.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from fp8spec.plan.plan import curves  # noqa: E402
+
+COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
+
+
+def plan_png(plan) -> bytes:
+    series, running = curves(plan)
+    with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+        names = [c.label + (" *" if c.is_spec else "") for c in series]
+        left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[:len(series)])
+        left.set_xticks(range(len(series)), names, fontsize=8)
+        left.set_ylabel("KV capacity per replica (thousand tokens)")
+        left.set_title(f"{plan.spec.model.name}: KV cache capacity", fontsize=10)
+        for colour, c in zip(COLOURS, series):
+            xs = [p[0] for p in c.points]
+            ys = [p[1] for p in c.points]
+            right.plot(xs, ys, marker="o", markersize=3, color=colour, label=c.label + (" *" if c.is_spec else ""))
+        right.axhline(running, color="black", linestyle="--", linewidth=1, label=f"running sequences ({running})")
+        right.axvline(plan.spec.rollout.max_response_length, color="grey", linestyle=":", linewidth=1)
+        right.set_xscale("log", base=2)
+        ticks = [p[0] for p in series[0].points]
+        right.set_xticks(ticks, [f"{n:,}" for n in ticks], fontsize=7, rotation=30)
+        right.minorticks_off()
+        right.set_xlabel(f"response length (tokens, prompt {plan.spec.rollout.max_prompt_length})")
+        right.set_ylabel("sequences that fit in the KV cache")
+        right.set_title("max concurrency vs response length (* = spec)", fontsize=10)
+        right.legend(fontsize=8)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+        plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,128 @@
+"""One spec's plan: the rollout engine for each FP8 choice, the trainer, what FP8 buys, and the verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fp8spec.plan.facts import MEMORY_MODEL_VLLM
+from fp8spec.plan.gain import Gain, expected_gain
+from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
+from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
+from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
+
+
+@dataclass
+class Plan:
+    spec: object
+    model: object
+    setup: EngineSetup
+    rollout: list[RolloutResult]
+    trainer: Optional[TrainerMemory]
+    notes: list[str] = field(default_factory=list)
+    trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
+
+    @property
+    def total_bytes(self) -> int:
+        return self.setup.total_bytes
+
+    @property
+    def gpu(self) -> str:
+        return self.setup.gpu
+
+    @property
+    def world(self) -> int:
+        return self.spec.world_size
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.spec.hardware.gpus_per_node
+
+    @property
+    def replicas(self) -> int:
+        return max(1, self.world // self.setup.gpus_per_replica)
+
+    @property
+    def spec_rollout(self) -> RolloutResult:
+        return next(r for r in self.rollout if r.is_spec)
+
+    def gain(self, r: RolloutResult) -> Optional[Gain]:
+        if r.choice.key == "bf16":
+            return None
+        return expected_gain(self.model.is_moe, r.choice.quantized is not None, r.choice.kv_dtype != "bf16")
+
+    def headroom(self, trainer: TrainerMemory) -> int:
+        """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts
+        counted); negative: vLLM cannot start (MEM003)."""
+        from fp8spec.plan.facts import estimate
+
+        engine_context = int(estimate("trainer", "cuda_context_bytes"))
+        return self.total_bytes - trainer.resident_during_rollout - engine_context - self.spec_rollout.memory.requested
+
+    def verdicts(self):
+        from fp8spec.plan.feasibility import verdicts
+
+        return verdicts(self)
+
+    def response_lengths(self) -> list[int]:
+        """Response lengths the concurrency curves are drawn at (powers of two, plus the spec's own)."""
+        prompt = self.spec.rollout.max_prompt_length
+        top = max(self.setup.max_model_len - prompt, 1)
+        points, n = [], 256
+        while n < top:
+            points.append(n)
+            n *= 2
+        points += [top, min(self.spec.rollout.max_response_length, top)]
+        return sorted(set(points))
+
+
+def build_plan(ctx, overrides: Overrides = Overrides()) -> Plan:
+    """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
+    setup = setup_from_spec(ctx, overrides)
+    notes = []
+    facts = memory_facts(setup)
+    if setup.engine == "sglang":
+        notes.append(f"SGLang {setup.engine_version}: KV pool = free memory x mem_fraction_static - weights "
+                     "(SGLang 0.5's formula); the vLLM-specific terms do not apply")
+    elif facts.fallback:
+        notes.append(f"vLLM {setup.engine_version} has no profiled memory model; vLLM {MEMORY_MODEL_VLLM}'s is used")
+    if overrides.gpu_memory_gib is None:
+        notes.append(f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "
+                     "(fp8spec/data/gpu_memory.yaml)")
+    trainers = trainer_precisions(ctx)
+    other = trainers[1] if len(trainers) > 1 else None
+    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
+
+
+@dataclass(frozen=True)
+class Curve:
+    label: str
+    is_spec: bool
+    capacity_tokens: int
+    points: tuple[tuple[int, float], ...]  # (response length, sequences that fit at prompt + response)
+
+
+def curves(plan: Plan) -> tuple[list[Curve], int]:
+    """The picture's data: per choice, KV capacity and max concurrency against response length; and the
+    sequences the engine runs at once (the demand line)."""
+    prompt = plan.spec.rollout.max_prompt_length
+    lengths = plan.response_lengths()
+    out = [Curve(r.choice.label, r.is_spec, r.kv.tokens,
+                 tuple((n, round(r.kv.concurrency_at(prompt + n), 4)) for n in lengths)) for r in plan.rollout]
+    return out, plan.spec_rollout.running
+
+
+def cached_plan(ctx) -> Optional[Plan]:
+    """The spec's plan with verl's defaults, built once per context (rules and compiler share it); None
+    when the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+    from fp8spec.plan.setup import PlanInputError
+
+    if "_memory_plan" not in ctx.__dict__:
+        plan = None
+        if ctx.model is not None and ctx.profile("verl") is not None:
+            try:
+                plan = build_plan(ctx)
+            except PlanInputError:
+                plan = None
+        ctx.__dict__["_memory_plan"] = plan
+    return ctx.__dict__["_memory_plan"]

@@ -1,0 +1,104 @@
+"""The rollout engine of one replica, side by side for BF16 and FP8 choices: weights, KV memory, capacity,
+concurrency and whether the step's sequences fit without preemption."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from fp8spec.plan.facts import MEMORY_MODEL_VLLM, ProfileFacts, profile_facts
+from fp8spec.plan.kv import KVCapacity, kv_bytes_per_token_layer, kv_capacity
+from fp8spec.plan.setup import EngineSetup
+from fp8spec.plan.sglang_memory import sglang_engine_memory
+from fp8spec.plan.vllm_memory import EngineMemory, vllm_engine_memory
+from fp8spec.plan.weights import Sharding, WeightBytes, rollout_weight_bytes
+
+
+@dataclass(frozen=True)
+class Choice:
+    key: str  # "bf16" | "fp8" | "fp8_kv" | "kv"
+    label: str
+    quantized: Optional[tuple[str, ...]]  # FP8 linears, None = BF16 weights
+    kv_dtype: str
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    choice: Choice
+    is_spec: bool
+    weights: WeightBytes
+    memory: EngineMemory
+    kv: KVCapacity
+    seq_len: int  # prompt + response
+    sequences_per_replica: int
+    running: int  # sequences the engine runs at once (max_num_seqs caps them)
+
+    @property
+    def concurrency(self) -> float:
+        return self.kv.concurrency_at(self.seq_len)
+
+    @property
+    def fits_without_preemption(self) -> bool:
+        return self.kv.num_blocks > 0 and self.concurrency >= self.running
+
+    @property
+    def kv_shortfall(self) -> Optional[str]:
+        """Why vLLM would refuse to start ("no_kv_memory", "below_one_request"), or None."""
+        if self.memory.available_kv <= 0:
+            return "no_kv_memory"
+        if self.kv.one_request_bytes > self.memory.available_kv:
+            return "below_one_request"
+        return None
+
+
+def memory_facts(setup: EngineSetup) -> ProfileFacts:
+    version = setup.engine_version if setup.engine == "vllm" else MEMORY_MODEL_VLLM
+    return profile_facts("vllm", version, MEMORY_MODEL_VLLM, "memory.available_kv")
+
+
+def choices(ctx) -> list[tuple[Choice, bool]]:
+    """BF16, FP8 W8A8, FP8 W8A8 + FP8 KV, and the spec's own choice if it is none of these."""
+    spec, model = ctx.spec, ctx.model
+    if spec.linear.quantize:
+        quantized = tuple(m.name for m in ctx.exclusions.quantized)
+    else:  # what the default exclusions (lm_head, embeddings, norms, router) would quantize
+        quantized = tuple(m.name for m in model.linear_modules() if m.kind not in ("lm_head", "router"))
+    fp8_kv = spec.kv_cache.dtype if spec.kv_cache.dtype != "bf16" else "fp8_e4m3"
+    options = [
+        Choice("bf16", "BF16", None, "bf16"),
+        Choice("fp8", "FP8 W8A8", quantized, "bf16"),
+        Choice("fp8_kv", f"FP8 W8A8 + {fp8_kv} KV", quantized, fp8_kv),
+    ]
+    spec_key = {(False, False): "bf16", (True, False): "fp8", (True, True): "fp8_kv"}.get(
+        (spec.linear.quantize, spec.kv_cache.dtype != "bf16"), "kv")
+    if spec_key == "kv":
+        options.append(Choice("kv", f"BF16 + {spec.kv_cache.dtype} KV", None, spec.kv_cache.dtype))
+    return [(c, c.key == spec_key) for c in options]
+
+
+def plan_choice(model, setup: EngineSetup, choice: Choice, *, seq_len: int, sequences: int,
+                is_spec: bool = False) -> RolloutResult:
+    facts = memory_facts(setup)
+    shard = Sharding(setup.tp, setup.ep)
+    weights = rollout_weight_bytes(model, shard, choice.quantized, vocab_padding=facts.value("memory.vocab_padding"))
+    s = setup.with_kv_dtype(choice.kv_dtype)
+    if s.engine == "sglang":
+        memory = sglang_engine_memory(s, weights.total)
+        block = 1
+    else:
+        memory = vllm_engine_memory(model, s, weights.total, facts, fp8_linear=choice.quantized is not None)
+        block = facts.value("memory.block_size")
+    dtype_bytes = facts.value("memory.kv_dtype_bytes")["bf16" if s.kv_dtype == "bf16" else s.kv_dtype]
+    per_layer = kv_bytes_per_token_layer(model, s.tp, dtype_bytes)
+    kv = kv_capacity(memory.available_kv, per_layer, model.num_hidden_layers, block, s.max_model_len)
+    return RolloutResult(choice, is_spec, weights, memory, kv, seq_len, sequences, min(sequences, s.max_num_seqs))
+
+
+def rollout_plan(ctx, setup: EngineSetup) -> list[RolloutResult]:
+    spec = ctx.spec
+    replicas = max(1, spec.world_size // setup.gpus_per_replica)
+    total = spec.algorithm.train_batch_size * spec.rollout.n
+    per_replica = -(-total // replicas)
+    seq_len = spec.rollout.max_prompt_length + spec.rollout.max_response_length
+    return [plan_choice(ctx.model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
+            for c, is_spec in choices(ctx)]

@@ -1,0 +1,116 @@
+"""The inputs of the rollout-engine memory model, from a spec (verl's defaults) or given explicitly.
+
+Every input vLLM's start-up arithmetic depends on is a field, so the planner can compute exactly the
+configuration a measurement used (tests/data/vllm024_h200_kv_capacity.json) as well as a spec's run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from fp8spec.plan.facts import MEMORY_MODEL_VLLM, gpu_memory, profile_facts
+
+
+class PlanInputError(ValueError):
+    """An input the planner cannot work with (unknown GPU memory, impossible override); one sentence."""
+
+
+@dataclass(frozen=True)
+class EngineSetup:
+    engine: str  # "vllm" | "sglang"
+    engine_version: str
+    gpu: str
+    total_bytes: int
+    sms: Optional[int]
+    utilization: float
+    tp: int
+    ep: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    cuda_graphs: bool
+    kv_dtype: str  # "bf16" | "fp8_e4m3" | "fp8_e5m2"
+    defaults: str  # where max_num_* / max_model_len / cuda_graphs came from
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """verl builds each replica from tp x dp GPUs, with ep = tp x dp when expert parallel."""
+        return max(self.tp, self.ep)
+
+    def with_kv_dtype(self, kv_dtype: str) -> "EngineSetup":
+        return replace(self, kv_dtype=kv_dtype)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line overrides of the spec's engine setup (None keeps the spec's / verl's value)."""
+
+    gpu_memory_gib: Optional[float] = None
+    gpu_memory_utilization: Optional[float] = None
+    tp: Optional[int] = None
+    ep: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    max_num_seqs: Optional[int] = None
+    max_model_len: Optional[int] = None
+    cuda_graphs: Optional[bool] = None
+
+
+def setup_from_spec(ctx, overrides: Overrides = Overrides()) -> EngineSetup:
+    """The engine of one rollout replica as verl 0.9.1 starts it for this spec (rollout defaults from the
+    verl profile's memory.rollout_engine_defaults), with ``overrides`` applied."""
+    spec, model = ctx.spec, ctx.model
+    gpu = gpu_memory(spec.hardware.gpu)
+    total = gpu.total_bytes
+    if overrides.gpu_memory_gib is not None:
+        total = int(overrides.gpu_memory_gib * (1 << 30))
+    if total is None:
+        raise PlanInputError(f"the memory of hardware.gpu {spec.hardware.gpu!r} is not recorded "
+                             "(fp8spec/data/gpu_memory.yaml); pass --gpu-memory-gib")
+    verl = ctx.profile("verl")
+    if verl is None or not verl.has("memory.rollout_engine_defaults"):
+        raise PlanInputError(f"the verl {spec.stack.verl} profile has no rollout engine defaults "
+                             "(memory.rollout_engine_defaults)")
+    d = verl.value("memory.rollout_engine_defaults")
+    max_model_len = overrides.max_model_len or model.max_position_embeddings
+    if max_model_len is None:
+        raise PlanInputError(f"{model.id} has no max_position_embeddings; pass --max-model-len")
+    r = spec.rollout
+    return EngineSetup(
+        engine=r.engine,
+        engine_version=getattr(spec.stack, r.engine),
+        gpu=spec.hardware.gpu,
+        total_bytes=total,
+        sms=gpu.sms,
+        utilization=overrides.gpu_memory_utilization or r.gpu_memory_utilization,
+        tp=overrides.tp or r.tp,
+        ep=overrides.ep or r.ep,
+        max_num_batched_tokens=overrides.max_num_batched_tokens or int(d["max_num_batched_tokens"]),
+        max_num_seqs=overrides.max_num_seqs or int(d["max_num_seqs"]),
+        max_model_len=max_model_len,
+        cuda_graphs=(not d["enforce_eager"]) if overrides.cuda_graphs is None else overrides.cuda_graphs,
+        kv_dtype=spec.kv_cache.dtype,
+        defaults=f"verl {spec.stack.verl} rollout defaults",
+    )
+
+
+def vllm_llm_class_setup(gpu: str, *, utilization: float, max_model_len: int, kv_dtype: str = "bf16",
+                         tp: int = 1, total_bytes: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
+                         max_num_seqs: Optional[int] = None, cuda_graphs: bool = True,
+                         version: str = MEMORY_MODEL_VLLM) -> EngineSetup:
+    """A standalone ``vllm.LLM(...)`` engine with vLLM's own batch defaults for this GPU
+    (profile fact memory.batch_defaults), as a measurement on one GPU runs it."""
+    mem = gpu_memory(gpu)
+    total = total_bytes if total_bytes is not None else mem.total_bytes
+    if total is None:
+        raise PlanInputError(f"the memory of GPU {gpu!r} is not recorded; give total_bytes")
+    facts = profile_facts("vllm", version, MEMORY_MODEL_VLLM, "memory.batch_defaults")
+    d = facts.value("memory.batch_defaults")
+    size = "large" if total >= d["large_gpu_min_gib"] * (1 << 30) and gpu != "a100" else "other"
+    batch = d[size]["llm_class"]
+    return EngineSetup(
+        engine="vllm", engine_version=version, gpu=gpu, total_bytes=total, sms=mem.sms, utilization=utilization,
+        tp=tp, ep=1, max_num_batched_tokens=max_num_batched_tokens or int(batch["max_num_batched_tokens"]),
+        max_num_seqs=max_num_seqs or int(batch["max_num_seqs"]), max_model_len=max_model_len,
+        cuda_graphs=cuda_graphs, kv_dtype=kv_dtype, defaults=f"vLLM {version} LLM-class defaults ({size} GPU)",
+    )

@@ -1,0 +1,99 @@
+"""Memory feasibility: the planner's model of trainer and rollout memory (fp8spec.plan) as rules."""
+
+from __future__ import annotations
+
+from fp8spec.rules.registry import Finding, rule
+
+
+def _check(ctx, verdict_fn, path: str):
+    from fp8spec.plan.plan import cached_plan
+
+    plan = cached_plan(ctx)
+    if plan is None:
+        return
+    verdict = verdict_fn(plan)
+    if verdict is not None and not verdict.ok:
+        yield Finding(verdict.message, path, verdict.fix or None)
+
+
+@rule(
+    "MEM001", "trainer-state-exceeds-gpu", "error",
+    "The trainer's parameters, gradients and optimizer state do not fit one GPU.",
+    """Training holds parameters, gradients and optimizer state on the GPU at once: verl's offload options
+    move them to CPU only between training passes (verl/workers/engine/base.py:300-335).
+    verl's FSDP actor keeps fp32 parameters, fp32 gradients and AdamW's two fp32 moments sharded over all GPUs
+    (16 bytes per parameter / world: verl/workers/config/engine.py:287-289); its Megatron actor keeps bf16
+    parameters and an fp32 grad buffer per model-parallel rank and the distributed optimizer's 12 bytes over
+    data parallelism (verl transformer_impl.py:453-460, megatron distrib_optimizer.py). The DeepSeek-V3 (671B)
+    end-to-end run on 4x8 H200 needs about twice the cluster's HBM for this alone.""",
+    "use more GPUs or a layout that shards the state further (the message gives the lower bound)",
+)
+def trainer_state_exceeds_gpu(ctx):
+    from fp8spec.plan.feasibility import trainer_state
+
+    yield from _check(ctx, trainer_state, "training")
+
+
+@rule(
+    "MEM002", "rollout-no-kv-memory", "error",
+    "The rollout engine has no KV-cache room for one request at its memory utilisation.",
+    """vLLM 0.24 gives the KV cache ceil(total x gpu_memory_utilization) minus weights, the profiled
+    activation peak, non-torch memory and its CUDA-graph estimate (vllm/v1/worker/gpu_worker.py:432-493);
+    with nothing left it raises 'No available memory for the cache blocks', and when one request of
+    max_model_len tokens does not fit, 'To serve at least one request with the model's max seq len'
+    (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
+    max_position_embeddings.""",
+    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the message gives values)",
+)
+def rollout_no_kv_memory(ctx):
+    from fp8spec.plan.feasibility import rollout_weights
+
+    yield from _check(ctx, rollout_weights, "rollout.gpu_memory_utilization")
+
+
+@rule(
+    "MEM003", "rollout-beside-trainer-exceeds-gpu", "error",
+    "The trainer's resident memory plus the rollout engine's share exceed the GPU.",
+    """In verl's colocated mode the trainer's parameters and optimizer state stay on the GPU while the engine
+    generates unless offloaded (verl/workers/engine_workers.py:768-826; param_offload and optimizer_offload
+    default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
+    free ('Free memory on device ... is less than desired GPU memory utilization',
+    vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
+    "lower rollout.gpu_memory_utilization or offload trainer state (the message gives values that fit)",
+)
+def rollout_beside_trainer(ctx):
+    from fp8spec.plan.feasibility import colocation
+
+    yield from _check(ctx, colocation, "rollout.gpu_memory_utilization")
+
+
+@rule(
+    "MEM004", "heavy-preemption", "warning",
+    "The KV cache holds fewer than half of the sequences the engine runs at full length.",
+    """verl sends train_batch_size x n sequences split over the rollout replicas, and vLLM admits up to
+    max_num_seqs of them (verl default 256) as long as their prompts fit; as responses grow the KV cache
+    runs out and vLLM preempts and recomputes sequences. The FP8-RL paper measured frequent preemption at
+    20K-token responses with a BF16 KV cache and attributed FP8 KV's 38% rollout speed-up to avoiding it.
+    Capacity here is vLLM 0.24's (GPU KV cache size) for the spec's FP8 choices.""",
+    "use an FP8 KV cache, a larger rollout.tp or gpu_memory_utilization, or shorter responses",
+    acknowledgeable=True,
+)
+def heavy_preemption(ctx):
+    from fp8spec.plan.feasibility import preemption
+
+    yield from _check(ctx, preemption, "rollout.max_response_length")
+
+
+@rule(
+    "MEM005", "trainer-activations-exceed-gpu", "warning",
+    "The estimated training peak, activations included, exceeds the GPU.",
+    """Besides its state the trainer holds one micro-batch's activations (bf16 layer tensors per token, after
+    Korthikanti et al. 2022, divided by TP under sequence parallelism, kept only at layer inputs with verl
+    FSDP's gradient checkpointing) and its logits (bf16 logits, fp32 log-probabilities and the logit
+    gradient: 8 bytes per token and vocabulary entry). These are estimates, so this is a warning.""",
+    "lower the micro-batch (or dynamic-batching token budget) or shard activations further",
+)
+def trainer_activations_exceed_gpu(ctx):
+    from fp8spec.plan.feasibility import trainer_activations
+
+    yield from _check(ctx, trainer_activations, "algorithm.ppo_micro_batch_size_per_gpu")

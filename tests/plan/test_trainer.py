@@ -1,0 +1,109 @@
+"""Trainer memory: FSDP and Megatron bytes per parameter and their sharding, FP8 caches, offload, stages."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
+
+
+@pytest.fixture
+def plan_of(validate):
+    from fp8spec.plan import build_plan
+
+    def run(*patches):
+        result = validate(patched(BASE_SPEC, *patches))
+        return build_plan(result.context)
+
+    return run
+
+
+def test_fsdp_is_16_bytes_per_parameter_over_every_gpu(plan_of):
+    plan = plan_of()
+    t = plan.trainer
+    params = plan.model.num_parameters()
+    per_gpu = -(-params // 8)
+    assert (t.params, t.grads, t.optimizer) == (4 * per_gpu, 4 * per_gpu, 8 * per_gpu)
+    assert t.fp8_weight_cache == 0 and t.bytes_per_param == 16
+    # during rollout FSDP keeps parameters and optimizer state (gradients are freed), plus the context
+    assert t.resident_during_rollout == t.params + t.optimizer + t.context
+
+
+def test_offload_frees_rollout_memory_not_training_memory(plan_of):
+    base = plan_of().trainer
+    off = plan_of({"training": {"offload": {"params": True, "optimizer": True}}}).trainer
+    assert off.resident_during_rollout == off.context
+    assert off.peak == base.peak  # verl loads offloaded state back for the whole training pass
+
+
+def test_megatron_layout_bytes(plan_of):
+    plan = plan_of(MOE, MEGATRON_FP8, {"training": {"parallel": {"tp": 2, "pp": 2, "ep": 4}}})
+    t = plan.trainer
+    lay = t.layout
+    # 8 GPUs, tp 2 x pp 2 x ep 4 = 16 > 8 for etp = tp, so Megatron could not start with etp 2: etp 1
+    assert lay["etp"] == 1 and any("planned with etp 1" in n for n in t.notes)
+    assert lay["dp"] == 2 and lay["expert_dp"] == 1
+    assert t.params == 2 * t.params_on_gpu and t.grads == 4 * t.params_on_gpu  # bf16 params, fp32 grad buffer
+    assert t.fp8_weight_cache > 0 and t.bytes_per_param == 2 + 4 + 12 + 2
+    # experts: 24 MoE layers per stage, 128 experts split over ep 4 -> 32 per GPU
+    experts_per_gpu = 24 * 32 * 3 * 768 * 2048
+    assert t.params_on_gpu > experts_per_gpu
+    assert t.optimizer >= 12 * experts_per_gpu  # expert data parallelism 1: the whole expert share
+
+
+def test_bf16_megatron_has_no_fp8_cache(plan_of):
+    t = plan_of(MOE, {"training": {"backend": "megatron", "parallel": {"tp": 2, "ep": 4}}}).trainer
+    assert t.fp8_weight_cache == 0
+
+
+def test_uneven_pipeline_stages_when_the_spec_gives_them():
+    from fp8spec.plan.trainer import _stage_layers
+
+    spec = SimpleNamespace(training=SimpleNamespace(parallel=SimpleNamespace(first_stage_layers=13,
+                                                                             last_stage_layers=12)))
+    assert _stage_layers(spec, 61, 5) == [13, 12, 12, 12, 12]
+    even = SimpleNamespace(training=SimpleNamespace(parallel=SimpleNamespace()))
+    assert _stage_layers(even, 48, 2) == [24, 24]
+
+
+def test_longer_micro_batches_grow_activations_and_logits(plan_of):
+    # fixed micro-batches (dynamic batching, the default, sizes them by token budget instead)
+    one = plan_of({"algorithm": {"use_dynamic_bsz": False}}).trainer
+    four = plan_of({"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}}).trainer
+    assert four.logits == 4 * one.logits and four.activations > 3 * one.activations
+
+
+@pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
+@pytest.mark.parametrize("backend_patch", [{}, {"training": {"backend": "megatron", "parallel": {"tp": 2}}}],
+                         ids=["fsdp", "megatron"])
+def test_offload_settings_compose_in_verl(backend_patch, validate):
+    """training.offload becomes verl's own keys, accepted by its Hydra tree."""
+    pytest.importorskip("hydra")
+    from fp8spec.compiler.build import build_plan, choose_backend
+    from fp8spec.compiler.bundle import bundle_files
+    from tests.compiler.test_verl_compose import compose, overrides_of
+
+    validation = validate(patched(BASE_SPEC, backend_patch, {"training": {"offload": {"params": True,
+                                                                                      "optimizer": True}}}))
+    assert not validation.errors, [d.render() for d in validation.errors]
+    choice = choose_backend(None, validation)
+    files = bundle_files(validation, choice, build_plan(validation, choice), "spec.yaml")
+    cfg = compose(overrides_of(files))
+    engine = cfg.actor_rollout_ref.actor.megatron if backend_patch else cfg.actor_rollout_ref.actor.fsdp_config
+    assert engine.param_offload is True and engine.optimizer_offload is True
+    off = validate(patched(BASE_SPEC, backend_patch))
+    plain = bundle_files(off, choose_backend(None, off), build_plan(off, choose_backend(None, off)), "spec.yaml")
+    assert "offload" not in plain["overrides.yaml"]
+
+
+def test_megatron_trainer_is_planned_in_both_precisions(plan_of):
+    plan = plan_of(MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 4}}})
+    fp8, bf16 = plan.trainer, plan.trainer_other
+    assert (fp8.precision, bf16.precision) == ("fp8", "bf16")
+    assert bf16.fp8_weight_cache == 0 < fp8.fp8_weight_cache
+    assert fp8.activations < bf16.activations  # FP8 linear inputs are saved in one byte
+    assert fp8.params == bf16.params and fp8.optimizer == bf16.optimizer
+    assert plan_of().trainer_other is None  # FSDP trains in BF16 only
