@@ -17,7 +17,7 @@ from tests.plan.measurements import Measurement, load
 
 GIB = 1 << 30
 TOLERANCE = 0.05
-CASES = {(model, mode) for model in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B") for mode in ("bf16", "fp8", "fp8_kv")}
+CASES = {(model, mode) for model in ("Qwen/Qwen3-8B-Base", "Qwen/Qwen3-30B-A3B-Base") for mode in ("bf16", "fp8", "fp8_kv")}
 EMPTY = ("tests/data/vllm024_h200_kv_capacity.json has no measured entries yet: the real vLLM 0.24.0 H200 "
          "figures are to be added there; until then the planner's accuracy is unproven")
 
