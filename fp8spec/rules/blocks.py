@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from fp8spec.module_names import shape_pattern
+from fp8spec.patchset import patch_supports
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -113,3 +114,24 @@ def block_size_unsupported(ctx):
             f"quantizes with {list(supported)}",
             "linear.block_size",
         )
+
+
+@rule(
+    "BLK003", "sync-quantizer-unsupported", "error",
+    "The fp8spec weight-sync quantizer does not know this engine or verl version.",
+    """linear.sync_quantizer: fp8spec activates the runtime patch fast_block_quant, which replaces verl's
+    quant_weights (vLLM path, in the engine's workers) or FP8QuantizerHelper.quant_weights_by_name (SGLang path,
+    in the trainer). It is written against exact verl and engine versions (fp8spec/runtime/manifest.py) and
+    refuses unknown ones at start; on vLLM 0.24.0 under verl 0.9.1 it was run through verl's own receiver into
+    the real engine (BENCHMARKS.md 4.3).""",
+    "use linear.sync_quantizer: auto (fp8spec where proven, verl elsewhere) or verl",
+    needs_model=False,
+)
+def sync_quantizer_unsupported(ctx):
+    spec = ctx.spec
+    if not spec.linear.quantize or spec.linear.sync_quantizer != "fp8spec":
+        return
+    supported, versions = patch_supports("fast_block_quant", ctx.engine, ctx.engine_version)
+    if not supported:
+        yield Finding(f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine} "
+                      f"{', '.join(versions) or 'no version'}, not {ctx.engine_version}", "linear.sync_quantizer")

@@ -58,9 +58,13 @@ class RuleContext:
         """Whether the pinned stack itself realises kv_cache.recalibrate (no runtime patch needed)."""
         recal = self.spec.kv_cache.recalibrate
         if recal == "once":
-            # A mapping ({exists: false, ...} in vLLM 0.33.0) is truthy whatever it says: read 'exists'.
+            # A mapping ({exists: false, ...} in vLLM 0.33.0) is truthy whatever it says: read its fields.
+            # vLLM 0.24's calculate_kv_scales exists but calibrates on the profiling dummy run (measured on an
+            # H200): usable_for_rl false, so 'once' is realised by the kv_scales patch instead.
             cap = self.fact(self.engine, "capability.calculate_kv_scales", False)
-            return bool(cap.get("exists", False) if isinstance(cap, dict) else cap)
+            if isinstance(cap, dict):
+                return bool(cap.get("exists", False) and cap.get("usable_for_rl", True))
+            return bool(cap)
         if recal == "per_step":
             return bool(self.fact("verl", "capability.kv_scale_recalibration", False))
         return True

@@ -105,3 +105,56 @@ def kv_recalibration_mla(ctx):
     if ctx.model.attention not in covered:
         yield Finding(f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
                       f"{', '.join(covered) or 'no'} attention only", "kv_cache.recalibrate")
+
+
+def _recalibrating(spec) -> bool:
+    return spec.kv_cache.dtype != "bf16" and spec.kv_cache.recalibrate != "none"
+
+
+@rule(
+    "KV006", "kv-scales-flashinfer-vllm", "error",
+    "vLLM's FlashInfer attention ignores q/k/v scales pushed after its first forward.",
+    """On Blackwell (compute capability 10.x) vLLM picks FLASHINFER for non-MLA attention
+    (vllm/platforms/cuda.py _get_backend_priorities; profile fact capability.fp8_kv_attention_backend).
+    FlashInferImpl derives bmm1_scale/bmm2_scale from the host floats _q/_k/_v_scale_float at its first
+    forward and never recomputes them (vLLM 0.24.0 flashinfer.py 1404-1406 and 1474-1482, 0.33.0 2223-2230),
+    and FULL decode CUDA graphs bake those floats in: every scale pushed later is ignored while the log says it
+    was applied. FA3 (Hopper) reads device tensors instead; that path was run on an H200 (BENCHMARKS.md 4.2).""",
+    "on Blackwell use kv_cache.recalibrate: none (static scales, see KV004) or kv_cache.dtype: bf16; per-step "
+    "scales are proven on Hopper (FLASH_ATTN)",
+    needs_model=False,
+)
+def kv_scales_flashinfer_vllm(ctx):
+    spec = ctx.spec
+    if ctx.engine != "vllm" or not _recalibrating(spec):
+        return
+    backend = (ctx.fact("vllm", "capability.fp8_kv_attention_backend") or {}).get(ctx.gpu.arch)
+    honoured = (ctx.fact("vllm", "capability.per_step_kv_scales") or {}).get(backend, True)
+    if backend is not None and not honoured:
+        yield Finding(f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {spec.hardware.gpu}: vLLM "
+                      f"{ctx.engine_version} runs {backend} there, which keeps the q/k/v scales of its first "
+                      "forward (pushed scales would be silently ignored)", "kv_cache.recalibrate")
+
+
+@rule(
+    "KV007", "kv-scales-flashinfer-sglang", "error",
+    "SGLang's FlashInfer decode reads the KV scales captured in its CUDA graphs.",
+    """verl 0.9.1 runs SGLang >= 0.5.12 with attention_backend flashinfer by default, because FA3 CUDA-graph
+    capture is broken there (verl async_sglang_server.py 289-297). SGLang's FlashInfer forward_decode writes the
+    cache with the device scales layer.k_scale/v_scale but passes the host floats k_scale_float/v_scale_float
+    to the decode kernel, which captured decode graphs freeze (sglang 0.5.12 flashinfer_backend.py 910-928,
+    0.5.23 1521-1575): after a per-step push the cache is written with the new scale and read with the old one.""",
+    "use kv_cache.recalibrate: none (static scales, see KV004), kv_cache.dtype: bf16, or rollout.engine: vllm "
+    "on Hopper, where per-step scales were run in the real engine (BENCHMARKS.md 4.2)",
+    needs_model=False,
+)
+def kv_scales_flashinfer_sglang(ctx):
+    spec = ctx.spec
+    if ctx.engine != "sglang" or not _recalibrating(spec):
+        return
+    verl_backend = ctx.fact("verl", "capability.sglang_default_attention_backend")
+    decode = (ctx.fact("sglang", "capability.flashinfer_decode_kv_scales") or {}).get("decode", "")
+    if verl_backend == "flashinfer" and "captured" in str(decode):
+        yield Finding(f"kv_cache.recalibrate {spec.kv_cache.recalibrate} with SGLang {ctx.engine_version} under "
+                      "verl: FlashInfer decode keeps the k/v scales captured in its CUDA graphs while the cache is "
+                      "written with the pushed ones", "kv_cache.recalibrate")

@@ -28,6 +28,7 @@ PATCHSET_VERSION = "0.1.0"
 
 ENV_PATCHES = "FP8SPEC_RUNTIME_PATCHES"
 ENV_VERL_EXTERNAL_MODULES = "VERL_USE_EXTERNAL_MODULES"
+ENV_KV_RECALIBRATE = "FP8SPEC_KV_RECALIBRATE"  # per_step (default) | once
 MODULE = "fp8spec.runtime"
 # Set to 1 to patch an engine/verl version the patch set was not written against (not recommended).
 ENV_ALLOW_UNKNOWN_VERSIONS = "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS"
@@ -143,6 +144,9 @@ PATCHES = {
         },
         "hydra_overrides": {"vllm": (), "sglang": ()},
         "engine_args": {"vllm": {}, "sglang": {}},
+        # Run through verl's own receiver into the real engine, byte-exact against a fresh engine loaded with the
+        # reference quantization (BENCHMARKS.md 4.3): linear.sync_quantizer auto turns the patch on here only.
+        "proven_in_engine": {"vllm": ("0.24.0",)},
     },
 }
 

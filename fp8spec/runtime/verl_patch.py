@@ -53,7 +53,7 @@ import torch
 from . import blockquant
 from . import triton_blockquant as _tbq
 from .kv_calibration import VLLM_CALC_DIVISORS, KVScaleCalibrator, num_layers_of
-from .manifest import SGLANG_KV_LOADER
+from .manifest import ENV_KV_RECALIBRATE, SGLANG_KV_LOADER
 from .triton_blockquant import quantize_bucket
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ def attach_kv_calibration(worker) -> KVScaleCalibrator | None:
 
 
 def kv_recalibrate_from_env() -> str:
-    v = os.environ.get("FP8SPEC_KV_RECALIBRATE", "per_step").strip() or "per_step"
+    v = os.environ.get(ENV_KV_RECALIBRATE, "per_step").strip() or "per_step"
     if v not in ("per_step", "once"):
         raise ValueError(f"FP8SPEC_KV_RECALIBRATE must be per_step or once, got {v!r}")
     return v

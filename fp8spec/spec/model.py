@@ -127,6 +127,14 @@ class LinearSection(_Section):
     )
     bf16_first_layers: NonNegLayers = 0
     bf16_last_layers: NonNegLayers = 0
+    sync_quantizer: Literal["auto", "verl", "fp8spec"] = Field(
+        "auto",
+        description="Which kernel re-quantizes the BF16 weights to blockwise FP8 at every weight sync. verl: "
+        "verl's per-tensor scaled_fp8_blockwise. fp8spec: the runtime patch fast_block_quant (one launch per "
+        "received bucket, IEEE-exact scales; Qwen3-30B-A3B sync 4.94 s -> 3.06 s on an H200, BENCHMARKS.md 4.3). "
+        "auto (default): fp8spec on the stacks where it was run in the real engine (vLLM 0.24.0 under verl "
+        "0.9.1), verl elsewhere. Only with linear.quantize.",
+    )
 
 
 class KVCacheSection(_Section):

@@ -113,13 +113,15 @@ def test_vllm_024_flag_emitted_for_033_is_caught(bundles):
 
 
 def test_vllm_024_engine_kwarg_emitted_for_033_is_caught(bundles):
-    old, new = bundles["fsdp024"], bundles["fsdp033"]
+    # calculate_kv_scales is an engine argument of 0.24.0 only (no bundle emits it any more: it calibrates on
+    # vLLM's profiling dummy run); planted into a 0.33.0 bundle it must be caught
+    new = bundles["fsdp033"]
     key = f"{EK}.vllm.calculate_kv_scales"
-    assert any(key in o for o in old.overrides) and not any(key in o for o in new.overrides)
-    bad = dataclasses.replace(new, files={**new.files, "overrides.yaml": old.files["overrides.yaml"],
-                                          "runtime_env.yaml": old.files["runtime_env.yaml"]})
+    assert not any(key in o for o in new.overrides)
+    bad = with_overrides(new, add=[f"+{key}=true"])
     problems = check_hydra(bad)
     assert any("vllm 0.33.0 has no engine argument 'calculate_kv_scales'" in p for p in problems), problems
+    assert check_hydra(with_overrides(new, add=[f"+{EK}.vllm.max_num_seqs=64"])) == []
 
 
 def test_kv_calibration_must_be_realised(bundles):

@@ -49,6 +49,14 @@ CASES = {
               [{"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "bf16"}}], "unscaled"),
     "KV004": ([{"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}}],
               [{"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}], "scales of 1.0"),
+    "KV006": ([{"hardware": {"gpu": "b200"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}],
+              [{"hardware": {"gpu": "h100"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+               {"hardware": {"gpu": "b200"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}}],
+              "FLASHINFER"),
+    "KV007": ([{"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}],
+              [{"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
+               {"rollout": {"engine": "vllm"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}],
+              "captured in its CUDA graphs"),
     "LCH001": ([{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--partitio=long"]}}}],
                [{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--mem-per-gpu=80G"]}}}],
                "sbatch reads it as --partition"),
@@ -136,9 +144,9 @@ CASES = {
     "TRN004": ([MOE, MEGATRON_FP8, {"training": {"router_dtype": "fp32"}}],
                [MOE, MEGATRON_FP8, {"training": {"router_dtype": "bf16"}}], "routes in bf16"),
 }
-# KV002 needs an engine version the runtime patch does not know; every profiled version is known, so its
-# test replaces the patch set's answer (see test_kv002_*).
-UNTABLED = {"KV002"}
+# KV002 and BLK003 need an engine version the runtime patch does not know; every profiled version is known, so
+# their tests replace the patch set's answer (see test_kv002_*, test_blk003_*).
+UNTABLED = {"KV002", "BLK003"}
 
 
 def _codes(validation, code):
@@ -182,6 +190,23 @@ def test_kv002_quiet_on_profiled_versions(validate):
         spec = patched(BASE_SPEC, {"rollout": {"engine": engine}, "stack": {engine: version},
                                    "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}})
         assert not _codes(validate(spec), "KV002"), (engine, version)
+
+
+def test_blk003_fires_for_a_version_the_patch_does_not_know(validate, monkeypatch):
+    from fp8spec.rules import blocks
+
+    monkeypatch.setattr(blocks, "patch_supports", lambda name, engine, version: (False, ["9.9.9"]))
+    found = _codes(validate(patched(BASE_SPEC, {"linear": {"sync_quantizer": "fp8spec"}})), "BLK003")
+    assert found and "9.9.9" in found[0].message
+    quiet = validate(patched(BASE_SPEC, {"linear": {"sync_quantizer": "verl"}}))
+    assert not _codes(quiet, "BLK003")
+
+
+def test_blk003_quiet_on_profiled_versions(validate):
+    for engine, version in (("vllm", "0.24.0"), ("vllm", "0.33.0"), ("sglang", "0.5.12"), ("sglang", "0.5.23")):
+        spec = patched(BASE_SPEC, {"rollout": {"engine": engine}, "stack": {engine: version},
+                                   "linear": {"sync_quantizer": "fp8spec"}})
+        assert not _codes(validate(spec), "BLK003"), (engine, version)
 
 
 def test_acknowledged_rule_becomes_info(validate):

@@ -143,6 +143,15 @@ def test_v1_runner_reset_without_the_keeper_drops_scales():
     assert model.model.layers[0].self_attn.attn._k_scale.item() == 1.0
 
 
+def test_keeper_on_a_runner_without_a_wake_up_hook(monkeypatch):
+    # vLLM 0.33's runners have no post_kv_cache_wake_up (and reset nothing): the write alone must work
+    monkeypatch.setattr(vllm_kv, "_fnuz_factor", lambda: 1.0)
+    runner = types.SimpleNamespace(model=_fake_vllm_model(1))
+    assert vllm_kv.apply_and_keep(runner, [("model.layers.0.self_attn.attn.k_scale", 0.5)]) == 1
+    assert runner.model.model.layers[0].self_attn.attn._k_scale.item() == 0.5
+    assert not hasattr(runner, "post_kv_cache_wake_up")
+
+
 def test_plain_vllm_worker_extension_method(monkeypatch):
     monkeypatch.setattr(vllm_kv, "_fnuz_factor", lambda: 1.0)
     ext = vllm_kv.Fp8specKVScaleWorkerExtension()

@@ -17,7 +17,20 @@ def needed_patches(ctx: RuleContext) -> dict[str, str]:
             needed["kv_scales"] = "kv_cache.recalibrate"
     if spec.linear.quantize and spec.linear.scale_dtype == "ue8m0":
         needed["ue8m0_scales"] = "linear.scale_dtype"
+    if sync_quantizer(ctx) == "fp8spec":
+        needed["fast_block_quant"] = "linear.sync_quantizer"
     return needed
+
+
+def sync_quantizer(ctx: RuleContext) -> str | None:
+    """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', or None without FP8 linears."""
+    spec = ctx.spec
+    if not spec.linear.quantize:
+        return None
+    if spec.linear.sync_quantizer != "auto":
+        return spec.linear.sync_quantizer
+    proven = manifest().PATCHES["fast_block_quant"].get("proven_in_engine", {})
+    return "fp8spec" if ctx.engine_version in proven.get(ctx.engine, ()) else "verl"
 
 
 def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> None:
@@ -33,6 +46,10 @@ def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> 
                  m.PATCHES[name]["description"])
     plan.add("env", m.ENV_PATCHES, ",".join(names), sources,
              f"activates {m.PATCHSET_NAME} patches in every Ray worker")
+    if "kv_scales" in needed and ctx.spec.kv_cache.recalibrate == "once":
+        plan.add("env", m.ENV_KV_RECALIBRATE, "once", "kv_cache.recalibrate",
+                 "keep the first q/k/v scales computed from real rollout data and push them at every sync "
+                 "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)")
     plan.add("env", m.ENV_VERL_EXTERNAL_MODULES, m.MODULE, sources,
              "verl imports the listed modules in every process that imports verl (verl/__init__.py)",
              ctx.profile("verl").evidence("env.external_modules"))

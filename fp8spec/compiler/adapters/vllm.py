@@ -44,8 +44,7 @@ def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
         key = base + ".kv_cache_dtype"
         plan.add("hydra", key, spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache",
                  ctx.profile("vllm").evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
-        native_once = spec.kv_cache.recalibrate == "once" and ctx.profile("vllm").value("flag.calculate_kv_scales")
-        if native_once:
+        if spec.kv_cache.recalibrate == "once" and ctx.native_kv_calibration():
             key = base + ".calculate_kv_scales"
             plan.add("hydra", key, True, "kv_cache.recalibrate",
                      "vLLM calibrates q/k/v scales on its first forward (never re-armed)",
@@ -75,7 +74,8 @@ def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
         args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
         if spec.kv_cache.recalibrate != "none" and prof.value("flag.calculate_kv_scales"):
             args.append(("flag.calculate_kv_scales", None, "kv_cache.recalibrate",
-                         "calibrate q/k/v scales on the first forward"))
+                         "calibrate q/k/v scales once; vLLM does it on the profiling dummy run at start "
+                         "(capability.calculate_kv_scales), not on real prompts"))
         elif spec.kv_cache.recalibrate != "none":
             plan.notes.append(
                 f"vLLM {prof.version} has no calculate_kv_scales and a BF16 checkpoint carries no KV scales, so this "

@@ -91,7 +91,9 @@ def keep_across_kv_wake(model_runner, named_scales) -> None:
     store.update((name, float(v.item() if isinstance(v, torch.Tensor) else v)) for name, v in named_scales)
     if model_runner.__dict__.get("_fp8spec_kv_wake_wrapped"):
         return
-    original = model_runner.post_kv_cache_wake_up
+    original = getattr(model_runner, "post_kv_cache_wake_up", None)
+    if original is None:  # vLLM 0.33's runners have no KV wake-up hook and reset nothing (gpu_worker.py 341-367)
+        return
 
     def post_kv_cache_wake_up(*args, **kwargs):
         out = original(*args, **kwargs)

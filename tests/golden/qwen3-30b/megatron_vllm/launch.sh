@@ -6,7 +6,9 @@ set -euo pipefail
 
 # The FP8 environment for the driver process. Ray workers get the same variables from the Ray
 # runtime_env (runtime_env.yaml, and the +ray_kwargs.ray_init.runtime_env.env_vars overrides below).
+export FP8SPEC_RUNTIME_PATCHES=fast_block_quant
 export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
+export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
 export VLLM_USE_DEEP_GEMM_E8M0=0
 
 exec python3 -m verl.trainer.main_ppo \
@@ -68,4 +70,6 @@ exec python3 -m verl.trainer.main_ppo \
   "+actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe='blockwise'" \
   "+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'" \
   "+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'" \
+  "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant'" \
+  "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'" \
   "$@"

@@ -6,7 +6,7 @@ set -euo pipefail
 
 # The FP8 environment for the driver process. Ray workers get the same variables from the Ray
 # runtime_env (runtime_env.yaml, and the +ray_kwargs.ray_init.runtime_env.env_vars overrides below).
-export FP8SPEC_RUNTIME_PATCHES=kv_scales
+export FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales
 export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
 export VLLM_USE_DEEP_GEMM_E8M0=0
 
@@ -60,6 +60,6 @@ exec python3 -m verl.trainer.main_ppo \
   +reward.reward_kwargs.max_resp_len=20480 \
   "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype='fp8_e4m3'" \
   "+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'" \
-  "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='kv_scales'" \
+  "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant,kv_scales'" \
   "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'" \
   "$@"

@@ -1,0 +1,41 @@
+"""linear.sync_quantizer: which kernel re-quantizes the weights at each sync, per stack.
+
+auto turns the fast_block_quant runtime patch on only where it was run in the real engine (vLLM 0.24.0 under
+verl 0.9.1: byte-exact against a fresh engine, BENCHMARKS.md 4.3); the examples on the default stack get it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance.checks import check_bundle, compile_variant
+from tests.conftest import SPECS
+
+
+@pytest.mark.parametrize("spec,backend", [("qwen3-8b.yaml", "fsdp+vllm"), ("qwen3-30b.yaml", "megatron+vllm")])
+def test_examples_on_the_default_stack_use_the_fast_quantizer(spec, backend, tmp_path):
+    c = compile_variant(SPECS / spec, backend, {}, tmp_path, "default")
+    assert check_bundle(c) == []
+    assert "fast_block_quant" in c.plan.patches
+    assert "fast_block_quant" in c.env["FP8SPEC_RUNTIME_PATCHES"].split(",")
+
+
+def test_auto_keeps_verl_where_the_patch_was_not_run_in_the_engine(tmp_path):
+    for patch in ({"stack": {"vllm": "0.33.0"}}, {"rollout": {"engine": "sglang"}}):
+        c = compile_variant(SPECS / "qwen3-30b.yaml", None, patch, tmp_path, str(sorted(patch)))
+        assert "fast_block_quant" not in c.plan.patches, patch
+
+
+def test_explicit_choices_win(tmp_path):
+    verl = compile_variant(SPECS / "qwen3-30b.yaml", "megatron+vllm", {"linear": {"sync_quantizer": "verl"}},
+                           tmp_path, "verl")
+    assert "fast_block_quant" not in verl.plan.patches
+    ours = compile_variant(SPECS / "qwen3-30b.yaml", None,
+                           {"rollout": {"engine": "sglang"}, "linear": {"sync_quantizer": "fp8spec"}}, tmp_path, "sg")
+    assert check_bundle(ours) == []
+    assert "fast_block_quant" in ours.plan.patches
+
+
+def test_no_quantizer_without_fp8_linears(tmp_path):
+    c = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {"linear": {"quantize": False}}, tmp_path, "bf16")
+    assert "fast_block_quant" not in c.plan.patches
