@@ -17,6 +17,7 @@ from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.launchers import launcher_files
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
+from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resources import data_dir
 from fp8spec.rules.context import STACK_KINDS, used_stack_fields
@@ -72,8 +73,10 @@ def _fp8_table(plan: Plan) -> list[dict]:
     env_names = {s.key for s in plan.of("env")}
     for s in plan.settings:
         fp8_related = any(src.strip().startswith(_FP8_SOURCES) for src in s.source.split(","))
+        if not fp8_related or s.layer == "ray_init":  # ray_init repeats an env var for launch.sh by hand
+            continue
         mirrors_env = s.layer == "hydra" and s.key.rsplit(".", 1)[-1] in env_names
-        if not fp8_related or mirrors_env:
+        if mirrors_env:
             continue
         where = {"hydra": "Hydra override", "env": "env var", "engine_arg": "engine flag",
                  "patch": "runtime patch"}[s.layer]
@@ -96,14 +99,13 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
     )
     files: dict[str, str] = {}
     if choice.trainer:
-        files["launch.sh"] = render("launch.sh.j2", **common)
+        files["launch.sh"] = render("launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"),
+                                    **common)
         files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
                                    + yaml_string_list(plan.overrides))
-        files["runtime_env.yaml"] = (
-            "# Ray runtime environment: ray job submit --runtime-env runtime_env.yaml\n"
-            f"working_dir: {json_scalar(spec.cluster.working_dir)}\n"
-            "env_vars:\n" + yaml_string_map(plan.env, indent=2)
-        )
+        files["runtime_env.yaml"] = runtime_env_yaml(plan, spec.cluster.working_dir)
+        if plan.py_modules:
+            files.update({f"{BUNDLE_LIB}/{path}": text for path, text in shipped_files().items()})
     else:
         files["serve.sh"] = render("serve.sh.j2", **common)
         files["engine_args.json"] = json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2,
@@ -112,6 +114,17 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(validation, choice, plan, spec_file, stack, files)
     return files
+
+
+def runtime_env_yaml(plan: Plan, working_dir: str, comment: bool = True) -> str:
+    """The one place the bundle's Ray runtime environment is written: every job gets it (submit.sh,
+    slurm.sbatch through submit.sh, rayjob.yaml), and launch.sh run by hand passes the same to ray.init."""
+    text = ("# Ray runtime environment of the preflight and training jobs: "
+            "ray job submit --runtime-env runtime_env.yaml\n") if comment else ""
+    text += f"working_dir: {json_scalar(working_dir)}\n"
+    if plan.py_modules:
+        text += "py_modules:\n" + yaml_string_list(plan.py_modules, indent=2)
+    return text + "env_vars:\n" + yaml_string_map(plan.env, indent=2)
 
 
 def _metrics(ctx, plan: Plan) -> dict:
@@ -137,7 +150,9 @@ def _manifest(validation, choice, plan, spec_file, stack, files) -> str:
                  "sha256": validation.loaded.sha256},
         "profiles": profiles,
         "runtime_patches": {"name": rt.PATCHSET_NAME, "version": rt.PATCHSET_VERSION,
-                            "patches": plan.patches},
+                            "patches": plan.patches,
+                            **({"py_module": plan.py_modules[0], "fileset_sha256": shipped_fileset()["sha256"]}
+                               if plan.py_modules else {})},
         "files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())},
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

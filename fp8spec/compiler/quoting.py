@@ -61,8 +61,9 @@ def json_scalar(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def yaml_string_list(items: list[str]) -> str:
-    return "".join(f"- {json_scalar(str(item))}\n" for item in items) or "[]\n"
+def yaml_string_list(items: list[str], indent: int = 0) -> str:
+    pad = " " * indent
+    return "".join(f"{pad}- {json_scalar(str(item))}\n" for item in items) or f"{pad}[]\n"
 
 
 def yaml_string_map(mapping: dict[str, str], indent: int = 0) -> str:
