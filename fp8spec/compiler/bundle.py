@@ -14,12 +14,13 @@ import jinja2
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.launchers import launcher_files
+from fp8spec.compiler.launchers import launcher_files, runtime_env_yaml
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resources import data_dir
+from fp8spec.rules.cluster import kuberay_image
 from fp8spec.rules.context import STACK_KINDS, used_stack_fields
 from fp8spec.rules.engine import Validation
 from fp8spec.rules.registry import all_rules
@@ -95,7 +96,7 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         fp8spec_version=__version__, spec=spec, spec_file=spec_file, backend=choice.name, plan=plan,
         stack=stack, checks=_checks(validation), fp8_rows=_fp8_table(plan), env=plan.env,
         patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
-        metrics=_metrics(ctx, plan),
+        metrics=_metrics(ctx, plan), kuberay_image=kuberay_image(ctx) if choice.trainer else None,
     )
     files: dict[str, str] = {}
     if choice.trainer:
@@ -103,6 +104,12 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
                                     **common)
         files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
                                    + yaml_string_list(plan.overrides))
+        if plan.ray_init_overrides:
+            files["overrides.yaml"] += (
+                "# and these only outside a Ray job (launch.sh run by hand on a Ray head), where verl's ray.init "
+                "carries\n# runtime_env.yaml to the workers"
+                + (f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
+                   if plan.py_modules else "") + "\n" + yaml_string_list(plan.ray_init_overrides))
         files["runtime_env.yaml"] = runtime_env_yaml(plan, spec.cluster.working_dir)
         if plan.py_modules:
             files.update({f"{BUNDLE_LIB}/{path}": text for path, text in shipped_files().items()})
@@ -114,17 +121,6 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(validation, choice, plan, spec_file, stack, files)
     return files
-
-
-def runtime_env_yaml(plan: Plan, working_dir: str, comment: bool = True) -> str:
-    """The one place the bundle's Ray runtime environment is written: every job gets it (submit.sh,
-    slurm.sbatch through submit.sh, rayjob.yaml), and launch.sh run by hand passes the same to ray.init."""
-    text = ("# Ray runtime environment of the preflight and training jobs: "
-            "ray job submit --runtime-env runtime_env.yaml\n") if comment else ""
-    text += f"working_dir: {json_scalar(working_dir)}\n"
-    if plan.py_modules:
-        text += "py_modules:\n" + yaml_string_list(plan.py_modules, indent=2)
-    return text + "env_vars:\n" + yaml_string_map(plan.env, indent=2)
 
 
 def _metrics(ctx, plan: Plan) -> dict:

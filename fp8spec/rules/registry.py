@@ -79,6 +79,7 @@ def _load_rule_modules() -> None:
     # Importing the modules registers their rules; kept here so the registry has one entry point.
     from fp8spec.rules import (  # noqa: F401
         blocks,
+        cluster,
         correction,
         exclusions,
         hardware_rules,

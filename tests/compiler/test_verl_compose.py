@@ -38,7 +38,15 @@ def test_bundle_composes_in_verl(spec_path, backend):
 
     spec = load_spec(spec_path).spec
     files = compile_files(spec_path, backend)
-    cfg = compose(overrides_of(files))
+    # the command line launch.sh runs by hand on a Ray head (outside a job): overrides.yaml lists it all
+    # but the py_modules entry, whose value is the bundle's absolute path at run time
+    from tests.conformance.checks import launch_ray_init
+
+    py_modules = [w.replace("$here", "/bundle") for w in launch_ray_init(files["launch.sh"])
+                  if "runtime_env.py_modules=" in w]
+    cfg = compose(overrides_of(files) + py_modules)
+    assert list(cfg.ray_kwargs.ray_init.runtime_env.get("py_modules") or []) == (
+        ["/bundle/lib/fp8spec"] if "lib/fp8spec/__init__.py" in files else [])
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.name == spec.rollout.engine
     assert rollout.quantization == ("fp8" if spec.linear.quantize else None)

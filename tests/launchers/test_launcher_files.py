@@ -9,7 +9,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.compiler.golden import cases, compile_files
-from tests.conftest import BASE_SPEC, patched
+from tests.conftest import BASE_SPEC, REPO, patched
 from tests.launchers.conftest import compile_bundle
 
 LAUNCHERS = {"preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
@@ -39,10 +39,23 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
     stack = {"verl": spec.stack.verl, spec.rollout.engine: getattr(spec.stack, spec.rollout.engine)}
     if spec.training.backend == "megatron":
         stack |= {"megatron-core": spec.stack.megatron_core, "transformer-engine": spec.stack.transformer_engine}
+    assert pins == stack  # no fp8spec pin: the patch set ships in the bundle, nothing is pip-installed
     patches = manifest["runtime_patches"]
+    shipped = {name: text for name, text in files.items() if name.startswith("lib/")}
     if patches["patches"]:
-        stack["fp8spec"] = patches["version"]
-    assert pins == stack
+        # the shipped files are the package's own, recorded with their sha256 in manifest and preflight.json
+        runtime = expected["runtime"]
+        assert runtime["py_module"] == patches["py_module"] == "lib/fp8spec" == runtime_env["py_modules"][0]
+        assert {f"lib/{p}" for p in runtime["files"]} == set(shipped)
+        for path, text in shipped.items():
+            assert text == (REPO / path[len("lib/"):]).read_text(encoding="utf-8"), path
+            assert manifest["files"][path] == runtime["files"][path[len("lib/"):]]
+        assert runtime["sha256"] == patches["fileset_sha256"]
+        assert "lib/fp8spec/runtime/__init__.py" in shipped and "lib/fp8spec/__init__.py" in shipped
+    else:
+        assert expected["runtime"] is None and not shipped and "py_modules" not in runtime_env
+    assert "pip install" not in readme
+    assert expected["data"]["files"] == [f for f in (spec.data.train_files, spec.data.val_files) if f]
     assert expected["hardware"]["nodes"] == spec.hardware.nodes
     assert expected["hardware"]["gpus_per_node"] == spec.hardware.gpus_per_node
     assert expected["hardware"]["cuda"] == spec.hardware.cuda
