@@ -92,3 +92,15 @@ def test_model_facts_reach_preflight_json(bundle_30b):
     assert expected["model"]["config"] == {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
                                            "num_key_value_heads": 4, "num_experts": 128, "vocab_size": 151936}
     assert expected["hardware"]["device_name"] == "H100" and expected["hardware"]["compute_capability"] == "9.0"
+
+
+@pytest.mark.parametrize("spec_path,backend", [c for c in cases() if "+" in c[1]], ids=lambda v: getattr(v, "stem", v))
+def test_scripts_are_valid_bash(spec_path, backend, tmp_path):
+    """Every generated script of every example trainer bundle parses (bash -n), whatever the spec leaves empty."""
+    import subprocess
+
+    files = compile_files(spec_path, backend)
+    for name in ("launch.sh", "submit.sh", "slurm.sbatch"):
+        (tmp_path / name).write_text(files[name])
+        proc = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"

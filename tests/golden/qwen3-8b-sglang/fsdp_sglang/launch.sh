@@ -19,6 +19,7 @@ ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   :  # the bundle sets no environment variables
 else
+  :  # the bundle sets no environment variables
 fi
 
 exec python3 -m verl.trainer.main_ppo \
