@@ -135,15 +135,6 @@ def test_allocation_must_match_the_spec(sbatch, bundle_30b):
     assert not any(c["cmd"] == "srun" for c in calls)
 
 
-def test_single_node_and_arguments_reach_submit(sbatch, bundle_8b):
-    proc, calls = sbatch(bundle_8b, "--skip-gpu-checks", STUB_GPUS="8")
-    assert proc.returncode == 0, proc.stderr
-    starts = [(o, cmd) for o, cmd in srun_commands(calls) if cmd[:2] == ["ray", "start"]]
-    assert len(starts) == 1 and "--head" in starts[0][1] and flag(starts[0][1], "--num-gpus") == "8"
-    jobs = [c["argv"] for c in calls if c["cmd"] == "ray" and c["argv"][:2] == ["job", "submit"]]
-    assert jobs[0][-1] == "--skip-gpu-checks"
-
-
 def test_slurm_settings_from_the_spec(sbatch, write_spec, tmp_path):
     spec = write_spec(patched(BASE_SPEC, {"name": "slurm-x", "hardware": {"nodes": 4, "gpus_per_node": 4},
                                           "rollout": {"tp": 2},
