@@ -21,6 +21,8 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
 
     files = compile_files(spec_path, backend)
     spec = load_spec(spec_path).spec
+    # nothing is pip-installed on the nodes: no bundle file asks for it (the shipped lib/ is code, not a step)
+    assert not [name for name, text in files.items() if not name.startswith("lib/") and "pip install" in text]
     if "+" not in backend:  # a standalone serve bundle starts no Ray job
         assert not LAUNCHERS & set(files)
         return
