@@ -70,7 +70,7 @@ def node_facts(expected: dict, skip_gpu: bool = False) -> dict:
     return facts
 
 
-def runtime_fileset(package_dir: str, package: str) -> dict:
+def runtime_fileset(package_dir: str) -> dict:
     """sha256 of package/__init__.py and of every .py file under package/runtime, by path relative to the
     folder holding the package (the bundle's lib/): the set fp8spec ships, computed as fp8spec.patchset does."""
     files = {}
@@ -92,8 +92,7 @@ def fileset_digest(files: dict) -> str:
 
 def _runtime_facts(runtime: dict) -> dict:
     """Where the workers import the patch set from, that file set, and whether it imports (torch only)."""
-    import importlib
-    import importlib.util
+    import importlib.util  # binds importlib too
 
     package = runtime["package"]
     try:
@@ -105,7 +104,7 @@ def _runtime_facts(runtime: dict) -> dict:
     package_dir = list(spec.submodule_search_locations)[0]
     out = {"path": package_dir}
     try:
-        out["files"] = runtime_fileset(package_dir, package)
+        out["files"] = runtime_fileset(package_dir)
         out["sha256"] = fileset_digest(out["files"])
         importlib.import_module(package + ".runtime")
     except Exception as err:
