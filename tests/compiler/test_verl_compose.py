@@ -97,3 +97,18 @@ def test_bundle_passes_verl_validation(spec_path, backend):
     assert rollout.quantization == "fp8"
     correction = omega_conf_to_dataclass(resolved.algorithm.rollout_correction, RolloutCorrectionConfig)
     assert correction.rollout_is == "token"
+
+
+@pytest.mark.parametrize("spec_path,backend", TRAINER_CASES, ids=lambda v: getattr(v, "stem", v))
+def test_kuberay_extra_overrides_compose_in_verl(spec_path, backend):
+    """The spec's cluster.kuberay.extra_overrides are appended to launch.sh in the RayJob entrypoint: with the
+    bundle's own overrides they compose in verl's tree and win."""
+    from omegaconf import OmegaConf
+
+    from fp8spec.spec.loader import load_spec
+
+    extra = list(load_spec(spec_path).spec.cluster.kuberay.extra_overrides)
+    cfg = compose(overrides_of(compile_files(spec_path, backend)) + extra)
+    for override in extra:
+        key, _, value = override.lstrip("+").partition("=")
+        assert str(OmegaConf.select(cfg, key)) == value
