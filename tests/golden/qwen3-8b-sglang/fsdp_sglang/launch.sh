@@ -12,7 +12,6 @@
 #   +ray_kwargs.ray_init.runtime_env overrides below are added only then.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
