@@ -172,7 +172,8 @@ def compile(
         target = write_bundle(output, validation.loaded.spec.name, files, force=force)
     except WriteError as err:
         _fail(EXIT_BAD_INPUT, str(err))
-    typer.echo(f"wrote {printable(str(target))} ({choice.name}): {', '.join(sorted(files))}")
+    top = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in files})
+    typer.echo(f"wrote {printable(str(target))} ({choice.name}): {', '.join(top)}")
 
 
 @app.command()

@@ -69,11 +69,13 @@ def build_plan(validation: Validation, choice: BackendChoice) -> Plan:
         build_megatron(plan, ctx, keys)
     (build_vllm_in_verl if choice.engine == "vllm" else build_sglang_in_verl)(plan, ctx, keys)
     build_runtime(plan, ctx, choice.engine, keys)
-    # Environment variables must reach every Ray worker, not only the launching shell: they also go into
-    # ray.init's runtime_env (verl merges ray_kwargs.ray_init.runtime_env over its defaults, main_ppo.py).
+    # Environment variables must reach every Ray worker. Inside a Ray job the job's runtime_env carries them
+    # (runtime_env.yaml); Ray refuses the same key again in ray.init's runtime_env (ray/_private/worker.py), so
+    # these ray.init overrides are passed by launch.sh only outside a Ray job (verl merges
+    # ray_kwargs.ray_init.runtime_env over its defaults, main_ppo.py).
     env_key = keys.key("key.ray_runtime_env_env_vars")
     for s in plan.of("env"):
         key = f"{env_key}.{s.key}"
-        plan.add("hydra", key, str(s.value), s.source, f"{s.key} in every Ray worker",
+        plan.add("ray_init", key, str(s.value), s.source, f"{s.key} in every Ray worker (launch.sh by hand)",
                  keys.evidence("key.ray_runtime_env_env_vars"), keys.needs_plus(key))
     return plan

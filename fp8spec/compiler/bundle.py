@@ -14,12 +14,14 @@ import jinja2
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.launchers import launcher_files
+from fp8spec.compiler.launchers import launcher_files, runtime_env_yaml
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
+from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resources import data_dir
+from fp8spec.rules.cluster import kuberay_image
 from fp8spec.rules.context import STACK_KINDS, used_stack_fields
 from fp8spec.rules.engine import Validation
 from fp8spec.rules.registry import all_rules
@@ -73,8 +75,10 @@ def _fp8_table(plan: Plan) -> list[dict]:
     env_names = {s.key for s in plan.of("env")}
     for s in plan.settings:
         fp8_related = any(src.strip().startswith(_FP8_SOURCES) for src in s.source.split(","))
+        if not fp8_related or s.layer == "ray_init":  # ray_init repeats an env var for launch.sh by hand
+            continue
         mirrors_env = s.layer == "hydra" and s.key.rsplit(".", 1)[-1] in env_names
-        if not fp8_related or mirrors_env:
+        if mirrors_env:
             continue
         where = {"hydra": "Hydra override", "env": "env var", "engine_arg": "engine flag",
                  "patch": "runtime patch"}[s.layer]
@@ -95,19 +99,25 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
         metrics=_metrics(ctx, plan), memory_plan=None,
         reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
+        kuberay_image=kuberay_image(ctx) if choice.trainer else None,
     )
     files: dict[str, str] = {}
     if choice.trainer:
         files.update(_memory_plan_files(ctx, common))
     if choice.trainer:
-        files["launch.sh"] = render("launch.sh.j2", **common)
+        files["launch.sh"] = render("launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"),
+                                    **common)
         files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
                                    + yaml_string_list(plan.overrides))
-        files["runtime_env.yaml"] = (
-            "# Ray runtime environment: ray job submit --runtime-env runtime_env.yaml\n"
-            f"working_dir: {json_scalar(spec.cluster.working_dir)}\n"
-            "env_vars:\n" + yaml_string_map(plan.env, indent=2)
-        )
+        if plan.ray_init_overrides:
+            files["overrides.yaml"] += (
+                "# and these only outside a Ray job (launch.sh run by hand on a Ray head), where verl's ray.init "
+                "carries\n# runtime_env.yaml to the workers"
+                + (f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
+                   if plan.py_modules else "") + "\n" + yaml_string_list(plan.ray_init_overrides))
+        files["runtime_env.yaml"] = runtime_env_yaml(plan, spec.cluster.working_dir)
+        if plan.py_modules:
+            files.update({f"{BUNDLE_LIB}/{path}": text for path, text in shipped_files().items()})
         if ctx.reward_file is not None:
             # verl loads it relative to the Ray working_dir, which is the bundle folder (adapters/verl_run.py)
             files[REWARD_FILE] = ctx.reward_file.text
@@ -158,7 +168,9 @@ def _manifest(validation, choice, plan, spec_file, stack, files) -> str:
                  "sha256": validation.loaded.sha256},
         "profiles": profiles,
         "runtime_patches": {"name": rt.PATCHSET_NAME, "version": rt.PATCHSET_VERSION,
-                            "patches": plan.patches},
+                            "patches": plan.patches,
+                            **({"py_module": plan.py_modules[0], "fileset_sha256": shipped_fileset()["sha256"]}
+                               if plan.py_modules else {})},
         "files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())},
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

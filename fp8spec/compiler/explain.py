@@ -7,11 +7,11 @@ from collections import OrderedDict
 from fp8spec.compiler.plan import Plan, Setting
 from fp8spec.rules.engine import Validation
 
-_LAYER_NAMES = {"hydra": "verl override", "env": "env var", "engine_arg": "engine flag", "patch": "runtime patch"}
+_LAYER_NAMES = {"hydra": "verl override", "ray_init": "ray.init override", "env": "env var", "engine_arg": "engine flag", "patch": "runtime patch"}
 
 
 def _rendered(s: Setting) -> str:
-    if s.layer == "hydra":
+    if s.layer in ("hydra", "ray_init"):
         return s.override
     if s.layer == "patch":
         return f"{s.key} ({s.value})"

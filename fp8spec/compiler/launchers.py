@@ -26,16 +26,17 @@ import re
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.plan import Plan
-from fp8spec.compiler.quoting import json_scalar, yaml_string_map
+from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
 from fp8spec.hardware import gpu as gpu_facts
-from fp8spec.patchset import manifest as runtime_manifest
+from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
+from fp8spec.rules.cluster import kuberay_image
 from fp8spec.rules.context import STACK_KINDS, used_stack_fields
 from fp8spec.rules.engine import Validation
 
 LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")
-PREFLIGHT_FORMAT = 1
+PREFLIGHT_FORMAT = 2
 RAY_PORT = 6379
 DASHBOARD_PORT = 8265
 KUBERAY_BUNDLE_DIR = "/fp8spec/bundle"
@@ -50,8 +51,20 @@ DISTRIBUTIONS = {
     "megatron-core": ["megatron-core"],
     "transformer-engine": ["transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
                            "transformer-engine-torch"],
-    "fp8spec": ["fp8spec"],
 }
+
+
+def runtime_env_yaml(plan: Plan, working_dir: str, bundle_dir: str = "", comment: bool = True) -> str:
+    """The one place the bundle's Ray runtime environment is written: every job gets it (submit.sh,
+    slurm.sbatch through submit.sh, rayjob.yaml), and launch.sh run by hand passes the same to ray.init.
+    ``bundle_dir``: where the bundle sits for the submitting `ray` (empty: its working directory)."""
+    text = ("# Ray runtime environment of the preflight and training jobs: "
+            "ray job submit --runtime-env runtime_env.yaml\n") if comment else ""
+    text += f"working_dir: {json_scalar(working_dir)}\n"
+    if plan.py_modules:
+        folders = [f"{bundle_dir}/{f}" if bundle_dir else f for f in plan.py_modules]
+        text += "py_modules:\n" + yaml_string_list(folders, indent=2)
+    return text + "env_vars:\n" + yaml_string_map(plan.env, indent=2)
 
 
 def submission_id(spec_name: str, backend: str, spec_sha256: str) -> str:
@@ -69,6 +82,15 @@ def k8s_name(name: str) -> str:
     return text.rstrip("-")
 
 
+def data_files(spec) -> list[str]:
+    """Every data file the run reads (train, then validation), as the spec names them."""
+    out: list[str] = []
+    for value in (spec.data.train_files, spec.data.val_files):
+        if value is not None:
+            out += [value] if isinstance(value, str) else list(value)
+    return list(dict.fromkeys(out))
+
+
 def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan) -> dict:
     """What preflight.py checks on every node (written as preflight.json)."""
     spec = validation.loaded.spec
@@ -79,10 +101,6 @@ def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan
         name = STACK_KINDS[field]
         packages.append({"name": name, "version": getattr(spec.stack, field),
                          "distributions": DISTRIBUTIONS[name]})
-    if plan.patches:
-        packages.append({"name": "fp8spec", "version": runtime_manifest().PATCHSET_VERSION,
-                         "distributions": DISTRIBUTIONS["fp8spec"],
-                         "why": "runtime patches " + ", ".join(plan.patches)})
     model = validation.context.model if validation.context is not None else None
     config = None
     if model is not None:
@@ -101,7 +119,11 @@ def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan
                      "cuda": hw.cuda},
         "packages": packages,
         "env": dict(plan.env),
-        "model": {"name": spec.model.name, "path": spec.model.path, "config": config},
+        # the patch set the workers must import: the exact files the bundle ships in lib/ (no pip step)
+        "runtime": ({**shipped_fileset(), "patches": plan.patches} if plan.py_modules else None),
+        "model": {"name": spec.model.name, "path": spec.model.path, "from_hub": spec.model.from_hub,
+                  "config": config},
+        "data": {"files": data_files(spec)},
     }
 
 
@@ -129,16 +151,66 @@ def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan,
     out["submit.sh"] = render("submit.sh.j2", address=cluster.address, **common)
     out["slurm.sbatch"] = render("slurm.sbatch.j2", slurm=cluster.slurm, job_name=spec.name,
                                  ray_port=RAY_PORT, dashboard_port=DASHBOARD_PORT, **common)
-    name = k8s_name(spec.name)
-    runtime_env = (f"working_dir: {json_scalar(KUBERAY_BUNDLE_DIR)}\n"
-                   "env_vars:\n" + yaml_string_map(plan.env, indent=2)).rstrip("\n")
-    out["rayjob.yaml"] = render(
-        "rayjob.yaml.j2", name=name, configmap=f"{name}-bundle", namespace=cluster.kuberay.namespace,
-        kuberay=cluster.kuberay, spec_sha256=sha, bundle_dir=KUBERAY_BUNDLE_DIR,
-        configmap_files={"launch.sh": files["launch.sh"], "preflight.json": out["preflight.json"],
-                         "preflight.py": out["preflight.py"],
-                         # the custom reward file is loaded relative to the working_dir (this ConfigMap)
-                         **{name: files[name] for name in (REWARD_FILE,) if name in files}},
-        entrypoint="python3 preflight.py && bash launch.sh", runtime_env_yaml=runtime_env,
-        ttl_seconds=KUBERAY_TTL_SECONDS, **common)
+    image = kuberay_image(validation.context)
+    if image is not None:  # else the launcher is not kuberay (rule CLU001) and no image is known: no rayjob.yaml
+        out["rayjob.yaml"] = _rayjob(spec, plan, files, out, image, sha, common)
     return out
+
+
+def configmap_key(path: str) -> str:
+    """A ConfigMap key for a bundle file (keys allow only [-._a-zA-Z0-9]; the mount restores the path)."""
+    return path.replace("/", "--")
+
+
+def _pod_yaml(kuberay, indent: int, mounts: list[str], volumes: list[str]) -> str:
+    """The container's env and volumeMounts (at ``indent + 4``) and the pod's volumes (at ``indent``): secrets
+    by name, the spec's volumes, and ``mounts``/``volumes`` of the pod itself (flow-style YAML items)."""
+    pad, cpad = " " * indent, " " * (indent + 4)
+    lines = []
+    if kuberay.secret_env:
+        lines.append(f"{cpad}env:")
+        for e in kuberay.secret_env:
+            lines.append(f"{cpad}  - name: {json_scalar(e.env)}")
+            lines.append(f"{cpad}    valueFrom: {{secretKeyRef: {{name: {json_scalar(e.secret)}, "
+                         f"key: {json_scalar(e.key)}}}}}")
+    mounts = mounts + [f"{{name: {json_scalar(v.name)}, mountPath: {json_scalar(v.mount_path)}, "
+                       f"readOnly: {json_scalar(v.read_only)}}}" for v in kuberay.volumes]
+    if mounts:
+        lines.append(f"{cpad}volumeMounts:")
+        lines += [f"{cpad}  - {m}" for m in mounts]
+    for v in kuberay.volumes:
+        if v.host_path:
+            source = f"hostPath: {{path: {json_scalar(v.host_path)}, type: \"Directory\"}}"
+        else:
+            source = (f"persistentVolumeClaim: {{claimName: {json_scalar(v.pvc)}, "
+                      f"readOnly: {json_scalar(v.read_only)}}}")
+        volumes = volumes + [f"{{name: {json_scalar(v.name)}, {source}}}"]
+    if volumes:
+        lines.append(f"{pad}volumes:")
+        lines += [f"{pad}  - {v}" for v in volumes]
+    return "\n".join(lines)
+
+
+def _rayjob(spec, plan: Plan, files: dict[str, str], out: dict[str, str], image: str, sha: str,
+            common: dict) -> str:
+    from fp8spec.compiler.bundle import render
+
+    kuberay = spec.cluster.kuberay
+    name = k8s_name(spec.name)
+    shipped = {path: text for path, text in files.items() if path.startswith(BUNDLE_LIB + "/")}
+    bundle = {"launch.sh": files["launch.sh"], "preflight.json": out["preflight.json"],
+              "preflight.py": out["preflight.py"], **shipped,
+              # the custom reward file is loaded relative to the working_dir (this ConfigMap)
+              **{path: files[path] for path in (REWARD_FILE,) if path in files}}
+    launch = " ".join(["bash", "launch.sh", *(shell_word(o) for o in kuberay.extra_overrides)])
+    return render(
+        "rayjob.yaml.j2", name=name, configmap=f"{name}-bundle", namespace=kuberay.namespace,
+        kuberay=kuberay, image=image, spec_sha256=sha, bundle_dir=KUBERAY_BUNDLE_DIR,
+        configmap_files={configmap_key(path): (path, text) for path, text in bundle.items()},
+        entrypoint=f"python3 preflight.py && {launch}",
+        runtime_env_yaml=runtime_env_yaml(plan, KUBERAY_BUNDLE_DIR, KUBERAY_BUNDLE_DIR, comment=False).rstrip("\n"),
+        ttl_seconds=KUBERAY_TTL_SECONDS,
+        head_pod=_pod_yaml(kuberay, 10, [], []),
+        worker_pod=_pod_yaml(kuberay, 12, ['{name: "dshm", mountPath: "/dev/shm"}'],
+                             ['{name: "dshm", emptyDir: {medium: "Memory"}}']),
+        **common)

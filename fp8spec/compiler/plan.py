@@ -7,18 +7,20 @@ from typing import Any, Literal, Optional
 
 from fp8spec.compiler.quoting import hydra_override
 
-Layer = Literal["hydra", "env", "engine_arg", "patch"]
+# ray_init: Hydra overrides launch.sh passes only outside a Ray job (run by hand on a Ray head), where verl's
+# own ray.init must carry the bundle's runtime environment to the workers; inside a job the job carries it.
+Layer = Literal["hydra", "ray_init", "env", "engine_arg", "patch"]
 
 
 @dataclass(frozen=True)
 class Setting:
     layer: Layer
-    key: str  # Hydra key, env var name, engine flag, or patch name
+    key: str  # Hydra key (hydra, ray_init), env var name, engine flag, or patch name
     value: Any
     source: str  # the spec field(s) it comes from, e.g. "kv_cache.dtype"
     why: str
     evidence: str = ""
-    plus: bool = False  # Hydra: key not declared in verl's YAML, needs '+'
+    plus: bool = False  # Hydra (hydra, ray_init): key not declared in verl's YAML, needs '+'
 
     @property
     def override(self) -> str:
@@ -31,6 +33,10 @@ class Plan:
     entrypoint: list[str] = field(default_factory=list)
     settings: list[Setting] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Bundle folders shipped to every Ray worker as runtime_env py_modules (the runtime patch set), and the
+    # Hydra key launch.sh uses for them outside a Ray job (its value, an absolute path, is known only there).
+    py_modules: list[str] = field(default_factory=list)
+    py_modules_key: str = ""
 
     def add(self, layer: Layer, key: str, value: Any, source: str, why: str, evidence: str = "",
             plus: bool = False) -> None:
@@ -49,6 +55,10 @@ class Plan:
     @property
     def overrides(self) -> list[str]:
         return [s.override for s in self.of("hydra")]
+
+    @property
+    def ray_init_overrides(self) -> list[str]:
+        return [s.override for s in self.of("ray_init")]
 
     @property
     def env(self) -> dict[str, str]:

@@ -88,8 +88,9 @@ def _yaml_escape(ch: str) -> str:
     return f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
 
 
-def yaml_string_list(items: list[str]) -> str:
-    return "".join(f"- {json_scalar(str(item))}\n" for item in items) or "[]\n"
+def yaml_string_list(items: list[str], indent: int = 0) -> str:
+    pad = " " * indent
+    return "".join(f"{pad}- {json_scalar(str(item))}\n" for item in items) or f"{pad}[]\n"
 
 
 def yaml_string_map(mapping: dict[str, str], indent: int = 0) -> str:

@@ -144,8 +144,9 @@ def write_bundle(out_dir: Path, name: str, files: dict[str, str], force: bool = 
     if os.path.lexists(target) and not force:
         raise WriteError(f"{target} already exists; use --force to replace it")
     for rel in files:
-        if rel != os.path.basename(rel) or rel.startswith("."):
-            raise WriteError(f"bundle file name {rel!r} is not a plain file name")
+        parts = rel.split("/")
+        if any(not p or p.startswith(".") or "\\" in p for p in parts):
+            raise WriteError(f"bundle file name {rel!r} is not a plain relative path")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with _bundle_lock(out_dir, name):
@@ -156,6 +157,8 @@ def write_bundle(out_dir: Path, name: str, files: dict[str, str], force: bool = 
     try:
         for rel, text in sorted(files.items()):
             path = staging / rel
+            for folder in reversed(path.relative_to(staging).parents[:-1]):
+                (staging / folder).mkdir(mode=0o755, exist_ok=True)
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
             os.chmod(path, 0o755 if rel in EXECUTABLE else 0o644)

@@ -10,14 +10,16 @@ needs the Python standard library, torch for the GPU facts and ray for the clust
     eval "$(python3 preflight.py --print-env)"   # export the bundle's environment into this shell
 
 On every node it checks: the GPUs (count, name and compute capability against hardware.gpu), the CUDA
-version torch was built with, the installed versions of the pinned packages, every environment variable
-the bundle sets (as the worker sees it), and the model's config.json when the model path is readable
-there. It prints one table, node by node, and exits 1 on any mismatch (2 when it could not run at all).
+version torch was built with, the installed versions of the pinned packages, the runtime patch set the
+workers import (the exact file set the bundle ships in lib/, by sha256), every environment variable the
+bundle sets (as the worker sees it), the model folder and its config.json (unless the spec names a hub
+id), and every data file. It prints one table, node by node, and exits 1 on any mismatch (2 when it could not run at all).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -29,7 +31,7 @@ import time
 
 PASS, FAIL, SKIP, INFO = "PASS", "FAIL", "SKIP", "INFO"
 RESULT_TAG = "FP8SPEC_PREFLIGHT_RESULT"
-FORMAT = 1
+FORMAT = 2
 
 # config.json keys for each model fact; the first key present wins, a missing one takes the default.
 MODEL_KEYS = {
@@ -62,7 +64,60 @@ def node_facts(expected: dict, skip_gpu: bool = False) -> dict:
     facts["packages"] = {p["name"]: _installed_version(p["distributions"]) for p in expected["packages"]}
     facts["env"] = {name: os.environ.get(name) for name in expected["env"]}
     facts["model"] = _model_facts(expected.get("model") or {})
+    if expected.get("runtime"):
+        facts["runtime"] = _runtime_facts(expected["runtime"])
+    facts["data"] = {path: _data_fact(path) for path in (expected.get("data") or {}).get("files", [])}
     return facts
+
+
+def runtime_fileset(package_dir: str) -> dict:
+    """sha256 of package/__init__.py and of every .py file under package/runtime, by path relative to the
+    folder holding the package (the bundle's lib/): the set fp8spec ships, computed as fp8spec.patchset does."""
+    files = {}
+    paths = [os.path.join(package_dir, "__init__.py")]
+    for root, dirs, names in os.walk(os.path.join(package_dir, "runtime")):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        paths += [os.path.join(root, n) for n in sorted(names) if n.endswith(".py")]
+    for path in paths:
+        with open(path, "rb") as fh:
+            rel = os.path.relpath(path, os.path.dirname(package_dir)).replace(os.sep, "/")
+            files[rel] = hashlib.sha256(fh.read()).hexdigest()
+    return files
+
+
+def fileset_digest(files: dict) -> str:
+    lines = "".join(f"{sha}  {path}\n" for path, sha in sorted(files.items()))
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+def _runtime_facts(runtime: dict) -> dict:
+    """Where the workers import the patch set from, that file set, and whether it imports (torch only)."""
+    import importlib.util  # binds importlib too
+
+    package = runtime["package"]
+    try:
+        spec = importlib.util.find_spec(package)
+    except Exception as err:
+        return {"error": f"{type(err).__name__}: {err}"}
+    if spec is None or not spec.submodule_search_locations:
+        return {"error": f"{package} is not importable here (sys.path has no {package} package)"}
+    package_dir = list(spec.submodule_search_locations)[0]
+    out = {"path": package_dir}
+    try:
+        out["files"] = runtime_fileset(package_dir)
+        out["sha256"] = fileset_digest(out["files"])
+        importlib.import_module(package + ".runtime")
+    except Exception as err:
+        out["error"] = f"{type(err).__name__}: {err}"
+    return out
+
+
+def _data_fact(path: str) -> dict:
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+        return {"status": "remote"}
+    if os.path.isfile(path):
+        return {"status": "file", "size": os.path.getsize(path)}
+    return {"status": "missing", "folder": os.path.isdir(path)}
 
 
 def _node_ip() -> str:
@@ -111,11 +166,15 @@ def _installed_version(distributions: list) -> dict:
 
 def _model_facts(model: dict) -> dict:
     path = model.get("path")
-    if not path or not model.get("config"):
-        return {"status": "none", "reason": "the bundle has no model facts to compare"}
-    config_path = os.path.join(path, "config.json")
+    if not path:
+        return {"status": "none", "reason": "the bundle names no model path"}
+    if model.get("from_hub"):
+        return {"status": "hub", "reason": f"{path} is a hub id (model.from_hub): verl downloads it"}
     if not os.path.isdir(path):
-        return {"status": "absent", "reason": f"{path} is not a folder on this node (hub id, or not mounted)"}
+        return {"status": "absent", "reason": f"{path} is not a folder on this node (not mounted?)"}
+    config_path = os.path.join(path, "config.json")
+    if not model.get("config"):
+        return {"status": "folder", "reason": f"{path} is a folder (no model facts to compare)"}
     if not os.path.isfile(config_path):
         return {"status": "absent", "reason": f"{config_path} does not exist"}
     try:
@@ -206,12 +265,41 @@ def check_node(expected: dict, facts: dict, skip_gpu: bool) -> list:
             found += f" [{seen['error']}]"
         rows.append(_row(f"pkg {pkg['name']}", pkg["version"], found,
                          PASS if same_version(version, pkg["version"]) else FAIL))
+    if expected.get("runtime"):
+        rows.append(_runtime_row(expected["runtime"], facts.get("runtime") or {}))
     seen_env = facts.get("env") or {}
     for name, value in sorted(expected["env"].items()):
         got = seen_env.get(name)
         rows.append(_row(f"env {name}", value, got, PASS if got == value else FAIL))
     rows.append(_model_row(expected.get("model") or {}, facts.get("model") or {}))
+    seen_data = facts.get("data") or {}
+    for path in (expected.get("data") or {}).get("files", []):
+        seen = seen_data.get(path) or {}
+        if seen.get("status") == "file":
+            rows.append(_row(f"data {path}", "a file", f"{seen.get('size')} bytes", PASS))
+        elif seen.get("status") == "remote":
+            rows.append(_row(f"data {path}", "a file", "a remote URL, read by verl", SKIP))
+        else:
+            found = "a folder, not a file" if seen.get("folder") else "missing (not mounted?)"
+            rows.append(_row(f"data {path}", "a file", found, FAIL))
     return rows
+
+
+def _runtime_row(runtime: dict, seen: dict) -> dict:
+    module = runtime["package"] + ".runtime"
+    want = f"sha256 {runtime['sha256'][:16]} ({len(runtime['files'])} files from the bundle's lib/)"
+    if seen.get("error") and "sha256" not in seen:
+        return _row(f"runtime {module}", want, seen["error"], FAIL)
+    found = f"sha256 {seen.get('sha256', '?')[:16]} at {seen.get('path')}"
+    have = seen.get("files") or {}
+    wanted = runtime["files"]
+    differ = sorted(p for p in set(have) | set(wanted) if have.get(p) != wanted.get(p))
+    if differ:
+        found += " (differs: " + ", ".join(differ[:3]) + (", ..." if len(differ) > 3 else "") + ")"
+    if seen.get("error"):
+        found += f" [import: {seen['error']}]"
+    good = seen.get("sha256") == runtime["sha256"] and not differ and not seen.get("error")
+    return _row(f"runtime {module}", want, found, PASS if good else FAIL)
 
 
 def _major_minor(text: str) -> tuple:
@@ -234,7 +322,9 @@ def _model_row(model: dict, seen: dict) -> dict:
         if bad:
             found += "  (differs: " + ", ".join(bad) + ")"
         return _row("model config.json", _model_text(want), found, FAIL if bad else PASS)
-    if seen.get("status") == "error":
+    if seen.get("status") == "folder":
+        return _row("model config.json", "-", seen.get("reason"), PASS)
+    if seen.get("status") in ("error", "absent"):
         return _row("model config.json", _model_text(want), seen.get("reason"), FAIL)
     return _row("model config.json", _model_text(want) if want else "-", seen.get("reason", "not checked"),
                 SKIP)

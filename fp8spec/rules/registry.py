@@ -82,6 +82,7 @@ def _load_rule_modules() -> None:
     from fp8spec.rules import (  # noqa: F401
         batching,
         blocks,
+        cluster,
         correction,
         exclusions,
         hardware_rules,

@@ -13,7 +13,8 @@ import typing
 from functools import lru_cache
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints,
+                      field_validator, model_validator)
 
 from fp8spec.hardware import GPU_NAMES
 from fp8spec.spec.text import check_value
@@ -103,7 +104,10 @@ class ModelSection(_Section):
     config_path: Optional[NonEmpty] = Field(
         None, description="Local Hugging Face config.json that replaces the catalog entry (read offline)."
     )
-    path: NonEmpty = Field(description="Where the weights live on the cluster (HF folder or hub id).")
+    path: NonEmpty = Field(description="Where the weights live on the cluster: a Hugging Face model folder on "
+                           "every node (the preflight fails when it is missing), or a hub id with from_hub.")
+    from_hub: bool = Field(False, description="model.path is a Hugging Face hub id that verl downloads, not a "
+                           "folder: the preflight does not look for it on the nodes.")
 
 
 class HardwareSection(_Section):
@@ -346,9 +350,52 @@ class SlurmSettings(_Section):
 
 
 
+AbsPath = _patterned(r"^/[^\\]*$", 1024)
+K8sName = _patterned(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", 253)  # DNS-1123 subdomain (PVC, Secret names)
+EnvName = _patterned(r"^[A-Za-z_][A-Za-z0-9_]*$", 128)
+SecretKey = _patterned(r"^[-._a-zA-Z0-9]+$", 253)
+# One Hydra override appended to launch.sh in the RayJob entrypoint ([+|++|~]dotted.key=value).
+HydraOverride = _patterned(r"^(\+{1,2}|~)?[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$", 4096)
+
+
+class KubeRayVolume(_Section):
+    """A volume mounted at the same path in the head and every worker pod (model, data, checkpoints)."""
+
+    name: K8sLabel = Field(description="Volume name in the pod spec (a DNS-1123 label).")
+    mount_path: AbsPath = Field(description="Where the pods see it, e.g. /models (spec paths under it resolve).")
+    host_path: Optional[AbsPath] = Field(None, description="A folder on the Kubernetes node (hostPath).")
+    pvc: Optional[K8sName] = Field(None, description="A PersistentVolumeClaim name in the namespace.")
+    read_only: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.host_path is None) == (self.pvc is None):
+            raise ValueError("set exactly one of host_path and pvc")
+        return self
+
+
+class SecretEnv(_Section):
+    """An environment variable of the head and worker pods read from a Kubernetes Secret (HF token, logger keys)."""
+
+    env: EnvName
+    secret: K8sName = Field(description="Secret name in the namespace.")
+    key: SecretKey = Field(description="Key inside the Secret.")
+
+
 class KubeRaySettings(_Section):
-    image: NonEmpty = Field("verlai/verl:vllm024.latest",
-                            description="Image of the head, worker and submitter pods.")
+    image: Optional[NonEmpty] = Field(
+        None, description="Image of the head, worker and submitter pods. Default: verl's published image for the "
+        "pinned rollout engine version (backends/verl/<version>.yaml, images.kuberay); an engine version with "
+        "no published image needs this field.")
+    volumes: list[KubeRayVolume] = Field(
+        default_factory=list, description="Volumes (hostPath or PVC) mounted in the head and worker pods: the "
+        "folders holding model.path, the data files and the checkpoint folder.")
+    secret_env: list[SecretEnv] = Field(
+        default_factory=list, description="Environment variables of the head and worker pods from Kubernetes "
+        "Secrets, by name (e.g. HF_TOKEN, WANDB_API_KEY); never written into the bundle.")
+    extra_overrides: list[HydraOverride] = Field(
+        default_factory=list, description="Hydra overrides appended to launch.sh in the RayJob entrypoint "
+        "(after fp8spec's, so they win), e.g. trainer.default_local_dir=/checkpoints/run1.")
     namespace: K8sLabel = Field("default", description="Kubernetes namespace (a DNS-1123 label).")
     ray_version: Optional[Version] = Field(
         None, description="Ray version inside the image (rayClusterSpec.rayVersion); left out when unset."
@@ -360,6 +407,25 @@ class KubeRaySettings(_Section):
                                                description="CPU request and limit of each GPU worker pod.")
     worker_memory: Optional[K8sQuantity] = Field(None,
                                                  description="Memory request and limit of each GPU worker pod.")
+
+    @field_validator("volumes")
+    @classmethod
+    def _distinct_volumes(cls, volumes: list[KubeRayVolume]) -> list[KubeRayVolume]:
+        for attr in ("name", "mount_path"):
+            values = [getattr(v, attr) for v in volumes]
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"volume {attr} {twice[0]!r} is used twice")
+        return volumes
+
+    @field_validator("secret_env")
+    @classmethod
+    def _distinct_env(cls, items: list[SecretEnv]) -> list[SecretEnv]:
+        names = [i.env for i in items]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"env {twice[0]!r} is set twice")
+        return items
 
 
 class ClusterSection(_Section):

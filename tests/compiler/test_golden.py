@@ -19,6 +19,12 @@ def test_golden_bundle(spec_path, backend):
         from fp8spec.preflight import program_text
 
         assert verbatim["preflight.py"] == program_text()
+    # the runtime patch set a bundle ships in lib/: the package's own files, verbatim (pinned the same way)
+    shipped = {name[len("lib/"):]: files.pop(name) for name in sorted(files) if name.startswith("lib/")}
+    if shipped:
+        from fp8spec.patchset import shipped_files
+
+        assert shipped == shipped_files()
     folder = GOLDEN / spec_path.stem / backend.replace("+", "_")
     if REGEN:
         folder.mkdir(parents=True, exist_ok=True)

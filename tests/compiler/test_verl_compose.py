@@ -38,7 +38,15 @@ def test_bundle_composes_in_verl(spec_path, backend):
 
     spec = load_spec(spec_path).spec
     files = compile_files(spec_path, backend)
-    cfg = compose(overrides_of(files))
+    # the command line launch.sh runs by hand on a Ray head (outside a job): overrides.yaml lists it all
+    # but the py_modules entry, whose value is the bundle's absolute path at run time
+    from tests.conformance.checks import launch_ray_init
+
+    py_modules = [w.replace("$here", "/bundle") for w in launch_ray_init(files["launch.sh"])
+                  if "runtime_env.py_modules=" in w]
+    cfg = compose(overrides_of(files) + py_modules)
+    assert list(cfg.ray_kwargs.ray_init.runtime_env.get("py_modules") or []) == (
+        ["/bundle/lib/fp8spec"] if "lib/fp8spec/__init__.py" in files else [])
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.name == spec.rollout.engine
     assert rollout.quantization == ("fp8" if spec.linear.quantize else None)
@@ -205,3 +213,18 @@ def test_custom_reward_ships_in_the_bundle_and_verl_loads_it(tmp_path, monkeypat
     # the KubeRay ConfigMap (the working_dir there) carries it too
     configmap = next(YAML(typ="safe").load_all(compiled.files["rayjob.yaml"]))
     assert configmap["data"][BUNDLE_NAME] == compiled.files[BUNDLE_NAME]
+
+
+@pytest.mark.parametrize("spec_path,backend", TRAINER_CASES, ids=lambda v: getattr(v, "stem", v))
+def test_kuberay_extra_overrides_compose_in_verl(spec_path, backend):
+    """The spec's cluster.kuberay.extra_overrides are appended to launch.sh in the RayJob entrypoint: with the
+    bundle's own overrides they compose in verl's tree and win."""
+    from omegaconf import OmegaConf
+
+    from fp8spec.spec.loader import load_spec
+
+    extra = list(load_spec(spec_path).spec.cluster.kuberay.extra_overrides)
+    cfg = compose(overrides_of(compile_files(spec_path, backend)) + extra)
+    for override in extra:
+        key, _, value = override.lstrip("+").partition("=")
+        assert str(OmegaConf.select(cfg, key)) == value

@@ -125,6 +125,11 @@ def compile_variant(spec_path: Path, backend: str, patch: dict, tmp_dir: Path, l
     yaml = YAML()
     data = yaml.load(spec_path.read_text(encoding="utf-8"))
     merge(data, patch)
+    cluster = data.get("cluster") or {}
+    if "stack" in patch and cluster.get("launcher") == "kuberay" and not (cluster.get("kuberay") or {}).get("image"):
+        # verl publishes images only for the engine versions it pins (rule CLU001): a re-pinned KubeRay
+        # spec names its own image
+        merge(data, {"cluster": {"kuberay": {"image": "registry.example/verl:repinned"}}})
     out = io.StringIO()
     yaml.dump(data, out)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", label or json.dumps(patch, sort_keys=True))[:80]
@@ -621,14 +626,40 @@ def check_env(c: Compiled) -> list[str]:
 
 
 def _exports(script: str) -> dict[str, str]:
+    """What launch.sh exports outside a Ray job (the FP8 environment; PYTHONPATH is the shipped lib/)."""
     import shlex
 
     out = {}
     for line in script.splitlines():
-        if line.startswith("export "):
+        line = line.strip()
+        if line.startswith("export ") and not line.startswith("export PYTHONPATH="):
             name, _, value = line[len("export "):].partition("=")
             out[name] = " ".join(shlex.split(value)) if value else ""
     return out
+
+
+def _job_checks(script: str) -> dict[str, str]:
+    """What launch.sh requires of a Ray job's environment: [[ ${NAME-} == VALUE ]] lines."""
+    import shlex
+
+    out = {}
+    for line in script.splitlines():
+        m = re.match(r"^\s*\[\[ \$\{([A-Za-z_][A-Za-z0-9_]*)-\} == (.*) \]\] \\$", line)
+        if m:
+            out[m.group(1)] = " ".join(shlex.split(m.group(2)))
+    return out
+
+
+def launch_ray_init(script: str) -> list[str]:
+    """The overrides launch.sh adds outside a Ray job (ray_init+=(...) lines), as bash passes them."""
+    import shlex
+
+    words = []
+    for line in script.splitlines():
+        line = line.strip()
+        if line.startswith("ray_init+=(") and line.endswith(")"):
+            words += shlex.split(line[len("ray_init+=("):-1])
+    return words
 
 
 def check_launch(c: Compiled) -> list[str]:
@@ -644,12 +675,16 @@ def check_launch(c: Compiled) -> list[str]:
     entry = load_profile("verl", c.version("verl")).value("entrypoint").split()
     if words[1: 1 + len(entry)] != entry:
         problems.append(f"launch.sh runs {words[1:1 + len(entry)]}, verl's entry point is {entry}")
-    passed = [w for w in words[1 + len(entry):] if w != "$@"]
-    if passed != c.overrides:
+    # always the exec line's overrides; outside a Ray job also the ray_init ones (py_modules: a runtime path)
+    passed = [w for w in words[1 + len(entry):] if w not in ("$@", "${ray_init[@]+${ray_init[@]}}")]
+    by_hand = [w for w in launch_ray_init(script) if "runtime_env.py_modules=" not in w]
+    if passed + by_hand != c.overrides:
         problems.append("launch.sh passes other overrides than overrides.yaml: "
-                        f"{sorted(set(passed) ^ set(c.overrides))[:4]}")
+                        f"{sorted(set(passed + by_hand) ^ set(c.overrides))[:4]}")
     if _exports(script) != c.env:
         problems.append(f"launch.sh exports {_exports(script)}, runtime_env.yaml has {c.env}")
+    if _job_checks(script) != c.env:
+        problems.append(f"launch.sh requires {_job_checks(script)} inside a Ray job, runtime_env.yaml has {c.env}")
     return problems
 
 

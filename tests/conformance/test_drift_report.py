@@ -24,6 +24,9 @@ NOT_IN_ANY_SNAPSHOT = {
     # verl's snapshot is its composed Hydra tree (no environment table); the conformance suite checks this
     # variable in the installed verl 0.9.1 source instead (tests/conformance/checks.py verl_env).
     ("verl", "env.external_modules"),
+    # Ray's job marker, read by verl/trainer/constants_ppo.py; no snapshot has an environment table for it:
+    # the real launch tests (tests/launchers/test_real_launch.py) run launch.sh inside and outside a Ray job.
+    ("verl", "env.ray_job_config"),
 }
 
 

@@ -71,11 +71,22 @@ def sbatch_directives(script: str) -> list[str]:
     return words
 
 
+def _expected_image(spec, choice) -> str:
+    """The spec's image, else verl's published image for the pinned engine (profile fact images.kuberay)."""
+    if spec.cluster.kuberay.image:
+        return spec.cluster.kuberay.image
+    from fp8spec.profiles import load_profile
+
+    engine = choice.engine
+    return load_profile("verl", spec.stack.verl).value("images.kuberay")[f"{engine}=={getattr(spec.stack, engine)}"]
+
+
 def check_bundle(spec, plan, choice, files: dict[str, str]) -> list[str]:
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)  # lib/fp8spec/... (the shipped patch set)
             (folder / name).write_text(text, encoding="utf-8")
         for name in YAML_FILES:
             if name in files:
@@ -93,7 +104,7 @@ def check_bundle(spec, plan, choice, files: dict[str, str]) -> list[str]:
             if name != "manifest.json" and sums.get(name) != hashlib.sha256(text.encode()).hexdigest():
                 problems.append(f"manifest.json: sha256 of {name} does not match")
         if choice.trainer:
-            problems += _trainer(spec, plan, files, data, folder)
+            problems += _trainer(spec, plan, files, data, folder, choice)
         else:
             argv, env = exec_words("serve.sh", folder)
             if argv != plan.entrypoint:
@@ -105,12 +116,12 @@ def check_bundle(spec, plan, choice, files: dict[str, str]) -> list[str]:
     return problems
 
 
-def _trainer(spec, plan, files, data, folder) -> list[str]:
+def _trainer(spec, plan, files, data, folder, choice) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     problems = []
     overrides = pyyaml.safe_load(files["overrides.yaml"])
-    if overrides != plan.overrides:
+    if overrides != plan.overrides + plan.ray_init_overrides:
         problems.append("overrides.yaml does not list the plan's overrides")
     parser = OverridesParser.create()
     for setting in plan.of("hydra"):
@@ -118,12 +129,16 @@ def _trainer(spec, plan, files, data, folder) -> list[str]:
         if parsed.value() != setting.value or parsed.key_or_group != setting.key:
             problems.append(f"Hydra reads {setting.override!r} as {parsed.key_or_group}={parsed.value()!r}")
     argv, env = exec_words("launch.sh", folder)
-    if argv != plan.entrypoint + plan.overrides:
+    # run outside a Ray job, launch.sh adds the ray.init runtime env (and the shipped patch set's absolute path)
+    outside_job = plan.ray_init_overrides + (
+        [f"+{plan.py_modules_key}=['{folder.resolve() / plan.py_modules[0]}']"] if plan.py_modules else [])
+    if argv != plan.entrypoint + plan.overrides + outside_job:
         problems.append("launch.sh runs other words than the entry point and overrides.yaml")
     if any(env.get(k) != v for k, v in plan.env.items()):
         problems.append("launch.sh exports another environment than the plan")
     runtime_env = pyyaml.safe_load(files["runtime_env.yaml"])
-    if runtime_env != {"working_dir": spec.cluster.working_dir, "env_vars": plan.env}:
+    shipped = {"py_modules": list(plan.py_modules)} if plan.py_modules else {}
+    if runtime_env != {"working_dir": spec.cluster.working_dir, **shipped, "env_vars": plan.env}:
         problems.append(f"runtime_env.yaml reads back as {runtime_env!r}")
     pre = data["preflight.json"]
     if (pre["model"]["path"], pre["model"]["name"], pre["env"]) != (spec.model.path, spec.model.name,
@@ -132,12 +147,12 @@ def _trainer(spec, plan, files, data, folder) -> list[str]:
     submit = shell_assignments(files["submit.sh"], ["address", "working_dir"], folder)
     if submit != {"address": spec.cluster.address, "working_dir": spec.cluster.working_dir}:
         problems.append(f"submit.sh sets {submit!r}")
-    problems += _rayjob(spec, plan, files)
+    problems += _rayjob(spec, plan, files, choice)
     problems += _sbatch(spec, files["slurm.sbatch"])
     return problems
 
 
-def _rayjob(spec, plan, files) -> list[str]:
+def _rayjob(spec, plan, files, choice) -> list[str]:
     docs, _ = read_yaml_both(files["rayjob.yaml"])
     if [d.get("kind") for d in docs] != ["ConfigMap", "RayJob"]:
         return [f"rayjob.yaml holds {[d.get('kind') for d in docs]}, not a ConfigMap and a RayJob"]
@@ -150,12 +165,13 @@ def _rayjob(spec, plan, files) -> list[str]:
                  job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"],
                  job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]]
     images = {c["image"] for pod in pod_specs for c in pod["containers"]}
-    if images != {spec.cluster.kuberay.image}:
+    if images != {_expected_image(spec, choice)}:
         problems.append(f"rayjob.yaml runs images {images!r}")
     if {configmap["metadata"]["namespace"], job["metadata"]["namespace"]} != {spec.cluster.kuberay.namespace}:
         problems.append("rayjob.yaml's namespace is not the spec's")
     runtime_env = read_yaml_both(job["spec"]["runtimeEnvYAML"])
-    if runtime_env[0] != runtime_env[1] or runtime_env[0] != [{"working_dir": KUBERAY_BUNDLE_DIR,
+    shipped = {"py_modules": [f"{KUBERAY_BUNDLE_DIR}/{m}" for m in plan.py_modules]} if plan.py_modules else {}
+    if runtime_env[0] != runtime_env[1] or runtime_env[0] != [{"working_dir": KUBERAY_BUNDLE_DIR, **shipped,
                                                                "env_vars": plan.env}]:
         problems.append("rayjob.yaml's runtimeEnvYAML reads back differently")
     return problems

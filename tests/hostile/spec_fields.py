@@ -31,8 +31,11 @@ def _kinds(annotation: Any) -> set[str]:
 
 
 def _model(annotation: Any):
+    """The section model a field holds; None for lists of models (their items: ITEM_FIELDS below)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
+    if typing.get_origin(annotation) is list:
+        return None
     for arg in typing.get_args(annotation):
         found = _model(arg)
         if found is not None:
@@ -102,3 +105,13 @@ def set_path(data: dict, path: tuple, value: Any) -> None:
     for part in path[:-1]:
         data = data.setdefault(part, {})
     data[path[-1]] = value
+
+
+# Fields inside list items (the walk above does not enter lists of models): a valid item per list and the
+# string fields in it, so the property test can put any text into each of them.
+ITEM_FIELDS = {
+    ("cluster", "kuberay", "volumes"): ({"name": "models", "mount_path": "/models", "pvc": "models"},
+                                        ("name", "mount_path", "host_path", "pvc")),
+    ("cluster", "kuberay", "secret_env"): ({"env": "HF_TOKEN", "secret": "hf-token", "key": "token"},
+                                           ("env", "secret", "key")),
+}

@@ -4,6 +4,8 @@ bundle (and a live run's staging folder is not); --force over a plain file leave
 
 from __future__ import annotations
 
+import json
+
 import os
 import signal
 import subprocess
@@ -80,9 +82,10 @@ def test_concurrent_force_compiles_leave_one_complete_bundle(tmp_path):
     results = finish([start_compile(out, "--force") for _ in range(3)])
     assert all(code == 0 for code, _, _ in results), results
     assert entries(out) == [BUNDLE]
-    assert sorted(p.name for p in (out / BUNDLE).iterdir()) == sorted(
-        ["README.md", "launch.sh", "manifest.json", "overrides.yaml", "plan.svg", "preflight.json", "preflight.py",
-         "rayjob.yaml", "runtime_env.yaml", "slurm.sbatch", "submit.sh"])
+    # complete: exactly the files its own manifest lists, plus the manifest
+    listed = set(json.loads((out / BUNDLE / "manifest.json").read_text())["files"]) | {"manifest.json"}
+    present = {p.relative_to(out / BUNDLE).as_posix() for p in (out / BUNDLE).rglob("*") if p.is_file()}
+    assert present == listed and {"launch.sh", "runtime_env.yaml", "rayjob.yaml"} <= present
 
 
 STAGE_AND_WAIT = """

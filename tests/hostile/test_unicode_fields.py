@@ -18,7 +18,7 @@ from fp8spec.rules.engine import validate_path
 from fp8spec.spec.text import first_refused
 from tests.conftest import BASE_SPEC, patched
 from tests.hostile.bundle_oracle import check_bundle
-from tests.hostile.spec_fields import set_path, string_fields, to_yaml
+from tests.hostile.spec_fields import ITEM_FIELDS, set_path, string_fields, to_yaml
 
 BACKENDS = {
     "fsdp+vllm": {},
@@ -118,6 +118,38 @@ def test_examples_read_back_exactly(backend):
         validation = validate_path(spec_file)
     assert not validation.errors, [d.render() for d in validation.errors]
     choice = choose_backend(backend, validation)
+    plan = build_plan(validation, choice)
+    files = bundle_files(validation, choice, plan, "spec.yaml")
+    assert check_bundle(validation.loaded.spec, plan, choice, files) == []
+
+
+ITEM_CASES = [(lst, name) for lst, (_, names) in ITEM_FIELDS.items() for name in names]
+
+
+@pytest.mark.parametrize("list_path,name", ITEM_CASES, ids=lambda v: ".".join(v) if isinstance(v, tuple) else v)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=TEXT)
+def test_any_text_in_list_item_fields(list_path, name, value):
+    """Strings inside list items (KubeRay volumes, secret env vars) follow the same character rule."""
+    item, _ = ITEM_FIELDS[list_path]
+    item = dict(item, **{name: value})
+    if name == "host_path":
+        item.pop("pvc")
+    data = _spec_with("fsdp+vllm", "kuberay", ("model", "path"), "str", "/models/m")
+    set_path(data, list_path, [item])
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_file = Path(tmp) / "spec.yaml"
+        spec_file.write_text(to_yaml(data), encoding="utf-8", errors="surrogatepass")
+        validation = validate_path(spec_file)
+    if first_refused(value) is not None or "${" in value:
+        dotted = ".".join(list_path)
+        found = [d for d in validation.errors if d.code == "S002" and d.path.startswith(dotted)]
+        assert found and all(d.line > 1 for d in found), [d.render() for d in validation.diagnostics]
+        return
+    if validation.errors:  # a pattern the field refuses (labels, paths): located, never a crash
+        assert all(d.line >= 1 and d.col >= 1 for d in validation.errors)
+        return
+    choice = choose_backend("fsdp+vllm", validation)
     plan = build_plan(validation, choice)
     files = bundle_files(validation, choice, plan, "spec.yaml")
     assert check_bundle(validation.loaded.spec, plan, choice, files) == []

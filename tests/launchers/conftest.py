@@ -27,6 +27,9 @@ from tests.conftest import REPO, SPECS
 
 VENV_BIN = Path(sys.executable).parent
 MARK_VAR = "FP8SPEC_TEST_RAY_MARK"
+# Logical CPUs the head offers (a scheduling count, not cores): verl 0.9.1's TaskRunner (1) and its
+# TransferQueue (a controller and 8 storage units, 1 CPU each) must all be placed before verl asks for GPUs.
+HEAD_CPUS = 16
 
 
 def compile_bundle(spec_path: Path, out_dir: Path, backend: str | None = None) -> Path:
@@ -166,7 +169,7 @@ def ray_head():
            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
            f"--metrics-export-port={metrics}", f"--node-manager-port={node_mgr}",
            f"--object-manager-port={obj_mgr}", f"--runtime-env-agent-port={env_agent}",
-           "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+           f"--num-cpus={HEAD_CPUS}", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, f"ray start failed:\n{proc.stdout}\n{proc.stderr}"

@@ -9,7 +9,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.compiler.golden import cases, compile_files
-from tests.conftest import BASE_SPEC, patched
+from tests.conftest import BASE_SPEC, REPO, patched
 from tests.launchers.conftest import compile_bundle
 
 LAUNCHERS = {"preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
@@ -21,6 +21,8 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
 
     files = compile_files(spec_path, backend)
     spec = load_spec(spec_path).spec
+    # nothing is pip-installed on the nodes: no bundle file asks for it (the shipped lib/ is code, not a step)
+    assert not [name for name, text in files.items() if not name.startswith("lib/") and "pip install" in text]
     if "+" not in backend:  # a standalone serve bundle starts no Ray job
         assert not LAUNCHERS & set(files)
         return
@@ -39,10 +41,23 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
     stack = {"verl": spec.stack.verl, spec.rollout.engine: getattr(spec.stack, spec.rollout.engine)}
     if spec.training.backend == "megatron":
         stack |= {"megatron-core": spec.stack.megatron_core, "transformer-engine": spec.stack.transformer_engine}
+    assert pins == stack  # no fp8spec pin: the patch set ships in the bundle, nothing is pip-installed
     patches = manifest["runtime_patches"]
+    shipped = {name: text for name, text in files.items() if name.startswith("lib/")}
     if patches["patches"]:
-        stack["fp8spec"] = patches["version"]
-    assert pins == stack
+        # the shipped files are the package's own, recorded with their sha256 in manifest and preflight.json
+        runtime = expected["runtime"]
+        assert runtime["py_module"] == patches["py_module"] == "lib/fp8spec" == runtime_env["py_modules"][0]
+        assert {f"lib/{p}" for p in runtime["files"]} == set(shipped)
+        for path, text in shipped.items():
+            assert text == (REPO / path[len("lib/"):]).read_text(encoding="utf-8"), path
+            assert manifest["files"][path] == runtime["files"][path[len("lib/"):]]
+        assert runtime["sha256"] == patches["fileset_sha256"]
+        assert "lib/fp8spec/runtime/__init__.py" in shipped and "lib/fp8spec/__init__.py" in shipped
+    else:
+        assert expected["runtime"] is None and not shipped and "py_modules" not in runtime_env
+    assert "pip install" not in readme
+    assert expected["data"]["files"] == [f for f in (spec.data.train_files, spec.data.val_files) if f]
     assert expected["hardware"]["nodes"] == spec.hardware.nodes
     assert expected["hardware"]["gpus_per_node"] == spec.hardware.gpus_per_node
     assert expected["hardware"]["cuda"] == spec.hardware.cuda
@@ -79,3 +94,15 @@ def test_model_facts_reach_preflight_json(bundle_30b):
     assert expected["model"]["config"] == {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
                                            "num_key_value_heads": 4, "num_experts": 128, "vocab_size": 151936}
     assert expected["hardware"]["device_name"] == "H100" and expected["hardware"]["compute_capability"] == "9.0"
+
+
+@pytest.mark.parametrize("spec_path,backend", [c for c in cases() if "+" in c[1]], ids=lambda v: getattr(v, "stem", v))
+def test_scripts_are_valid_bash(spec_path, backend, tmp_path):
+    """Every generated script of every example trainer bundle parses (bash -n), whatever the spec leaves empty."""
+    import subprocess
+
+    files = compile_files(spec_path, backend)
+    for name in ("launch.sh", "submit.sh", "slurm.sbatch"):
+        (tmp_path / name).write_text(files[name])
+        proc = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"

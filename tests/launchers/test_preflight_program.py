@@ -46,6 +46,9 @@ def h200_facts(expected: dict, **changes) -> dict:
         "packages": {p["name"]: {"distribution": p["name"], "version": p["version"]} for p in expected["packages"]},
         "env": dict(expected["env"]),
         "model": {"status": "read", "path": "/models/x/config.json", "values": dict(expected["model"]["config"])},
+        "runtime": {"path": "/tmp/ray/py_modules_files/_ray_pkg_1/fp8spec", "files": dict(expected["runtime"]["files"]),
+                    "sha256": expected["runtime"]["sha256"]},
+        "data": {path: {"status": "file", "size": 1000} for path in expected["data"]["files"]},
     }
     for key, value in changes.items():
         facts[key] = value
@@ -59,8 +62,10 @@ def statuses(rows) -> dict[str, str]:
 def test_bundle_expectations_for_h200(expected):
     assert expected["hardware"] == {"gpu": "h200", "device_name": "H200", "compute_capability": "9.0",
                                     "arch": "hopper", "nodes": 1, "gpus_per_node": 1, "cuda": "13.0"}
-    assert {p["name"]: p["version"] for p in expected["packages"]} == {"verl": "0.9.1", "vllm": "0.24.0",
-                                                                        "fp8spec": "0.1.0"}
+    assert {p["name"]: p["version"] for p in expected["packages"]} == {"verl": "0.9.1", "vllm": "0.24.0"}
+    from fp8spec.patchset import shipped_fileset
+
+    assert expected["runtime"] == {**shipped_fileset(), "patches": ["fast_block_quant", "kv_scales"]}
     assert expected["model"]["config"] == {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
                                            "num_key_value_heads": 8, "num_experts": 0, "vocab_size": 151936}
 
@@ -152,8 +157,55 @@ def test_model_config_check(pf, expected, tmp_path):
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{not json")
     assert row(tmp_path / "broken")["status"] == "FAIL"
-    assert row(tmp_path / "absent")["status"] == "SKIP"
-    assert row("Qwen/Qwen3-8B-Base")["status"] == "SKIP"
+    # a missing folder is a failure (the launch would die loading it), unless the spec says it is a hub id
+    absent = row(tmp_path / "absent")
+    assert absent["status"] == "FAIL" and "is not a folder on this node" in absent["found"]
+    assert row("Qwen/Qwen3-8B-Base")["status"] == "FAIL"
+    hub = dict(expected["model"], path="Qwen/Qwen3-8B-Base", from_hub=True)
+    hub_row = pf._model_row(hub, pf._model_facts(hub))
+    assert hub_row["status"] == "SKIP" and "hub id" in hub_row["found"]
+    (tmp_path / "no-config").mkdir()
+    assert row(tmp_path / "no-config")["status"] == "FAIL"
+
+
+def test_data_files_are_checked(pf, expected, tmp_path):
+    present = tmp_path / "train.parquet"
+    present.write_bytes(b"PAR1")
+    (tmp_path / "dir.parquet").mkdir()
+    files = [str(present), str(tmp_path / "missing.parquet"), str(tmp_path / "dir.parquet"), "hdfs://nn/x.parquet"]
+    want = dict(expected, data={"files": files})
+    facts = h200_facts(want, data=pf.node_facts(want, skip_gpu=True)["data"])
+    rows = {r["check"]: r for r in pf.check_node(want, facts, skip_gpu=False)}
+    assert rows[f"data {present}"]["status"] == "PASS" and rows[f"data {present}"]["found"] == "4 bytes"
+    assert rows[f"data {tmp_path / 'missing.parquet'}"]["status"] == "FAIL"
+    assert rows[f"data {tmp_path / 'dir.parquet'}"]["found"] == "a folder, not a file"
+    assert rows["data hdfs://nn/x.parquet"]["status"] == "SKIP"
+
+
+def test_runtime_patch_set_check(pf, expected, tmp_path):
+    """The workers must import exactly the shipped file set: the bundle's lib/ passes, a changed file, an extra
+    file or a missing package fails, naming the files."""
+    import shutil
+
+    from fp8spec.patchset import shipped_files
+
+    lib = tmp_path / "lib"
+    for path, text in shipped_files().items():
+        (lib / path).parent.mkdir(parents=True, exist_ok=True)
+        (lib / path).write_text(text, encoding="utf-8")
+    files = pf.runtime_fileset(str(lib / "fp8spec"))
+    assert files == expected["runtime"]["files"] and pf.fileset_digest(files) == expected["runtime"]["sha256"]
+    seen = {"path": str(lib / "fp8spec"), "files": files, "sha256": pf.fileset_digest(files)}
+    assert pf._runtime_row(expected["runtime"], seen)["status"] == "PASS"
+    (lib / "fp8spec/runtime/blockquant.py").write_text("# changed\n")
+    (lib / "fp8spec/runtime/extra.py").write_text("")
+    files = pf.runtime_fileset(str(lib / "fp8spec"))
+    bad = pf._runtime_row(expected["runtime"], {"path": "x", "files": files, "sha256": pf.fileset_digest(files)})
+    assert bad["status"] == "FAIL"
+    assert "differs: fp8spec/runtime/blockquant.py, fp8spec/runtime/extra.py" in bad["found"]
+    shutil.rmtree(lib)
+    missing = pf._runtime_row(expected["runtime"], {"error": "fp8spec is not importable here"})
+    assert missing["status"] == "FAIL" and missing["found"] == "fp8spec is not importable here"
 
 
 def test_cluster_rows(pf, expected):
@@ -169,11 +221,25 @@ def test_cluster_rows(pf, expected):
 
 
 def run_program(bundle: Path, *args: str, env_extra: dict | None = None, block_fp8spec: bool = True):
-    """Run the bundle's preflight.py; with block_fp8spec, importing fp8spec raises inside it."""
+    """Run the bundle's preflight.py. With block_fp8spec, the fp8spec installed in this environment cannot be
+    imported (a meta-path finder refuses every fp8spec module not under the bundle's lib/): what preflight.py
+    finds is only the bundle's own copy, as on a node where nothing was installed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FP8SPEC_", "VLLM_", "VERL_"))}
-    env["PYTHONPATH"] = str(bundle)  # stand-in distributions planted in the bundle folder
+    # the bundle's lib/ (the shipped patch set, as Ray's py_modules puts it first), and the bundle folder
+    # itself for the stand-in distributions planted there
+    env["PYTHONPATH"] = os.pathsep.join([str(bundle / "lib"), str(bundle)])
     env.update(env_extra or {})
-    code = ("import sys, runpy; sys.modules['fp8spec'] = None; " if block_fp8spec else "import sys, runpy; ")
+    code = "import sys, runpy\n"
+    if block_fp8spec:
+        code += ("class Block:\n"
+                 "    def find_spec(self, name, path=None, target=None):\n"
+                 "        import importlib.machinery as m\n"
+                 "        if name.split('.')[0] != 'fp8spec': return None\n"
+                 f"        spec = m.PathFinder.find_spec(name, path, target)\n"
+                 f"        if spec is None or not str(spec.origin).startswith({str(bundle / 'lib')!r}):\n"
+                 "            raise ImportError('fp8spec outside the bundle is blocked: ' + name)\n"
+                 "        return spec\n"
+                 "sys.meta_path.insert(0, Block())\n")
     code += "sys.argv = [sys.argv[1], *sys.argv[2:]]; runpy.run_path(sys.argv[0], run_name='__main__')"
     return subprocess.run([sys.executable, "-c", code, str(bundle / "preflight.py"), *args], cwd="/",
                           env=env, capture_output=True, text=True, timeout=120)
@@ -206,10 +272,25 @@ def test_local_mode_on_this_cpu_machine(h200_bundle, tmp_path):
     for name, value in env.items():
         assert f"{name}={value}\n" in shown
 
+    # the model folder and the data file the bundle names, made here (paths from preflight.json)
+    expected = json.loads((bundle / "preflight.json").read_text())
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    from fp8spec.catalog._store import load_entry
+
+    (model_dir / "config.json").write_text(json.dumps(load_entry(expected["model"]["name"])["config"]))
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"PAR1")
+    expected["model"]["path"], expected["data"]["files"] = str(model_dir), [str(data)]
+    (bundle / "preflight.json").write_text(json.dumps(expected))
+
     # dry run: GPU facts reported as a CPU node's, not judged; everything else passes -> exit 0
     dry = run_program(bundle, "--local", "--skip-gpu-checks", env_extra=env)
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "PREFLIGHT PASSED" in dry.stdout and "no CUDA device" in dry.stdout
+    # the runtime patch set was found in the bundle's lib/ and is the shipped file set
+    runtime_line = next(line for line in dry.stdout.splitlines() if "runtime fp8spec.runtime" in line)
+    assert f"at {bundle / 'lib' / 'fp8spec'}" in runtime_line and runtime_line.rstrip().endswith("PASS")
     # the real check on a machine without a GPU: exit 1, naming the GPU rows
     real = run_program(bundle, "--local", env_extra=env)
     assert real.returncode == 1, real.stdout + real.stderr
@@ -227,4 +308,4 @@ def test_bad_expected_file_is_exit_2(h200_bundle, tmp_path):
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     (tmp_path / "x.json").write_text('{"format": 99}')
     wrong = run_program(h200_bundle, "--local", "--expected", str(tmp_path / "x.json"))
-    assert wrong.returncode == 2 and "format 1" in wrong.stderr
+    assert wrong.returncode == 2 and "format 2" in wrong.stderr

@@ -1,6 +1,6 @@
 """rayjob.yaml: a KubeRay RayJob validated against the RayJob CRD's OpenAPI schema (KubeRay v1.7.0).
 
-The CRD files are test data kept outside the project (../shared/data/kuberay/, see its SOURCE.md). The schema
+The CRD is vendored test data (tests/data/kuberay/, see its SOURCE.md for origin and sha256). The schema
 is applied strictly: an object schema with properties rejects fields it does not declare, as `kubectl apply`
 does with server-side field validation (Kubernetes would otherwise silently prune a misspelt field).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from tests.launchers.conftest import compile_bundle
 
 jsonschema = pytest.importorskip("jsonschema")
 
-KUBERAY = REPO.parent / "shared" / "data" / "kuberay"
+KUBERAY = REPO / "tests" / "data" / "kuberay"
 RAYJOB_CRD = KUBERAY / "ray.io_rayjobs.v1.7.0.yaml"
+RAYJOB_CRD_SHA256 = "01a5cf3b17c1769fda44af7e82debcd98722f0c27b9ab84d084681c6649121f5"
 EXAMPLES = sorted(SPECS.glob("*.yaml"))
 
 
@@ -41,8 +43,9 @@ def _strict(schema):
 
 @lru_cache(maxsize=1)
 def rayjob_validator():
-    if not RAYJOB_CRD.is_file():
-        pytest.skip(f"KubeRay CRD test data not found at {RAYJOB_CRD} (see ../shared/data/kuberay/SOURCE.md)")
+    import hashlib
+
+    assert hashlib.sha256(RAYJOB_CRD.read_bytes()).hexdigest() == RAYJOB_CRD_SHA256, "vendored CRD changed"
     crd = YAML(typ="safe").load(RAYJOB_CRD.read_text(encoding="utf-8"))
     assert crd["kind"] == "CustomResourceDefinition" and crd["spec"]["names"]["kind"] == "RayJob"
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
@@ -91,33 +94,59 @@ def test_rayjob_is_sized_from_the_spec(example):
     head = cluster["headGroupSpec"]
     assert head["rayStartParams"] == {"num-cpus": "0", "num-gpus": "0"}
     (head_container,) = head["template"]["spec"]["containers"]
-    assert head_container["image"] == spec.cluster.kuberay.image
+    # the image is verl's for the bundle's engine (an SGLang bundle never gets the vLLM image)
+    image = {"vllm": "verlai/verl:vllm024.latest", "sglang": "verlai/verl:sgl0512.latest"}[spec.rollout.engine]
+    assert spec.cluster.kuberay.image is None
+    assert head_container["image"] == image
     assert "nvidia.com/gpu" not in head_container["resources"]["limits"]
     (group,) = cluster["workerGroupSpecs"]
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == spec.hardware.nodes
     assert group["rayStartParams"] == {"num-gpus": str(spec.hardware.gpus_per_node)}
     (worker,) = group["template"]["spec"]["containers"]
-    assert worker["image"] == spec.cluster.kuberay.image
+    assert worker["image"] == image
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == spec.hardware.gpus_per_node
     assert worker["resources"]["requests"]["nvidia.com/gpu"] == spec.hardware.gpus_per_node
-    # the entrypoint runs the preflight and starts training only when it passed
-    assert job["spec"]["entrypoint"] == "python3 preflight.py && bash launch.sh"
+    # the entrypoint runs the preflight and starts training only when it passed, with the spec's extra overrides
+    extra = " ".join(shlex.quote(o) for o in spec.cluster.kuberay.extra_overrides)
+    assert job["spec"]["entrypoint"] == f"python3 preflight.py && bash launch.sh {extra}".rstrip()
     runtime_env = YAML(typ="safe").load(job["spec"]["runtimeEnvYAML"])
     bundle_env = YAML(typ="safe").load((bundle / "runtime_env.yaml").read_text())
     assert runtime_env["env_vars"] == bundle_env["env_vars"] == expected["env"]
     assert runtime_env["working_dir"] == "/fp8spec/bundle"
+    shipped = sorted(str(p.relative_to(bundle)) for p in (bundle / "lib").rglob("*.py")) if (bundle / "lib").is_dir() \
+        else []
+    if shipped:  # the patch set, uploaded from the submitter pod as py_modules (an absolute path there)
+        assert runtime_env["py_modules"] == ["/fp8spec/bundle/lib/fp8spec"]
+    else:
+        assert "py_modules" not in runtime_env
     # the ConfigMap carries the files the entrypoint runs, byte for byte, mounted where working_dir points
     config_map = docs["ConfigMap"]
     assert config_map["metadata"]["namespace"] == spec.cluster.kuberay.namespace
-    for file_name, text in config_map["data"].items():
-        assert text == (bundle / file_name).read_text(encoding="utf-8"), file_name
-    assert set(config_map["data"]) == {"launch.sh", "preflight.py", "preflight.json"}
     submitter = job["spec"]["submitterPodTemplate"]["spec"]
     assert submitter["restartPolicy"] == "Never"
     (volume,) = submitter["volumes"]
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    paths = {item["key"]: item["path"] for item in volume["configMap"]["items"]}
+    assert set(paths) == set(config_map["data"])
+    assert sorted(paths.values()) == sorted(["launch.sh", "preflight.py", "preflight.json", *shipped])
+    for key, text in config_map["data"].items():
+        assert re.fullmatch(r"[-._a-zA-Z0-9]+", key)  # a valid ConfigMap key
+        assert text == (bundle / paths[key]).read_text(encoding="utf-8"), key
     mounts = {m["mountPath"]: m["subPath"] for m in submitter["containers"][0]["volumeMounts"]}
-    assert mounts == {f"/fp8spec/bundle/{f}": f for f in config_map["data"]}
+    assert mounts == {f"/fp8spec/bundle/{p}": p for p in paths.values()}
+    # the spec's volumes and secrets reach the head and every worker pod, by name
+    pods = [head["template"]["spec"], group["template"]["spec"]]
+    for pod in pods:
+        (container,) = pod["containers"]
+        mounted = {m["name"]: m for m in container.get("volumeMounts", [])}
+        declared = {v["name"]: v for v in pod.get("volumes", [])}
+        for v in spec.cluster.kuberay.volumes:
+            assert mounted[v.name]["mountPath"] == v.mount_path and mounted[v.name]["readOnly"] == v.read_only
+            source = declared[v.name]
+            assert (source["hostPath"]["path"] == v.host_path) if v.host_path else \
+                (source["persistentVolumeClaim"]["claimName"] == v.pvc)
+        env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container.get("env", [])}
+        assert env == {e.env: {"name": e.secret, "key": e.key} for e in spec.cluster.kuberay.secret_env}
 
 
 def test_strict_validation_catches_typos_and_wrong_types(bundle_30b):
@@ -143,9 +172,12 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
     from tests.conftest import BASE_SPEC
 
     image = 'registry.example:5000/verl:1.0 # not a comment "q" \'s\' {x: [1]} &a *b !!str'
+    override = "trainer.default_local_dir='/ckpt/a b' # $(touch /tmp/pwned) \"q\""
     data = patched(BASE_SPEC, {"name": "hostile_name.v2", "cluster": {"launcher": "kuberay", "kuberay": {
         "image": image, "namespace": "rl-team", "ray_version": "2.49.1", "worker_cpus": "96",
-        "worker_memory": "1500Gi"}}})
+        "worker_memory": "1500Gi", "extra_overrides": [override],
+        "volumes": [{"name": "models", "mount_path": "/models", "host_path": "/mnt/my models: x"},
+                    {"name": "data", "mount_path": "/data", "pvc": "rl.data"}]}}})
     bundle = compile_bundle(write_spec(data), tmp_path / "out")
     docs = documents(bundle)
     job = docs["RayJob"]
@@ -158,6 +190,10 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
     assert [c["image"] for c in containers] == [image] * 3
     worker = containers[2]["resources"]["limits"]
     assert worker == {"nvidia.com/gpu": 8, "cpu": "96", "memory": "1500Gi"}
+    # the override reaches launch.sh as one shell word, never run
+    assert shlex.split(job["spec"]["entrypoint"])[-1] == override
+    volumes = {v["name"]: v for v in job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]}
+    assert volumes["models"]["hostPath"]["path"] == "/mnt/my models: x"
     assert "kuberay" in (bundle / "README.md").read_text()
 
 
@@ -184,11 +220,44 @@ def test_spec_rejects_bad_kubernetes_values():
 
 
 def test_crd_source_is_recorded():
-    if not KUBERAY.is_dir():
-        pytest.skip(f"{KUBERAY} not present")
     source = (KUBERAY / "SOURCE.md").read_text()
-    assert "v1.7.0" in source and "ray.io_rayjobs.yaml" in source
+    assert "v1.7.0" in source and "ray.io_rayjobs.yaml" in source and RAYJOB_CRD_SHA256 in source
 
 
 def dump(data) -> str:  # pragma: no cover - debugging aid
     return dump_yaml(data)
+
+
+def test_no_rayjob_without_a_known_image(write_spec, tmp_path):
+    """verl publishes no image for vLLM 0.33.0: a ray-launched bundle gets no rayjob.yaml (its README says why);
+    a kuberay-launched spec must name an image (rule CLU001), and then gets one with that image."""
+    from tests.conftest import BASE_SPEC
+
+    bundle = compile_bundle(write_spec(patched(BASE_SPEC, {"name": "v033", "stack": {"vllm": "0.33.0"}})),
+                            tmp_path / "a")
+    assert not (bundle / "rayjob.yaml").exists()
+    assert "not generated: verl publishes no image for vllm\n    0.33.0" in (bundle / "README.md").read_text()
+    named = patched(BASE_SPEC, {"name": "v033k", "stack": {"vllm": "0.33.0"}, "cluster": {
+        "launcher": "kuberay", "kuberay": {"image": "registry.example/verl:v033", "volumes": [
+            {"name": "m", "mount_path": "/models", "pvc": "m"}, {"name": "d", "mount_path": "/data", "pvc": "d"}]}}})
+    job = documents(compile_bundle(write_spec(named, "k.yaml"), tmp_path / "b"))["RayJob"]
+    assert errors(job) == []
+    assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == \
+        "registry.example/verl:v033"
+
+
+def test_spec_rejects_bad_volumes_and_secrets():
+    from pydantic import ValidationError
+
+    from fp8spec.spec.model import KubeRaySettings
+
+    for bad in ({"volumes": [{"name": "m", "mount_path": "/m"}]},  # no source
+                {"volumes": [{"name": "m", "mount_path": "/m", "pvc": "a", "host_path": "/x"}]},  # two sources
+                {"volumes": [{"name": "m", "mount_path": "models", "pvc": "a"}]},  # relative mount
+                {"volumes": [{"name": "m", "mount_path": "/a", "pvc": "a"}, {"name": "m", "mount_path": "/b",
+                                                                             "pvc": "b"}]},
+                {"secret_env": [{"env": "HF TOKEN", "secret": "hf", "key": "token"}]},
+                {"secret_env": [{"env": "HF_TOKEN", "secret": "Hf_Token", "key": "token"}]},
+                {"extra_overrides": ["not an override"]}, {"extra_overrides": ["x=${oc.env:HOME}"]}):
+        with pytest.raises(ValidationError):
+            KubeRaySettings(**bad)

@@ -1,6 +1,8 @@
-"""slurm.sbatch: valid bash, and run through stub sbatch/srun/scontrol/ray (which record their argv) it
-allocates hardware.nodes nodes, starts one Ray node per Slurm node with the spec's GPU count, waits for all
-GPUs, runs the preflight before the training job, and stops Ray on every node on the way out."""
+"""slurm.sbatch on multi-node allocations, which the single-node Slurm of CI cannot give
+(tests/launchers/test_real_slurm.py runs it through real Slurm and Ray on one node): run through stub
+sbatch/srun/scontrol/ray that record their argv, it allocates hardware.nodes nodes, starts one Ray node per
+Slurm node with the spec's GPU count, waits for all GPUs, runs the preflight before the training job, and
+stops every `ray start` step on the way out (never a machine-wide `ray stop`)."""
 
 from __future__ import annotations
 
@@ -97,7 +99,7 @@ def test_two_nodes_of_eight_gpus(sbatch, bundle_30b):
     # waited until Ray reported all 16 GPUs (8, 8, then 16), sleeping between polls
     statuses = [c for c in calls if c["cmd"] == "ray" and c["argv"][:1] == ["status"]]
     assert len(statuses) == 3 and all(c["argv"][1] == "--address=10.0.0.1:6379" for c in statuses)
-    assert sum(c["cmd"] == "sleep" for c in calls) == 2
+    assert sum(c["cmd"] == "sleep" and c["argv"] == ["5"] for c in calls) == 2
     # then the preflight job, then the training job (followed to its end: no --no-wait)
     jobs = [c["argv"] for c in calls if c["cmd"] == "ray" and c["argv"][:2] == ["job", "submit"]]
     assert [j[j.index("--") + 1:] for j in jobs] == [["python3", "./preflight.py"], ["bash", "./launch.sh"]]
@@ -105,10 +107,9 @@ def test_two_nodes_of_eight_gpus(sbatch, bundle_30b):
     assert "--no-wait" not in jobs[1]
     order = [i for i, c in enumerate(calls) if c["cmd"] == "ray" and c["argv"][:1] in (["status"], ["job"])]
     assert order == sorted(order)
-    # teardown: ray stop on both nodes, and the ray start steps are gone
-    stops = [(o, cmd) for o, cmd in sruns if cmd[:2] == ["ray", "stop"]]
-    assert len(stops) == 1 and stops[0][0]["--nodes"] == "2" and stops[0][0]["--ntasks-per-node"] == "1"
-    assert calls.index(next(c for c in calls if c["cmd"] == "srun" and "stop" in c["argv"])) > max(order)
+    # teardown: the ray start steps are stopped by pid; no `ray stop`, which would hit every Ray on the node
+    assert not any(c["cmd"] == "ray" and c["argv"][:1] == ["stop"] for c in calls)
+    assert "stopping Ray on 2 node(s)" in proc.stdout
     assert pids_alive(calls) == []
 
 
@@ -117,7 +118,6 @@ def test_preflight_failure_stops_before_training_and_tears_down(sbatch, bundle_3
     assert proc.returncode == 1
     jobs = [c["argv"] for c in calls if c["cmd"] == "ray" and c["argv"][:2] == ["job", "submit"]]
     assert len(jobs) == 1 and "./preflight.py" in jobs[0]
-    assert any(cmd[:2] == ["ray", "stop"] for _, cmd in srun_commands(calls))
     assert pids_alive(calls) == []
 
 
@@ -126,7 +126,6 @@ def test_gives_up_when_gpus_never_appear(sbatch, bundle_30b):
     assert proc.returncode == 2
     assert "Ray reports 8 of 16 GPUs" in proc.stderr
     assert not any(c["cmd"] == "ray" and c["argv"][:1] == ["job"] for c in calls)
-    assert any(cmd[:2] == ["ray", "stop"] for _, cmd in srun_commands(calls))
     assert pids_alive(calls) == []
 
 
@@ -134,15 +133,6 @@ def test_allocation_must_match_the_spec(sbatch, bundle_30b):
     proc, calls = sbatch(bundle_30b, STUB_NODES="gpu-1")
     assert proc.returncode == 2 and "the allocation has 1 node(s), the spec wants 2" in proc.stderr
     assert not any(c["cmd"] == "srun" for c in calls)
-
-
-def test_single_node_and_arguments_reach_submit(sbatch, bundle_8b):
-    proc, calls = sbatch(bundle_8b, "--skip-gpu-checks", STUB_GPUS="8")
-    assert proc.returncode == 0, proc.stderr
-    starts = [(o, cmd) for o, cmd in srun_commands(calls) if cmd[:2] == ["ray", "start"]]
-    assert len(starts) == 1 and "--head" in starts[0][1] and flag(starts[0][1], "--num-gpus") == "8"
-    jobs = [c["argv"] for c in calls if c["cmd"] == "ray" and c["argv"][:2] == ["job", "submit"]]
-    assert jobs[0][-1] == "--skip-gpu-checks"
 
 
 def test_slurm_settings_from_the_spec(sbatch, write_spec, tmp_path):

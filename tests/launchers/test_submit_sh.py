@@ -4,8 +4,10 @@ training job only when the preflight succeeded, with the bundle's ids, address a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +124,18 @@ def test_spec_values_are_quoted_not_run(stub, write_spec, tmp_path):
     assert ray[0]["argv"][2:4] == ["--address", address]
     assert ray[0]["argv"][-1] == "out/quoted/preflight.py"
     assert not pwned.exists()
+
+
+def test_missing_ray_is_named(bundle_8b, tmp_path):
+    """Without the `ray` command, submit.sh says so (exit 2) instead of pointing at a table it never printed."""
+    import shutil
+
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(p) / "ray").exists())
+    assert shutil.which("ray", path=path) is None
+    proc = subprocess.run(["bash", str(bundle_8b / "submit.sh")], env=dict(os.environ, PATH=path),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("submit.sh: the `ray` command is not on PATH: activate the Python environment "
+                                   "that has ray[default] (it submits the jobs)")
+    assert "table" not in proc.stderr

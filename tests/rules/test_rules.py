@@ -15,6 +15,15 @@ MEGATRON_TP1 = {"training": {"backend": "megatron", "precision": "fp8", "paralle
 CASES = {
     "BLK001": ([MOE, {"rollout": {"tp": 4}}], [MOE, {"rollout": {"tp": 2}}], "768 / tp 4 = 192"),
     "BLK002": ([{"linear": {"block_size": [64, 64]}}], [{"linear": {"block_size": [128, 128]}}], "[64, 64]"),
+    "CLU001": ([{"cluster": {"launcher": "kuberay"}, "stack": {"vllm": "0.33.0"}}],
+               [{"cluster": {"launcher": "kuberay", "kuberay": {"image": "registry.example/verl:v033"}},
+                 "stack": {"vllm": "0.33.0"}}], "no verl image is known for vllm 0.33.0"),
+    "CLU002": ([{"cluster": {"launcher": "kuberay", "kuberay": {"volumes": [
+                   {"name": "models", "mount_path": "/models", "pvc": "models"}]}}}],
+               [{"cluster": {"launcher": "kuberay", "kuberay": {"volumes": [
+                   {"name": "models", "mount_path": "/models", "pvc": "models"},
+                   {"name": "data", "mount_path": "/data/", "host_path": "/mnt/data"}]}}}],
+               "data.train_files /data/train.parquet is under no cluster.kuberay.volumes mount_path"),
     "COR001": ([{"correction": {"method": "none"}}],
                [{"correction": {"method": "none"}, "linear": {"quantize": False}, "kv_cache": {"dtype": "bf16"}}],
                "correction.method is 'none'"),

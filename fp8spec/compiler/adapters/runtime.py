@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan
-from fp8spec.patchset import manifest
+from fp8spec.patchset import manifest, shipped_fileset
 from fp8spec.rules.context import RuleContext
 
 
@@ -51,8 +51,13 @@ def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> 
                  "keep the first q/k/v scales computed from real rollout data and push them at every sync "
                  "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)")
     plan.add("env", m.ENV_VERL_EXTERNAL_MODULES, m.MODULE, sources,
-             "verl imports the listed modules in every process that imports verl (verl/__init__.py)",
+             "verl imports the listed modules in every process that imports verl (verl/__init__.py), vLLM's "
+             "worker processes included; the bundle's activation does not use vLLM's plugin entry point",
              ctx.profile("verl").evidence("env.external_modules"))
+    # The patch set travels with the bundle (lib/fp8spec), never through pip on the nodes.
+    shipped = shipped_fileset()
+    plan.py_modules = [shipped["py_module"]]
+    plan.py_modules_key = keys.key("key.ray_runtime_env_py_modules")
     base = keys.key("key.rollout_engine_kwargs") + "." + engine
     for name in names:
         extra = (m.PATCHES[name].get("engine_args") or {}).get(engine) or {}

@@ -4,7 +4,8 @@
 #
 # First the preflight runs as a Ray job of its own (preflight.py: one task on every GPU node checks GPUs,
 # CUDA, pinned versions, the FP8 environment and the model's config.json); the training job (launch.sh)
-# is submitted only when it passed. Both jobs get runtime_env.yaml (working_dir + FP8 env vars).
+# is submitted only when it passed. Both jobs get runtime_env.yaml (working_dir, the FP8 env vars and, when
+# the bundle needs it, the runtime patch set in lib/ as py_modules): nothing is installed on the nodes.
 #
 # usage: bash submit.sh [options] [-- extra Hydra overrides for launch.sh]
 #   --address URL      Ray dashboard address (default: the spec's cluster.address, http://ray-head:8265)
@@ -40,6 +41,8 @@ while (($#)); do
   esac
 done
 [[ -n $address ]] || die "--address is empty"
+command -v ray >/dev/null 2>&1 \
+  || die "the \`ray\` command is not on PATH: activate the Python environment that has ray[default] (it submits the jobs)"
 if [[ -n $id_suffix ]]; then
   [[ $id_suffix =~ ^[A-Za-z0-9._-]+$ ]] || die "--id-suffix may hold only letters, digits, '.', '_' and '-'"
   submission_id+="-$id_suffix"
@@ -64,7 +67,7 @@ fi
 echo "submit.sh: preflight job $preflight_id on $address"
 if ! ray job submit --address "$address" --submission-id "$preflight_id" --runtime-env runtime_env.yaml \
     -- python3 "$in_wd/preflight.py" ${preflight_args[@]+"${preflight_args[@]}"}; then
-  echo "submit.sh: the preflight failed; the training job was NOT submitted (see the table above)" >&2
+  echo "submit.sh: the preflight job did not pass (its output is above); the training job was NOT submitted" >&2
   exit 1
 fi
 # `ray job submit` exits 0 also when its log stream ends early or the job was stopped: ask for the status.

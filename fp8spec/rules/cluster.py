@@ -1,0 +1,67 @@
+"""Cluster: what a KubeRay launch needs that the spec must say (the image, where the files are mounted)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from fp8spec.rules.registry import Finding, rule
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def kuberay_image(ctx) -> str | None:
+    """The pods' image: the spec's, else verl's published image for the pinned engine version."""
+    image = ctx.spec.cluster.kuberay.image
+    if image:
+        return image
+    return (ctx.fact("verl", "images.kuberay") or {}).get(f"{ctx.engine}=={ctx.engine_version}")
+
+
+@rule(
+    "CLU001", "kuberay-image-unknown", "error",
+    "A KubeRay launch has no image for the pinned rollout engine version.",
+    """The head, worker and submitter pods run one image, which must hold the pinned verl and engine. verl
+    publishes one image per engine release (verl's docker/README.md: verlai/verl:vllm024.latest for vLLM
+    0.24.0, verlai/verl:sgl0512.latest for SGLang 0.5.12); an SGLang run on the vLLM image, or an engine
+    version no image carries, fails its preflight on every node.""",
+    "set cluster.kuberay.image to an image with the pinned stack, or pin the engine version verl's image has",
+    needs_model=False,
+)
+def kuberay_image_unknown(ctx):
+    if ctx.spec.cluster.launcher != "kuberay" or ctx.profile("verl") is None:
+        return
+    if kuberay_image(ctx) is None:
+        yield Finding(f"no verl image is known for {ctx.engine} {ctx.engine_version} (verl "
+                      f"{ctx.spec.stack.verl} publishes images for "
+                      f"{', '.join(sorted(ctx.fact('verl', 'images.kuberay') or {})) or 'no engine'})",
+                      "cluster.kuberay.image")
+
+
+def _under(path: str, mounts: list[str]) -> bool:
+    path = posixpath.normpath(path)
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+@rule(
+    "CLU002", "kuberay-path-not-mounted", "warning",
+    "A KubeRay launch reads the model or a data file from a path no volume mounts.",
+    """Pods see only their image and the volumes mounted into them. model.path (unless it is a hub id) and every
+    data file must lie under a cluster.kuberay.volumes mount_path, or be baked into the image; otherwise the
+    preflight fails on every node and verl cannot load them.""",
+    "add a volume (hostPath or PVC) whose mount_path holds the path, or acknowledge it when the image holds it",
+    acknowledgeable=True, needs_model=False,
+)
+def kuberay_path_not_mounted(ctx):
+    spec = ctx.spec
+    if spec.cluster.launcher != "kuberay":
+        return
+    mounts = [posixpath.normpath(v.mount_path) for v in spec.cluster.kuberay.volumes]
+    if not spec.model.from_hub and not _under(spec.model.path, mounts):
+        yield Finding(f"model.path {spec.model.path} is under no cluster.kuberay.volumes mount_path", "model.path")
+    for field in ("train_files", "val_files"):
+        value = getattr(spec.data, field)
+        for path in [value] if isinstance(value, str) else (value or []):
+            if not _URL.match(path) and posixpath.isabs(path) and not _under(path, mounts):
+                yield Finding(f"data.{field} {path} is under no cluster.kuberay.volumes mount_path",
+                              f"data.{field}")
