@@ -125,6 +125,9 @@ def compile_variant(spec_path: Path, backend: str, patch: dict, tmp_dir: Path, l
     yaml = YAML()
     data = yaml.load(spec_path.read_text(encoding="utf-8"))
     merge(data, patch)
+    config_path = (data.get("model") or {}).get("config_path")
+    if config_path and not Path(config_path).is_absolute():  # relative to the spec's folder, which moves here
+        data["model"]["config_path"] = str(spec_path.parent / config_path)
     cluster = data.get("cluster") or {}
     if "stack" in patch and cluster.get("launcher") == "kuberay" and not (cluster.get("kuberay") or {}).get("image"):
         # verl publishes images only for the engine versions it pins (rule CLU001): a re-pinned KubeRay

@@ -81,7 +81,14 @@ def launchable_bundle(example: Path, root: Path) -> tuple[Path, dict]:
 
     yaml = YAML(typ="safe")
     data = yaml.load(example.read_text(encoding="utf-8"))
-    model = write_model(root / "model", load_entry(data["model"]["name"])["config"])
+    config_path = data["model"].get("config_path")
+    if config_path:  # a local model: its config.json beside the spec; the copied spec must still find it
+        config_file = example.parent / config_path
+        data["model"]["config_path"] = str(config_file)
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    else:
+        config = load_entry(data["model"]["name"])["config"]
+    model = write_model(root / "model", config)
     data["model"]["path"] = str(model)
     data["data"] = {"train_files": str(write_parquet(root / "data" / "train.parquet")),
                     "val_files": str(write_parquet(root / "data" / "val.parquet", rows=8))}

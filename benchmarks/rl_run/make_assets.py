@@ -1,0 +1,98 @@
+"""The three inputs of the one-H200 FP8 RL run, made offline: a tiny Qwen3 model, its tokenizer, a dataset.
+
+    python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl     # model/, data/train.parquet, data/test.parquet
+
+* model/: Qwen3 architecture with the shape in specs/models/tiny-qwen3/config.json (hidden 1024, intermediate
+  3072, 8 heads / 4 KV heads of 128, 4 layers: every linear is a whole number of 128x128 blocks, so vLLM
+  quantizes each one), random weights from transformers' own initialiser (seed 0), saved as safetensors, BF16.
+* model/tokenizer.json etc.: a byte-level BPE trained here with `tokenizers` on the dataset's own text, saved in
+  Hugging Face format with a minimal chat template (verl applies the tokenizer's chat template to each prompt).
+* data/*.parquet: arithmetic word problems in verl's RL format (`data_source` openai/gsm8k, chat `prompt`,
+  `reward_model.ground_truth`), scored by verl's shipped GSM8K rule (`#### <answer>` in the response).
+
+Nothing is downloaded; the same seed gives the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE.parents[1] / "specs" / "models" / "tiny-qwen3" / "config.json"
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+SPECIAL = ["<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>", "<|system|>"]
+
+
+def problems(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a, b, c = rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 9)
+        q = (f"A farmer has {a} apples and buys {b} more. He packs them into bags of {c} and eats the rest. "
+             f"How many full bags does he have? Think step by step and end with '#### <number>'.")
+        answer = (a + b) // c
+        rows.append({"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": q}],
+                     "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(answer)},
+                     "extra_info": {"split": "train", "index": i,
+                                    "answer": f"{a} + {b} = {a + b}; {a + b} // {c} = {answer}\n#### {answer}"}})
+    return rows
+
+
+def build_tokenizer(texts: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>",
+                                   bos_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--train", type=int, default=512)
+    ap.add_argument("--test", type=int, default=64)
+    a = ap.parse_args()
+    import pandas as pd
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = json.loads(CONFIG.read_text(encoding="utf-8"))
+    train, test = problems(a.train, 0), problems(a.test, 1)
+    for row in test:
+        row["extra_info"]["split"] = "test"
+    texts = [r["prompt"][0]["content"] + " " + r["extra_info"]["answer"] for r in train + test]
+    tokenizer = build_tokenizer(texts, config["vocab_size"] - 128)
+    assert len(tokenizer) <= config["vocab_size"], (len(tokenizer), config["vocab_size"])
+    model_dir = a.out / "model"
+    tokenizer.save_pretrained(model_dir)
+    cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    cfg.architectures = config["architectures"]
+    cfg.eos_token_id = tokenizer.eos_token_id
+    cfg.pad_token_id = tokenizer.pad_token_id
+    cfg.bos_token_id = None
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    data_dir = a.out / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(train).to_parquet(data_dir / "train.parquet", index=False)
+    pd.DataFrame(test).to_parquet(data_dir / "test.parquet", index=False)
+    print(f"make_assets: {model_dir} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f} M params, "
+          f"vocab {len(tokenizer)}), {data_dir}/train.parquet ({len(train)} rows), test.parquet ({len(test)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
