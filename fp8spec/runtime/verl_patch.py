@@ -45,6 +45,7 @@ import operator
 import os
 import pickle
 import threading
+import time
 from collections import OrderedDict
 from itertools import compress, repeat
 
@@ -774,7 +775,12 @@ def patch_bucket_receiver(module) -> None:
             with received_bucket(self.buffer, meta, weights, raw=sock.last_raw):
                 return on_bucket_received(weights, is_last)
 
-        return orig_receive(self, on_bucket)
+        start, launches = time.perf_counter(), FLAT_STATS["flat_launches"]
+        out = orig_receive(self, on_bucket)
+        # one line per weight sync: which quantizer ran and how long the whole receive took
+        logger.info("fp8spec fast_block_quant: weight sync received in %.3f s, %d flat-bucket launches, stats %s",
+                    time.perf_counter() - start, FLAT_STATS["flat_launches"] - launches, dict(FLAT_STATS))
+        return out
 
     @functools.wraps(orig_cleanup)
     def _cleanup(self):

@@ -387,3 +387,10 @@ def test_verl_trainer_kv_flow(monkeypatch):
     assert all(t.dtype == torch.float32 and t.dim() == 0 and t.item() > 0 for _, t in tail)
     assert len(out) == len(names) + 6
     assert not cal.amax.any()  # reset after the sync
+
+
+def test_scale_summary_names_each_kind_range():
+    named = [("model.layers.0.self_attn.attn.q_scale", 0.5), ("model.layers.1.self_attn.attn.q_scale", 0.25),
+             ("model.layers.0.self_attn.attn.k_scale", torch.tensor(0.125)),
+             ("model.layers.0.self_attn.attn.v_scale", 2.0)]
+    assert vllm_kv.scale_summary(named) == "k [0.125, 0.125] q [0.25, 0.5] v [2, 2]"

@@ -113,6 +113,14 @@ def apply_and_keep(model_runner, named_scales) -> int:
     return n
 
 
+def scale_summary(named_scales) -> str:
+    """'q [min, max] k [min, max] v [min, max]' over the layers: one log line per sync shows what was pushed."""
+    by_kind: dict[str, list[float]] = {}
+    for name, value in named_scales:
+        by_kind.setdefault(name.rsplit(".", 1)[-1][0], []).append(float(value))
+    return " ".join(f"{k} [{min(v):.6g}, {max(v):.6g}]" for k, v in sorted(by_kind.items()))
+
+
 def split_scales(weights):
     """Split a weight list into (weights without kv scales, kv scales as floats)."""
     kept, scales = [], []
@@ -164,7 +172,8 @@ def patch_verl_worker_extension(module) -> None:
             n = apply_and_keep(self.model_runner, scales)
             for model in list(self._iter_all_models())[1:]:  # an MTP drafter: same layer names
                 apply_kv_scales(model, scales)
-            logger.info("fp8spec kv_scales: applied %d q/k/v scales to %d attention layers", len(scales), n)
+            logger.info("fp8spec kv_scales: applied %d q/k/v scales to %d attention layers (%s)", len(scales), n,
+                        scale_summary(scales))
         return out
 
     _update_weights.__wrapped__ = orig_update
