@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
+_GMU = "rollout.gpu_memory_utilization"
 
-def _check(ctx, verdict_fn, path: str):
+
+def _check(ctx, verdict_fn, path: str, candidates=None):
+    """The verdict as a finding. With ``candidates(plan, verdict)`` the hint proposes those of them that pass
+    every rule (the verdict's own arithmetic only suggests them); otherwise it is the verdict's fix text."""
     from fp8spec.plan.plan import cached_plan
 
     plan = cached_plan(ctx)
     if plan is None:
         return
     verdict = verdict_fn(plan)
-    if verdict is not None and not verdict.ok:
+    if verdict is None or verdict.ok:
+        return
+    if candidates is None:
         yield Finding(verdict.message, path, verdict.fix or None)
+        return
+    code = verdict.code
+    hint, ok = proposal(ctx, code, path, candidates(plan, verdict),
+                        f"no single change passes every rule; {verdict.fix}" if verdict.fix else "")
+    yield Finding(verdict.message, path, hint or None, ok)
+
+
+def _bigger_tps(plan) -> list[dict]:
+    return [{"rollout.tp": tp} for tp in (2, 4, 8) if plan.setup.tp < tp <= plan.gpus_per_node]
 
 
 @rule(
@@ -43,12 +59,21 @@ def trainer_state_exceeds_gpu(ctx):
     max_model_len tokens does not fit, 'To serve at least one request with the model's max seq len'
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
     max_position_embeddings.""",
-    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the message gives values)",
+    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the hint gives values that pass "
+    "every rule)",
 )
 def rollout_no_kv_memory(ctx):
     from fp8spec.plan.feasibility import rollout_weights
 
-    yield from _check(ctx, rollout_weights, "rollout.gpu_memory_utilization")
+    def candidates(plan, verdict):
+        util = verdict.numbers.get("min_utilization", 2.0)
+        out = [{_GMU: util}] if util <= 1.0 else []
+        out += _bigger_tps(plan)
+        if not plan.spec.linear.quantize:
+            out.append({"linear.quantize": True})
+        return out
+
+    yield from _check(ctx, rollout_weights, _GMU, candidates)
 
 
 @rule(
@@ -59,12 +84,24 @@ def rollout_no_kv_memory(ctx):
     default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
-    "lower rollout.gpu_memory_utilization or offload trainer state (the message gives values that fit)",
+    "lower rollout.gpu_memory_utilization or offload trainer state (the hint gives values that pass every rule)",
 )
 def rollout_beside_trainer(ctx):
     from fp8spec.plan.feasibility import colocation
 
-    yield from _check(ctx, colocation, "rollout.gpu_memory_utilization")
+    def candidates(plan, verdict):
+        util = verdict.numbers.get("max_utilization", 0.0)
+        out = [{_GMU: util}] if util > 0 else []
+        offload = ctx.spec.training.offload
+        if not offload.optimizer:
+            out.append({"training.offload.optimizer": True})
+        if not offload.params:
+            out.append({"training.offload.params": True})
+        if not offload.optimizer and not offload.params:
+            out.append({"training.offload.optimizer": True, "training.offload.params": True})
+        return out
+
+    yield from _check(ctx, colocation, _GMU, candidates)
 
 
 @rule(
@@ -81,7 +118,15 @@ def rollout_beside_trainer(ctx):
 def heavy_preemption(ctx):
     from fp8spec.plan.feasibility import preemption
 
-    yield from _check(ctx, preemption, "rollout.max_response_length")
+    def candidates(plan, verdict):
+        out = []
+        if ctx.spec.kv_cache.dtype == "bf16":
+            out.append({"kv_cache.dtype": "fp8_e4m3"})
+        if not ctx.spec.linear.quantize:
+            out.append({"linear.quantize": True})
+        return out + _bigger_tps(plan)
+
+    yield from _check(ctx, preemption, "rollout.max_response_length", candidates)
 
 
 @rule(

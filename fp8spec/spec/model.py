@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
 
 from fp8spec.hardware import GPU_NAMES
+from fp8spec.targets import ENGINES, TRAINERS
 from fp8spec.spec.text import check_value
 
 SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
@@ -181,7 +182,7 @@ class OffloadSection(_Section):
 
 
 class TrainingSection(_Section):
-    backend: Literal["fsdp", "megatron"] = "fsdp"
+    backend: Literal[TRAINERS] = "fsdp"
     precision: Literal["bf16", "fp8"] = "bf16"
     fp8_recipe: Literal["hybrid", "e4m3"] = "hybrid"
     fp8_scaling: Literal["blockwise", "tensorwise", "delayed", "mxfp8"] = "blockwise"
@@ -197,7 +198,7 @@ class TrainingSection(_Section):
 
 
 class RolloutSection(_Section):
-    engine: Literal["vllm", "sglang"] = "vllm"
+    engine: Literal[ENGINES] = "vllm"
     tp: SmallCount = 1
     pp: SmallCount = 1
     ep: SmallCount = 1

@@ -1,0 +1,117 @@
+"""Values a hint may propose: only those with which the spec passes every rule.
+
+A rule that knows candidate fixes (rollout tp values, layouts, budgets) does not trust its own arithmetic:
+each candidate is applied to the spec and every rule runs again. A candidate is proposed only if it removes the
+finding it is proposed for and adds no error: the changed spec may keep errors the spec already has (a
+broader problem, another field), but none at the fields it changes and no new one anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+Changes = Mapping[str, Any]
+ErrorKey = tuple[str, str]  # (code, spec path)
+Found = tuple[str, str, str]  # (code, spec path, severity)
+
+
+def _inside(path: str, field: str) -> bool:
+    """Whether an error at ``path`` is about ``field`` (the field itself or a part of it)."""
+    return path == field or path.startswith(field + ".")
+
+
+def findings_of(ctx) -> frozenset[Found]:
+    """(code, path, severity) of every finding a validation of ``ctx.spec`` reports (acknowledged: info)."""
+    from fp8spec.rules.engine import run_rules
+
+    acknowledged = set(ctx.spec.acknowledge)
+    out = set()
+    for rule, findings in run_rules(ctx):
+        if isinstance(findings, Exception):
+            out.add((rule.code, "", "error"))
+            continue
+        severity = "info" if rule.acknowledgeable and rule.code in acknowledged else rule.severity
+        out.update((rule.code, f.path, severity) for f in findings)
+    return frozenset(out)
+
+
+def _probe(ctx, changes: Changes):
+    """Errors of the spec with ``changes`` applied, or None when a changed value is not one the field takes."""
+    from fp8spec.rules.context import derived_context
+    from fp8spec.spec.edit import EditError, with_values
+
+    key = tuple(sorted(changes.items(), key=lambda kv: kv[0]))
+    if key not in ctx.probes:
+        try:
+            spec = with_values(ctx.spec, changes)
+        except EditError:
+            ctx.probes[key] = None
+        else:
+            ctx.probes[key] = findings_of(derived_context(ctx, spec))
+    return ctx.probes[key]
+
+
+def passes(ctx, changes: Changes, fixes: ErrorKey | None = None) -> bool:
+    """Whether ``changes`` leave the spec with no error it did not have, none at the changed fields, and not
+    ``fixes`` (the finding the changes are proposed for)."""
+    if ctx.probing:
+        return True  # a probe only needs to know whether this rule fires, not which fixes work
+    after = _probe(ctx, changes)
+    if after is None or (fixes is not None and any(found[:2] == tuple(fixes) for found in after)):
+        return False
+    before = {found[:2] for found in _probe(ctx, {}) if found[2] == "error"}
+    for code, path, severity in after:
+        if severity != "error":
+            continue
+        if (code, path) not in before or any(_inside(path, field) for field in changes):
+            return False
+    return True
+
+
+def working(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> list[dict[str, Any]]:
+    """The candidates (each a set of field changes) that pass every rule, in the order given, deduplicated."""
+    out: list[dict[str, Any]] = []
+    for changes in candidates:
+        changes = dict(changes)
+        if changes not in out and passes(ctx, changes, fixes):
+            out.append(changes)
+    return out
+
+
+def working_values(ctx, field: str, values: Iterable[Any], fixes: ErrorKey | None = None) -> list[Any]:
+    """The values of one field that pass every rule."""
+    return [c[field] for c in working(ctx, ({field: v} for v in values), fixes)]
+
+
+def join(values: Iterable[Any]) -> str:
+    return ", ".join(map(str, values))
+
+
+def describe(proposals: Iterable[Changes]) -> str:
+    """'rollout.tp: 1 or 2', or 'a: 1, b: 2 or a: 3, b: 4' for proposals that change several fields."""
+    groups: dict[tuple, list] = {}
+    for changes in proposals:
+        groups.setdefault(tuple(changes), []).append(changes)
+    parts = []
+    for fields, members in groups.items():
+        if len(fields) == 1:
+            parts.append(f"{fields[0]}: {' or '.join(_shown(m[fields[0]]) for m in members)}")
+        else:
+            parts.extend(", ".join(f"{f}: {_shown(m[f])}" for f in fields) for m in members)
+    return "; or ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def proposal(ctx, code: str, path: str, candidates: Iterable[Changes], otherwise: str) -> tuple[str, tuple]:
+    """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule, or
+    ``otherwise`` when none does."""
+    ok = working(ctx, candidates, (code, path))
+    if not ok:
+        return otherwise, ()
+    return f"set {describe(ok)} (each passes every rule)" if len(ok) > 1 else \
+        f"set {describe(ok)} (passes every rule)", tuple(ok)
