@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from fp8spec.module_names import shape_pattern
-from fp8spec.rules.proposals import join, proposal
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -88,9 +88,10 @@ def shard_not_block_aligned(ctx):
         return
     aligned = [t for t in candidate_tps(spec.world_size)
                if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)]
-    shown = f" (block-aligned: {join(aligned)}, but other rules refuse them)" if aligned else ""
     hint, ok = proposal(ctx, "BLK001", "rollout.tp", ({"rollout.tp": t} for t in aligned),
-                        f"no rollout.tp passes every rule{shown}; exclude the misaligned modules in linear.exclude")
+                        "or keep the misaligned modules in BF16 (linear.exclude)" if aligned else
+                        "no rollout.tp puts every shard on whole blocks: keep the misaligned modules in BF16 "
+                        "(linear.exclude)")
     for (pattern, _dim, _size, _split), (count, text) in bad.items():
         plural = f" ({count} modules)" if count > 1 else ""
         yield Finding(f"{pattern}{plural}: {text}", "rollout.tp", hint, ok)

@@ -10,13 +10,10 @@ _SCALINGS = ("blockwise", "tensorwise", "delayed", "mxfp8")
 
 
 def _training_fix(ctx, code: str, path: str):
-    """Other FP8 scalings that pass every rule on this GPU, else BF16 training (FP8 stays in the rollout)."""
+    """Other FP8 scalings that pass every rule on this GPU, or BF16 training (FP8 stays in the rollout)."""
     candidates = [{"training.fp8_scaling": s} for s in _SCALINGS if s != ctx.spec.training.fp8_scaling]
-    hint, ok = proposal(ctx, code, path, candidates, "")
-    if ok:
-        return hint, ok
-    return proposal(ctx, code, path, [{"training.precision": "bf16"}],
-                    "no FP8 training recipe passes every rule on this GPU; train in BF16")
+    return proposal(ctx, code, path, candidates + [{"training.precision": "bf16"}],
+                    "train in BF16 (training.precision: bf16) or target a GPU that supports the recipe")
 
 
 def _fp8_training(spec) -> bool:
@@ -91,7 +88,7 @@ def blackwell_training_fp32(ctx):
     if (_fp8_training(spec) and spec.training.fp8_scaling == "blockwise" and gpu.is_blackwell
             and spec.linear.scale_dtype == "fp32"):
         hint, ok = proposal(ctx, "HW003", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}],
-                            "no linear.scale_dtype passes every rule on this GPU")
+                            "")
         yield Finding(f"FP8 blockwise training on {gpu.name} needs power-of-two scales, but "
                       "linear.scale_dtype is fp32", "linear.scale_dtype", hint, ok)
 
@@ -109,7 +106,7 @@ def sglang_ue8m0(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if spec.linear.quantize and ctx.engine == "sglang" and spec.linear.scale_dtype == "ue8m0" and not gpu.is_blackwell:
         hint, ok = proposal(ctx, "HW004", "linear.scale_dtype", [{"linear.scale_dtype": "fp32"}],
-                            "no linear.scale_dtype passes every rule on this GPU")
+                            "")
         yield Finding(f"SGLang serves UE8M0 scales only on Blackwell; {gpu.name} is {gpu.arch}",
                       "linear.scale_dtype", hint, ok)
 
@@ -126,7 +123,7 @@ def vllm_blackwell_fp32(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if spec.linear.quantize and ctx.engine == "vllm" and gpu.is_blackwell and spec.linear.scale_dtype == "fp32":
         hint, ok = proposal(ctx, "HW005", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}],
-                            "no linear.scale_dtype passes every rule on this GPU")
+                            "")
         yield Finding(f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype", hint, ok)
 
 

@@ -39,8 +39,7 @@ def trainer_layout(ctx):
         candidates = [{_P + "tp": t} for t in divisors(m.world)] + [{_P + "pp": p} for p in divisors(m.world)] + [
             {_P + "cp": c} for c in divisors(m.world)]
         hint, ok = proposal(ctx, "PAR001", "training.parallel", candidates,
-                            f"no single change of tp, pp or cp passes every rule; tp*cp*pp must be one of "
-                            f"{_join(divisors(m.world))}")
+                            f"tp*cp*pp must be one of {_join(divisors(m.world))}")
         yield Finding(f"{m.world} GPUs are not divisible by tp*cp*pp = {m.tp}*{m.cp}*{m.pp} = {m.model_size}; "
                       f"tp*cp*pp must divide them", "training.parallel", hint, ok)
     if m.world % m.expert_model_size:
@@ -48,7 +47,7 @@ def trainer_layout(ctx):
         path = "training.parallel.etp" if ctx.spec.training.parallel.etp is not None else "training.parallel.ep"
         candidates = [{_P + "etp": e} for e in divisors(m.world)] + [{_P + "ep": e} for e in divisors(m.world)]
         hint, ok = proposal(ctx, "PAR001", path, candidates,
-                            "no single change of etp or ep passes every rule; etp*ep*pp must divide the GPUs")
+                            f"etp*ep*pp must divide the {m.world} GPUs")
         yield Finding(f"{m.world} GPUs are not divisible by etp*ep*pp = {m.expert_tp}*{m.ep}*{m.pp} = "
                       f"{m.expert_model_size} ({etp})", path, hint, ok)
 
@@ -80,7 +79,8 @@ def pipeline_layers(ctx):
     where = "training.parallel.first_stage_layers" if m.first_stage_layers is not None else (
         "training.parallel.last_stage_layers" if m.last_stage_layers is not None else "training.parallel.pp")
     hint, ok = proposal(ctx, "PAR008", where, candidates,
-                        "no pp or stage split passes every rule; change the layout (the message has the arithmetic)")
+                        f"pp must divide {layers}, or the first/last stages take the layers the middle stages "
+                        "cannot split")
     yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}", where, hint, ok)
 
 
@@ -98,7 +98,7 @@ def experts_by_ep(ctx):
     m = ctx.megatron
     if model.num_experts % m.ep:
         hint, ok = proposal(ctx, "PAR009", _P + "ep", ({_P + "ep": e} for e in divisors(model.num_experts)),
-                            "no ep passes every rule with this layout")
+                            f"ep must divide the {model.num_experts} experts and etp*ep*pp the {m.world} GPUs")
         yield Finding(f"{model.num_experts} experts of {model.id} are not divisible by ep {m.ep}", _P + "ep",
                       hint, ok)
 
@@ -134,7 +134,7 @@ def trainer_heads(ctx):
     hint, ok = "", ()
     if heads % m.tp or (groups % m.tp and m.tp % groups):
         hint, ok = proposal(ctx, "PAR011", _P + "tp", ({_P + "tp": t} for t in divisors(m.world)),
-                            "no training tp passes every rule with this layout")
+                            "training tp must divide the attention heads, and divide or be divided by the KV heads")
     if heads % m.tp:
         yield Finding(f"{heads} attention heads of {model.id} are not divisible by training tp {m.tp}",
                       _P + "tp", hint, ok)

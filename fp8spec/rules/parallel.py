@@ -15,7 +15,7 @@ def _divisors(n: int) -> list[int]:
 def _value_finding(ctx, code: str, message: str, field: str, candidates, what: str) -> Finding:
     """A finding at ``field`` whose hint proposes the candidate values of that field that pass every rule."""
     hint, ok = proposal(ctx, code, field, ({field: v} for v in candidates),
-                        f"no {field} passes every rule here: {what}")
+                        what)
     return Finding(message, field, hint, ok)
 
 
@@ -33,7 +33,7 @@ def rollout_tp(ctx):
     r = spec.rollout
     gpn = spec.hardware.gpus_per_node
     tps = [t for t in _divisors(gpn) if spec.world_size % t == 0]
-    what = "change hardware.gpus_per_node or the model's shapes allow no split"
+    what = f"rollout.tp must divide the {spec.world_size} GPUs and fit in a node of {gpn}"
     if spec.world_size % r.tp:
         yield _value_finding(ctx, "PAR002", f"{spec.world_size} GPUs are not divisible by rollout.tp {r.tp}",
                              "rollout.tp", tps, what)
@@ -43,11 +43,11 @@ def rollout_tp(ctx):
     eps = [e for e in _divisors(spec.world_size) if e > 1 and e % r.tp == 0]
     if r.ep > 1 and spec.world_size % r.ep:
         yield _value_finding(ctx, "PAR002", f"{spec.world_size} GPUs are not divisible by rollout.ep {r.ep}",
-                             "rollout.ep", eps + [1], "set rollout.ep: 1")
+                             "rollout.ep", eps + [1], f"rollout.ep must divide the {spec.world_size} GPUs")
     elif r.ep > 1 and r.ep % r.tp:
         yield _value_finding(ctx, "PAR002", f"rollout.ep {r.ep} must be tp x dp, a multiple of rollout.tp {r.tp} "
                              "(verl RolloutConfig: expert_parallel_size == tensor_model_parallel_size * "
-                             "data_parallel_size)", "rollout.ep", eps + [1], "set rollout.ep: 1")
+                             "data_parallel_size)", "rollout.ep", eps + [1], f"rollout.ep must be a multiple of {r.tp}")
 
 
 @rule(
@@ -145,7 +145,7 @@ def heads_indivisible(ctx):
         return heads % t == 0 and (model.attention == "mla" or kv % t == 0 or t % kv == 0)
 
     tps = [t for t in _divisors(gpn) if splits(t)]
-    what = f"{model.id}'s heads split only over {', '.join(map(str, tps))}"
+    what = f"{model.id}'s heads split evenly over rollout.tp {', '.join(map(str, tps)) or 'none of the node sizes'}"
     if heads % tp:
         yield _value_finding(ctx, "PAR006", f"{heads} attention heads are not divisible by rollout.tp {tp}",
                              "rollout.tp", tps, what)

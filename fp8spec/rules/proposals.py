@@ -51,31 +51,63 @@ def _probe(ctx, changes: Changes):
     return ctx.probes[key]
 
 
+def _verdict(ctx, changes: Changes, fixes: ErrorKey | None):
+    """(passes, errors left after the change, new errors) for one candidate."""
+    after = _probe(ctx, changes)
+    if after is None:
+        return False, frozenset(), frozenset()
+    if fixes is not None and any(found[:2] == tuple(fixes) for found in after):
+        return False, frozenset(), frozenset()
+    before = {found[:2] for found in _probe(ctx, {}) if found[2] == "error"}
+    left = frozenset(found[:2] for found in after if found[2] == "error")
+    new = frozenset(e for e in left if e not in before)
+    at_changed = any(_inside(path, field) for _, path in left for field in changes)
+    return not new and not at_changed, left, new
+
+
 def passes(ctx, changes: Changes, fixes: ErrorKey | None = None) -> bool:
-    """Whether ``changes`` leave the spec with no error it did not have, none at the changed fields, and not
-    ``fixes`` (the finding the changes are proposed for)."""
+    """Whether ``changes`` remove ``fixes`` (the finding they are proposed for), add no error, and leave none
+    at the changed fields."""
     if ctx.probing:
         return True  # a probe only needs to know whether this rule fires, not which fixes work
-    after = _probe(ctx, changes)
-    if after is None or (fixes is not None and any(found[:2] == tuple(fixes) for found in after)):
-        return False
-    before = {found[:2] for found in _probe(ctx, {}) if found[2] == "error"}
-    for code, path, severity in after:
-        if severity != "error":
-            continue
-        if (code, path) not in before or any(_inside(path, field) for field in changes):
-            return False
-    return True
+    return _verdict(ctx, changes, fixes)[0]
 
 
 def working(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> list[dict[str, Any]]:
-    """The candidates (each a set of field changes) that pass every rule, in the order given, deduplicated."""
-    out: list[dict[str, Any]] = []
+    """The candidates (each a set of field changes) that pass every rule, in the order given, deduplicated.
+    Of those, only the ones that leave the fewest of the spec's other errors are kept: a candidate after
+    which an error remains that another candidate removes too is not proposed."""
+    if ctx.probing:
+        return [dict(c) for c in candidates]
+    passing: list[tuple[dict, frozenset]] = []
     for changes in candidates:
         changes = dict(changes)
-        if changes not in out and passes(ctx, changes, fixes):
-            out.append(changes)
-    return out
+        if any(changes == c for c, _ in passing):
+            continue
+        ok, left, _ = _verdict(ctx, changes, fixes)
+        if ok:
+            passing.append((changes, left))
+    return [c for c, left in passing if not any(other < left for _, other in passing)]
+
+
+def blocked(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> str:
+    """For a hint when no candidate passes: the candidates that would fix the finding, and the codes of the
+    errors each would add ('' when none fixes it)."""
+    if ctx.probing:
+        return ""
+    by_codes: dict[tuple, list] = {}
+    for changes in candidates:
+        changes = dict(changes)
+        after = _probe(ctx, changes)
+        if after is None or (fixes is not None and any(found[:2] == tuple(fixes) for found in after)):
+            continue
+        _, _, new = _verdict(ctx, changes, fixes)
+        codes = tuple(sorted({code for code, _ in new}))
+        if codes:
+            by_codes.setdefault(codes, []).append(changes)
+    groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0]), kv[0]))
+    return "; ".join(f"{describe(members)} (then {' and '.join(codes)} {'refuses' if len(codes) == 1 else 'refuse'}"
+                     " the spec)" for codes, members in groups[:3])
 
 
 def working_values(ctx, field: str, values: Iterable[Any], fixes: ErrorKey | None = None) -> list[Any]:
@@ -109,9 +141,14 @@ def _shown(value: Any) -> str:
 
 def proposal(ctx, code: str, path: str, candidates: Iterable[Changes], otherwise: str) -> tuple[str, tuple]:
     """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule, or
-    ``otherwise`` when none does."""
+    ``otherwise`` when none does (with the candidates that fix this finding and the rules that then refuse
+    the spec)."""
+    candidates = [dict(c) for c in candidates]
     ok = working(ctx, candidates, (code, path))
     if not ok:
-        return otherwise, ()
+        near = blocked(ctx, candidates, (code, path))
+        if near:
+            near = f"no single change passes every rule: {near}"
+        return "; ".join(p for p in (near, otherwise) if p), ()
     return f"set {describe(ok)} (each passes every rule)" if len(ok) > 1 else \
         f"set {describe(ok)} (passes every rule)", tuple(ok)
