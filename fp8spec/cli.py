@@ -86,7 +86,7 @@ def _root(
 
 @app.command()
 def validate(
-    specs: List[Path] = typer.Argument(..., metavar="SPEC...", help="Spec files (YAML).", show_default=False,
+    specs: List[Path] = typer.Argument(..., metavar="SPEC", help="Spec files (YAML).", show_default=False,
                                        readable=False),
     format: str = _format_option(),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors (exit 1)."),
@@ -161,7 +161,7 @@ def _write_text(path: Path, text: str) -> None:
 
 
 @app.command()
-def rules(code: Optional[str] = typer.Argument(None, metavar="[CODE]", autocompletion=_complete_code,
+def rules(code: Optional[str] = typer.Argument(None, metavar="CODE", autocompletion=_complete_code,
                                                help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.")
           ) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
@@ -259,7 +259,7 @@ def explain(
 
 @app.command()
 def diff(
-    specs: List[Path] = typer.Argument(..., metavar="SPEC [SPEC]", show_default=False, readable=False,
+    specs: List[Path] = typer.Argument(..., metavar="SPEC", show_default=False, readable=False,
                                        help="Two specs, or one spec with two --backend."),
     backends: Optional[List[str]] = typer.Option(
         None, "--backend", "-b", metavar="BACKEND", autocompletion=_complete_backend,

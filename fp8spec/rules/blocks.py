@@ -86,8 +86,9 @@ def shard_not_block_aligned(ctx):
     bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
     if not bad:
         return
-    aligned = [t for t in candidate_tps(spec.world_size)
-               if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)]
+    aligned = [] if ctx.probing else [  # a probe only asks whether the rule fires
+        t for t in candidate_tps(spec.world_size)
+        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)]
     hint, ok = proposal(ctx, "BLK001", "rollout.tp", ({"rollout.tp": t} for t in aligned),
                         "or keep the misaligned modules in BF16 (linear.exclude)" if aligned else
                         "no rollout.tp puts every shard on whole blocks: keep the misaligned modules in BF16 "

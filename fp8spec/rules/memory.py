@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, rule
+from fp8spec.rules.registry import Finding, get_rule, rule
 
 _GMU = "rollout.gpu_memory_utilization"
 
 
 def _check(ctx, verdict_fn, path: str, candidates=None):
     """The verdict as a finding. With ``candidates(plan, verdict)`` the hint proposes those of them that pass
-    every rule (the verdict's own arithmetic only suggests them); otherwise it is the verdict's fix text."""
+    every rule (the verdict's own arithmetic only suggests them), else the rule's general fix; without, it is
+    the verdict's fix text (bounds, not values to set)."""
     from fp8spec.plan.plan import cached_plan
 
     plan = cached_plan(ctx)
@@ -23,8 +24,7 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
         yield Finding(verdict.message, path, verdict.fix or None)
         return
     code = verdict.code
-    hint, ok = proposal(ctx, code, path, candidates(plan, verdict),
-                        f"no single change passes every rule; {verdict.fix}" if verdict.fix else "")
+    hint, ok = proposal(ctx, code, path, candidates(plan, verdict), get_rule(code).hint)
     yield Finding(verdict.message, path, hint or None, ok)
 
 
@@ -59,8 +59,8 @@ def trainer_state_exceeds_gpu(ctx):
     max_model_len tokens does not fit, 'To serve at least one request with the model's max seq len'
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
     max_position_embeddings.""",
-    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the hint gives values that pass "
-    "every rule)",
+    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the hint names the values that "
+    "pass every rule)",
 )
 def rollout_no_kv_memory(ctx):
     from fp8spec.plan.feasibility import rollout_weights
@@ -84,7 +84,8 @@ def rollout_no_kv_memory(ctx):
     default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
-    "lower rollout.gpu_memory_utilization or offload trainer state (the hint gives values that pass every rule)",
+    "lower rollout.gpu_memory_utilization or offload trainer state (the hint names the values that pass every "
+    "rule)",
 )
 def rollout_beside_trainer(ctx):
     from fp8spec.plan.feasibility import colocation
@@ -112,7 +113,8 @@ def rollout_beside_trainer(ctx):
     runs out and vLLM preempts and recomputes sequences. The FP8-RL paper measured frequent preemption at
     20K-token responses with a BF16 KV cache and attributed FP8 KV's 38% rollout speed-up to avoiding it.
     Capacity here is vLLM 0.24's (GPU KV cache size) for the spec's FP8 choices.""",
-    "use an FP8 KV cache, a larger rollout.tp or gpu_memory_utilization, or shorter responses",
+    "use an FP8 KV cache (kv_cache.dtype: fp8_e4m3), a larger rollout.tp or gpu_memory_utilization, or shorter "
+    "responses",
     acknowledgeable=True,
 )
 def heavy_preemption(ctx):

@@ -143,6 +143,8 @@ def proposal(ctx, code: str, path: str, candidates: Iterable[Changes], otherwise
     """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule, or
     ``otherwise`` when none does (with the candidates that fix this finding and the rules that then refuse
     the spec)."""
+    if ctx.probing or code in ctx.spec.acknowledge:
+        return otherwise, ()  # a probe needs no hint; an acknowledged finding is information, not a problem
     candidates = [dict(c) for c in candidates]
     ok = working(ctx, candidates, (code, path))
     if not ok:
