@@ -33,6 +33,7 @@ class Validation:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     context: Optional[RuleContext] = None
     retargeted: tuple[Retarget, ...] = ()
+    findings: list[tuple[Rule, Finding, str]] = field(default_factory=list)  # with the severity reported
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -80,6 +81,7 @@ def validate_loaded(loaded: LoadedSpec, spec_dir: Path, retarget: Optional[Mappi
             if rule.code in acknowledged and rule.acknowledgeable:
                 severity = "info"
                 message = f"{message} (acknowledged: {acknowledged[rule.code]})"
+            result.findings.append((rule, finding, severity))
             line, col = loaded.locate(finding.path)
             result.diagnostics.append(Diagnostic(
                 severity, rule.code, message, loaded.file, line, col, finding.path, finding.hint or rule.hint,

@@ -59,8 +59,7 @@ def trainer_state_exceeds_gpu(ctx):
     max_model_len tokens does not fit, 'To serve at least one request with the model's max seq len'
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
     max_position_embeddings.""",
-    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the hint names the values that "
-    "pass every rule)",
+    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (linear.quantize: true)",
 )
 def rollout_no_kv_memory(ctx):
     from fp8spec.plan.feasibility import rollout_weights
@@ -84,8 +83,7 @@ def rollout_no_kv_memory(ctx):
     default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
-    "lower rollout.gpu_memory_utilization or offload trainer state (the hint names the values that pass every "
-    "rule)",
+    "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
 )
 def rollout_beside_trainer(ctx):
     from fp8spec.plan.feasibility import colocation
@@ -138,9 +136,21 @@ def heavy_preemption(ctx):
     Korthikanti et al. 2022, divided by TP under sequence parallelism, kept only at layer inputs with verl
     FSDP's gradient checkpointing) and its logits (bf16 logits, fp32 log-probabilities and the logit
     gradient: 8 bytes per token and vocabulary entry). These are estimates, so this is a warning.""",
-    "lower the micro-batch (or dynamic-batching token budget) or shard activations further",
+    "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
+    "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
 )
 def trainer_activations_exceed_gpu(ctx):
     from fp8spec.plan.feasibility import trainer_activations
 
-    yield from _check(ctx, trainer_activations, "algorithm.ppo_micro_batch_size_per_gpu")
+    def candidates(plan, verdict):
+        # a shorter response shrinks the longest micro-batch (activations and logits grow with its tokens)
+        shorter = [{"rollout.max_response_length": ctx.spec.rollout.max_response_length // d} for d in (2, 4)]
+        if ctx.spec.training.backend != "megatron":
+            return shorter
+        p, gpn, world = ctx.spec.training.parallel, ctx.spec.hardware.gpus_per_node, ctx.spec.world_size
+        out = [{"training.parallel.tp": t} for t in (2, 4, 8) if p.tp < t <= gpn]
+        out += [{"training.parallel.pp": n} for n in (2, 4) if p.pp < n and world % n == 0]
+        out += [{"training.parallel.cp": 2}] if p.cp == 1 else []
+        return out + shorter
+
+    yield from _check(ctx, trainer_activations, "algorithm.ppo_micro_batch_size_per_gpu", candidates)
