@@ -6,6 +6,7 @@ Exit codes: 0 clean (warnings allowed unless --strict), 1 the spec has errors (s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -111,7 +112,7 @@ def validate(
         except BackendChoiceError as err:
             _usage_error(str(err))
         except InputError as err:
-            diags = [err.diagnostic]
+            diags = [_flag_value_hint(err.diagnostic, path)]
             exit_code = max(exit_code, EXIT_BAD_INPUT)
         results[display] = diags
         if any(d.severity == "error" for d in diags) or (strict and any(d.severity == "warning" for d in diags)):
@@ -126,6 +127,13 @@ def validate(
             note = f" ({notes[display]})" if display in notes else ""
             typer.echo(f"{printable(display)}: {summary_line(diags)}{note}")
     raise typer.Exit(exit_code)
+
+
+def _flag_value_hint(diagnostic: Diagnostic, path: Path) -> Diagnostic:
+    """`--strict true`: the flag takes no value, so 'true' was read as a spec file name."""
+    if diagnostic.code == "E001" and path.name.lower() in ("true", "false") and not path.exists():
+        return dataclasses.replace(diagnostic, hint=f"--strict is a flag and takes no value: drop '{path.name}'")
+    return diagnostic
 
 
 @app.command()
@@ -475,7 +483,7 @@ def main() -> None:
     """Console entry point: users see one-line errors, never tracebacks (FP8SPEC_DEBUG=1 shows them)."""
     as_json = _wants_json(sys.argv[1:])
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="fp8spec")  # the same name however it is started
         sys.exit(code if isinstance(code, int) else EXIT_OK)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

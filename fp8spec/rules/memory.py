@@ -24,7 +24,10 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
         yield Finding(verdict.message, path, verdict.fix or None)
         return
     code = verdict.code
-    hint, ok = proposal(ctx, code, path, candidates(plan, verdict), get_rule(code).hint)
+    # acknowledged: information, so the planner's own reading of the situation; otherwise values are proposed
+    # only if they pass every rule, and the rule's general fix stands in when none does
+    otherwise = verdict.fix if code in ctx.spec.acknowledge and verdict.fix else get_rule(code).hint
+    hint, ok = proposal(ctx, code, path, candidates(plan, verdict), otherwise)
     yield Finding(verdict.message, path, hint or None, ok)
 
 

@@ -82,3 +82,46 @@ def test_rules_list_and_explain():
 def test_models_lists_catalog():
     proc = run_cli("models")
     assert proc.returncode == 0 and "Qwen/Qwen3-30B-A3B-Base" in proc.stdout and "deepseek-ai/DeepSeek-V3" in proc.stdout
+
+
+COMMANDS = ("validate", "schema", "rules", "compile", "explain", "diff", "plan", "models", "init")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_renders_flags_as_flags(command):
+    """The issue's case: `--strict <bool>` read as an option taking a value."""
+    import re
+
+    proc = run_cli(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "<bool>" not in proc.stdout and "BOOLEAN" not in proc.stdout
+    for flag in ("--help", "--strict", "--force"):
+        for line in proc.stdout.splitlines():
+            if line.strip().startswith(flag + " ") or line.strip() == flag:
+                assert re.match(rf"^\s+{flag}(\s{{2,}}\S|$)", line), line
+
+
+def test_strict_value_is_explained():
+    proc = run_cli("validate", str(EXAMPLE_SPECS[0]), "--strict", "true")
+    assert proc.returncode == 2
+    assert "hint: --strict is a flag and takes no value: drop 'true'" in proc.stdout
+
+
+def test_shell_completion_is_on():
+    import os
+    import subprocess
+    import sys
+
+    def complete(words: str) -> list[str]:
+        env = dict(os.environ, _FP8SPEC_COMPLETE="complete_bash", COMP_WORDS=words,
+                   COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+        proc = subprocess.run([sys.executable, "-m", "fp8spec.cli"], env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert complete("fp8spec compile spec.yaml --backend meg") == ["megatron+vllm", "megatron+sglang"]
+    assert "init" in complete("fp8spec in")
+    assert complete("fp8spec init --template moe") == ["moe-megatron"]
+    assert complete("fp8spec rules HW00") == ["HW001", "HW002", "HW003", "HW004", "HW005", "HW006"]
+    assert "--install-completion" in run_cli("--help").stdout
