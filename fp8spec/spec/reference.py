@@ -7,10 +7,8 @@ from __future__ import annotations
 import typing
 from typing import Any, Iterator, Literal, Union
 
-import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from fp8spec.spec.model import Spec
 
@@ -74,16 +72,19 @@ def _model_of(annotation: Any):
 
 
 def _bounds(metadata) -> str:
+    """' 1..4096' from a field's constraints (pydantic keeps them as objects with ge/gt/le/lt)."""
     low = high = None
     for m in metadata:
         if isinstance(m, FieldInfo):
-            low_high = _bounds(m.metadata)
-            if low_high:
-                return low_high
-        if isinstance(m, (annotated_types.Ge, annotated_types.Gt)):
-            low = f"{'>' if isinstance(m, annotated_types.Gt) else ''}{getattr(m, 'ge', getattr(m, 'gt', None))}"
-        if isinstance(m, (annotated_types.Le, annotated_types.Lt)):
-            high = f"{'<' if isinstance(m, annotated_types.Lt) else ''}{getattr(m, 'le', getattr(m, 'lt', None))}"
+            nested = _bounds(m.metadata)
+            if nested:
+                return nested
+        for attr, sign in (("ge", ""), ("gt", ">")):
+            if getattr(m, attr, None) is not None:
+                low = f"{sign}{getattr(m, attr)}"
+        for attr, sign in (("le", ""), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                high = f"{sign}{getattr(m, attr)}"
     if low is None and high is None:
         return ""
     return f" {low if low is not None else ''}..{high if high is not None else ''}"
@@ -126,8 +127,6 @@ def _default_text(info: FieldInfo) -> str:
         value = info.default_factory()
     else:
         value = info.default
-    if value is PydanticUndefined:
-        return "required"
     return f"`{_yaml_value(value)}`"
 
 
