@@ -41,9 +41,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-BACKEND_HELP = (f"{', '.join(BACKENDS[:-2])} (a verl run), or {' / '.join(BACKENDS[-2:])} (a standalone server "
-                "for evaluation). Default: the spec's training.backend + rollout.engine; another backend retargets "
-                "the spec: every rule checks it as if it said so.")
+BACKEND_HELP = (f"{', '.join(BACKENDS[:-2])} (a verl run), or {' / '.join(BACKENDS[-2:])} (a "
+                "standalone server for evaluation). Default: the spec's training.backend + rollout.engine; "
+                "another backend retargets the spec: every rule checks it as if it said so.")
 
 
 def _complete_backend(incomplete: str) -> list[str]:
@@ -119,7 +119,8 @@ def validate(
         if any(d.severity == "error" for d in diags) or (strict and any(d.severity == "warning" for d in diags)):
             exit_code = max(exit_code, EXIT_RULE_ERRORS)
     if format == "json":
-        extra = {f: {"backend": backend, "retargeted": notes.get(f, "")} for f in results} if backend else None
+        extra = ({f: {"backend": backend, "retargeted": notes.get(f, "")} for f in results}
+                 if backend else None)
         typer.echo(render_json(results, extra))
     else:
         for display, diags in results.items():
@@ -133,7 +134,8 @@ def validate(
 def _flag_value_hint(diagnostic: Diagnostic, path: Path) -> Diagnostic:
     """`--strict true`: the flag takes no value, so 'true' was read as a spec file name."""
     if diagnostic.code == "E001" and path.name.lower() in ("true", "false") and not path.exists():
-        return dataclasses.replace(diagnostic, hint=f"--strict is a flag and takes no value: drop '{path.name}'")
+        hint = f"--strict is a flag and takes no value: drop '{path.name}'"
+        return dataclasses.replace(diagnostic, hint=hint)
     return diagnostic
 
 
@@ -142,8 +144,8 @@ def schema(
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
                                           help="Write the JSON Schema to this file.", readable=False),
     docs: Optional[Path] = typer.Option(None, "--docs", metavar="FILE", readable=False,
-                                        help="Write the field reference (Markdown) to this file instead, e.g. "
-                                        "docs/spec.md."),
+                                        help="Write the field reference (Markdown) to this file instead, "
+                                        "e.g. docs/spec.md."),
 ) -> None:
     """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line), or
     write the field reference generated from it."""
@@ -170,9 +172,9 @@ def _write_text(path: Path, text: str) -> None:
 
 
 @app.command()
-def rules(code: Optional[str] = typer.Argument(None, metavar="CODE", autocompletion=_complete_code,
-                                               help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.")
-          ) -> None:
+def rules(code: Optional[str] = typer.Argument(
+        None, metavar="CODE", autocompletion=_complete_code,
+        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.")) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
     from fp8spec.rules.registry import all_rules, get_rule
     from fp8spec.spec.codes import input_code, input_codes
@@ -272,8 +274,8 @@ def diff(
                                        help="Two specs, or one spec with two --backend."),
     backends: Optional[List[str]] = typer.Option(
         None, "--backend", "-b", metavar="BACKEND", autocompletion=_complete_backend,
-        help="Without it each spec is compiled for its own backend. Once: both specs retargeted to it. Twice: "
-        "the first spec for the first backend, the second (or the same) spec for the second."),
+        help="Without it each spec is compiled for its own backend. Once: both specs retargeted to it. "
+        "Twice: the first spec for the first backend, the second (or the same) spec for the second."),
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
@@ -282,8 +284,8 @@ def diff(
 
     backends = list(backends or [])
     if len(specs) > 2 or len(backends) > 2 or len(specs) + len(backends) < 3 and len(specs) < 2:
-        _usage_error("diff compares two specs (each on its own backend, or both on one --backend), or one spec "
-                     "on two: fp8spec diff SPEC --backend A --backend B")
+        _usage_error("diff compares two specs (each on its own backend, or both on one --backend), or one "
+                     "spec on two: fp8spec diff SPEC --backend A --backend B")
     pairs = [(specs[0], backends[0] if backends else None),
              (specs[-1], backends[-1] if backends else None)]
     sides = []

@@ -74,7 +74,8 @@ def starter_spec(template: str, model_id: Optional[str] = None, gpu: Optional[st
     if gpu not in GPU_NAMES:
         raise StarterError(f"--gpu {gpu!r} is not one of {', '.join(GPU_NAMES)}")
     if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", name):
-        raise StarterError(f"--name {name!r}: use lowercase letters, digits, '.', '_' and '-' (it names the bundle)")
+        raise StarterError(f"--name {name!r}: use lowercase letters, digits, '.', '_' and '-' (it names the "
+                           "bundle)")
     values = _first_guess(template, model, gpu, nodes, gpus_per_node)
     values.update(name=name or default_name(template, model_id), model_id=model_id, gpu=gpu, nodes=nodes,
                   gpus_per_node=gpus_per_node, model_path=f"/models/{model_id.rsplit('/', 1)[-1]}", file=file)
@@ -134,7 +135,8 @@ def _acknowledge_rest(text: str, file: str, spec_dir: Path, validation, changes:
     acks = {f"acknowledge.{rule.code}": f"fp8spec init found no change that removes it on this hardware: "
             f"{rule.summary[0].lower()}{rule.summary[1:].rstrip('.')}" for rule, _ in left}
     text = set_values(text, acks)
-    changes.extend(f"{key} (kept as a warning you accept; `fp8spec rules {key.split('.')[1]}`)" for key in acks)
+    changes.extend(f"{key} (kept as a warning you accept; `fp8spec rules {key.split('.')[1]}`)"
+                   for key in acks)
     return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes)
 
 

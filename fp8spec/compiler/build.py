@@ -1,4 +1,4 @@
-"""Turn a validated spec and a --backend choice into a Plan (every setting of every layer, with provenance)."""
+"""A validated spec (retargeted to a --backend choice) turned into a Plan: every setting, with provenance."""
 
 from __future__ import annotations
 
@@ -47,9 +47,11 @@ def retarget_fields(choice: BackendChoice) -> dict[str, str]:
     return fields
 
 
-def validate_for(path: str | Path, display: Optional[str], backend: Optional[str]) -> tuple[Validation, BackendChoice]:
+def validate_for(path: str | Path, display: Optional[str],
+                 backend: Optional[str]) -> tuple[Validation, BackendChoice]:
     """Validate a spec for a backend: without one, the spec's own; with one, the spec retargeted to it (every
-    rule checks the spec as if training.backend / rollout.engine said so). Raises BackendChoiceError, InputError."""
+    rule checks the spec as if training.backend / rollout.engine said so).
+    Raises BackendChoiceError, InputError."""
     if backend is None:
         validation = validate_path(path, display)
         spec = validation.loaded.spec
@@ -75,8 +77,8 @@ def retarget_note(validation: Validation, choice: BackendChoice) -> str:
         return ""
     changes = "; ".join(f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
                         for r in validation.retargeted)
-    return (f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked the "
-            "spec as if it said so")
+    return (f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
+            "the spec as if it said so")
 
 
 def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice:
@@ -89,8 +91,9 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
     for field, value in retarget_fields(choice).items():
         section, name = field.split(".")
         if getattr(getattr(spec, section), name) != value:
-            raise BackendChoiceError(f"--backend {choice.name}: the spec was validated with {field} "
-                                     f"{getattr(getattr(spec, section), name)}; validate it for the backend first")
+            have = getattr(getattr(spec, section), name)
+            raise BackendChoiceError(f"--backend {choice.name}: the spec was validated with {field} {have}; "
+                                     "validate it for the backend first")
     return choice
 
 

@@ -54,7 +54,8 @@ def validate_path(path: str | Path, display: str | None = None,
     return validate_loaded(loaded, Path(path).resolve().parent, retarget)
 
 
-def validate_loaded(loaded: LoadedSpec, spec_dir: Path, retarget: Optional[Mapping[str, str]] = None) -> Validation:
+def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
+                    retarget: Optional[Mapping[str, str]] = None) -> Validation:
     result = Validation(loaded, list(loaded.diagnostics))
     if loaded.spec is None:
         return result

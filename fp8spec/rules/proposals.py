@@ -1,8 +1,8 @@
 """Values a hint may propose: only those with which the spec passes every rule.
 
 A rule that knows candidate fixes (rollout tp values, layouts, budgets) does not trust its own arithmetic:
-each candidate is applied to the spec and every rule runs again. A candidate is proposed only if it removes the
-finding it is proposed for and adds no error: the changed spec may keep errors the spec already has (a
+each candidate is applied to the spec and every rule runs again. A candidate is proposed only if it removes
+the finding it is proposed for and adds no error: the changed spec may keep errors the spec already has (a
 broader problem, another field), but none at the fields it changes and no new one anywhere.
 """
 
@@ -36,7 +36,7 @@ def findings_of(ctx) -> frozenset[Found]:
 
 
 def _probe(ctx, changes: Changes):
-    """Errors of the spec with ``changes`` applied, or None when a changed value is not one the field takes."""
+    """Findings of the spec with ``changes`` applied; None when a changed value is not one the field takes."""
     from fp8spec.rules.context import derived_context
     from fp8spec.spec.edit import EditError, with_values
 
@@ -106,8 +106,11 @@ def blocked(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -
         if codes:
             by_codes.setdefault(codes, []).append(changes)
     groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0]), kv[0]))
-    return "; ".join(f"{describe(members)} (then {' and '.join(codes)} {'refuses' if len(codes) == 1 else 'refuse'}"
-                     " the spec)" for codes, members in groups[:3])
+    def verb(codes: tuple) -> str:
+        return "refuses" if len(codes) == 1 else "refuse"
+
+    return "; ".join(f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
+                     for codes, members in groups[:3])
 
 
 def working_values(ctx, field: str, values: Iterable[Any], fixes: ErrorKey | None = None) -> list[Any]:

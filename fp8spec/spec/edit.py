@@ -14,7 +14,7 @@ class EditError(ValueError):
 
 
 def with_values(spec: Spec, changes: Mapping[str, Any]) -> Spec:
-    """``spec`` with each dotted field in ``changes`` set (``{"rollout.tp": 4}``), validated as a file would be."""
+    """``spec`` with each dotted field in ``changes`` set (``{"rollout.tp": 4}``), validated as a file is."""
     if not changes:
         return spec
     data = spec.model_dump(mode="python")

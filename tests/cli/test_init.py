@@ -70,7 +70,8 @@ def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
 def test_cli_init_prints_to_stdout_by_default(tmp_path):
     proc = run_cli("init", "--template", "sglang", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("# qwen3-8b-sglang-fp8-rollout: written by") and not list(tmp_path.iterdir())
+    assert proc.stdout.startswith("# qwen3-8b-sglang-fp8-rollout: written by")
+    assert not list(tmp_path.iterdir())
 
 
 def test_cli_init_refuses_what_cannot_be_clean(tmp_path):

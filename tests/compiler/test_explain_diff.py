@@ -43,7 +43,8 @@ def test_diff_two_specs_each_on_its_own_backend():
     proc = run_cli("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[:2] == [f"--- {SPECS / 'qwen3-8b.yaml'} (fsdp+vllm)", f"+++ {SPECS / 'qwen3-8b-sglang.yaml'} (fsdp+sglang)"]
+    assert lines[:2] == [f"--- {SPECS / 'qwen3-8b.yaml'} (fsdp+vllm)",
+                         f"+++ {SPECS / 'qwen3-8b-sglang.yaml'} (fsdp+sglang)"]
     assert "- [verl override] actor_rollout_ref.rollout.name='vllm'" in lines
     assert "+ [verl override] actor_rollout_ref.rollout.name='sglang'" in lines
 
@@ -65,7 +66,8 @@ def test_diff_one_spec_on_two_backends():
 
 
 def test_diff_both_specs_on_one_backend():
-    proc = run_cli("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"), "-b", "fsdp+sglang")
+    proc = run_cli("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"),
+                   "-b", "fsdp+sglang")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].endswith("(fsdp+sglang, retargeted from fsdp+vllm)")
     assert "actor_rollout_ref.rollout.name" not in proc.stdout

@@ -68,8 +68,8 @@ def test_cli_tests_pass_with_the_lowest_versions(tmp_path):
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), str(REPO), "pytest"],
-                             capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(CONSTRAINTS), str(REPO),
+                              "pytest"], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     show = subprocess.run([str(python), "-c", "import importlib.metadata as m, json, sys; "
                            "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))", *_pins()],

@@ -86,11 +86,12 @@ def test_hw001_on_an_a100_proposes_no_fp8_recipe(validate):
 def test_hints_are_about_their_own_quantity(validate):
     ep = _findings(validate(patched(BASE_SPEC, MOE, {"rollout": {"tp": 2, "ep": 3}})), "PAR002")
     assert ep and ep[0].path == "rollout.ep" and ep[0].hint.startswith("set rollout.ep:")
-    mini = _findings(validate(patched(BASE_SPEC, {"algorithm": {"train_batch_size": 16, "ppo_mini_batch_size": 32,
-                                                                "use_dynamic_bsz": False}})), "PAR004")
+    batches = {"algorithm": {"train_batch_size": 16, "ppo_mini_batch_size": 32, "use_dynamic_bsz": False}}
+    mini = _findings(validate(patched(BASE_SPEC, batches)), "PAR004")
     assert mini and mini[0].path == "algorithm.ppo_mini_batch_size"
     assert mini[0].hint.startswith("set algorithm.ppo_mini_batch_size: 16")
-    layout = _findings(validate(patched(BASE_SPEC, MEGATRON_FP8, {"training": {"parallel": {"tp": 3}}})), "PAR001")
+    tp3 = {"training": {"parallel": {"tp": 3}}}
+    layout = _findings(validate(patched(BASE_SPEC, MEGATRON_FP8, tp3)), "PAR001")
     # tp 1 and 2 divide the GPUs too, but leave the trainer's state no room beside the engine (MEM003)
     assert layout and layout[0].hint.startswith("set training.parallel.tp: 4 or 8")
 
@@ -105,14 +106,14 @@ def test_ref001_hint_follows_the_field_in_error(validate, tmp_path):
 
 
 def test_no_passing_value_names_the_rules_that_refuse_the_fixes(validate):
-    """PAR009 on 24 GPUs: ep 1, 2, 4, 8 divide the experts and the GPUs but each leaves the trainer's state too
-    large beside the engine; the hint says so instead of proposing them."""
+    """PAR009 on 24 GPUs: ep 1, 2, 4, 8 divide the experts and the GPUs but each leaves the trainer's state
+    too large beside the engine; the hint says so instead of proposing them."""
     data = patched(BASE_SPEC, MOE, {"training": {"backend": "megatron", "precision": "fp8",
                                                  "parallel": {"tp": 1, "ep": 24}}, "hardware": {"nodes": 3}})
     (found,) = _findings(validate(data), "PAR009")
     assert not found.proposals
-    assert found.hint.startswith("no single change passes every rule: training.parallel.ep: 4 or 8 (then MEM003 "
-                                 "refuses the spec); ")
+    assert found.hint.startswith("no single change passes every rule: training.parallel.ep: 4 or 8 "
+                                 "(then MEM003 refuses the spec); ")
     assert "training.parallel.ep: 1 or 2 (then MEM001 and MEM003 refuse the spec)" in found.hint
     offloaded = patched(data, {"training": {"offload": {"params": True, "optimizer": True}}})
     (found,) = _findings(validate(offloaded), "PAR009")
