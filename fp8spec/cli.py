@@ -303,42 +303,51 @@ app.command()(init)
 
 @app.command()
 def plan(
-    spec: Path = typer.Argument(..., help="Spec file (YAML).", show_default=False),
-    format: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
+    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
+    format: str = _format_option(),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="Also write plan.png (needs matplotlib: pip install 'fp8spec[plot]') and "
-        "plan.svg into this folder."),
+        None, "--output", "-o", metavar="DIR", help="Also write plan.png (needs matplotlib: pip install "
+        "'fp8spec[plot]') and plan.svg into this folder."),
+    backend: Optional[str] = _backend_option(),
     gpu_memory_gib: Optional[float] = typer.Option(
-        None, "--gpu-memory-gib", min=1.0, max=4096.0, help="GPU memory as CUDA reports it (default: recorded "
-        "for hardware.gpu)."),
+        None, "--gpu-memory-gib", min=1.0, max=4096.0, metavar="GIB", help="GPU memory as CUDA reports it "
+        "(default: recorded for hardware.gpu)."),
     gpu_memory_utilization: Optional[float] = typer.Option(
-        None, "--gpu-memory-utilization", min=0.01, max=1.0, help="Default: rollout.gpu_memory_utilization."),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, max=1024, help="Rollout tensor parallel size."),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1, max=1024, help="Rollout expert parallel size."),
+        None, "--gpu-memory-utilization", min=0.01, max=1.0, metavar="FRACTION",
+        help="Default: rollout.gpu_memory_utilization."),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, max=1024, metavar="N",
+                                     help="Rollout tensor parallel size."),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, max=1024, metavar="N",
+                                     help="Rollout expert parallel size."),
     max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", min=1, max=10_000_000, help="Default: verl's rollout default."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1, max=1_000_000,
+        None, "--max-num-batched-tokens", min=1, max=10_000_000, metavar="N",
+        help="Default: verl's rollout default."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1, max=1_000_000, metavar="N",
                                                help="Default: verl's rollout default."),
     max_model_len: Optional[int] = typer.Option(
-        None, "--max-model-len", min=1, max=100_000_000, help="Default: the model's max_position_embeddings "
-        "(what verl passes)."),
+        None, "--max-model-len", min=1, max=100_000_000, metavar="N",
+        help="Default: the model's max_position_embeddings (what verl passes)."),
     cuda_graphs: Optional[bool] = typer.Option(None, "--cuda-graphs/--no-cuda-graphs",
                                                help="Default: on (verl's enforce_eager false)."),
 ) -> None:
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
+    from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
     from fp8spec.plan import Overrides, PlanInputError, build_plan
     from fp8spec.plan.render import render_json, render_text
-    from fp8spec.rules.engine import validate_path
     from fp8spec.spec.loader import InputError
 
     if format not in ("text", "json"):
         _usage_error(f"--format must be text or json, not {format!r}")
     try:
-        validation = validate_path(spec, str(spec))
+        validation, choice = validate_for(spec, str(spec), backend)
+    except BackendChoiceError as err:
+        _fail(EXIT_BAD_INPUT, str(err))
     except InputError as err:
         typer.echo(err.diagnostic.render(), err=True)
         raise typer.Exit(EXIT_BAD_INPUT)
+    if validation.retargeted:
+        typer.echo(f"{printable(str(spec))}: {retarget_note(validation, choice)}", err=True)
     ctx = validation.context
     if ctx is None or ctx.model is None or ctx.profile("verl") is None:
         for d in validation.diagnostics:

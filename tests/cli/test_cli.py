@@ -84,7 +84,7 @@ def test_models_lists_catalog():
     assert proc.returncode == 0 and "Qwen/Qwen3-30B-A3B-Base" in proc.stdout and "deepseek-ai/DeepSeek-V3" in proc.stdout
 
 
-COMMANDS = ("validate", "schema", "rules", "compile", "explain", "diff", "plan", "models", "init")
+COMMANDS = ("validate", "schema", "rules", "compile", "explain", "diff", "plan", "models", "init", "backends check")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -92,10 +92,10 @@ def test_help_renders_flags_as_flags(command):
     """The issue's case: `--strict <bool>` read as an option taking a value."""
     import re
 
-    proc = run_cli(command, "--help")
+    proc = run_cli(*command.split(), "--help")
     assert proc.returncode == 0, proc.stderr
     assert "<bool>" not in proc.stdout and "BOOLEAN" not in proc.stdout
-    for flag in ("--help", "--strict", "--force"):
+    for flag in ("--help", "--strict", "--force", "--failures-only"):
         for line in proc.stdout.splitlines():
             if line.strip().startswith(flag + " ") or line.strip() == flag:
                 assert re.match(rf"^\s+{flag}(\s{{2,}}\S|$)", line), line
@@ -125,3 +125,23 @@ def test_shell_completion_is_on():
     assert complete("fp8spec init --template moe") == ["moe-megatron"]
     assert complete("fp8spec rules HW00") == ["HW001", "HW002", "HW003", "HW004", "HW005", "HW006"]
     assert "--install-completion" in run_cli("--help").stdout
+
+
+def test_validate_retargets_with_backend():
+    spec = str(REPO / "specs" / "qwen3-30b.yaml")
+    proc = run_cli("validate", spec, "--backend", "fsdp+vllm")
+    assert proc.returncode == 1 and " error TRN001 " in proc.stdout
+    assert proc.stdout.rstrip().endswith("(retargeted from megatron+vllm to fsdp+vllm (training.backend megatron "
+                                         "-> fsdp): every rule checked the spec as if it said so)")
+    data = json.loads(run_cli("validate", spec, "-b", "megatron+sglang", "-f", "json").stdout)
+    (entry,) = data["files"]
+    assert entry["backend"] == "megatron+sglang" and entry["errors"] == 0
+    assert entry["retargeted"].startswith("retargeted from megatron+vllm to megatron+sglang")
+    assert run_cli("validate", spec, "-b", "tpu+jax").returncode == 2
+
+
+def test_plan_retargets_with_backend():
+    proc = run_cli("plan", str(REPO / "specs" / "qwen3-8b.yaml"), "--backend", "megatron+vllm")
+    assert proc.returncode == 1, proc.stderr  # Megatron keeps more beside the engine than the spec's 0.6 leaves
+    assert "retargeted from fsdp+vllm to megatron+vllm" in proc.stderr and " error MEM003 " in proc.stderr
+    assert "Trainer" in proc.stdout or "trainer" in proc.stdout
