@@ -16,8 +16,10 @@ Found = tuple[str, str, str]  # (code, spec path, severity)
 
 
 def _inside(path: str, field: str) -> bool:
-    """Whether an error at ``path`` is about ``field`` (the field itself or a part of it)."""
-    return path == field or path.startswith(field + ".")
+    """Whether an error at ``path`` is about ``field``: the field itself, a part of it, or a group of fields
+    that holds it (an error at training.parallel is about training.parallel.pp). An error at a whole
+    section (MEM001 at training: the state does not fit) is not about each field in it."""
+    return path == field or path.startswith(field + ".") or ("." in path and field.startswith(path + "."))
 
 
 def findings_of(ctx) -> frozenset[Found]:
@@ -103,6 +105,8 @@ def blocked(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -
             continue
         _, _, new = _verdict(ctx, changes, fixes)
         codes = tuple(sorted({code for code, _ in new}))
+        if fixes is not None and fixes[0] in codes:
+            continue  # the same problem, reported at the field the change sets: not a fix
         if codes:
             by_codes.setdefault(codes, []).append(changes)
     groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0]), kv[0]))
