@@ -81,3 +81,14 @@ def test_diff_refused_target_and_bad_usage():
                                                                            "-b", "fsdp+vllm")):
         proc = run_cli("diff", *args)
         assert proc.returncode == 2 and "fp8spec diff SPEC --backend A --backend B" in proc.stderr, args
+
+
+def test_explain_a_retargeted_spec():
+    proc = run_cli("explain", str(SPECS / "qwen3-8b.yaml"), "--backend", "fsdp+sglang")
+    assert proc.returncode == 0, proc.stderr
+    head = proc.stdout.splitlines()[:2]
+    assert head == ["qwen3-8b-fp8-rollout: fsdp+sglang",
+                    "retargeted from the spec's rollout.engine vllm by --backend: every field below is as compiled "
+                    "for this backend"]
+    block = proc.stdout.split("\nkv_cache.dtype\n", 1)[1].split("\n\n", 1)[0]
+    assert "engine_kwargs.sglang.kv_cache_dtype='fp8_e4m3'" in block and "vllm" not in block
