@@ -30,6 +30,17 @@ def test_catalogue_matches_the_codes_the_source_emits():
     assert emitted == set(input_codes()), "fp8spec/data/input_codes.yaml must explain exactly these codes"
 
 
+def test_every_code_literal_in_the_source_is_explained():
+    """Any code-shaped string in fp8spec (a rule's, the reader's, or one added later elsewhere) is one that
+    `fp8spec rules` explains."""
+    literal = re.compile(r"[\"']([A-Z]{1,4}\d{3})[\"']")
+    found = set()
+    for path in (REPO / "fp8spec").rglob("*.py"):
+        found.update(literal.findall(path.read_text(encoding="utf-8")))
+    known = set(input_codes()) | {r.code for r in all_rules()}
+    assert len(found) > 60 and found <= known, sorted(found - known)
+
+
 def test_printed_codes_in_the_hostile_corpus_are_catalogued():
     printed = {code for _, code, _, _ in CORPUS_CASES.values() if code}
     known = set(input_codes()) | {r.code for r in all_rules()}
