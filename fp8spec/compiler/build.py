@@ -90,8 +90,8 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
     choice = parse_backend(text)
     for field, value in retarget_fields(choice).items():
         section, name = field.split(".")
-        if getattr(getattr(spec, section), name) != value:
-            have = getattr(getattr(spec, section), name)
+        have = getattr(getattr(spec, section), name)
+        if have != value:
             raise BackendChoiceError(f"--backend {choice.name}: the spec was validated with {field} {have}; "
                                      "validate it for the backend first")
     return choice
