@@ -58,8 +58,8 @@ def render_text(diagnostics: Iterable[Diagnostic]) -> str:
     return "\n".join(d.render() for d in diagnostics)
 
 
-def render_json(results: dict[str, list[Diagnostic]]) -> str:
-    """JSON for CI: one entry per file with its diagnostics and counts."""
+def render_json(results: dict[str, list[Diagnostic]], extra: Optional[dict[str, dict]] = None) -> str:
+    """JSON for CI: one entry per file with its diagnostics and counts (and ``extra[file]``'s keys)."""
     files = []
     for file, diags in results.items():
         files.append(
@@ -68,6 +68,7 @@ def render_json(results: dict[str, list[Diagnostic]]) -> str:
                 "errors": sum(d.severity == "error" for d in diags),
                 "warnings": sum(d.severity == "warning" for d in diags),
                 "diagnostics": [d.to_dict() for d in diags],
+                **(extra or {}).get(file, {}),
             }
         )
     return json.dumps({"files": files}, indent=2, sort_keys=True)

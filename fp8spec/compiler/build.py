@@ -1,8 +1,9 @@
-"""Turn a validated spec and a --backend choice into a Plan (every setting of every layer, with provenance)."""
+"""A validated spec (retargeted to a --backend choice) turned into a Plan: every setting, with provenance."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from fp8spec.compiler.adapters.megatron import build_megatron
@@ -12,15 +13,12 @@ from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
 from fp8spec.compiler.adapters.vllm import build_vllm_in_verl, build_vllm_serve
 from fp8spec.compiler.plan import Plan
-from fp8spec.rules.engine import Validation
-
-TRAINERS = ("fsdp", "megatron")
-ENGINES = ("vllm", "sglang")
-BACKENDS = tuple(f"{t}+{e}" for t in TRAINERS for e in ENGINES) + ENGINES
+from fp8spec.rules.engine import Validation, validate_path
+from fp8spec.targets import BACKENDS, ENGINES, TRAINERS  # noqa: F401 - re-exported
 
 
 class BackendChoiceError(Exception):
-    """--backend is unknown or contradicts the spec (exit code 2)."""
+    """--backend is unknown (exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -33,25 +31,69 @@ class BackendChoice:
         return f"{self.trainer}+{self.engine}" if self.trainer else self.engine
 
 
-def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice:
-    spec = validation.loaded.spec
-    if text is None:
-        return BackendChoice(spec.training.backend, spec.rollout.engine)
+def parse_backend(text: str) -> BackendChoice:
     text = text.strip().lower()
     if text not in BACKENDS:
         raise BackendChoiceError(f"unknown backend {text!r}; choose one of {', '.join(BACKENDS)}")
     trainer, _, engine = text.rpartition("+")
-    choice = BackendChoice(trainer or None, engine)
-    positions = validation.loaded.positions
-    for field, wanted, have in (("rollout.engine", choice.engine, spec.rollout.engine),
-                                ("training.backend", choice.trainer, spec.training.backend)):
-        if wanted is not None and wanted != have:
-            written = positions.has(tuple(field.split(".")))
-            where = "" if written else " (its default)"
-            raise BackendChoiceError(
-                f"--backend {text} contradicts the spec: {field} is {have}{where}; "
-                f"set {field}: {wanted} in the spec or pick a backend with {have}"
-            )
+    return BackendChoice(trainer or None, engine)
+
+
+def retarget_fields(choice: BackendChoice) -> dict[str, str]:
+    """The spec fields a backend choice sets: a serve bundle keeps the spec's trainer."""
+    fields = {"rollout.engine": choice.engine}
+    if choice.trainer:
+        fields["training.backend"] = choice.trainer
+    return fields
+
+
+def validate_for(path: str | Path, display: Optional[str],
+                 backend: Optional[str]) -> tuple[Validation, BackendChoice]:
+    """Validate a spec for a backend: without one, the spec's own; with one, the spec retargeted to it (every
+    rule checks the spec as if training.backend / rollout.engine said so).
+    Raises BackendChoiceError, InputError."""
+    if backend is None:
+        validation = validate_path(path, display)
+        spec = validation.loaded.spec
+        if spec is None:
+            return validation, BackendChoice(None, "vllm")
+        return validation, BackendChoice(spec.training.backend, spec.rollout.engine)
+    choice = parse_backend(backend)
+    return validate_path(path, display, retarget_fields(choice)), choice
+
+
+def spec_backend(validation: Validation) -> str:
+    """The backend the spec file itself names (before any retargeting)."""
+    spec = validation.loaded.spec
+    values = {"training.backend": spec.training.backend, "rollout.engine": spec.rollout.engine}
+    for r in validation.retargeted:
+        values[r.field] = r.spec_value
+    return f"{values['training.backend']}+{values['rollout.engine']}"
+
+
+def retarget_note(validation: Validation, choice: BackendChoice) -> str:
+    """One line saying how the spec was retargeted, or '' when it was compiled for its own backend."""
+    if not validation.retargeted:
+        return ""
+    changes = "; ".join(f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
+                        for r in validation.retargeted)
+    return (f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
+            "the spec as if it said so")
+
+
+def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice:
+    """The backend of an already validated spec: its own, or ``text`` when the validation was retargeted to it
+    (validate_for). A choice the validated spec does not say is a caller's mistake."""
+    spec = validation.loaded.spec
+    if text is None:
+        return BackendChoice(spec.training.backend, spec.rollout.engine)
+    choice = parse_backend(text)
+    for field, value in retarget_fields(choice).items():
+        section, name = field.split(".")
+        have = getattr(getattr(spec, section), name)
+        if have != value:
+            raise BackendChoiceError(f"--backend {choice.name}: the spec was validated with {field} {have}; "
+                                     "validate it for the backend first")
     return choice
 
 

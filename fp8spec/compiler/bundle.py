@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from fp8spec import __version__
-from fp8spec.compiler.build import BackendChoice
+from fp8spec.compiler.build import BackendChoice, spec_backend
 from fp8spec.compiler.launchers import launcher_files, runtime_env_yaml
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
@@ -100,6 +100,7 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         metrics=_metrics(ctx, plan), memory_plan=None,
         reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
         kuberay_image=kuberay_image(ctx) if choice.trainer else None,
+        retargeted=validation.retargeted, spec_backend=spec_backend(validation),
     )
     files: dict[str, str] = {}
     if choice.trainer:
@@ -173,6 +174,8 @@ def _manifest(validation, choice, plan, spec_file, stack, files) -> str:
                                if plan.py_modules else {})},
         "files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())},
     }
+    if validation.retargeted:
+        data["retargeted_from"] = spec_backend(validation)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 

@@ -26,6 +26,9 @@ def explain_text(validation: Validation, plan: Plan) -> str:
     for s in plan.settings:
         groups.setdefault(s.source, []).append(s)
     lines = [f"{spec.name}: {plan.backend}", ""]
+    if validation.retargeted:
+        lines[1:1] = [f"retargeted from the spec's {', '.join(f'{r.field} {r.spec_value}' for r in validation.retargeted)}"
+                      " by --backend: every field below is as compiled for this backend"]
     for source in sorted(groups):
         lines.append(f"{source}")
         for s in groups[source]:
@@ -42,11 +45,12 @@ def explain_text(validation: Validation, plan: Plan) -> str:
 
 
 def diff_text(a: Plan, b: Plan, name_a: str, name_b: str) -> str:
+    """Settings that differ, keyed by layer and key; the names head the two sides (they say the backend)."""
     def table(plan: Plan) -> dict[tuple[str, str], str]:
         return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
 
     ta, tb = table(a), table(b)
-    lines = [f"--- {name_a} ({a.backend})", f"+++ {name_b} ({b.backend})"]
+    lines = [f"--- {name_a}", f"+++ {name_b}"]
     for key in sorted(set(ta) | set(tb)):
         if ta.get(key) == tb.get(key):
             continue

@@ -96,10 +96,11 @@ def colocation(plan) -> Optional[Verdict]:
         if not t.offload.get(what):
             keep = t.optimizer if what == "optimizer" else t.params + (t.grads if t.backend == "megatron" else 0)
             fixes.append(f"{label} frees {gib(keep)} during rollout")
+    refusal = ("vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization')"
+               if plan.setup.engine == "vllm" else f"{plan.setup.engine} cannot reserve its share")
     msg = (f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU (params, optimizer, CUDA "
            f"context) and the engine asks for {gib(requested)} (gpu_memory_utilization "
-           f"{plan.setup.utilization:g}) plus its context: {gib(used)} on a {gib(plan.total_bytes)} GPU; vLLM "
-           "refuses to start ('Free memory on device ... is less than desired GPU memory utilization')")
+           f"{plan.setup.utilization:g}) plus its context: {gib(used)} on a {gib(plan.total_bytes)} GPU; {refusal}")
     return Verdict("MEM003", ok, msg, "; or ".join(fixes), {"used": used, "max_utilization": max_util})
 
 

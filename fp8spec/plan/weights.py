@@ -10,6 +10,7 @@ also keeps a bf16 copy of an FP8 kv_b_proj (memory.mla_kv_b_copy).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Optional
 
 BF16 = 2
@@ -76,7 +77,13 @@ def _local_experts(model, shard: Sharding) -> int:
 def rollout_weight_bytes(model, shard: Sharding, quantized: Optional[Iterable[str]], *, vocab_padding: int,
                          block: tuple[int, int] = (128, 128)) -> WeightBytes:
     """Weight bytes of one GPU of a rollout replica. ``quantized`` names the FP8 linears (None: all BF16)."""
-    fp8_names = frozenset(quantized or ())
+    # Cached: rules re-plan a spec for every candidate fix, mostly with the same weights.
+    return _rollout_weight_bytes(model, shard, frozenset(quantized or ()), vocab_padding, tuple(block))
+
+
+@lru_cache(maxsize=64)
+def _rollout_weight_bytes(model, shard: Sharding, fp8_names: frozenset, vocab_padding: int,
+                          block: tuple[int, int]) -> WeightBytes:
     bn, bk = block
     local_e = _local_experts(model, shard)
     fp8 = bf16 = scales = 0

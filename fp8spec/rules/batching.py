@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fp8spec.resolve.batching import explicit_budgets
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -26,9 +27,12 @@ def budget_below_sequence(ctx):
     for field, value in explicit_budgets(ctx.spec):
         if value is not None and value * split < b.sequence_tokens:
             times = f" x cp {split} = {value * split}" if split > 1 else ""
+            path = f"algorithm.{field}"
+            hint, ok = proposal(ctx, "PAR012", path, [{path: least}],
+                                f"raise it to at least {least}, or leave it unset (the default is that)")
             yield Finding(f"algorithm.{field} {value}{times} tokens is below max_prompt_length + "
                           f"max_response_length = {r.max_prompt_length} + {r.max_response_length} = "
-                          f"{b.sequence_tokens}; set it to at least {least}", f"algorithm.{field}")
+                          f"{b.sequence_tokens}; at least {least} holds one sequence", path, hint, ok)
 
 
 @rule(

@@ -6,6 +6,7 @@ from collections import OrderedDict
 
 from fp8spec.module_names import shape_pattern
 from fp8spec.patchset import patch_supports
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -62,7 +63,8 @@ def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int
     return bad
 
 
-def _candidate_tps(world: int) -> list[int]:
+def candidate_tps(world: int) -> list[int]:
+    """Rollout tp values worth trying: powers of two that divide the GPUs (other rules decide which work)."""
     return [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= max(world, 1) and world % t == 0] or [1]
 
 
@@ -74,7 +76,7 @@ def _candidate_tps(world: int) -> list[int]:
     quantization block_n = 128", validate_fp8_block_shape in vllm/.../quantization/utils/fp8_utils.py;
     vLLM issue #25292) and SGLang checks every merged partition (Fp8LinearMethod.validate_block_quant_shapes).
     Example: Qwen3-30B-A3B's experts have 768 rows, so rollout tp 4 gives 192-row shards.""",
-    "pick a rollout tp from the list in the message, enable rollout.ep for MoE experts, or exclude the module",
+    "set rollout.tp to a value the hint lists (each passes every rule), or exclude the module in linear.exclude",
 )
 def shard_not_block_aligned(ctx):
     spec, model = ctx.spec, ctx.model
@@ -85,14 +87,16 @@ def shard_not_block_aligned(ctx):
     bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
     if not bad:
         return
-    working = [
-        t for t in _candidate_tps(spec.world_size)
-        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
-    ]
-    tail = f"rollout tp values that work: {', '.join(map(str, working))}" if working else "no rollout tp works"
+    aligned = [] if ctx.probing else [  # a probe only asks whether the rule fires
+        t for t in candidate_tps(spec.world_size)
+        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)]
+    hint, ok = proposal(ctx, "BLK001", "rollout.tp", ({"rollout.tp": t} for t in aligned),
+                        "or keep the misaligned modules in BF16 (linear.exclude)" if aligned else
+                        "no rollout.tp puts every shard on whole blocks: keep the misaligned modules in BF16 "
+                        "(linear.exclude)")
     for (pattern, _dim, _size, _split), (count, text) in bad.items():
         plural = f" ({count} modules)" if count > 1 else ""
-        yield Finding(f"{pattern}{plural}: {text}; {tail}", "rollout.tp")
+        yield Finding(f"{pattern}{plural}: {text}", "rollout.tp", hint, ok)
 
 
 @rule(

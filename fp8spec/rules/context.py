@@ -31,6 +31,10 @@ class RuleContext:
     missing_profiles: dict[str, str] = field(default_factory=dict)  # stack field -> message
     reward_file: Any = None  # fp8spec.resolve.reward.RewardFile when the spec names one and it is usable
     reward_problem: Any = None  # fp8spec.resolve.reward.RewardFileProblem otherwise
+    # A context built only to see which errors a changed spec has (fp8spec.rules.proposals): its rules do not
+    # check their own proposals again.
+    probing: bool = False
+    probes: dict = field(default_factory=dict, repr=False)  # changes -> errors, filled by proposals
 
     @property
     def gpu(self) -> Gpu:
@@ -98,6 +102,15 @@ def build_context(spec: Spec, spec_dir: Path) -> RuleContext:
     _resolve_profiles(ctx)
     ctx.reward_file, ctx.reward_problem = load_reward_file(spec, spec_dir)
     return ctx
+
+
+def derived_context(ctx: RuleContext, spec: Spec) -> RuleContext:
+    """A probing context for ``spec``, a variant of ``ctx.spec`` with the same model and reward file."""
+    new = RuleContext(spec=spec, spec_dir=ctx.spec_dir, model=ctx.model, model_error=ctx.model_error,
+                      model_error_path=ctx.model_error_path, reward_file=ctx.reward_file,
+                      reward_problem=ctx.reward_problem, probing=True)
+    _resolve_profiles(new)
+    return new
 
 
 def _resolve_model(ctx: RuleContext) -> None:

@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Mapping, Optional, Union
 
 from fp8spec.diagnostics import Diagnostic
 from fp8spec.rules.context import RuleContext, build_context
-from fp8spec.rules.registry import all_rules, get_rule
+from fp8spec.rules.registry import Finding, Rule, all_rules, get_rule
+from fp8spec.spec.edit import with_values
 from fp8spec.spec.loader import LoadedSpec, load_spec
+
+# The fields a --backend choice sets: retargeting re-validates the spec as if it said these.
+RETARGETABLE = ("training.backend", "rollout.engine")
+
+
+@dataclass(frozen=True)
+class Retarget:
+    """One field a --backend choice changed: the spec's value (written, or its default) and the target's."""
+
+    field: str
+    spec_value: str
+    value: str
+    written: bool
 
 
 @dataclass
 class Validation:
-    loaded: LoadedSpec
+    loaded: LoadedSpec  # when retargeted, its spec is the retargeted one (the file's text and positions stay)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     context: Optional[RuleContext] = None
+    retargeted: tuple[Retarget, ...] = ()
+    findings: list[tuple[Rule, Finding, str]] = field(default_factory=list)  # with the severity reported
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -27,30 +44,36 @@ class Validation:
         return [d for d in self.diagnostics if d.severity == "warning"]
 
 
-def validate_path(path: str | Path, display: str | None = None) -> Validation:
-    """Load and check one spec file. Raises InputError (exit 2) when it is not a readable YAML mapping."""
+def validate_path(path: str | Path, display: str | None = None,
+                  retarget: Optional[Mapping[str, str]] = None) -> Validation:
+    """Load and check one spec file. Raises InputError (exit 2) when it is not a readable YAML mapping.
+
+    ``retarget`` ({"training.backend": "fsdp", "rollout.engine": "sglang"}) checks the spec as if it said
+    those values: every rule then applies to the target backend."""
     loaded = load_spec(path, display)
-    return validate_loaded(loaded, Path(path).resolve().parent)
+    return validate_loaded(loaded, Path(path).resolve().parent, retarget)
 
 
-def validate_loaded(loaded: LoadedSpec, spec_dir: Path) -> Validation:
+def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
+                    retarget: Optional[Mapping[str, str]] = None) -> Validation:
     result = Validation(loaded, list(loaded.diagnostics))
     if loaded.spec is None:
         return result
+    if retarget:
+        result.retargeted = _retargets(loaded, retarget)
+        if result.retargeted:
+            loaded = dataclasses.replace(loaded, spec=with_values(loaded.spec, retarget))
+            result.loaded = loaded
     ctx = build_context(loaded.spec, spec_dir)
     result.context = ctx
     acknowledged = dict(loaded.spec.acknowledge)
     result.diagnostics.extend(_acknowledgement_problems(loaded, acknowledged))
-    for rule in all_rules():
-        if rule.needs_model and ctx.model is None:
-            continue
-        try:
-            findings = list(rule.check(ctx))
-        except Exception as exc:  # a rule bug must not become a user-facing traceback
-            line, col = (1, 1)
+    for rule, findings in run_rules(ctx):
+        if isinstance(findings, Exception):  # a rule bug must not become a user-facing traceback
+            exc = findings
             result.diagnostics.append(Diagnostic(
                 "error", rule.code, f"internal error in rule {rule.name}: {type(exc).__name__}: {exc}",
-                loaded.file, line, col, "", "please report this with the spec that triggered it",
+                loaded.file, 1, 1, "", "please report this with the spec that triggered it",
             ))
             continue
         for finding in findings:
@@ -59,12 +82,40 @@ def validate_loaded(loaded: LoadedSpec, spec_dir: Path) -> Validation:
             if rule.code in acknowledged and rule.acknowledgeable:
                 severity = "info"
                 message = f"{message} (acknowledged: {acknowledged[rule.code]})"
+            result.findings.append((rule, finding, severity))
             line, col = loaded.locate(finding.path)
             result.diagnostics.append(Diagnostic(
                 severity, rule.code, message, loaded.file, line, col, finding.path, finding.hint or rule.hint,
             ))
     result.diagnostics.sort(key=Diagnostic.sort_key)
     return result
+
+
+def run_rules(ctx: RuleContext) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
+    """Every applicable rule with its findings, or the exception it raised."""
+    for rule in all_rules():
+        if rule.needs_model and ctx.model is None:
+            continue
+        try:
+            yield rule, list(rule.check(ctx))
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            yield rule, exc
+
+
+def _retargets(loaded: LoadedSpec, retarget: Mapping[str, str]) -> tuple[Retarget, ...]:
+    out = []
+    for dotted in RETARGETABLE:
+        if dotted not in retarget:
+            continue
+        section, name = dotted.split(".")
+        have = getattr(getattr(loaded.spec, section), name)
+        if retarget[dotted] != have:
+            written = loaded.positions.has((section, name))
+            out.append(Retarget(dotted, have, retarget[dotted], written))
+    unknown = set(retarget) - set(RETARGETABLE)
+    if unknown:
+        raise ValueError(f"cannot retarget {', '.join(sorted(unknown))}")
+    return tuple(out)
 
 
 def _acknowledgement_problems(loaded: LoadedSpec, acknowledged: dict[str, str]) -> list[Diagnostic]:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from fp8spec.hardware import version_tuple
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+_SCALINGS = ("blockwise", "tensorwise", "delayed", "mxfp8")
+
+
+def _training_fix(ctx, code: str, path: str):
+    """Other FP8 scalings that pass every rule on this GPU, or BF16 training (FP8 stays in the rollout)."""
+    candidates = [{"training.fp8_scaling": s} for s in _SCALINGS if s != ctx.spec.training.fp8_scaling]
+    return proposal(ctx, code, path, candidates + [{"training.precision": "bf16"}],
+                    "train in BF16 (training.precision: bf16) or target a GPU that supports the recipe")
 
 
 def _fp8_training(spec) -> bool:
@@ -15,14 +25,15 @@ def _fp8_training(spec) -> bool:
     "MXFP8 training needs a Blackwell GPU (compute capability 10.x).",
     """TransformerEngine enables MXFP8 only for 10.0 <= compute capability < 12.0
     (_compute_mxfp8_support in transformer_engine/pytorch/quantization.py); Hopper has no MXFP8 tensor cores.""",
-    "use training.fp8_scaling: blockwise on Hopper",
+    "use the training.fp8_scaling the hint names for this GPU (blockwise on Hopper), or training.precision: bf16",
     needs_model=False,
 )
 def mxfp8_needs_blackwell(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if _fp8_training(spec) and spec.training.fp8_scaling == "mxfp8" and not (10, 0) <= gpu.cc < (12, 0):
+        hint, ok = _training_fix(ctx, "HW001", "training.fp8_scaling")
         yield Finding(f"training.fp8_scaling mxfp8 needs compute capability 10.x; {gpu.name} is {gpu.cc_text}",
-                      "training.fp8_scaling")
+                      "training.fp8_scaling", hint, ok)
 
 
 @rule(
@@ -32,7 +43,8 @@ def mxfp8_needs_blackwell(ctx):
     or higher and CUDA >= 12.9" against torch.version.cuda (_compute_fp8_block_scaling_support); cuBLAS
     128x128 block scaling needs CUDA 12.9 (NeMo-RL #971). FP8 rollout also needs FP8 tensor cores
     (compute capability >= 8.9).""",
-    "use a Hopper or Blackwell GPU and a torch built with CUDA 12.9 or newer",
+    "use a Hopper or Blackwell GPU and a torch built with CUDA 12.9 or newer; the hint names what passes every "
+    "rule on this GPU",
     needs_model=False,
 )
 def blockwise_needs_sm90(ctx):
@@ -40,14 +52,25 @@ def blockwise_needs_sm90(ctx):
     cuda = version_tuple(spec.hardware.cuda)
     if _fp8_training(spec) and spec.training.fp8_scaling == "blockwise":
         if gpu.cc < (9, 0):
+            hint, ok = _training_fix(ctx, "HW002", "hardware.gpu")
             yield Finding(f"blockwise FP8 training needs compute capability >= 9.0; {gpu.name} is {gpu.cc_text}",
-                          "hardware.gpu")
+                          "hardware.gpu", hint, ok)
         if cuda < (12, 9):
+            hint, ok = proposal(ctx, "HW002", "hardware.cuda", [{"hardware.cuda": "12.9"}], "")
+            if ok:
+                hint = "run a torch built with CUDA 12.9 or newer and set hardware.cuda: \"12.9\" (passes every rule)"
+            else:
+                hint, ok = _training_fix(ctx, "HW002", "hardware.cuda")
             yield Finding(f"blockwise FP8 training needs CUDA >= 12.9; hardware.cuda is {spec.hardware.cuda}",
-                          "hardware.cuda")
+                          "hardware.cuda", hint, ok)
     if spec.linear.quantize and gpu.cc < (8, 9):
+        hint, ok = proposal(ctx, "HW002", "linear.quantize", [{"linear.quantize": False}],
+                            "target a GPU with FP8 tensor cores (compute capability >= 8.9)")
+        if ok:
+            hint = f"{gpu.name} has no FP8 tensor cores: {hint} for BF16 rollouts, or target a GPU with compute " \
+                   "capability >= 8.9"
         yield Finding(f"FP8 rollout needs FP8 tensor cores (compute capability >= 8.9); {gpu.name} is "
-                      f"{gpu.cc_text}", "hardware.gpu")
+                      f"{gpu.cc_text}", "linear.quantize", hint, ok)
 
 
 @rule(
@@ -64,8 +87,10 @@ def blackwell_training_fp32(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if (_fp8_training(spec) and spec.training.fp8_scaling == "blockwise" and gpu.is_blackwell
             and spec.linear.scale_dtype == "fp32"):
+        hint, ok = proposal(ctx, "HW003", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}],
+                            "")
         yield Finding(f"FP8 blockwise training on {gpu.name} needs power-of-two scales, but "
-                      "linear.scale_dtype is fp32", "linear.scale_dtype")
+                      "linear.scale_dtype is fp32", "linear.scale_dtype", hint, ok)
 
 
 @rule(
@@ -80,8 +105,10 @@ def blackwell_training_fp32(ctx):
 def sglang_ue8m0(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if spec.linear.quantize and ctx.engine == "sglang" and spec.linear.scale_dtype == "ue8m0" and not gpu.is_blackwell:
+        hint, ok = proposal(ctx, "HW004", "linear.scale_dtype", [{"linear.scale_dtype": "fp32"}],
+                            "")
         yield Finding(f"SGLang serves UE8M0 scales only on Blackwell; {gpu.name} is {gpu.arch}",
-                      "linear.scale_dtype")
+                      "linear.scale_dtype", hint, ok)
 
 
 @rule(
@@ -95,4 +122,28 @@ def sglang_ue8m0(ctx):
 def vllm_blackwell_fp32(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if spec.linear.quantize and ctx.engine == "vllm" and gpu.is_blackwell and spec.linear.scale_dtype == "fp32":
-        yield Finding(f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype")
+        hint, ok = proposal(ctx, "HW005", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}],
+                            "")
+        yield Finding(f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype", hint, ok)
+
+
+@rule(
+    "HW006", "fp8-training-needs-fp8-tensor-cores", "error",
+    "FP8 training needs FP8 tensor cores (compute capability 8.9 or newer).",
+    """TransformerEngine runs FP8 GEMMs only from compute capability 8.9 (Ada; Hopper and newer without
+    further conditions): _compute_fp8_support returns "Device compute capability 8.9 or higher required for
+    FP8 execution." below it, for every recipe (transformer_engine/pytorch/quantization.py:149-159, the
+    transformer-engine profile's requirement.fp8). An A100 (8.0) cannot train in FP8 with any scaling.""",
+    "set training.precision: bf16, or target a GPU with compute capability >= 8.9",
+    needs_model=False,
+)
+def fp8_training_needs_fp8_cores(ctx):
+    spec, gpu = ctx.spec, ctx.gpu
+    need = ctx.fact("transformer-engine", "requirement.fp8")
+    if not _fp8_training(spec) or need is None or spec.training.backend != "megatron":
+        return
+    if gpu.cc < version_tuple(str(need["min_cc"])):
+        hint, ok = proposal(ctx, "HW006", "training.precision", [{"training.precision": "bf16"}],
+                            f"target a GPU with compute capability >= {need['min_cc']}")
+        yield Finding(f"FP8 training needs compute capability >= {need['min_cc']}; {gpu.name} is {gpu.cc_text}",
+                      "training.precision", hint, ok)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fp8spec.patchset import patch_attention, patch_supports
-from fp8spec.rules.registry import Finding, rule
+from fp8spec.rules.proposals import proposal
+from fp8spec.rules.registry import Finding, get_rule, rule
 
 
 @rule(
@@ -107,6 +108,13 @@ def kv_recalibration_mla(ctx):
                       f"{', '.join(covered) or 'no'} attention only", "kv_cache.recalibrate")
 
 
+def _static_kv_fix(ctx, code: str):
+    """Hint and proposals where the engine cannot honour pushed scales: a BF16 KV cache, or static scales."""
+    return proposal(ctx, code, "kv_cache.recalibrate",
+                    [{"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}, {"kv_cache.recalibrate": "none"}],
+                    get_rule(code).hint)
+
+
 def _recalibrating(spec) -> bool:
     return spec.kv_cache.dtype != "bf16" and spec.kv_cache.recalibrate != "none"
 
@@ -131,9 +139,10 @@ def kv_scales_flashinfer_vllm(ctx):
     backend = (ctx.fact("vllm", "capability.fp8_kv_attention_backend") or {}).get(ctx.gpu.arch)
     honoured = (ctx.fact("vllm", "capability.per_step_kv_scales") or {}).get(backend, True)
     if backend is not None and not honoured:
+        hint, ok = _static_kv_fix(ctx, "KV006")
         yield Finding(f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {spec.hardware.gpu}: vLLM "
                       f"{ctx.engine_version} runs {backend} there, which keeps the q/k/v scales of its first "
-                      "forward (pushed scales would be silently ignored)", "kv_cache.recalibrate")
+                      "forward (pushed scales would be silently ignored)", "kv_cache.recalibrate", hint, ok)
 
 
 @rule(
@@ -155,6 +164,7 @@ def kv_scales_flashinfer_sglang(ctx):
     verl_backend = ctx.fact("verl", "capability.sglang_default_attention_backend")
     decode = (ctx.fact("sglang", "capability.flashinfer_decode_kv_scales") or {}).get("decode", "")
     if verl_backend == "flashinfer" and "captured" in str(decode):
+        hint, ok = _static_kv_fix(ctx, "KV007")
         yield Finding(f"kv_cache.recalibrate {spec.kv_cache.recalibrate} with SGLang {ctx.engine_version} under "
                       "verl: FlashInfer decode keeps the k/v scales captured in its CUDA graphs while the cache is "
-                      "written with the pushed ones", "kv_cache.recalibrate")
+                      "written with the pushed ones", "kv_cache.recalibrate", hint, ok)

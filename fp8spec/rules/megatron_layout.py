@@ -8,7 +8,10 @@ refused here iff megatron-core refuses it. Messages carry the arithmetic and the
 from __future__ import annotations
 
 from fp8spec.resolve.megatron import divisors, stage_layers, uneven_split
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+_P = "training.parallel."
 
 
 def _megatron(ctx) -> bool:
@@ -26,26 +29,27 @@ def _join(values) -> str:
     tp*cp*pp does not divide the GPUs, and "... not divisible by expert_tensor_model_pipeline_parallel size"
     when etp*ep*pp does not (parallel_state.py; megatron-core 0.18.2 :733-790). verl's validate_config asserts
     the first too. verl leaves expert_tensor_parallel_size null, which megatron-core reads as etp = tp.""",
-    "choose training.parallel values whose products divide nodes*gpus_per_node (etp 1 for MoE models)",
+    "set the training.parallel values the hint lists (each passes every rule; etp 1 for MoE models)",
 )
 def trainer_layout(ctx):
     if not _megatron(ctx):
         return
     m = ctx.megatron
     if m.world % m.model_size:
+        candidates = [{_P + "tp": t} for t in divisors(m.world)] + [{_P + "pp": p} for p in divisors(m.world)] + [
+            {_P + "cp": c} for c in divisors(m.world)]
+        hint, ok = proposal(ctx, "PAR001", "training.parallel", candidates,
+                            f"tp*cp*pp must be one of {_join(divisors(m.world))}")
         yield Finding(f"{m.world} GPUs are not divisible by tp*cp*pp = {m.tp}*{m.cp}*{m.pp} = {m.model_size}; "
-                      f"tp*cp*pp must be one of {_join(divisors(m.world))}", "training.parallel")
+                      f"tp*cp*pp must divide them", "training.parallel", hint, ok)
     if m.world % m.expert_model_size:
         etp = f"etp {m.expert_tp}" + (" (unset, so it follows tp)" if m.etp is None else "")
-        if m.world % (m.ep * m.pp) == 0:
-            fix = f"with ep {m.ep} and pp {m.pp}, etp values that work: {_join(divisors(m.world // (m.ep * m.pp)))}"
-        elif m.world % m.pp == 0:
-            fix = f"with pp {m.pp} and etp 1, ep values that work: {_join(divisors(m.world // m.pp))}"
-        else:
-            fix = "pp must divide the GPUs first"
+        path = "training.parallel.etp" if ctx.spec.training.parallel.etp is not None else "training.parallel.ep"
+        candidates = [{_P + "etp": e} for e in divisors(m.world)] + [{_P + "ep": e} for e in divisors(m.world)]
+        hint, ok = proposal(ctx, "PAR001", path, candidates,
+                            f"etp*ep*pp must divide the {m.world} GPUs")
         yield Finding(f"{m.world} GPUs are not divisible by etp*ep*pp = {m.expert_tp}*{m.ep}*{m.pp} = "
-                      f"{m.expert_model_size} ({etp}); {fix}",
-                      "training.parallel.etp" if ctx.spec.training.parallel.etp is not None else "training.parallel.ep")
+                      f"{m.expert_model_size} ({etp})", path, hint, ok)
 
 
 @rule(
@@ -57,8 +61,7 @@ def trainer_layout(ctx):
     layers must split evenly over the middle stages (TransformerConfig "Uneven PP": "number of layers at
     middle stage ... must be divisible", "Mismatch: ... middle layers remaining"). A first and last stage on
     pp 1 is accepted but builds only the last stage's layers, a wrong model.""",
-    "choose a pp that divides the layer count, or set training.parallel.first_stage_layers/last_stage_layers "
-    "as the message suggests",
+    "set the pp, or the first_stage_layers / last_stage_layers, the hint lists (each passes every rule)",
 )
 def pipeline_layers(ctx):
     if not _megatron(ctx):
@@ -67,17 +70,18 @@ def pipeline_layers(ctx):
     _, problem = stage_layers(layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     if not problem:
         return
-    fixes = []
+    candidates = []
     if not m.uneven:
-        fixes.append(f"pp values that divide {layers}: {_join(d for d in divisors(layers) if d <= m.world)}")
+        candidates += [{_P + "pp": d} for d in divisors(layers) if d <= m.world]
     split = uneven_split(layers, m.pp)
     if split:
-        middle = (layers - sum(split)) // (m.pp - 2) if m.pp > 2 else 0
-        fixes.append(f"keep pp {m.pp} with first_stage_layers: {split[0]}, last_stage_layers: {split[1]}"
-                     + (f" ({m.pp - 2} middle stages of {middle})" if m.pp > 2 else ""))
+        candidates.append({_P + "first_stage_layers": split[0], _P + "last_stage_layers": split[1]})
     where = "training.parallel.first_stage_layers" if m.first_stage_layers is not None else (
         "training.parallel.last_stage_layers" if m.last_stage_layers is not None else "training.parallel.pp")
-    yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}; " + "; or ".join(fixes), where)
+    hint, ok = proposal(ctx, "PAR008", where, candidates,
+                        f"pp must divide {layers}, or the first/last stages take the layers the middle stages "
+                        "cannot split")
+    yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}", where, hint, ok)
 
 
 @rule(
@@ -85,7 +89,7 @@ def pipeline_layers(ctx):
     "The routed experts do not split over the trainer's expert parallelism.",
     """Every expert-parallel rank holds num_moe_experts / ep experts: megatron-core's BaseMoELayer asserts
     num_moe_experts % expert_model_parallel_size == 0 when it builds each MoE layer (moe/moe_layer.py:185).""",
-    "choose a training.parallel.ep that divides the expert count",
+    "set training.parallel.ep to a value the hint lists (each passes every rule)",
 )
 def experts_by_ep(ctx):
     model = ctx.model
@@ -93,10 +97,10 @@ def experts_by_ep(ctx):
         return
     m = ctx.megatron
     if model.num_experts % m.ep:
-        ok = [e for e in divisors(model.num_experts) if m.world % (m.expert_tp * e * m.pp) == 0]
-        yield Finding(f"{model.num_experts} experts of {model.id} are not divisible by ep {m.ep}; ep values that "
-                      f"divide them and fit etp {m.expert_tp} * pp {m.pp} on {m.world} GPUs: {_join(ok)}",
-                      "training.parallel.ep")
+        hint, ok = proposal(ctx, "PAR009", _P + "ep", ({_P + "ep": e} for e in divisors(model.num_experts)),
+                            f"ep must divide the {model.num_experts} experts and etp*ep*pp the {m.world} GPUs")
+        yield Finding(f"{model.num_experts} experts of {model.id} are not divisible by ep {m.ep}", _P + "ep",
+                      hint, ok)
 
 
 @rule(
@@ -108,8 +112,10 @@ def experts_by_ep(ctx):
 )
 def ep_without_experts(ctx):
     if _megatron(ctx) and not ctx.model.is_moe and ctx.spec.training.parallel.ep > 1:
+        hint, ok = proposal(ctx, "PAR010", _P + "ep", [{_P + "ep": 1}],
+                            "set training.parallel.ep: 1, then fix the layout errors reported with it")
         yield Finding(f"{ctx.model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
-                      "training.parallel.ep")
+                      _P + "ep", hint, ok)
 
 
 @rule(
@@ -118,21 +124,20 @@ def ep_without_experts(ctx):
     """megatron-core's TransformerConfig raises "num_attention_heads (H) must be a multiple of
     tensor_model_parallel_size (T)" and "num_query_groups (G) must be a multiple or divisor of
     tensor_model_parallel_size (T)" (KV heads are Megatron's query groups).""",
-    "choose a training.parallel.tp from the values in the message",
+    "set training.parallel.tp to a value the hint lists (each passes every rule)",
 )
 def trainer_heads(ctx):
     if not _megatron(ctx):
         return
     m, model = ctx.megatron, ctx.model
     heads, groups = model.num_attention_heads, model.num_key_value_heads
-
-    def fits(tp: int) -> bool:
-        return heads % tp == 0 and (groups % tp == 0 or tp % groups == 0) and m.world % (tp * m.cp * m.pp) == 0
-
-    ok = _join(t for t in divisors(m.world) if fits(t))
+    hint, ok = "", ()
+    if heads % m.tp or (groups % m.tp and m.tp % groups):
+        hint, ok = proposal(ctx, "PAR011", _P + "tp", ({_P + "tp": t} for t in divisors(m.world)),
+                            "training tp must divide the attention heads, and divide or be divided by the KV heads")
     if heads % m.tp:
-        yield Finding(f"{heads} attention heads of {model.id} are not divisible by training tp {m.tp}; tp values "
-                      f"that work: {ok}", "training.parallel.tp")
+        yield Finding(f"{heads} attention heads of {model.id} are not divisible by training tp {m.tp}",
+                      _P + "tp", hint, ok)
     elif groups % m.tp and m.tp % groups:
         yield Finding(f"{groups} query groups (KV heads) of {model.id} and training tp {m.tp}: neither divides the "
-                      f"other; tp values that work: {ok}", "training.parallel.tp")
+                      "other", _P + "tp", hint, ok)

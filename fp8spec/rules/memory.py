@@ -2,18 +2,37 @@
 
 from __future__ import annotations
 
-from fp8spec.rules.registry import Finding, rule
+from fp8spec.rules.proposals import proposal
+from fp8spec.rules.registry import Finding, get_rule, rule
+
+_GMU = "rollout.gpu_memory_utilization"
 
 
-def _check(ctx, verdict_fn, path: str):
+def _check(ctx, verdict_fn, path: str, candidates=None):
+    """The verdict as a finding. With ``candidates(plan, verdict)`` the hint proposes those of them that pass
+    every rule (the verdict's own arithmetic only suggests them), else the rule's general fix; without, it is
+    the verdict's fix text (bounds, not values to set)."""
     from fp8spec.plan.plan import cached_plan
 
     plan = cached_plan(ctx)
     if plan is None:
         return
     verdict = verdict_fn(plan)
-    if verdict is not None and not verdict.ok:
+    if verdict is None or verdict.ok:
+        return
+    if candidates is None:
         yield Finding(verdict.message, path, verdict.fix or None)
+        return
+    code = verdict.code
+    # acknowledged: information, so the planner's own reading of the situation; otherwise values are proposed
+    # only if they pass every rule, and the rule's general fix stands in when none does
+    otherwise = verdict.fix if code in ctx.spec.acknowledge and verdict.fix else get_rule(code).hint
+    hint, ok = proposal(ctx, code, path, candidates(plan, verdict), otherwise)
+    yield Finding(verdict.message, path, hint or None, ok)
+
+
+def _bigger_tps(plan) -> list[dict]:
+    return [{"rollout.tp": tp} for tp in (2, 4, 8) if plan.setup.tp < tp <= plan.gpus_per_node]
 
 
 @rule(
@@ -43,12 +62,20 @@ def trainer_state_exceeds_gpu(ctx):
     max_model_len tokens does not fit, 'To serve at least one request with the model's max seq len'
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
     max_position_embeddings.""",
-    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (the message gives values)",
+    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (linear.quantize: true)",
 )
 def rollout_no_kv_memory(ctx):
     from fp8spec.plan.feasibility import rollout_weights
 
-    yield from _check(ctx, rollout_weights, "rollout.gpu_memory_utilization")
+    def candidates(plan, verdict):
+        util = verdict.numbers.get("min_utilization", 2.0)
+        out = [{_GMU: util}] if util <= 1.0 else []
+        out += _bigger_tps(plan)
+        if not plan.spec.linear.quantize:
+            out.append({"linear.quantize": True})
+        return out
+
+    yield from _check(ctx, rollout_weights, _GMU, candidates)
 
 
 @rule(
@@ -59,12 +86,24 @@ def rollout_no_kv_memory(ctx):
     default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
-    "lower rollout.gpu_memory_utilization or offload trainer state (the message gives values that fit)",
+    "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
 )
 def rollout_beside_trainer(ctx):
     from fp8spec.plan.feasibility import colocation
 
-    yield from _check(ctx, colocation, "rollout.gpu_memory_utilization")
+    def candidates(plan, verdict):
+        util = verdict.numbers.get("max_utilization", 0.0)
+        out = [{_GMU: util}] if util > 0 else []
+        offload = ctx.spec.training.offload
+        if not offload.optimizer:
+            out.append({"training.offload.optimizer": True})
+        if not offload.params:
+            out.append({"training.offload.params": True})
+        if not offload.optimizer and not offload.params:
+            out.append({"training.offload.optimizer": True, "training.offload.params": True})
+        return out
+
+    yield from _check(ctx, colocation, _GMU, candidates)
 
 
 @rule(
@@ -75,13 +114,22 @@ def rollout_beside_trainer(ctx):
     runs out and vLLM preempts and recomputes sequences. The FP8-RL paper measured frequent preemption at
     20K-token responses with a BF16 KV cache and attributed FP8 KV's 38% rollout speed-up to avoiding it.
     Capacity here is vLLM 0.24's (GPU KV cache size) for the spec's FP8 choices.""",
-    "use an FP8 KV cache, a larger rollout.tp or gpu_memory_utilization, or shorter responses",
+    "use an FP8 KV cache (kv_cache.dtype: fp8_e4m3), a larger rollout.tp or gpu_memory_utilization, or shorter "
+    "responses",
     acknowledgeable=True,
 )
 def heavy_preemption(ctx):
     from fp8spec.plan.feasibility import preemption
 
-    yield from _check(ctx, preemption, "rollout.max_response_length")
+    def candidates(plan, verdict):
+        out = []
+        if ctx.spec.kv_cache.dtype == "bf16":
+            out.append({"kv_cache.dtype": "fp8_e4m3"})
+        if not ctx.spec.linear.quantize:
+            out.append({"linear.quantize": True})
+        return out + _bigger_tps(plan)
+
+    yield from _check(ctx, preemption, "rollout.max_response_length", candidates)
 
 
 @rule(
@@ -91,9 +139,21 @@ def heavy_preemption(ctx):
     Korthikanti et al. 2022, divided by TP under sequence parallelism, kept only at layer inputs with verl
     FSDP's gradient checkpointing) and its logits (bf16 logits, fp32 log-probabilities and the logit
     gradient: 8 bytes per token and vocabulary entry). These are estimates, so this is a warning.""",
-    "lower the micro-batch (or dynamic-batching token budget) or shard activations further",
+    "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
+    "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
 )
 def trainer_activations_exceed_gpu(ctx):
     from fp8spec.plan.feasibility import trainer_activations
 
-    yield from _check(ctx, trainer_activations, "algorithm.ppo_micro_batch_size_per_gpu")
+    def candidates(plan, verdict):
+        # a shorter response shrinks the longest micro-batch (activations and logits grow with its tokens)
+        shorter = [{"rollout.max_response_length": ctx.spec.rollout.max_response_length // d} for d in (2, 4)]
+        if ctx.spec.training.backend != "megatron":
+            return shorter
+        p, gpn, world = ctx.spec.training.parallel, ctx.spec.hardware.gpus_per_node, ctx.spec.world_size
+        out = [{"training.parallel.tp": t} for t in (2, 4, 8) if p.tp < t <= gpn]
+        out += [{"training.parallel.pp": n} for n in (2, 4) if p.pp < n and world % n == 0]
+        out += [{"training.parallel.cp": 2}] if p.cp == 1 else []
+        return out + shorter
+
+    yield from _check(ctx, trainer_activations, "algorithm.ppo_micro_batch_size_per_gpu", candidates)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -40,6 +41,11 @@ def context_too_long(ctx):
     limit = model.max_position_embeddings
     total = r.max_prompt_length + r.max_response_length
     if limit is not None and total > limit:
+        fits = limit - r.max_prompt_length
+        candidates = [{"rollout.max_response_length": fits}] if fits > 0 else []
+        candidates.append({"rollout.max_prompt_length": limit // 8, "rollout.max_response_length": limit - limit // 8})
+        hint, ok = proposal(ctx, "MDL002", "rollout.max_response_length", candidates,
+                            "use a checkpoint whose config.json allows longer contexts")
         yield Finding(f"max_prompt_length + max_response_length = {r.max_prompt_length} + {r.max_response_length} "
-                      f"= {total} exceeds {model.id}'s max_position_embeddings {limit}; max_response_length "
-                      f"{max(limit - r.max_prompt_length, 0)} would fit", "rollout.max_response_length")
+                      f"= {total} exceeds {model.id}'s max_position_embeddings {limit}",
+                      "rollout.max_response_length", hint, ok)

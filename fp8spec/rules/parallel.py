@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+from math import gcd
+
+from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _value_finding(ctx, code: str, message: str, field: str, candidates, what: str) -> Finding:
+    """A finding at ``field`` whose hint proposes the candidate values of that field that pass every rule."""
+    hint, ok = proposal(ctx, code, field, ({field: v} for v in candidates),
+                        what)
+    return Finding(message, field, hint, ok)
 
 
 @rule(
@@ -11,21 +25,29 @@ from fp8spec.rules.registry import Finding, rule
     """Each rollout replica takes rollout.tp GPUs; verl builds replicas from all trainer GPUs, so the GPU
     count must be a multiple of rollout.tp (and of tp*ep with expert parallelism), and a replica must fit
     in one node's GPUs.""",
-    "choose a rollout.tp that divides gpus_per_node",
+    "set rollout.tp (or rollout.ep) to a value the hint lists: each passes every rule",
     needs_model=False,
 )
 def rollout_tp(ctx):
     spec = ctx.spec
     r = spec.rollout
+    gpn = spec.hardware.gpus_per_node
+    tps = [t for t in _divisors(gpn) if spec.world_size % t == 0]
+    what = f"rollout.tp must divide the {spec.world_size} GPUs and fit in a node of {gpn}"
     if spec.world_size % r.tp:
-        yield Finding(f"{spec.world_size} GPUs are not divisible by rollout.tp {r.tp}", "rollout.tp")
-    elif r.tp > spec.hardware.gpus_per_node:
-        yield Finding(f"rollout.tp {r.tp} is larger than gpus_per_node {spec.hardware.gpus_per_node}", "rollout.tp")
-    if r.ep > 1 and spec.world_size % (r.ep):
-        yield Finding(f"{spec.world_size} GPUs are not divisible by rollout.ep {r.ep}", "rollout.ep")
+        yield _value_finding(ctx, "PAR002", f"{spec.world_size} GPUs are not divisible by rollout.tp {r.tp}",
+                             "rollout.tp", tps, what)
+    elif r.tp > gpn:
+        yield _value_finding(ctx, "PAR002", f"rollout.tp {r.tp} is larger than gpus_per_node {gpn}: a replica "
+                             "must fit in one node", "rollout.tp", tps, what)
+    eps = [e for e in _divisors(spec.world_size) if e > 1 and e % r.tp == 0]
+    if r.ep > 1 and spec.world_size % r.ep:
+        yield _value_finding(ctx, "PAR002", f"{spec.world_size} GPUs are not divisible by rollout.ep {r.ep}",
+                             "rollout.ep", eps + [1], f"rollout.ep must divide the {spec.world_size} GPUs")
     elif r.ep > 1 and r.ep % r.tp:
-        yield Finding(f"rollout.ep {r.ep} must be tp x dp, a multiple of rollout.tp {r.tp} (verl RolloutConfig: "
-                      "expert_parallel_size == tensor_model_parallel_size * data_parallel_size)", "rollout.ep")
+        yield _value_finding(ctx, "PAR002", f"rollout.ep {r.ep} must be tp x dp, a multiple of rollout.tp {r.tp} "
+                             "(verl RolloutConfig: expert_parallel_size == tensor_model_parallel_size * "
+                             "data_parallel_size)", "rollout.ep", eps + [1], f"rollout.ep must be a multiple of {r.tp}")
 
 
 @rule(
@@ -48,7 +70,7 @@ def rollout_pp(ctx):
     minimal possible batch size" (n_gpus for FSDP; megatron_dp * ppo_micro_batch_size_per_gpu for
     Megatron; verl/utils/config.py), and ActorConfig.validate requires train_batch_size >=
     ppo_mini_batch_size (verl/workers/config/actor.py). Both are skipped with use_dynamic_bsz.""",
-    "make algorithm.train_batch_size * rollout.n a multiple of the number in the message",
+    "set the batch size the hint names (each value passes every rule), or algorithm.use_dynamic_bsz: true",
     needs_model=False,
 )
 def batch_indivisible(ctx):
@@ -66,11 +88,23 @@ def batch_indivisible(ctx):
         minimal = world
     real = a.train_batch_size * spec.rollout.n
     if real % minimal:
-        yield Finding(f"train_batch_size * n = {a.train_batch_size} * {spec.rollout.n} = {real} is not divisible "
-                      f"by {minimal}", "algorithm.train_batch_size")
+        # train_batch_size * n is a multiple of `minimal` exactly when train_batch_size is a multiple of `step`
+        step = minimal // gcd(minimal, spec.rollout.n)
+        below, above = a.train_batch_size // step * step, (a.train_batch_size // step + 1) * step
+        yield _value_finding(ctx, "PAR004", f"train_batch_size * n = {a.train_batch_size} * {spec.rollout.n} = "
+                             f"{real} is not divisible by {minimal}", "algorithm.train_batch_size",
+                             [v for v in (below, above) if v > 0], "set algorithm.use_dynamic_bsz: true")
     if a.train_batch_size < a.ppo_mini_batch_size:
-        yield Finding(f"train_batch_size {a.train_batch_size} is smaller than ppo_mini_batch_size "
-                      f"{a.ppo_mini_batch_size}", "algorithm.ppo_mini_batch_size")
+        field = "algorithm.ppo_mini_batch_size"
+        smaller = [d for d in _divisors(a.train_batch_size)][::-1][:4]
+        found = _value_finding(ctx, "PAR004", f"ppo_mini_batch_size {a.ppo_mini_batch_size} is larger than "
+                               f"train_batch_size {a.train_batch_size}", field, smaller,
+                               "raise algorithm.train_batch_size")
+        if not found.proposals:
+            hint, ok = proposal(ctx, "PAR004", field, [{"algorithm.train_batch_size": a.ppo_mini_batch_size}],
+                                found.hint)
+            found = Finding(found.message, field, hint, ok)
+        yield found
 
 
 @rule(
@@ -100,28 +134,44 @@ def bf16_layers(ctx):
     "Attention heads do not split over the rollout tensor parallelism.",
     """vLLM requires num_attention_heads % tp == 0, and for KV heads either kv_heads % tp == 0 or
     tp % kv_heads == 0 (then KV heads are replicated); SGLang has the same checks.""",
-    "choose a rollout.tp that divides the head counts in the message",
+    "set rollout.tp to a value the hint lists: each passes every rule",
 )
 def heads_indivisible(ctx):
     model, tp = ctx.model, ctx.spec.rollout.tp
-    if model.num_attention_heads % tp:
-        yield Finding(f"{model.num_attention_heads} attention heads are not divisible by rollout.tp {tp}", "rollout.tp")
-    kv = model.num_key_value_heads
-    if model.attention != "mla" and kv % tp and tp % kv:
-        yield Finding(f"{kv} KV heads and rollout.tp {tp}: neither divides the other", "rollout.tp")
+    gpn = ctx.spec.hardware.gpus_per_node
+    heads, kv = model.num_attention_heads, model.num_key_value_heads
+
+    def splits(t: int) -> bool:
+        return heads % t == 0 and (model.attention == "mla" or kv % t == 0 or t % kv == 0)
+
+    tps = [t for t in _divisors(gpn) if splits(t)]
+    what = f"{model.id}'s heads split evenly over rollout.tp {', '.join(map(str, tps)) or 'none of the node sizes'}"
+    if heads % tp:
+        yield _value_finding(ctx, "PAR006", f"{heads} attention heads are not divisible by rollout.tp {tp}",
+                             "rollout.tp", tps, what)
+    elif model.attention != "mla" and kv % tp and tp % kv:
+        yield _value_finding(ctx, "PAR006", f"{kv} KV heads and rollout.tp {tp}: neither divides the other",
+                             "rollout.tp", tps, what)
 
 
 @rule(
     "PAR007", "fsdp-ignores-parallel", "warning",
     "training.parallel is ignored by the FSDP trainer.",
     """verl's FSDP engine shards parameters over all GPUs; tensor, pipeline, expert and context parallel
-    sizes apply only to the Megatron engine (actor.megatron.*_parallel_size).""",
-    "remove training.parallel, or use training.backend: megatron",
+    sizes, expert tensor parallelism and uneven pipeline stages apply only to the Megatron engine
+    (actor.megatron.*), so a spec written for Megatron and compiled for FSDP (--backend fsdp+...) runs
+    without its layout.""",
+    "remove training.parallel, or use training.backend: megatron (--backend megatron+<engine>)",
     needs_model=False,
 )
 def fsdp_ignores_parallel(ctx):
     spec = ctx.spec
     p = spec.training.parallel
-    if spec.training.backend == "fsdp" and (p.tp, p.pp, p.ep, p.cp) != (1, 1, 1, 1):
-        yield Finding("training.parallel sizes other than 1 have no effect with training.backend fsdp",
+    if spec.training.backend != "fsdp":
+        return
+    set_fields = [f"{name} {getattr(p, name)}" for name in ("tp", "pp", "ep", "cp") if getattr(p, name) != 1]
+    set_fields += [f"{name} {getattr(p, name)}" for name in ("etp", "first_stage_layers", "last_stage_layers")
+                   if getattr(p, name) is not None]
+    if set_fields:
+        yield Finding(f"training.parallel ({', '.join(set_fields)}) has no effect with training.backend fsdp",
                       "training.parallel")

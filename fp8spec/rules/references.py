@@ -11,12 +11,20 @@ from fp8spec.rules.registry import Finding, rule
     """Every FP8 check needs the model's real shapes and module names. fp8spec never downloads: a model
     outside the embedded catalog needs model.config_path pointing at a local Hugging Face config.json of a
     supported architecture.""",
-    "use a catalog id (fp8spec lists them in the message) or set model.config_path",
+    "use a catalog id (`fp8spec models` lists them), or point model.config_path at a local config.json of a "
+    "supported architecture",
     needs_model=False,
 )
 def model_unresolved(ctx):
-    if ctx.model_error:
-        yield Finding(ctx.model_error, ctx.model_error_path)
+    if not ctx.model_error:
+        return
+    if ctx.model_error_path == "model.config_path":
+        hint = ("model.config_path must name a readable Hugging Face config.json of a supported architecture "
+                "(the message says what is wrong with this one); or remove it to use a catalog id in model.name")
+    else:
+        hint = ("use a catalog id in model.name (`fp8spec models` lists them), or set model.config_path to a "
+                "local config.json")
+    yield Finding(ctx.model_error, ctx.model_error_path, hint)
 
 
 @rule(

@@ -25,6 +25,8 @@ class Finding:
     message: str
     path: str
     hint: Optional[str] = None
+    # The field changes the hint proposes, each checked against every rule (fp8spec.rules.proposals).
+    proposals: tuple = ()
 
 
 @dataclass(frozen=True)

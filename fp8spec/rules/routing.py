@@ -11,7 +11,8 @@ from fp8spec.rules.registry import Finding, rule
     """verl 0.9.1 keeps router_replay in the Megatron (and VeOmni) engine config
     (actor_rollout_ref.actor.megatron.router_replay.mode, engine/megatron.yaml:123-132) and treats every other
     strategy as disabled (verl/workers/engine_workers.py:498-505); the FSDP tree has no such key.""",
-    "set training.backend: megatron, or training.router_replay: disabled",
+    "set training.router_replay: disabled, or train on Megatron: training.backend: megatron (or --backend "
+    "megatron+<engine>)",
     needs_model=False,
 )
 def replay_needs_megatron(ctx):

@@ -11,7 +11,8 @@ from fp8spec.rules.registry import Finding, rule
     """verl's FSDP backend has no FP8 training: FP8 end-to-end runs through Megatron-core's
     override_transformer_config (fp8, fp8_recipe) and TransformerEngine (verl #4223,
     docs/low_precision/fp8.md). With FSDP, FP8 applies to the rollout only.""",
-    "set training.backend: megatron, or training.precision: bf16",
+    "set training.precision: bf16 (FP8 then applies to the rollout only), or train on Megatron: "
+    "training.backend: megatron (or --backend megatron+<engine>)",
     needs_model=False,
 )
 def fp8_training_needs_megatron(ctx):

@@ -58,6 +58,10 @@ def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
 
 def _drop_union_noise(diags: list[Diagnostic]) -> list[Diagnostic]:
     """A value checked against a union (str or list) fails once per branch; keep the most specific message."""
+    # a union's other branch failing on the whole value, when the items themselves are reported
+    deeper = {d.path for d in diags}
+    diags = [d for d in diags if "Input should be a valid" not in d.message
+             or not any(p.startswith(d.path + ".") for p in deeper)]
     by_place: dict[tuple, list[Diagnostic]] = {}
     for d in diags:
         by_place.setdefault((d.line, d.col, d.path), []).append(d)
@@ -73,11 +77,12 @@ def _dotted(loc: tuple) -> str:
 
 
 def _written_prefix(loc: tuple, positions: Positions) -> tuple:
-    """Pydantic adds union/choice tags to locations ('train_files', 'list[...]'); keep the part in the file."""
+    """Pydantic adds union/choice tags to locations ('train_files', 'list[str]', 0); keep the parts in the
+    file (('train_files', 0): the item itself)."""
     best: tuple = ()
-    for i in range(1, len(loc) + 1):
-        if positions.has(loc[:i]):
-            best = loc[:i]
+    for part in loc:
+        if positions.has(best + (part,)):
+            best = best + (part,)
     return best
 
 
@@ -111,15 +116,30 @@ def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnos
     written = _written_prefix(loc, positions)
     line, col = positions.locate(written or loc, prefer="value")
     value = err.get("input")
-    shown = repr(value)
+    written_text = positions.plain.get(tuple(written or loc)) if not isinstance(value, str) else None
+    shown = written_text if written_text is not None else repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
     message = err.get("msg", "invalid value").removeprefix("Value error, ")
     path = _dotted(written or loc)
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
-    hint = _value_hint(loc) or _type_hint(kind, value)
+    hint = _value_hint(loc) or _quote_hint(kind, value, written or loc, written_text) or _type_hint(kind, value)
     return Diagnostic("error", code, text, display, line, col, path, hint)
+
+
+def _quote_hint(kind: str, value: Any, loc: tuple, written: Optional[str]) -> Optional[str]:
+    """A bare number or boolean where text is wanted (cuda: 12.9, a version): quote it as written."""
+    if kind != "string_type" or not isinstance(value, (bool, int, float)) or written is None:
+        return None
+    quoted = '"' + written.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    key = loc[-1] if loc and isinstance(loc[-1], str) else None
+    where = f"{key}: {quoted}" if key else quoted
+    return f"quote it: {where} (unquoted, YAML reads {written} as a {_yaml_type(value)})"
+
+
+def _yaml_type(value: Any) -> str:
+    return "boolean" if isinstance(value, bool) else "number"
 
 
 def _missing_hint(loc: tuple) -> Optional[str]:

@@ -61,6 +61,8 @@ class Positions:
 
     keys: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
     values: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
+    # the source text of unquoted scalars (12.10 reads as the number 12.1; messages show what was written)
+    plain: dict[PathKey, str] = field(default_factory=dict)
 
     def locate(self, path: PathKey, prefer: str = "value") -> tuple[int, int]:
         """Position of ``path``, or of its nearest written ancestor; (1, 1) when nothing is written."""
@@ -292,6 +294,8 @@ class _Builder:
         if path:
             self.positions.values[path] = _position(event.start_mark)
         if isinstance(event, ScalarEvent):
+            if event.style is None and path:
+                self.positions.plain[path] = event.value
             self.attach(top, _scalar(event, self.display), event)
             return
         container: Any = {} if isinstance(event, MappingStartEvent) else []

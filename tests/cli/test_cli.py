@@ -82,3 +82,66 @@ def test_rules_list_and_explain():
 def test_models_lists_catalog():
     proc = run_cli("models")
     assert proc.returncode == 0 and "Qwen/Qwen3-30B-A3B-Base" in proc.stdout and "deepseek-ai/DeepSeek-V3" in proc.stdout
+
+
+COMMANDS = ("validate", "schema", "rules", "compile", "explain", "diff", "plan", "models", "init", "backends check")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_renders_flags_as_flags(command):
+    """The issue's case: `--strict <bool>` read as an option taking a value."""
+    import re
+
+    proc = run_cli(*command.split(), "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "<bool>" not in proc.stdout and "BOOLEAN" not in proc.stdout
+    for flag in ("--help", "--strict", "--force", "--failures-only"):
+        for line in proc.stdout.splitlines():
+            if line.strip().startswith(flag + " ") or line.strip() == flag:
+                assert re.match(rf"^\s+{flag}(\s{{2,}}\S|$)", line), line
+
+
+def test_strict_value_is_explained():
+    proc = run_cli("validate", str(EXAMPLE_SPECS[0]), "--strict", "true")
+    assert proc.returncode == 2
+    assert "hint: --strict is a flag and takes no value: drop 'true'" in proc.stdout
+
+
+def test_shell_completion_is_on():
+    import os
+    import subprocess
+    import sys
+
+    def complete(words: str) -> list[str]:
+        env = dict(os.environ, _FP8SPEC_COMPLETE="complete_bash", COMP_WORDS=words,
+                   COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+        proc = subprocess.run([sys.executable, "-m", "fp8spec.cli"], env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert complete("fp8spec compile spec.yaml --backend meg") == ["megatron+vllm", "megatron+sglang"]
+    assert "init" in complete("fp8spec in")
+    assert complete("fp8spec init --template moe") == ["moe-megatron"]
+    assert complete("fp8spec rules HW00") == ["HW001", "HW002", "HW003", "HW004", "HW005", "HW006"]
+    assert "--install-completion" in run_cli("--help").stdout
+
+
+def test_validate_retargets_with_backend():
+    spec = str(REPO / "specs" / "qwen3-30b.yaml")
+    proc = run_cli("validate", spec, "--backend", "fsdp+vllm")
+    assert proc.returncode == 1 and " error TRN001 " in proc.stdout
+    assert proc.stdout.rstrip().endswith("(retargeted from megatron+vllm to fsdp+vllm (training.backend megatron "
+                                         "-> fsdp): every rule checked the spec as if it said so)")
+    data = json.loads(run_cli("validate", spec, "-b", "megatron+sglang", "-f", "json").stdout)
+    (entry,) = data["files"]
+    assert entry["backend"] == "megatron+sglang" and entry["errors"] == 0
+    assert entry["retargeted"].startswith("retargeted from megatron+vllm to megatron+sglang")
+    assert run_cli("validate", spec, "-b", "tpu+jax").returncode == 2
+
+
+def test_plan_retargets_with_backend():
+    proc = run_cli("plan", str(REPO / "specs" / "qwen3-8b.yaml"), "--backend", "megatron+vllm")
+    assert proc.returncode == 1, proc.stderr  # Megatron keeps more beside the engine than the spec's 0.6 leaves
+    assert "retargeted from fsdp+vllm to megatron+vllm" in proc.stderr and " error MEM003 " in proc.stderr
+    assert "Trainer: megatron (world 8" in proc.stdout

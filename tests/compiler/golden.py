@@ -27,12 +27,10 @@ def cases() -> list[tuple[Path, str]]:
 
 def compile_files(spec_path: Path, backend: str) -> dict[str, str]:
     """Compile in memory exactly as `fp8spec compile` does (spec named relative to the repo)."""
-    from fp8spec.compiler.build import build_plan, choose_backend
+    from fp8spec.compiler.build import build_plan, validate_for
     from fp8spec.compiler.bundle import bundle_files
-    from fp8spec.rules.engine import validate_path
 
     rel = str(spec_path.relative_to(REPO))
-    validation = validate_path(spec_path, rel)
+    validation, choice = validate_for(spec_path, rel, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
-    choice = choose_backend(backend, validation)
     return bundle_files(validation, choice, build_plan(validation, choice), rel)

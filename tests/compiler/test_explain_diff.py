@@ -39,3 +39,59 @@ def test_diff_shows_only_changes(write_spec):
     assert not any("rollout.name" in ln for ln in lines)
     same = run_cli("diff", str(a), str(a))
     assert "(no difference" in same.stdout
+
+
+def test_diff_two_specs_each_on_its_own_backend():
+    """The issue's case: a vLLM spec against an SGLang spec used to be refused (B forced onto A's backend)."""
+    proc = run_cli("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == [f"--- {SPECS / 'qwen3-8b.yaml'} (fsdp+vllm)",
+                         f"+++ {SPECS / 'qwen3-8b-sglang.yaml'} (fsdp+sglang)"]
+    assert "- [verl override] actor_rollout_ref.rollout.name='vllm'" in lines
+    assert "+ [verl override] actor_rollout_ref.rollout.name='sglang'" in lines
+
+
+def test_diff_one_spec_on_two_backends():
+    spec = str(SPECS / "qwen3-30b.yaml")
+    proc = run_cli("diff", spec, "--backend", "megatron+vllm", "--backend", "megatron+sglang")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1] == f"+++ {spec} (megatron+sglang, retargeted from megatron+vllm)"
+    assert "+ [verl override] actor_rollout_ref.rollout.name='sglang'" in lines
+    assert not any("override_transformer_config" in ln for ln in lines)  # the trainer side is the same
+    # across trainers: the FSDP side of a spec written for FSDP against its Megatron retarget
+    base = str(SPECS / "qwen3-8b-sglang.yaml")
+    proc = run_cli("diff", base, "-b", "fsdp+sglang", "-b", "sglang")
+    assert proc.returncode == 0, proc.stderr
+    assert "- [verl override] actor_rollout_ref.rollout.name='sglang'" in proc.stdout
+    assert any(ln.startswith("+ [engine flag]") for ln in proc.stdout.splitlines())
+
+
+def test_diff_both_specs_on_one_backend():
+    proc = run_cli("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"),
+                   "-b", "fsdp+sglang")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].endswith("(fsdp+sglang, retargeted from fsdp+vllm)")
+    assert "actor_rollout_ref.rollout.name" not in proc.stdout
+
+
+def test_diff_refused_target_and_bad_usage():
+    spec = str(SPECS / "qwen3-30b.yaml")
+    proc = run_cli("diff", spec, "-b", "megatron+vllm", "-b", "fsdp+vllm")
+    assert proc.returncode == 1 and " error TRN001 " in proc.stderr and not proc.stdout
+    for args in ((spec,), (spec, "-b", "fsdp+vllm"), (spec, spec, spec), (spec, "-b", "vllm", "-b", "sglang",
+                                                                           "-b", "fsdp+vllm")):
+        proc = run_cli("diff", *args)
+        assert proc.returncode == 2 and "fp8spec diff SPEC --backend A --backend B" in proc.stderr, args
+
+
+def test_explain_a_retargeted_spec():
+    proc = run_cli("explain", str(SPECS / "qwen3-8b.yaml"), "--backend", "fsdp+sglang")
+    assert proc.returncode == 0, proc.stderr
+    head = proc.stdout.splitlines()[:2]
+    assert head == ["qwen3-8b-fp8-rollout: fsdp+sglang",
+                    "retargeted from the spec's rollout.engine vllm by --backend: every field below is as compiled "
+                    "for this backend"]
+    block = proc.stdout.split("\nkv_cache.dtype\n", 1)[1].split("\n\n", 1)[0]
+    assert "engine_kwargs.sglang.kv_cache_dtype='fp8_e4m3'" in block and "vllm" not in block

@@ -65,13 +65,19 @@ def test_cli_compile_with_errors_writes_nothing(tmp_path, write_spec):
     assert not out.exists()
 
 
-def test_cli_backend_contradiction(tmp_path, write_spec):
+def test_cli_backend_retargets(tmp_path, write_spec):
     spec = write_spec(BASE_SPEC)  # fsdp + vllm
-    for backend in ("megatron+vllm", "fsdp+sglang", "sglang"):
-        proc = run_cli("compile", str(spec), "--backend", backend, "-o", str(tmp_path / "o"))
-        assert proc.returncode == 2 and "contradicts the spec" in proc.stderr
-    assert run_cli("compile", str(spec), "--backend", "bogus", "-o", str(tmp_path / "o")).returncode == 2
-    assert not (tmp_path / "o").exists()
+    proc = run_cli("compile", str(spec), "--backend", "fsdp+sglang", "-o", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    assert "retargeted from fsdp+vllm to fsdp+sglang (rollout.engine vllm -> sglang)" in proc.stderr
+    readme = (tmp_path / "o" / "base" / "README.md").read_text()
+    assert "**Retargeted**: the spec names fsdp+vllm" in readme and "`rollout.engine: sglang`" in readme
+    # Megatron keeps unsharded bf16 weights and fp32 gradients beside the engine: a named rule refuses it
+    proc = run_cli("compile", str(spec), "--backend", "megatron+vllm", "-o", str(tmp_path / "m"))
+    assert proc.returncode == 1 and " error MEM003 " in proc.stderr and "retargeted from" in proc.stderr
+    assert not (tmp_path / "m").exists()
+    proc = run_cli("compile", str(spec), "--backend", "bogus", "-o", str(tmp_path / "b"))
+    assert proc.returncode == 2 and "unknown backend 'bogus'" in proc.stderr and not (tmp_path / "b").exists()
 
 
 def test_cli_output_is_a_file(tmp_path):

@@ -97,14 +97,12 @@ class Compiled:
 
 def compile_path(path: Path, backend: str, display: Optional[str] = None, label: str = "") -> Compiled:
     """Compile a spec file in memory exactly as ``fp8spec compile`` does, through the real API."""
-    from fp8spec.compiler.build import build_plan, choose_backend
+    from fp8spec.compiler.build import build_plan, validate_for
     from fp8spec.compiler.bundle import bundle_files
-    from fp8spec.rules.engine import validate_path
 
     display = display or str(path)
-    validation = validate_path(path, display)
+    validation, choice = validate_for(path, display, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
-    choice = choose_backend(backend, validation)
     plan = build_plan(validation, choice)
     files = bundle_files(validation, choice, plan, display)
     return Compiled(label or f"{Path(display).stem}:{choice.name}", choice.name, validation, plan, files)

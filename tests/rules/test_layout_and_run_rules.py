@@ -27,7 +27,7 @@ def test_etp_defaults_to_1_for_moe_with_ep(validate):
 def test_etp_set_to_tp_is_refused_with_working_values(validate):
     found = _found(validate(patched(BASE_SPEC, MOE, _megatron(tp=2, ep=8, etp=2))), "PAR001")
     assert found and "etp*ep*pp = 2*8*1 = 16" in found[0].message
-    assert "etp values that work: 1" in found[0].message
+    assert "training.parallel.etp: 1" in found[0].hint and "passes every rule" in found[0].hint
     assert found[0].path == "training.parallel.etp"
 
 
@@ -40,7 +40,7 @@ def test_uneven_stages_that_do_not_split_are_refused(validate):
     found = _found(validate(patched(BASE_SPEC, _megatron(tp=1, pp=8, first_stage_layers=10, last_stage_layers=10))),
                    "PAR008")
     assert found and "16 middle layers are not divisible by the 6 middle stages" in found[0].message
-    assert "first_stage_layers: 6, last_stage_layers: 6" in found[0].message
+    assert "training.parallel.first_stage_layers: 6, training.parallel.last_stage_layers: 6" in found[0].hint
 
 
 def test_first_and_last_stage_on_pp1_builds_a_wrong_model(validate):
@@ -122,4 +122,4 @@ def test_deepseek_v3_e2e_on_4x8_h200_is_refused_with_fixes(validate):
     assert "PAR001" not in codes  # etp defaults to 1: 1*8*4 = 32 GPUs
     par008 = next(d for d in result.errors if d.code == "PAR008")
     assert "num_layers 61 is not divisible by pp 4" in par008.message
-    assert "first_stage_layers: 16, last_stage_layers: 15" in par008.message
+    assert "first_stage_layers: 16, training.parallel.last_stage_layers: 15" in par008.hint

@@ -90,3 +90,30 @@ def test_unknown_key_location_points_at_the_key(tmp_path):
     col = text.splitlines()[line_no - 1].index("tpp") + 1
     proc = run_cli("validate", str(path))
     assert f"{path}:{line_no}:{col}: error S001" in proc.stdout
+
+
+@pytest.mark.parametrize("written,hint", [
+    ("cuda: 12.9", 'hint: quote it: cuda: "12.9" (unquoted, YAML reads 12.9 as a number)'),
+    ("cuda: 12.10", 'hint: quote it: cuda: "12.10" (unquoted, YAML reads 12.10 as a number)'),
+])
+def test_bare_number_for_a_version_says_quote_it(written, hint, tmp_path):
+    """The issue's case: an unquoted CUDA version is a number ('12.10' even reads as 12.1)."""
+    text = dump_yaml(BASE_SPEC).replace("cuda: '12.9'", written)
+    assert written in text
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 1
+    value = written.split(": ")[1]
+    assert f"error S002 hardware.cuda: Input should be a valid string (got {value})\n    {hint}" in proc.stdout
+
+
+def test_bare_numbers_in_a_list_are_located_per_item(tmp_path):
+    text = dump_yaml(BASE_SPEC).replace("train_files: /data/train.parquet", "train_files: [12, /data/b.parquet]")
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    proc = run_cli("validate", str(path))
+    assert proc.returncode == 1
+    assert "S002 data.train_files.0: Input should be a valid string (got 12)" in proc.stdout
+    assert 'hint: quote it: "12"' in proc.stdout
+    assert "(got [12" not in proc.stdout  # the union's list-as-text branch is noise here

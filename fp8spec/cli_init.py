@@ -1,0 +1,93 @@
+"""``fp8spec init``: write a commented starter spec for a model and cluster (fp8spec.starter does the work).
+
+Exit codes as every command: 0 written, 1 no spec of the template validates clean on that hardware (nothing
+written), 2 bad usage (unknown template, model or GPU, an existing file without --force).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable
+
+
+def _fail(code: int, message: str) -> None:
+    typer.echo(f"fp8spec: error: {printable(message)}", err=True)
+    raise typer.Exit(code)
+
+
+def _complete_template(incomplete: str) -> list[str]:
+    from fp8spec.starter import TEMPLATES
+
+    return [t for t in TEMPLATES if t.startswith(incomplete)]
+
+
+def _complete_model(incomplete: str) -> list[str]:
+    from fp8spec.catalog import catalog_ids
+
+    return [m for m in catalog_ids() if m.startswith(incomplete)]
+
+
+def _complete_gpu(incomplete: str) -> list[str]:
+    from fp8spec.hardware import GPU_NAMES
+
+    return [g for g in GPU_NAMES if g.startswith(incomplete)]
+
+
+def init(
+    template: str = typer.Option("dense-vllm", "--template", "-t", metavar="TEMPLATE",
+                                 autocompletion=_complete_template,
+                                 help="dense-vllm (FSDP + vLLM, FP8 linears and KV cache), moe-megatron "
+                                 "(Megatron + "
+                                 "vLLM, MoE, end-to-end FP8 training) or sglang (FSDP + SGLang)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="MODEL",
+                                        autocompletion=_complete_model,
+                                        help="A catalog id (`fp8spec models`). Default: the template's."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="GPU", autocompletion=_complete_gpu,
+                                      help="The target GPU (h100, h200, b200, ...). Default: the "
+                                      "template's."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", min=1, max=4096, metavar="N",
+                                        help="Nodes. Default: the template's (1, or 2 for moe-megatron)."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, max=64, metavar="N",
+                                      help="GPUs per node."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME",
+                                       help="The spec's name (names the bundle). Default: from model and "
+                                       "template."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", readable=False,
+                                          help="Write the spec to FILE instead of printing it."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing FILE."),
+) -> None:
+    """Write a commented starter spec for a model and cluster. Values the template's first guess gets wrong
+    for this hardware (a rollout tp, a layout, a memory share) are replaced by ones that pass every rule and
+    listed on stderr; the spec is written only if it validates clean."""
+    from fp8spec.starter import StarterError, starter_spec
+
+    display = str(output) if output is not None else "spec.yaml"
+    if output is not None and output.exists() and not force:
+        _fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
+    try:
+        result = starter_spec(template, model, gpu, nodes, gpus_per_node, name, printable(display),
+                              (output.parent if output is not None else Path(".")).resolve())
+    except StarterError as err:
+        _fail(EXIT_BAD_INPUT, str(err))
+    for change in result.changes:
+        typer.echo(f"init: {change}", err=True)
+    if not result.clean:
+        for d in result.validation.diagnostics:
+            if d.severity != "info":
+                typer.echo(d.render(), err=True)
+        hw = result.validation.loaded.spec.hardware
+        typer.echo(f"init: no {template} spec validates clean on {hw.nodes} x {hw.gpus_per_node} {hw.gpu} "
+                   "for this model; nothing written", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS)
+    if output is None:
+        typer.echo(result.text, nl=False)
+        return
+    try:
+        output.write_text(result.text, encoding="utf-8")
+    except OSError as err:
+        _fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
+    typer.echo(f"wrote {printable(str(output))}")

@@ -1,0 +1,80 @@
+"""Every code fp8spec can print is explained by `fp8spec rules CODE`: rule codes, the schema's S0xx and the
+reader's E0xx (fp8spec/data/input_codes.yaml, checked here against the codes the source can emit)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fp8spec.rules.registry import all_rules
+from fp8spec.spec.codes import input_codes
+from tests.conftest import REPO
+from tests.hostile.test_corpus import CASES as CORPUS_CASES
+from tests.spec.test_bad_inputs import run_cli
+
+_LITERAL = re.compile(r"[\"']([ES]\d{3})[\"']")
+
+
+def _emitted_input_codes() -> set[str]:
+    """S/E code literals in fp8spec's sources: every diagnostic that is not a rule's is built from one."""
+    found = set()
+    for path in (REPO / "fp8spec").rglob("*.py"):
+        found.update(_LITERAL.findall(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_catalogue_matches_the_codes_the_source_emits():
+    emitted = _emitted_input_codes()
+    assert {"E001", "E010", "S001", "S005"} <= emitted  # the scan itself works
+    assert emitted == set(input_codes()), "fp8spec/data/input_codes.yaml must explain exactly these codes"
+
+
+def test_every_code_literal_in_the_source_is_explained():
+    """Any code-shaped string in fp8spec (a rule's, the reader's, or one added later elsewhere) is one that
+    `fp8spec rules` explains."""
+    literal = re.compile(r"[\"']([A-Z]{1,4}\d{3})[\"']")
+    found = set()
+    for path in (REPO / "fp8spec").rglob("*.py"):
+        found.update(literal.findall(path.read_text(encoding="utf-8")))
+    known = set(input_codes()) | {r.code for r in all_rules()}
+    assert len(found) > 60 and found <= known, sorted(found - known)
+
+
+def test_printed_codes_in_the_hostile_corpus_are_catalogued():
+    printed = {code for _, code, _, _ in CORPUS_CASES.values() if code}
+    known = set(input_codes()) | {r.code for r in all_rules()}
+    assert printed and printed <= known
+
+
+@pytest.mark.parametrize("code", ["E001", "E008", "S002", "S005", "blk001", "MEM003", "HW006"])
+def test_rules_explains_code(code):
+    proc = run_cli("rules", code)
+    assert proc.returncode == 0, proc.stderr
+    head, *_ = proc.stdout.splitlines()
+    assert head.startswith(code.upper() + " ")
+    assert "\nWhy: " in proc.stdout and "\nFix: " in proc.stdout
+    if code.startswith("E"):
+        assert "exit 2" in head
+    if code.startswith("S"):
+        assert "exit 1" in head
+
+
+def test_every_code_is_explained_in_process():
+    from typer.testing import CliRunner
+
+    from fp8spec.cli import app
+
+    runner = CliRunner()
+    for code in [r.code for r in all_rules()] + sorted(input_codes()):
+        result = runner.invoke(app, ["rules", code])
+        assert result.exit_code == 0 and "\nWhy: " in result.output and "\nFix: " in result.output, code
+
+
+def test_rules_lists_input_codes_and_refuses_unknown():
+    proc = run_cli("rules")
+    assert proc.returncode == 0
+    for code in ("BLK001", "HW006", "E001", "E010", "S001", "S005"):
+        assert re.search(rf"^{code} ", proc.stdout, re.M), code
+    proc = run_cli("rules", "X999")
+    assert proc.returncode == 2 and "no rule or code 'X999'" in proc.stderr
