@@ -17,6 +17,10 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_M
 export RAY_USAGE_STATS_ENABLED=0
 mkdir -p "$OUT/rl"
 t0=$(date +%s)
+# Wheels the offline set lacks, carried in .whl/ (e.g. vLLM's API server needs prometheus-fastapi-instrumentator).
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v -i warning
+fi
 python3 -c "import verl, vllm, ray, torch; print('verl', verl.__version__, 'vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 | tee "$OUT/rl/env.txt"
 python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl 2>&1 | tail -n 2 | tee "$OUT/rl/assets.log"
 ngpu=$(nvidia-smi -L | wc -l)

@@ -139,3 +139,18 @@ def sync_quantizer_unsupported(ctx):
     if not supported:
         yield Finding(f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine} "
                       f"{', '.join(versions) or 'no version'}, not {ctx.engine_version}", "linear.sync_quantizer")
+
+
+@rule(
+    "BLK004", "deep-gemm-is-vllm-only", "warning",
+    "linear.deep_gemm applies to the vLLM engine only.",
+    """linear.deep_gemm compiles to vLLM's VLLM_USE_DEEP_GEMM environment variable (vllm/envs.py:1434 in
+    0.24.0). SGLang chooses its block-FP8 GEMM through its own server arguments and environment, which
+    fp8spec does not set from this field.""",
+    "remove linear.deep_gemm, or roll out with vLLM: rollout.engine: vllm",
+    needs_model=False,
+)
+def deep_gemm_is_vllm_only(ctx):
+    lin = ctx.spec.linear
+    if lin.deep_gemm is not None and ctx.engine != "vllm":
+        yield Finding(f"linear.deep_gemm has no effect on {ctx.engine}", "linear.deep_gemm")

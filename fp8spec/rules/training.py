@@ -68,3 +68,20 @@ def router_dtype_mismatch(ctx):
     spec = ctx.spec
     if ctx.model.is_moe and spec.training.backend == "megatron" and spec.training.router_dtype == "fp32":
         yield Finding(f"training.router_dtype fp32 while {ctx.engine} routes in bf16", "training.router_dtype")
+
+
+@rule(
+    "TRN005", "attention-is-fsdp-only", "warning",
+    "training.attention applies to the FSDP trainer only.",
+    """training.attention compiles to actor_rollout_ref.model.override_config.attn_implementation, which
+    verl reads when it builds the Hugging Face model of the FSDP engine (verl/workers/config/model.py:185).
+    The Megatron trainer builds its model through Megatron-Bridge with TransformerEngine attention and
+    does not read it.""",
+    "remove training.attention, or train with training.backend: fsdp",
+    needs_model=False,
+)
+def attention_is_fsdp_only(ctx):
+    t = ctx.spec.training
+    if t.backend == "megatron" and t.attention != "flash_attention_2":
+        yield Finding(f"training.attention {t.attention} has no effect on the Megatron trainer",
+                      "training.attention")

@@ -158,6 +158,13 @@ class LinearSection(_Section):
         "auto (default): fp8spec on the stacks where it was run in the real engine (vLLM 0.24.0 under verl "
         "0.9.1), verl elsewhere. Only with linear.quantize.",
     )
+    deep_gemm: Optional[bool] = Field(
+        None,
+        description="Whether vLLM runs the block-FP8 linears on DeepGEMM (env VLLM_USE_DEEP_GEMM). DeepGEMM "
+        "compiles its kernels when the engine starts (894 shapes, about 10 minutes for a fresh node on an "
+        "H200) and was +8 % on Qwen3-8B, -7 % on Qwen3-30B-A3B rollouts (BENCHMARKS.md 4.1). Unset (default): "
+        "vLLM's default, on where supported. vLLM only (rule BLK004); only with linear.quantize.",
+    )
 
 
 class KVCacheSection(_Section):
@@ -250,6 +257,13 @@ class TrainingSection(_Section):
         "routes of the trainer's own old-log-prob pass in the update; R3 replays the rollout engine's routes "
         "(also sets rollout.enable_rollout_routing_replay). Default: disabled.",
     )
+    attention: Literal["flash_attention_2", "sdpa", "eager"] = Field(
+        "flash_attention_2",
+        description="Attention kernels of the FSDP trainer's Hugging Face model "
+        "(model.override_config.attn_implementation): flash_attention_2 needs the flash-attn package on every "
+        "node; sdpa (PyTorch's own) needs nothing more and turns off verl's padding removal "
+        "(model.use_remove_padding), whose packed rows flash-attn's variable-length kernels keep apart. The "
+        "Megatron trainer uses TransformerEngine's attention (rule TRN005). Default flash_attention_2, verl's.")
     parallel: ParallelSection = Field(
         default_factory=ParallelSection,
         description="The Megatron trainer's parallel layout (actor.megatron.*); the FSDP trainer shards over all "

@@ -156,6 +156,10 @@ CASES = {
                "delayed"),
     "TRN004": ([MOE, MEGATRON_FP8, {"training": {"router_dtype": "fp32"}}],
                [MOE, MEGATRON_FP8, {"training": {"router_dtype": "bf16"}}], "routes in bf16"),
+    "BLK004": ([{"rollout": {"engine": "sglang"}, "linear": {"deep_gemm": False}}],
+               [{"linear": {"deep_gemm": False}}], "no effect on sglang"),
+    "TRN005": ([MEGATRON_FP8, {"training": {"attention": "sdpa"}}],
+               [{"training": {"attention": "sdpa"}}], "no effect on the Megatron trainer"),
 }
 # KV002 and BLK003 need an engine version the runtime patch does not know; every profiled version is known, so
 # their tests replace the patch set's answer (see test_kv002_*, test_blk003_*).

@@ -59,7 +59,20 @@ def build_verl(plan: Plan, ctx: RuleContext, trainer: str, engine: str) -> VerlK
     _algorithm(plan, keys, ctx)
     _data_and_trainer(plan, keys, ctx, trainer)
     _offload(plan, keys, ctx, trainer)
+    if trainer == "fsdp":
+        _attention(plan, keys, ctx)
     return keys
+
+
+def _attention(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+    attention = ctx.spec.training.attention
+    if attention == "flash_attention_2":  # verl's default: nothing to set
+        return
+    add(plan, keys, "key.model_attn_implementation", attention, "training.attention",
+        f"the trainer's Hugging Face model runs {attention} attention (no flash-attn package needed)")
+    add(plan, keys, "key.model_use_remove_padding", False, "training.attention",
+        "padded micro-batches: packed rows without flash-attn's variable-length kernels would attend across "
+        "sequences")
 
 
 def _rollout(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:

@@ -17,6 +17,13 @@ def _deep_gemm_env(plan: Plan, ctx: RuleContext) -> None:
     why = ("keep FP32 block scales: DeepGEMM would otherwise re-quantize them to UE8M0 (a second rounding)"
            if value == "0" else "UE8M0 block scales for DeepGEMM")
     plan.add("env", env["name"], value, "linear.scale_dtype", why, prof.evidence("env.deep_gemm_e8m0"))
+    if ctx.spec.linear.deep_gemm is not None:
+        use = prof.value("env.use_deep_gemm")
+        on = ctx.spec.linear.deep_gemm
+        plan.add("env", use["name"], "1" if on else "0", "linear.deep_gemm",
+                 "block-FP8 linears on DeepGEMM (its kernels compile at engine start)" if on else
+                 "block-FP8 linears on CUTLASS/Triton: no DeepGEMM kernel compilation at engine start",
+                 prof.evidence("env.use_deep_gemm"))
 
 
 def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
