@@ -6,7 +6,7 @@
   3072, 8 heads / 4 KV heads of 128, 4 layers: every linear is a whole number of 128x128 blocks, so vLLM
   quantizes each one), random weights from transformers' own initialiser (seed 0), saved as safetensors, BF16.
 * model/tokenizer.json etc.: a byte-level BPE trained here with `tokenizers` on the dataset's own text, saved in
-  Hugging Face format with a minimal chat template (verl applies the tokenizer's chat template to each prompt).
+  Hugging Face format with Qwen's ChatML chat template (verl applies the tokenizer's chat template to each prompt).
 * data/*.parquet: arithmetic word problems in verl's RL format (`data_source` openai/gsm8k, chat `prompt`,
   `reward_model.ground_truth`), scored by verl's shipped GSM8K rule (`#### <answer>` in the response).
 
@@ -22,9 +22,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE.parents[1] / "specs" / "models" / "tiny-qwen3" / "config.json"
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-SPECIAL = ["<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>", "<|system|>"]
+# Qwen's ChatML: verl 0.9.1's agent loop picks its token builder from model_type qwen3
+# (verl/utils/tokenizer/continuous_token_wiring.py), which needs <|im_end|> and a one-token "\n"
+# (continuous_token.py QwenContinuousTokenBuilder).
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def problems(n: int, seed: int) -> list[dict]:
@@ -52,7 +55,7 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>",
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None)
     fast.chat_template = CHAT_TEMPLATE
     return fast

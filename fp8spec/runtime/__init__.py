@@ -38,7 +38,9 @@ def activate(patches=None) -> frozenset:
     new = [p for p in names if p not in _ACTIVE]
     if not new:
         return active_patches()
-    from . import _importhook, version_guard
+    from . import _importhook, log, version_guard
+
+    log.install()
 
     if version_guard.installed_version("verl") is not None:
         version_guard.require("verl", ",".join(new))

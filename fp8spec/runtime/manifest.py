@@ -29,6 +29,7 @@ PATCHSET_VERSION = "0.1.0"
 ENV_PATCHES = "FP8SPEC_RUNTIME_PATCHES"
 ENV_VERL_EXTERNAL_MODULES = "VERL_USE_EXTERNAL_MODULES"
 ENV_KV_RECALIBRATE = "FP8SPEC_KV_RECALIBRATE"  # per_step (default) | once
+ENV_LOG_LEVEL = "FP8SPEC_LOG_LEVEL"  # level of the patch set's own log lines (default INFO)
 MODULE = "fp8spec.runtime"
 # Set to 1 to patch an engine/verl version the patch set was not written against (not recommended).
 ENV_ALLOW_UNKNOWN_VERSIONS = "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS"

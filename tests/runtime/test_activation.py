@@ -176,3 +176,35 @@ def test_bundle_overrides_compose_with_verl_config(engine):
     assert env == {"FP8SPEC_RUNTIME_PATCHES": ",".join(patches), "VERL_USE_EXTERNAL_MODULES": "fp8spec.runtime"}
     ek = OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs)
     assert ek[engine] == manifest.PATCHES["kv_scales"]["engine_args"][engine]
+
+
+LOG_LINE = """
+import logging, json
+import fp8spec.runtime
+logging.getLogger('fp8spec.runtime.verl_patch').info('sync seen')
+logging.getLogger('fp8spec.runtime.verl_patch').debug('detail seen')
+print(json.dumps({}))
+"""
+
+
+def _stderr(env_extra: dict) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FP8SPEC_")}
+    env.update(env_extra)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", LOG_LINE], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stderr
+
+
+def test_active_patch_set_logs_at_info_on_stderr():
+    # In a Ray worker nobody configures the root logger: the per-sync lines must not depend on it.
+    err = _stderr({"FP8SPEC_RUNTIME_PATCHES": "kv_scales", "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS": "1"})
+    assert "INFO fp8spec.runtime.verl_patch: sync seen" in err
+    assert "detail seen" not in err
+
+
+def test_log_level_comes_from_the_environment():
+    err = _stderr({"FP8SPEC_RUNTIME_PATCHES": "kv_scales", "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS": "1",
+                   "FP8SPEC_LOG_LEVEL": "debug"})
+    assert "detail seen" in err
+    assert "sync seen" not in _stderr({})  # patch set inactive: no handler, Python's default (WARNING)

@@ -22,13 +22,17 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
     || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "fast_block_quant,kv_scales": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${VERL_USE_EXTERNAL_MODULES-} == fp8spec.runtime ]] \
     || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs "fp8spec.runtime": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
+  [[ ${VLLM_USE_DEEP_GEMM-} == 0 ]] \
+    || die "the Ray job sets VLLM_USE_DEEP_GEMM='${VLLM_USE_DEEP_GEMM-(unset)}', this bundle needs "0": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${VLLM_USE_DEEP_GEMM_E8M0-} == 0 ]] \
     || die "the Ray job sets VLLM_USE_DEEP_GEMM_E8M0='${VLLM_USE_DEEP_GEMM_E8M0-(unset)}', this bundle needs "0": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
   export FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales
   export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
+  export VLLM_USE_DEEP_GEMM=0
   export VLLM_USE_DEEP_GEMM_E8M0=0
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM='0'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant,kv_scales'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   # Hydra quotes the absolute path of the shipped patch set: refuse what it would read as syntax.
@@ -59,6 +63,8 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.nnodes=1 \
   trainer.n_gpus_per_node=1 \
   trainer.total_epochs=1 \
+  "+actor_rollout_ref.model.override_config.attn_implementation='sdpa'" \
+  actor_rollout_ref.model.use_remove_padding=false \
   actor_rollout_ref.actor.use_dynamic_bsz=true \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1 \
