@@ -66,7 +66,7 @@ def _artifact_error(spec: str, err: Exception) -> str:
 
 
 def _stack_by_kind() -> dict[str, str]:
-    from fp8spec.rules.context import STACK_KINDS
+    from fp8spec.targets import STACK_KINDS
     from fp8spec.spec.model import default_stack
 
     return {STACK_KINDS[field]: version for field, version in default_stack().items() if field in STACK_KINDS}
@@ -115,21 +115,21 @@ def list_backends(
 def refresh(
     specs: Optional[List[str]] = typer.Argument(None, help="Exact pins, e.g. vllm==0.33.0.",
                                                 show_default=False),
-    all_: bool = typer.Option(False, "--all", help="Refresh every committed snapshot (DEFAULT_SPECS)."),
+    all_: bool = typer.Option(False, "--all", help="Refresh every committed snapshot (backends/snapshots)."),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (default $FP8SPEC_CACHE or "
                                          "~/.cache/fp8spec); wheels go to CACHE/wheels."),
     out: Optional[Path] = typer.Option(None, "--out",
                                        help="Write snapshots here instead of backends/snapshots."),
 ) -> None:
     """Download each release's wheel through pip (into the cache) and (re)write its snapshot."""
-    from fp8spec.snapshots import DEFAULT_SPECS, ArtifactError, SnapshotError, parse_spec
+    from fp8spec.snapshots import ArtifactError, SnapshotError, committed_specs, parse_spec
     from fp8spec.snapshots import refresh as do_refresh
     from fp8spec.snapshots import snapshot_path
     from fp8spec.snapshots.core import package_info, read_snapshot
 
     wanted = list(specs or [])
     if all_:
-        wanted += [s for s in DEFAULT_SPECS if s not in wanted]
+        wanted += [s for s in committed_specs() if s not in wanted]
     if not wanted:
         _fail(EXIT_BAD_INPUT,
               "name at least one release, e.g. 'fp8spec backends refresh vllm==0.33.0', or --all")

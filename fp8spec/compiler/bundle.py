@@ -22,8 +22,9 @@ from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resources import data_dir
 from fp8spec.rules.cluster import kuberay_image
-from fp8spec.rules.context import STACK_KINDS, used_stack_fields
+from fp8spec.rules.context import used_stack_fields
 from fp8spec.rules.engine import Validation
+from fp8spec.targets import STACK_KINDS
 from fp8spec.rules.registry import all_rules
 
 EXECUTABLE = {"launch.sh", "serve.sh", "submit.sh", "slurm.sbatch"}
@@ -97,6 +98,7 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
         fp8spec_version=__version__, spec=spec, spec_file=spec_file, backend=choice.name, plan=plan,
         stack=stack, checks=_checks(validation), fp8_rows=_fp8_table(plan), env=plan.env,
         patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
+        external_modules_env=ctx.profile("verl").value("env.external_modules"),
         metrics=_metrics(ctx, plan), memory_plan=None,
         reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
         kuberay_image=kuberay_image(ctx) if choice.trainer else None,

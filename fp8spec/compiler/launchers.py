@@ -32,8 +32,9 @@ from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.rules.cluster import kuberay_image
-from fp8spec.rules.context import STACK_KINDS, used_stack_fields
+from fp8spec.rules.context import used_stack_fields
 from fp8spec.rules.engine import Validation
+from fp8spec.targets import STACK_KINDS
 
 LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")
 PREFLIGHT_FORMAT = 2
@@ -42,17 +43,6 @@ DASHBOARD_PORT = 8265
 KUBERAY_BUNDLE_DIR = "/fp8spec/bundle"
 KUBERAY_TTL_SECONDS = 600
 K8S_NAME_MAX = 47  # KubeRay: MaxRayJobNameLength = 53 (RayCluster) - 6 (generated suffix)
-
-# Installed distribution names tried for each pinned package, first found wins.
-DISTRIBUTIONS = {
-    "verl": ["verl"],
-    "vllm": ["vllm"],
-    "sglang": ["sglang"],
-    "megatron-core": ["megatron-core"],
-    "transformer-engine": ["transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
-                           "transformer-engine-torch"],
-}
-
 
 def runtime_env_yaml(plan: Plan, working_dir: str, bundle_dir: str = "", comment: bool = True) -> str:
     """The one place the bundle's Ray runtime environment is written: every job gets it (submit.sh,
@@ -99,8 +89,9 @@ def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan
     packages = []
     for field in used_stack_fields(spec):
         name = STACK_KINDS[field]
-        packages.append({"name": name, "version": getattr(spec.stack, field),
-                         "distributions": DISTRIBUTIONS[name]})
+        version = getattr(spec.stack, field)
+        packages.append({"name": name, "version": version,  # the installed names to try, first found wins
+                         "distributions": validation.context.profile(name).value("package.distributions")})
     model = validation.context.model if validation.context is not None else None
     config = None
     if model is not None:

@@ -13,8 +13,16 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-KINDS: tuple[str, ...] = ("verl", "vllm", "sglang", "megatron-core", "transformer-engine")
-Kind = Literal["verl", "vllm", "sglang", "megatron-core", "transformer-engine"]
+from fp8spec.targets import KINDS
+
+
+def _known_kind(value: str) -> str:
+    if value not in KINDS:
+        raise ValueError(f"unknown backend kind {value!r}; known: {', '.join(KINDS)}")
+    return value
+
+
+Kind = Annotated[str, AfterValidator(_known_kind)]
 
 # A fact id is a dotted lower-case path: ``flag.kv_cache_dtype``, ``capability.online_block_fp8``,
 # ``entrypoint``. The first component is the fact's category.

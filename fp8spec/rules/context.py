@@ -9,15 +9,7 @@ from typing import Any, Optional
 
 from fp8spec.hardware import Gpu, gpu
 from fp8spec.spec.model import Spec
-
-# Spec stack field -> backend profile kind.
-STACK_KINDS = {
-    "verl": "verl",
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "megatron_core": "megatron-core",
-    "transformer_engine": "transformer-engine",
-}
+from fp8spec.targets import STACK_KINDS
 
 
 @dataclass

@@ -27,8 +27,8 @@ def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
             (p.first_stage_layers, "first_stage_layers", "field.num_layers_in_first_pipeline_stage"),
             (p.last_stage_layers, "last_stage_layers", "field.num_layers_in_last_pipeline_stage")):
         if value is not None:
-            _mc(plan, keys, mc, f"{tc}.{mc.value(fact_id)['name']}", value, f"training.parallel.{field}",
-                fact_id, "decoder layers on that pipeline stage; the other stages split the rest evenly")
+            _mc(plan, keys, mc, tc, fact_id, value, f"training.parallel.{field}",
+                "decoder layers on that pipeline stage; the other stages split the rest evenly")
     if t.router_replay != "disabled":
         add(plan, keys, "key.megatron_router_replay_mode", t.router_replay, "training.router_replay",
             "replay MoE routes in the actor update: R2 from the trainer's old-log-prob pass, R3 from the rollout")
@@ -36,20 +36,20 @@ def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
             add(plan, keys, "key.rollout_routing_replay", True, "training.router_replay",
                 "R3: the rollout engine returns the experts it routed each token to")
     if t.precision == "fp8":
-        _mc(plan, keys, mc, tc + ".fp8", t.fp8_recipe, "training.fp8_recipe", "field.fp8",
+        _mc(plan, keys, mc, tc, "field.fp8", t.fp8_recipe, "training.fp8_recipe",
             "TransformerConfig.fp8: hybrid = E4M3 forward, E5M2 gradients")
-        _mc(plan, keys, mc, tc + ".fp8_recipe", t.fp8_scaling, "training.fp8_scaling", "field.fp8_recipe",
+        _mc(plan, keys, mc, tc, "field.fp8_recipe", t.fp8_scaling, "training.fp8_scaling",
             "TransformerConfig.fp8_recipe: how TE scales FP8 tensors")
-        _mc(plan, keys, mc, opt + ".fp8_recipe", t.fp8_scaling, "training.fp8_scaling", "optimizer.fp8_recipe",
+        _mc(plan, keys, mc, opt, "optimizer.fp8_recipe", t.fp8_scaling, "training.fp8_scaling",
             "OptimizerConfig.fp8_recipe: the distributed optimizer must know the recipe too (verl #6893)")
         first, last = spec.linear.bf16_first_layers, spec.linear.bf16_last_layers
         if first or last:
-            _mc(plan, keys, mc, tc + ".first_last_layers_bf16", True, "linear.bf16_first_layers",
-                "field.first_last_layers_bf16", "keep the first/last layers in BF16 in training too")
-            _mc(plan, keys, mc, tc + ".num_layers_at_start_in_bf16", first, "linear.bf16_first_layers",
-                "field.num_layers_at_start_in_bf16", "BF16 layers at the start")
-            _mc(plan, keys, mc, tc + ".num_layers_at_end_in_bf16", last, "linear.bf16_last_layers",
-                "field.num_layers_at_end_in_bf16", "BF16 layers at the end")
+            _mc(plan, keys, mc, tc, "field.first_last_layers_bf16", True, "linear.bf16_first_layers",
+                "keep the first/last layers in BF16 in training too")
+            _mc(plan, keys, mc, tc, "field.num_layers_at_start_in_bf16", first, "linear.bf16_first_layers",
+                "BF16 layers at the start")
+            _mc(plan, keys, mc, tc, "field.num_layers_at_end_in_bf16", last, "linear.bf16_last_layers",
+                "BF16 layers at the end")
         if t.fp8_scaling == "blockwise":
             te = ctx.profile("transformer-engine")
             env = te.value("env.block_scaling_fp32_scales")
@@ -60,10 +60,11 @@ def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
                      "worker's environment)" if value == "1" else "power-of-two block scales in TE",
                      te.evidence("env.block_scaling_fp32_scales"))
     if ctx.model is not None and ctx.model.is_moe and t.router_dtype == "fp32":
-        _mc(plan, keys, mc, tc + ".moe_router_dtype", "fp32", "training.router_dtype", "field.moe_router_dtype",
+        _mc(plan, keys, mc, tc, "field.moe_router_dtype", "fp32", "training.router_dtype",
             "route in FP32 in the trainer")
 
 
-def _mc(plan: Plan, keys: VerlKeys, mc, key: str, value, source: str, fact_id: str, why: str) -> None:
-    evidence = mc.evidence(fact_id) if mc is not None and mc.has(fact_id) else ""
-    plan.add("hydra", key, value, source, why, evidence, keys.needs_plus(key))
+def _mc(plan: Plan, keys: VerlKeys, mc, group: str, fact_id: str, value, source: str, why: str) -> None:
+    """A Megatron config field (its name from the megatron-core profile) under verl's override group."""
+    key = f"{group}.{mc.value(fact_id)['name']}"
+    plan.add("hydra", key, value, source, why, mc.evidence(fact_id), keys.needs_plus(key))

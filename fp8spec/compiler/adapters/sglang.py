@@ -21,7 +21,8 @@ def _ignored_layers_env(plan: Plan, ctx: RuleContext) -> None:
 
 def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
     spec = ctx.spec
-    base = keys.key("key.rollout_engine_kwargs") + ".sglang"
+    base = keys.key("key.rollout_engine_kwargs_sglang")
+    prof = ctx.profile("sglang")
     if spec.linear.quantize:
         _ignored_layers_env(plan, ctx)
         if ctx.model.is_moe:
@@ -35,10 +36,10 @@ def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
             "quantization_config."
         )
     if spec.kv_cache.dtype != "bf16":
-        key = base + ".kv_cache_dtype"
+        key = f"{base}.{prof.value('engine_arg.kv_cache_dtype')}"
         plan.add("hydra", key, spec.kv_cache.dtype, "kv_cache.dtype",
                  "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)",
-                 ctx.profile("sglang").evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
+                 prof.evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
 
 
 def build_sglang_serve(plan: Plan, ctx: RuleContext) -> list[str]:

@@ -21,7 +21,8 @@ def _deep_gemm_env(plan: Plan, ctx: RuleContext) -> None:
 
 def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
     spec = ctx.spec
-    base = keys.key("key.rollout_engine_kwargs") + ".vllm"
+    base = keys.key("key.rollout_engine_kwargs_vllm")
+    prof = ctx.profile("vllm")
     if spec.linear.quantize:
         _deep_gemm_env(plan, ctx)
         ignored = engine_module_names(ctx)
@@ -35,20 +36,21 @@ def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
             # verl's own config ignores only model.layers.{i}.mlp.gate; engine_kwargs.hf_overrides replaces it
             # (vllm_async_server.py builds args {..., "hf_overrides": ..., **engine_kwargs}).
             config = dict(ctx.profile("verl").value("rollout.vllm_fp8_quant_config"))
-            config.update(weight_block_size=list(spec.linear.block_size), ignored_layers=ignored)
-            key = base + ".hf_overrides"
-            plan.add("hydra", key, {"quantization_config": config}, "linear.exclude",
+            config[prof.value("quantization_config.fp8_block_size_key")] = list(spec.linear.block_size)
+            config[prof.value("quantization_config.fp8_ignored_layers_key")] = ignored
+            key = f"{base}.{prof.value('engine_arg.hf_overrides')}"
+            plan.add("hydra", key, {prof.value("hf_config.quantization_config"): config}, "linear.exclude",
                      f"{len(ignored)} linear modules kept in BF16 (exclusions and BF16 first/last layers)",
                      keys.evidence("key.rollout_engine_kwargs"), keys.needs_plus(key))
     if spec.kv_cache.dtype != "bf16":
-        key = base + ".kv_cache_dtype"
+        key = f"{base}.{prof.value('engine_arg.kv_cache_dtype')}"
         plan.add("hydra", key, spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache",
-                 ctx.profile("vllm").evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
+                 prof.evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
         if spec.kv_cache.recalibrate == "once" and ctx.native_kv_calibration():
-            key = base + ".calculate_kv_scales"
+            key = f"{base}.{prof.value('engine_arg.calculate_kv_scales')}"
             plan.add("hydra", key, True, "kv_cache.recalibrate",
                      "vLLM calibrates q/k/v scales on its first forward (never re-armed)",
-                     ctx.profile("vllm").evidence("flag.calculate_kv_scales"), keys.needs_plus(key))
+                     prof.evidence("flag.calculate_kv_scales"), keys.needs_plus(key))
 
 
 def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
@@ -64,9 +66,10 @@ def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
         style = "fnmatch" if "fnmatch" in match else "regex" if "re:" in match else "exact"
         ignore = compress(engine_module_names(ctx), all_engine_names(ctx), style)
         if ignore:
-            config = {"linear": method, prof.value("quantization_config.ignore_key"): ignore}
+            config = {prof.value("quantization_config.linear_key"): method,
+                      prof.value("quantization_config.ignore_key"): ignore}
             if ctx.model.is_moe:
-                config["moe"] = method
+                config[prof.value("quantization_config.moe_key")] = method
             args.append(("flag.quantization_config", json.dumps(config, separators=(",", ":")), "linear.exclude",
                          f"keep {len(ignore)} module pattern(s) in BF16 ({style} matching in vLLM {prof.version})"))
         _deep_gemm_env(plan, ctx)
