@@ -51,10 +51,10 @@ from collections.abc import Iterable
 
 import torch
 
+from .settings import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
+
 NAME_TEMPLATE = "model.layers.{layer}.self_attn.attn.{kind}_scale"
 KINDS = ("q", "k", "v")
-VLLM_CALC_DIVISORS = (200.0, 200.0, 100.0)  # vLLM Q/K/V_SCALE_CONSTANT defaults
-FP8_MAX_DIVISORS = (448.0, 448.0, 448.0)
 _SCALE_NAME_RE = re.compile(r"^(?P<prefix>.*?)\.(?P<kind>[qkv])_scale$")
 
 _ATTR = "_fp8spec_kv_calibrator"

@@ -25,6 +25,8 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
 
 from fp8spec import __version__
 
+from .settings import env_defaults, env_help
+
 PATCHSET_NAME = "fp8spec-runtime"
 PATCHSET_VERSION = __version__  # the patch set is released with fp8spec: one version
 
@@ -62,12 +64,7 @@ PATCHES = {
         # Hooks post-RoPE q/k/v of per-head attention and pushes per-layer attn.{q,k,v}_scale (kv_calibration.py).
         # MLA caches a compressed latent (kv_lora_rank + rope dims) with one scale per layer: not covered.
         "attention": ("gqa",),
-        "env": {
-            # optional knobs, defaults shown
-            "FP8SPEC_KV_SCALE_DIVISORS": "vllm",  # vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or "q,k,v"
-            "FP8SPEC_KV_CALIB_PHASES": "compute_log_prob,update_actor",
-            "FP8SPEC_KV_RECALIBRATE": "per_step",  # once = keep the first scales computed from rollout data
-        },
+        "env": env_defaults("kv_scales"),  # optional knobs, defaults shown (settings.VARIABLES)
         # What the engine must be told besides the FP8 KV cache (which kv_cache.dtype sets): engine argument fact id
         # of the engine's profile -> value. SGLang imports the custom loader only when it is registered.
         "engine_args": {"vllm": {}, "sglang": {"engine_arg.custom_weight_loader": [SGLANG_KV_LOADER]}},
@@ -87,7 +84,7 @@ PATCHES = {
         "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
-        "env": {"FP8SPEC_UE8M0_RULE": "ue8m0"},  # or ue8m0_fixed: scales that vLLM's requant leaves bit-identical
+        "env": env_defaults("ue8m0_scales"),
         "engine_args": {"vllm": {}, "sglang": {}},
     },
     "fast_block_quant": {
@@ -101,32 +98,8 @@ PATCHES = {
         "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
-        "env": {
-            # optional knobs, defaults shown
-            "FP8SPEC_BLOCK_QUANT_BACKEND": "auto",  # auto | triton | reference
-            "FP8SPEC_QUANT_FLAT_BUCKETS": "1",  # vLLM path: one launch on the received flat buffer
-            "FP8SPEC_QUANT_REUSE_OUTPUTS": "1",
-            "FP8SPEC_QUANT_LEAN_PRELAUNCH": "1",
-            "FP8SPEC_QUANT_FAST_LAUNCH": "1",
-            "FP8SPEC_QUANT_PREALLOC_OUTPUTS": "0",
-            "FP8SPEC_QUANT_KEEP_OUTPUTS": "0",
-            "FP8SPEC_QUANT_CHUNK_MB": "2048",  # tensor-list fallback: launch per chunk of this size
-        },
-        "env_notes": {
-            "FP8SPEC_QUANT_LEAN_PRELAUNCH": "cheaper layout key; identity check after the launch; no memory cost",
-            "FP8SPEC_QUANT_FAST_LAUNCH": (
-                "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
-                "kernel[grid]); no memory cost"
-            ),
-            "FP8SPEC_QUANT_PREALLOC_OUTPUTS": (
-                "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
-                "nothing held between syncs"
-            ),
-            "FP8SPEC_QUANT_KEEP_OUTPUTS": (
-                "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
-                "held per rollout GPU all the time"
-            ),
-        },
+        "env": env_defaults("fast_block_quant"),
+        "env_notes": env_help("fast_block_quant"),
         "engine_args": {"vllm": {}, "sglang": {}},
     },
 }
