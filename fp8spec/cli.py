@@ -245,10 +245,11 @@ def compile(
     validation, choice = _validated(spec, backend)
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
-    plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, printable(str(spec)))  # the name is shown in README.md
+    valid = validation.valid()
+    plan = build_plan(valid, choice)
+    files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     try:
-        target = write_bundle(output, validation.loaded.spec.name, files, force=force)
+        target = write_bundle(output, valid.spec.name, files, force=force)
     except WriteError as err:
         _fail(EXIT_BAD_INPUT, str(err))
     top = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in files})
@@ -266,7 +267,8 @@ def explain(
     from fp8spec.compiler.explain import explain_text
 
     validation, choice = _validated(spec, backend)
-    typer.echo(explain_text(validation, build_plan(validation, choice)), nl=False)
+    valid = validation.valid()
+    typer.echo(explain_text(valid, build_plan(valid, choice)), nl=False)
 
 
 @app.command()
@@ -280,7 +282,7 @@ def diff(
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
-    from fp8spec.compiler.build import build_plan, spec_backend
+    from fp8spec.compiler.build import build_plan
     from fp8spec.compiler.explain import diff_text
 
     backends = list(backends or [])
@@ -292,10 +294,11 @@ def diff(
     sides = []
     for path, backend in pairs:
         validation, choice = _validated(path, backend)
+        valid = validation.valid()
         label = choice.name
-        if validation.retargeted:
-            label += f", retargeted from {spec_backend(validation)}"
-        sides.append((build_plan(validation, choice), f"{printable(str(path))} ({label})"))
+        if valid.retargeted:
+            label += f", retargeted from {valid.spec_backend}"
+        sides.append((build_plan(valid, choice), f"{printable(str(path))} ({label})"))
     typer.echo(diff_text(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), nl=False)
 
 

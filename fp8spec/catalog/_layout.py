@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
-from ._types import LinearModule
+from ._linear import LinearModule
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._types import ModelFacts

@@ -13,6 +13,7 @@ from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
 from fp8spec.compiler.adapters.vllm import build_vllm_in_verl, build_vllm_serve
 from fp8spec.compiler.plan import Plan
+from fp8spec.resolve.valid import ValidSpec
 from fp8spec.rules.engine import Validation, validate_path
 from fp8spec.targets import BACKENDS, ENGINES, TRAINERS  # noqa: F401 - re-exported
 
@@ -65,6 +66,7 @@ def validate_for(path: str | Path, display: Optional[str],
 def spec_backend(validation: Validation) -> str:
     """The backend the spec file itself names (before any retargeting)."""
     spec = validation.loaded.spec
+    assert spec is not None  # only asked of a spec that was read
     values = {"training.backend": spec.training.backend, "rollout.engine": spec.rollout.engine}
     for r in validation.retargeted:
         values[r.field] = r.spec_value
@@ -97,8 +99,8 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
     return choice
 
 
-def build_plan(validation: Validation, choice: BackendChoice) -> Plan:
-    ctx = validation.context
+def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
+    """Every setting of the bundle for ``choice``, from the valid spec (retargeted to it: validate_for)."""
     plan = Plan(backend=choice.name)
     if choice.trainer is None:
         plan.entrypoint = (build_vllm_serve if choice.engine == "vllm" else build_sglang_serve)(plan, ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from fp8spec.compiler.plan import Plan, Setting
-from fp8spec.rules.engine import Validation
+from fp8spec.resolve.valid import ValidSpec
 
 _LAYER_NAMES = {"hydra": "verl override", "ray_init": "ray.init override", "env": "env var", "engine_arg": "engine flag", "patch": "runtime patch"}
 
@@ -20,14 +20,14 @@ def _rendered(s: Setting) -> str:
     return f"{s.key}={s.value}"
 
 
-def explain_text(validation: Validation, plan: Plan) -> str:
-    spec = validation.loaded.spec
+def explain_text(valid: ValidSpec, plan: Plan) -> str:
+    spec = valid.spec
     groups: "OrderedDict[str, list[Setting]]" = OrderedDict()
     for s in plan.settings:
         groups.setdefault(s.source, []).append(s)
     lines = [f"{spec.name}: {plan.backend}", ""]
-    if validation.retargeted:
-        lines[1:1] = [f"retargeted from the spec's {', '.join(f'{r.field} {r.spec_value}' for r in validation.retargeted)}"
+    if valid.retargeted:
+        lines[1:1] = [f"retargeted from the spec's {', '.join(f'{r.field} {r.spec_value}' for r in valid.retargeted)}"
                       " by --backend: every field below is as compiled for this backend"]
     for source in sorted(groups):
         lines.append(f"{source}")

@@ -31,9 +31,9 @@ from fp8spec.hardware import gpu as gpu_facts
 from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
-from fp8spec.rules.cluster import kuberay_image
-from fp8spec.rules.context import used_stack_fields
-from fp8spec.rules.engine import Validation
+from fp8spec.compiler.templates import render
+from fp8spec.resolve.valid import ValidSpec
+from fp8spec.spec.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")
@@ -72,7 +72,7 @@ def k8s_name(name: str) -> str:
     return text.rstrip("-")
 
 
-def data_files(spec) -> list[str]:
+def data_files(spec: Spec) -> list[str]:
     """Every data file the run reads (train, then validation), as the spec names them."""
     out: list[str] = []
     for value in (spec.data.train_files, spec.data.val_files):
@@ -81,30 +81,27 @@ def data_files(spec) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan) -> dict:
+def preflight_expected(valid: ValidSpec, choice: BackendChoice, plan: Plan) -> dict:
     """What preflight.py checks on every node (written as preflight.json)."""
-    spec = validation.loaded.spec
+    spec = valid.spec
     hw = spec.hardware
     target = gpu_facts(hw.gpu)
     packages = []
-    for field in used_stack_fields(spec):
+    for field, version in valid.used_stack().items():
         name = STACK_KINDS[field]
-        version = getattr(spec.stack, field)
         packages.append({"name": name, "version": version,  # the installed names to try, first found wins
-                         "distributions": validation.context.profile(name).value("package.distributions")})
-    model = validation.context.model if validation.context is not None else None
-    config = None
-    if model is not None:
-        config = {"hidden_size": model.hidden_size, "num_hidden_layers": model.num_hidden_layers,
-                  "num_attention_heads": model.num_attention_heads,
-                  "num_key_value_heads": model.num_key_value_heads, "num_experts": model.num_experts,
-                  "vocab_size": model.vocab_size}
+                         "distributions": valid.profile(name).value("package.distributions")})
+    model = valid.model
+    config = {"hidden_size": model.hidden_size, "num_hidden_layers": model.num_hidden_layers,
+              "num_attention_heads": model.num_attention_heads,
+              "num_key_value_heads": model.num_key_value_heads, "num_experts": model.num_experts,
+              "vocab_size": model.vocab_size}
     return {
         "format": PREFLIGHT_FORMAT,
         "fp8spec_version": __version__,
-        "spec": {"name": spec.name, "sha256": validation.loaded.sha256},
+        "spec": {"name": spec.name, "sha256": valid.sha256},
         "backend": choice.name,
-        "submission_id": submission_id(spec.name, choice.name, validation.loaded.sha256),
+        "submission_id": submission_id(spec.name, choice.name, valid.sha256),
         "hardware": {"gpu": hw.gpu, "device_name": hw.gpu.upper(), "compute_capability": target.cc_text,
                      "arch": target.arch, "nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node,
                      "cuda": hw.cuda},
@@ -118,31 +115,28 @@ def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan
     }
 
 
-def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan,
-                   files: dict[str, str]) -> dict[str, str]:
+def launcher_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, files: dict[str, str]) -> dict[str, str]:
     """The launcher files of a trainer bundle (none for a standalone serve bundle).
 
     ``files`` are the bundle files rendered so far; rayjob.yaml's ConfigMap carries launch.sh from them.
     """
     if not choice.trainer:
         return {}
-    from fp8spec.compiler.bundle import render
-
-    spec = validation.loaded.spec
+    spec = valid.spec
     cluster = spec.cluster
-    sha = validation.loaded.sha256
+    sha = valid.sha256
     sub_id = submission_id(spec.name, choice.name, sha)
     common = dict(spec=spec, backend=choice.name, fp8spec_version=__version__, submission_id=sub_id,
                   nodes=spec.hardware.nodes, gpus_per_node=spec.hardware.gpus_per_node,
                   working_dir=cluster.working_dir)
     out: dict[str, str] = {}
     out["preflight.py"] = program_text()
-    expected = preflight_expected(validation, choice, plan)
+    expected = preflight_expected(valid, choice, plan)
     out["preflight.json"] = json.dumps(expected, indent=2, sort_keys=True) + "\n"
     out["submit.sh"] = render("submit.sh.j2", address=cluster.address, **common)
     out["slurm.sbatch"] = render("slurm.sbatch.j2", slurm=cluster.slurm, job_name=spec.name,
                                  ray_port=RAY_PORT, dashboard_port=DASHBOARD_PORT, **common)
-    image = kuberay_image(validation.context)
+    image = valid.kuberay_image()
     if image is not None:  # else the launcher is not kuberay (rule CLU001) and no image is known: no rayjob.yaml
         out["rayjob.yaml"] = _rayjob(spec, plan, files, out, image, sha, common)
     return out
@@ -182,10 +176,8 @@ def _pod_yaml(kuberay, indent: int, mounts: list[str], volumes: list[str]) -> st
     return "\n".join(lines)
 
 
-def _rayjob(spec, plan: Plan, files: dict[str, str], out: dict[str, str], image: str, sha: str,
+def _rayjob(spec: Spec, plan: Plan, files: dict[str, str], out: dict[str, str], image: str, sha: str,
             common: dict) -> str:
-    from fp8spec.compiler.bundle import render
-
     kuberay = spec.cluster.kuberay
     name = k8s_name(spec.name)
     shipped = {path: text for path, text in files.items() if path.startswith(BUNDLE_LIB + "/")}

@@ -10,14 +10,6 @@ from fp8spec.rules.registry import Finding, rule
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def kuberay_image(ctx) -> str | None:
-    """The pods' image: the spec's, else verl's published image for the pinned engine version."""
-    image = ctx.spec.cluster.kuberay.image
-    if image:
-        return image
-    return (ctx.fact("verl", "images.kuberay") or {}).get(f"{ctx.engine}=={ctx.engine_version}")
-
-
 @rule(
     "CLU001", "kuberay-image-unknown", "error",
     "A KubeRay launch has no image for the pinned rollout engine version.",
@@ -31,7 +23,7 @@ def kuberay_image(ctx) -> str | None:
 def kuberay_image_unknown(ctx):
     if ctx.spec.cluster.launcher != "kuberay" or ctx.profile("verl") is None:
         return
-    if kuberay_image(ctx) is None:
+    if ctx.kuberay_image() is None:
         yield Finding(f"no verl image is known for {ctx.engine} {ctx.engine_version} (verl "
                       f"{ctx.spec.stack.verl} publishes images for "
                       f"{', '.join(sorted(ctx.fact('verl', 'images.kuberay') or {})) or 'no engine'})",

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
 from fp8spec.diagnostics import Diagnostic
-from fp8spec.rules.context import RuleContext, build_context
+from fp8spec.resolve.context import ResolvedSpec, build_context
+from fp8spec.resolve.valid import Retarget, ValidSpec
 from fp8spec.rules.registry import Finding, Rule, all_rules, get_rule
 from fp8spec.spec.edit import with_values
 from fp8spec.spec.loader import LoadedSpec, load_spec
@@ -17,21 +18,11 @@ from fp8spec.spec.loader import LoadedSpec, load_spec
 RETARGETABLE = ("training.backend", "rollout.engine")
 
 
-@dataclass(frozen=True)
-class Retarget:
-    """One field a --backend choice changed: the spec's value (written, or its default) and the target's."""
-
-    field: str
-    spec_value: str
-    value: str
-    written: bool
-
-
 @dataclass
 class Validation:
     loaded: LoadedSpec  # when retargeted, its spec is the retargeted one (the file's text and positions stay)
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    context: Optional[RuleContext] = None
+    context: Optional[ResolvedSpec] = None
     retargeted: tuple[Retarget, ...] = ()
     findings: list[tuple[Rule, Finding, str]] = field(default_factory=list)  # with the severity reported
 
@@ -42,6 +33,14 @@ class Validation:
     @property
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity == "warning"]
+
+    def valid(self) -> ValidSpec:
+        """The spec as the compiler receives it; raises NotValid when it has errors (check ``errors`` first)."""
+        from fp8spec.resolve.valid import NotValid
+
+        if self.loaded.spec is None or self.context is None:
+            raise NotValid("the spec could not be read")
+        return ValidSpec(self.context, self.loaded.sha256, self.retargeted, tuple(self.diagnostics))
 
 
 def validate_path(path: str | Path, display: str | None = None,
@@ -91,7 +90,7 @@ def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
     return result
 
 
-def run_rules(ctx: RuleContext) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
+def run_rules(ctx: ResolvedSpec) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
     """Every applicable rule with its findings, or the exception it raised."""
     for rule in all_rules():
         if rule.needs_model and ctx.model is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional
 
 if TYPE_CHECKING:
-    from fp8spec.rules.context import RuleContext
+    from fp8spec.resolve.context import ResolvedSpec
 
 Severity = Literal["error", "warning"]
 
@@ -37,7 +37,7 @@ class Rule:
     summary: str
     rationale: str
     hint: str
-    check: Callable[["RuleContext"], Iterable[Finding]]
+    check: Callable[["ResolvedSpec"], Iterable[Finding]]
     acknowledgeable: bool = False
     needs_model: bool = True
 
@@ -55,10 +55,10 @@ def rule(
     *,
     acknowledgeable: bool = False,
     needs_model: bool = True,
-) -> Callable[[Callable[["RuleContext"], Iterable[Finding]]], Callable[["RuleContext"], Iterable[Finding]]]:
+) -> Callable[[Callable[["ResolvedSpec"], Iterable[Finding]]], Callable[["ResolvedSpec"], Iterable[Finding]]]:
     """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown."""
 
-    def register(check: Callable[["RuleContext"], Iterable[Finding]]):
+    def register(check: Callable[["ResolvedSpec"], Iterable[Finding]]):
         if code in REGISTRY:
             raise RuntimeError(f"rule code {code} registered twice")
         REGISTRY[code] = Rule(

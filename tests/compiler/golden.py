@@ -33,4 +33,5 @@ def compile_files(spec_path: Path, backend: str) -> dict[str, str]:
     rel = str(spec_path.relative_to(REPO))
     validation, choice = validate_for(spec_path, rel, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
-    return bundle_files(validation, choice, build_plan(validation, choice), rel)
+    valid = validation.valid()
+    return bundle_files(valid, choice, build_plan(valid, choice), rel)

@@ -6,14 +6,14 @@ import re
 from collections import defaultdict
 
 from fp8spec.module_names import shape_pattern
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
 
-def engine_module_names(ctx: RuleContext) -> list[str]:
+def engine_module_names(ctx: ValidSpec) -> list[str]:
     """Engine-side names of the linears kept in BF16 (routed experts collapse into their fused 'experts')."""
     model = ctx.model
-    if model is None or not ctx.spec.linear.quantize:
+    if not ctx.spec.linear.quantize:
         return []
     quantized = {m.name for m in ctx.exclusions.quantized}
     names: list[str] = []
@@ -54,7 +54,7 @@ def compress(names: list[str], all_names: list[str], style: str) -> list[str]:
     return out
 
 
-def all_engine_names(ctx: RuleContext) -> list[str]:
+def all_engine_names(ctx: ValidSpec) -> list[str]:
     seen, out = set(), []
     for m in ctx.model.linear_modules():
         name = m.fused_name if m.group == "experts" else m.name

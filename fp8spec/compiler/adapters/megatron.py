@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys, add
 from fp8spec.compiler.plan import Plan
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
+def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     t = spec.training
     p = t.parallel
@@ -59,7 +59,7 @@ def build_megatron(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
                      "FP32 block scales in TE (read when transformer_engine is imported, so it must be in every "
                      "worker's environment)" if value == "1" else "power-of-two block scales in TE",
                      te.evidence("env.block_scaling_fp32_scales"))
-    if ctx.model is not None and ctx.model.is_moe and t.router_dtype == "fp32":
+    if ctx.model.is_moe and t.router_dtype == "fp32":
         _mc(plan, keys, mc, tc, "field.moe_router_dtype", "fp32", "training.router_dtype",
             "route in FP32 in the trainer")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan
 from fp8spec.patchset import manifest, shipped_fileset
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def needed_patches(ctx: RuleContext) -> dict[str, str]:
+def needed_patches(ctx: ValidSpec) -> dict[str, str]:
     """Patch name -> the spec field that needs it."""
     spec = ctx.spec
     needed: dict[str, str] = {}
@@ -22,7 +22,7 @@ def needed_patches(ctx: RuleContext) -> dict[str, str]:
     return needed
 
 
-def sync_quantizer(ctx: RuleContext) -> str | None:
+def sync_quantizer(ctx: ValidSpec) -> str | None:
     """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', or None without FP8 linears."""
     spec = ctx.spec
     if not spec.linear.quantize:
@@ -33,7 +33,7 @@ def sync_quantizer(ctx: RuleContext) -> str | None:
     return "fp8spec" if ctx.fact(ctx.engine, "verified.fast_block_quant_in_engine", False) is True else "verl"
 
 
-def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> None:
+def build_runtime(plan: Plan, ctx: ValidSpec, engine: str, keys: VerlKeys) -> None:
     """Activate the needed patches in a verl bundle (standalone serving has no weight sync to patch)."""
     needed = needed_patches(ctx)
     if not needed:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fp8spec.compiler.adapters.ignore_lists import engine_module_names
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def _ignored_layers_env(plan: Plan, ctx: RuleContext) -> None:
+def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
     """Exclusions beyond the router go to SGLANG_FP8_IGNORED_LAYERS, read both by verl's trainer-side
     quantizer and by SGLang's Fp8Config (verl/utils/sglang/sglang_fp8_utils.py)."""
     routers = set(ctx.model.symbolic_groups().get("router", ()))
@@ -19,7 +19,7 @@ def _ignored_layers_env(plan: Plan, ctx: RuleContext) -> None:
                  f"{len(extra)} linear modules kept in BF16 beyond the router", prof.evidence("env.fp8_ignored_layers"))
 
 
-def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
+def build_sglang_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     base = keys.key("key.rollout_engine_kwargs_sglang")
     prof = ctx.profile("sglang")
@@ -42,7 +42,7 @@ def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
                  prof.evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
 
 
-def build_sglang_serve(plan: Plan, ctx: RuleContext) -> list[str]:
+def build_sglang_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
     spec, prof = ctx.spec, ctx.profile("sglang")
     argv = prof.value("cli.serve").split()
     args: list[tuple[str, object, str, str]] = [

@@ -7,7 +7,7 @@ release that renames a key is a new profile, not a code change.
 from __future__ import annotations
 
 from fp8spec.compiler.plan import Plan
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 _CORRECTION = {  # method -> (rollout_is level, threshold kind)
     "tis": ("token", "clip"),
@@ -45,7 +45,7 @@ def add(plan: Plan, keys: VerlKeys, fact_id: str, value, source: str, why: str, 
     plan.add("hydra", key, value, source, why, keys.evidence(fact_id), keys.needs_plus(key))
 
 
-def build_verl(plan: Plan, ctx: RuleContext, trainer: str, engine: str) -> VerlKeys:
+def build_verl(plan: Plan, ctx: ValidSpec, trainer: str, engine: str) -> VerlKeys:
     spec = ctx.spec
     keys = VerlKeys(ctx.profile("verl"))
     plan.entrypoint = keys.key("entrypoint").split()
@@ -62,7 +62,7 @@ def build_verl(plan: Plan, ctx: RuleContext, trainer: str, engine: str) -> VerlK
     return keys
 
 
-def _rollout(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _rollout(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     r = spec.rollout
     add(plan, keys, "key.rollout_tp", r.tp, "rollout.tp", "tensor parallel size of each rollout replica")
@@ -79,7 +79,7 @@ def _rollout(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
             "weights at every weight sync")
 
 
-def _correction(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _correction(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     c = ctx.spec.correction
     if c.method == "none":
         add(plan, keys, "key.rollout_is", None, "correction.method", "no importance-sampling correction")
@@ -102,7 +102,7 @@ def _correction(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
                 "rejection sampling threshold")
 
 
-def _algorithm(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _algorithm(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     a = ctx.spec.algorithm
     add(plan, keys, "key.adv_estimator", "grpo", "algorithm.name",
         "group-relative advantages (GRPO; DAPO uses the same estimator)")
@@ -120,7 +120,7 @@ def _algorithm(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
             "DAPO dynamic sampling: drop prompt groups whose responses all score the same")
 
 
-def _offload(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None:
+def _offload(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
     offload = ctx.spec.training.offload
     for field, on, why in (("params", offload.params, "trainer parameters leave the GPU while the rollout runs"),
                            ("optimizer", offload.optimizer, "optimizer state stays on CPU outside the step")):
@@ -129,7 +129,7 @@ def _offload(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None
                 f"training.offload.{field}", why)
 
 
-def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None:
+def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
     spec = ctx.spec
     add(plan, keys, "key.data_train_files", spec.data.train_files, "data.train_files", "training data")
     if spec.data.val_files is not None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from fp8spec.compiler.adapters.verl import VerlKeys, add
 from fp8spec.compiler.plan import Plan
 from fp8spec.resolve.reward import BUNDLE_NAME
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def build_batching(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def build_batching(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     b = ctx.batching
     add(plan, keys, "key.use_dynamic_bsz", b.dynamic, "algorithm.use_dynamic_bsz",
         "pack micro-batches by token count instead of a fixed size (the log-prob passes follow it)")
@@ -30,7 +30,7 @@ def build_batching(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
         add(plan, keys, fact_id, value, f"algorithm.{field}", why)
 
 
-def build_run(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def build_run(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     t = spec.trainer
     if t.checkpoint_dir is not None:
@@ -59,7 +59,7 @@ def build_run(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
         "trainer.experiment" if t.experiment else "name", "run name in the tracker")
 
 
-def build_reward(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def build_reward(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     r = spec.reward
     add(plan, keys, "key.reward_manager_name", r.manager, "reward.manager", "reward manager verl builds")

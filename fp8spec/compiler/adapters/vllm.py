@@ -7,10 +7,10 @@ import json
 from fp8spec.compiler.adapters.ignore_lists import all_engine_names, compress, engine_module_names
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def _deep_gemm_env(plan: Plan, ctx: RuleContext) -> None:
+def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
     prof = ctx.profile("vllm")
     env = prof.value("env.deep_gemm_e8m0")
     value = "0" if ctx.spec.linear.scale_dtype == "fp32" else "1"
@@ -19,7 +19,7 @@ def _deep_gemm_env(plan: Plan, ctx: RuleContext) -> None:
     plan.add("env", env["name"], value, "linear.scale_dtype", why, prof.evidence("env.deep_gemm_e8m0"))
 
 
-def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
+def build_vllm_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     base = keys.key("key.rollout_engine_kwargs_vllm")
     prof = ctx.profile("vllm")
@@ -53,7 +53,7 @@ def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
                      prof.evidence("flag.calculate_kv_scales"), keys.needs_plus(key))
 
 
-def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
+def build_vllm_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
     """argv of a standalone `vllm serve` for evaluating the FP8 policy (online block quantization)."""
     spec, prof = ctx.spec, ctx.profile("vllm")
     argv = prof.value("cli.serve").split() + [spec.model.path]
