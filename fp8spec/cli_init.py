@@ -11,12 +11,8 @@ from typing import Optional
 
 import typer
 
+from fp8spec.cli_options import fail
 from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable
-
-
-def _fail(code: int, message: str) -> None:
-    typer.echo(f"fp8spec: error: {printable(message)}", err=True)
-    raise typer.Exit(code)
 
 
 def _complete_template(incomplete: str) -> list[str]:
@@ -67,12 +63,12 @@ def init(
 
     display = str(output) if output is not None else "spec.yaml"
     if output is not None and output.exists() and not force:
-        _fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
+        fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
     try:
         result = starter_spec(template, model, gpu, nodes, gpus_per_node, name, printable(display),
                               (output.parent if output is not None else Path(".")).resolve())
     except StarterError as err:
-        _fail(EXIT_BAD_INPUT, str(err))
+        fail(EXIT_BAD_INPUT, str(err))
     for change in result.changes:
         typer.echo(f"init: {change}", err=True)
     if not result.clean:
@@ -89,5 +85,5 @@ def init(
     try:
         output.write_text(result.text, encoding="utf-8")
     except OSError as err:
-        _fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
+        fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
     typer.echo(f"wrote {printable(str(output))}")
