@@ -18,7 +18,14 @@ import typer
 from fp8spec import __version__
 from fp8spec.cli_backends import backends_app
 from fp8spec.cli_init import init
-from fp8spec.cli_options import backend_option, complete_backend, complete_code, fail, format_option, usage_error
+from fp8spec.cli_options import (
+    backend_option,
+    complete_backend,
+    complete_code,
+    fail,
+    format_option,
+    usage_error,
+)
 from fp8spec.cli_plan import plan
 from fp8spec.diagnostics import (
     EXIT_BAD_INPUT,
@@ -42,6 +49,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
 def _version_callback(value: bool) -> None:
     if value:
         typer.echo(f"fp8spec {__version__}")
@@ -50,16 +58,18 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """fp8spec command line."""
 
 
 @app.command()
 def validate(
-    specs: List[Path] = typer.Argument(..., metavar="SPEC", help="Spec files (YAML).", show_default=False,
-                                       readable=False),
+    specs: List[Path] = typer.Argument(
+        ..., metavar="SPEC", help="Spec files (YAML).", show_default=False, readable=False
+    ),
     format: str = format_option(),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors (exit 1)."),
     backend: Optional[str] = backend_option(),
@@ -86,11 +96,14 @@ def validate(
             diags = [_flag_value_hint(err.diagnostic, path)]
             exit_code = max(exit_code, EXIT_BAD_INPUT)
         results[display] = diags
-        if any(d.severity == "error" for d in diags) or (strict and any(d.severity == "warning" for d in diags)):
+        if any(d.severity == "error" for d in diags) or (
+            strict and any(d.severity == "warning" for d in diags)
+        ):
             exit_code = max(exit_code, EXIT_RULE_ERRORS)
     if format == "json":
-        extra = ({f: {"backend": backend, "retargeted": notes.get(f, "")} for f in results}
-                 if backend else None)
+        extra = (
+            {f: {"backend": backend, "retargeted": notes.get(f, "")} for f in results} if backend else None
+        )
         typer.echo(render_json(results, extra))
     else:
         for display, diags in results.items():
@@ -111,11 +124,16 @@ def _flag_value_hint(diagnostic: Diagnostic, path: Path) -> Diagnostic:
 
 @app.command()
 def schema(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
-                                          help="Write the JSON Schema to this file.", readable=False),
-    docs: Optional[Path] = typer.Option(None, "--docs", metavar="FILE", readable=False,
-                                        help="Write the field reference (Markdown) to this file instead, "
-                                        "e.g. docs/spec.md."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="Write the JSON Schema to this file.", readable=False
+    ),
+    docs: Optional[Path] = typer.Option(
+        None,
+        "--docs",
+        metavar="FILE",
+        readable=False,
+        help="Write the field reference (Markdown) to this file instead, e.g. docs/spec.md.",
+    ),
 ) -> None:
     """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line), or
     write the field reference generated from it."""
@@ -142,9 +160,14 @@ def _write_text(path: Path, text: str) -> None:
 
 
 @app.command()
-def rules(code: Optional[str] = typer.Argument(
-        None, metavar="CODE", autocompletion=complete_code,
-        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.")) -> None:
+def rules(
+    code: Optional[str] = typer.Argument(
+        None,
+        metavar="CODE",
+        autocompletion=complete_code,
+        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.",
+    ),
+) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
     from fp8spec.rules.registry import all_rules, get_rule
     from fp8spec.spec.codes import input_code, input_codes
@@ -200,11 +223,18 @@ def _validated(spec: Path, backend: Optional[str]):
 
 @app.command()
 def compile(
-    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False,
-                                readable=False),
+    spec: Path = typer.Argument(
+        ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
+    ),
     backend: Optional[str] = backend_option(),
-    output: Path = typer.Option(Path("bundles"), "--output", "-o", metavar="DIR",
-                                help="Folder that receives the bundle folder.", readable=False),
+    output: Path = typer.Option(
+        Path("bundles"),
+        "--output",
+        "-o",
+        metavar="DIR",
+        help="Folder that receives the bundle folder.",
+        readable=False,
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle of the same name."),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
@@ -228,8 +258,9 @@ def compile(
 
 @app.command()
 def explain(
-    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False,
-                                readable=False),
+    spec: Path = typer.Argument(
+        ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
+    ),
     backend: Optional[str] = backend_option(),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
@@ -243,12 +274,22 @@ def explain(
 
 @app.command()
 def diff(
-    specs: List[Path] = typer.Argument(..., metavar="SPEC", show_default=False, readable=False,
-                                       help="Two specs, or one spec with two --backend."),
+    specs: List[Path] = typer.Argument(
+        ...,
+        metavar="SPEC",
+        show_default=False,
+        readable=False,
+        help="Two specs, or one spec with two --backend.",
+    ),
     backends: Optional[List[str]] = typer.Option(
-        None, "--backend", "-b", metavar="BACKEND", autocompletion=complete_backend,
+        None,
+        "--backend",
+        "-b",
+        metavar="BACKEND",
+        autocompletion=complete_backend,
         help="Without it each spec is compiled for its own backend. Once: both specs retargeted to it. "
-        "Twice: the first spec for the first backend, the second (or the same) spec for the second."),
+        "Twice: the first spec for the first backend, the second (or the same) spec for the second.",
+    ),
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
@@ -257,10 +298,11 @@ def diff(
 
     backends = list(backends or [])
     if len(specs) > 2 or len(backends) > 2 or len(specs) + len(backends) < 3 and len(specs) < 2:
-        usage_error("diff compares two specs (each on its own backend, or both on one --backend), or one "
-                     "spec on two: fp8spec diff SPEC --backend A --backend B")
-    pairs = [(specs[0], backends[0] if backends else None),
-             (specs[-1], backends[-1] if backends else None)]
+        usage_error(
+            "diff compares two specs (each on its own backend, or both on one --backend), or one "
+            "spec on two: fp8spec diff SPEC --backend A --backend B"
+        )
+    pairs = [(specs[0], backends[0] if backends else None), (specs[-1], backends[-1] if backends else None)]
     sides = []
     for path, backend in pairs:
         validation, choice = _validated(path, backend)
@@ -297,7 +339,7 @@ def _wants_json(argv: list[str]) -> bool:
     if "validate" not in argv:
         return False
     for i, arg in enumerate(argv):
-        if arg in ("--format", "-f") and argv[i + 1: i + 2] == ["json"]:
+        if arg in ("--format", "-f") and argv[i + 1 : i + 2] == ["json"]:
             return True
         if arg in ("--format=json", "-fjson"):
             return True

@@ -10,9 +10,11 @@ import typer
 from fp8spec.diagnostics import EXIT_BAD_INPUT, printable
 from fp8spec.targets import BACKENDS
 
-BACKEND_HELP = (f"{', '.join(BACKENDS[:-2])} (a verl run), or {' / '.join(BACKENDS[-2:])} (a "
-                "standalone server for evaluation). Default: the spec's training.backend + rollout.engine; "
-                "another backend retargets the spec: every rule checks it as if it said so.")
+BACKEND_HELP = (
+    f"{', '.join(BACKENDS[:-2])} (a verl run), or {' / '.join(BACKENDS[-2:])} (a "
+    "standalone server for evaluation). Default: the spec's training.backend + rollout.engine; "
+    "another backend retargets the spec: every rule checks it as if it said so."
+)
 
 
 def complete_backend(incomplete: str) -> list[str]:
@@ -32,13 +34,20 @@ def _complete_format(incomplete: str) -> list[str]:
 
 
 def backend_option(help_text: str = BACKEND_HELP) -> Any:
-    return typer.Option(None, "--backend", "-b", metavar="BACKEND", help=help_text,
-                        autocompletion=complete_backend)
+    return typer.Option(
+        None, "--backend", "-b", metavar="BACKEND", help=help_text, autocompletion=complete_backend
+    )
 
 
 def format_option() -> Any:
-    return typer.Option("text", "--format", "-f", metavar="[text|json]", help="Output format.",
-                        autocompletion=_complete_format)
+    return typer.Option(
+        "text",
+        "--format",
+        "-f",
+        metavar="[text|json]",
+        help="Output format.",
+        autocompletion=_complete_format,
+    )
 
 
 def fail(code: int, message: str) -> NoReturn:

@@ -15,29 +15,58 @@ def plan(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
     format: str = format_option(),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", metavar="DIR", help="Also write plan.png (needs matplotlib: pip install "
-        "'fp8spec[plot]') and plan.svg into this folder."),
+        None,
+        "--output",
+        "-o",
+        metavar="DIR",
+        help="Also write plan.png (needs matplotlib: pip install "
+        "'fp8spec[plot]') and plan.svg into this folder.",
+    ),
     backend: Optional[str] = backend_option(),
     gpu_memory_gib: Optional[float] = typer.Option(
-        None, "--gpu-memory-gib", min=1.0, max=4096.0, metavar="GIB", help="GPU memory as CUDA reports it "
-        "(default: recorded for hardware.gpu)."),
+        None,
+        "--gpu-memory-gib",
+        min=1.0,
+        max=4096.0,
+        metavar="GIB",
+        help="GPU memory as CUDA reports it (default: recorded for hardware.gpu).",
+    ),
     gpu_memory_utilization: Optional[float] = typer.Option(
-        None, "--gpu-memory-utilization", min=0.01, max=1.0, metavar="FRACTION",
-        help="Default: rollout.gpu_memory_utilization."),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, max=1024, metavar="N",
-                                     help="Rollout tensor parallel size."),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1, max=1024, metavar="N",
-                                     help="Rollout expert parallel size."),
+        None,
+        "--gpu-memory-utilization",
+        min=0.01,
+        max=1.0,
+        metavar="FRACTION",
+        help="Default: rollout.gpu_memory_utilization.",
+    ),
+    tp: Optional[int] = typer.Option(
+        None, "--tp", min=1, max=1024, metavar="N", help="Rollout tensor parallel size."
+    ),
+    ep: Optional[int] = typer.Option(
+        None, "--ep", min=1, max=1024, metavar="N", help="Rollout expert parallel size."
+    ),
     max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", min=1, max=10_000_000, metavar="N",
-        help="Default: verl's rollout default."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1, max=1_000_000, metavar="N",
-                                               help="Default: verl's rollout default."),
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        max=10_000_000,
+        metavar="N",
+        help="Default: verl's rollout default.",
+    ),
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", min=1, max=1_000_000, metavar="N", help="Default: verl's rollout default."
+    ),
     max_model_len: Optional[int] = typer.Option(
-        None, "--max-model-len", min=1, max=100_000_000, metavar="N",
-        help="Default: the model's max_position_embeddings (what verl passes)."),
-    cuda_graphs: Optional[bool] = typer.Option(None, "--cuda-graphs/--no-cuda-graphs",
-                                               help="Default: on (verl's enforce_eager false)."),
+        None,
+        "--max-model-len",
+        min=1,
+        max=100_000_000,
+        metavar="N",
+        help="Default: the model's max_position_embeddings (what verl passes).",
+    ),
+    cuda_graphs: Optional[bool] = typer.Option(
+        None, "--cuda-graphs/--no-cuda-graphs", help="Default: on (verl's enforce_eager false)."
+    ),
 ) -> None:
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
@@ -61,11 +90,22 @@ def plan(
     if ctx is None or ctx.model is None or ctx.profile("verl") is None:
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)
-        typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; no plan without a valid spec, model and "
-                   "verl profile", err=True)
+        typer.echo(
+            f"{spec}: {summary_line(validation.diagnostics)}; no plan without a valid spec, model and "
+            "verl profile",
+            err=True,
+        )
         raise typer.Exit(EXIT_RULE_ERRORS)
-    overrides = Overrides(gpu_memory_gib, gpu_memory_utilization, tp, ep, max_num_batched_tokens, max_num_seqs,
-                          max_model_len, cuda_graphs)
+    overrides = Overrides(
+        gpu_memory_gib,
+        gpu_memory_utilization,
+        tp,
+        ep,
+        max_num_batched_tokens,
+        max_num_seqs,
+        max_model_len,
+        cuda_graphs,
+    )
     try:
         result = build_plan(ctx, overrides)
     except PlanInputError as err:

@@ -329,8 +329,10 @@ def _quant_method(r: _Reader, qc: object) -> str | None:
     if method is None:
         return "unknown"
     if not isinstance(method, str) or not method or len(method) > 64:
-        raise r.fail(f"quantization_config.quant_method must be a short string, got {_show(method)}",
-                     "quantization_config")
+        raise r.fail(
+            f"quantization_config.quant_method must be a short string, got {_show(method)}",
+            "quantization_config",
+        )
     return method
 
 

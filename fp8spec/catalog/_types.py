@@ -11,8 +11,15 @@ from ._linear import LINEAR_KINDS, PARALLEL_STYLES, LinearModule
 if TYPE_CHECKING:  # pragma: no cover
     from ._layout import Layout
 
-__all__ = ["LINEAR_KINDS", "PARALLEL_STYLES", "CatalogError", "ConfigError", "LinearModule", "ModelFacts",
-           "UnknownModel"]
+__all__ = [
+    "LINEAR_KINDS",
+    "PARALLEL_STYLES",
+    "CatalogError",
+    "ConfigError",
+    "LinearModule",
+    "ModelFacts",
+    "UnknownModel",
+]
 
 
 class CatalogError(Exception):

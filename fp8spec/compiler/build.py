@@ -48,8 +48,9 @@ def retarget_fields(choice: BackendChoice) -> dict[str, str]:
     return fields
 
 
-def validate_for(path: str | Path, display: Optional[str],
-                 backend: Optional[str]) -> tuple[Validation, BackendChoice]:
+def validate_for(
+    path: str | Path, display: Optional[str], backend: Optional[str]
+) -> tuple[Validation, BackendChoice]:
     """Validate a spec for a backend: without one, the spec's own; with one, the spec retargeted to it (every
     rule checks the spec as if training.backend / rollout.engine said so).
     Raises BackendChoiceError, InputError."""
@@ -77,10 +78,14 @@ def retarget_note(validation: Validation, choice: BackendChoice) -> str:
     """One line saying how the spec was retargeted, or '' when it was compiled for its own backend."""
     if not validation.retargeted:
         return ""
-    changes = "; ".join(f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
-                        for r in validation.retargeted)
-    return (f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
-            "the spec as if it said so")
+    changes = "; ".join(
+        f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
+        for r in validation.retargeted
+    )
+    return (
+        f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
+        "the spec as if it said so"
+    )
 
 
 def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice:
@@ -94,8 +99,10 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
         section, name = field.split(".")
         have = getattr(getattr(spec, section), name)
         if have != value:
-            raise BackendChoiceError(f"--backend {choice.name}: the spec was validated with {field} {have}; "
-                                     "validate it for the backend first")
+            raise BackendChoiceError(
+                f"--backend {choice.name}: the spec was validated with {field} {have}; "
+                "validate it for the backend first"
+            )
     return choice
 
 
@@ -120,6 +127,13 @@ def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
     env_key = keys.key("key.ray_runtime_env_env_vars")
     for s in plan.of("env"):
         key = f"{env_key}.{s.key}"
-        plan.add("ray_init", key, str(s.value), s.source, f"{s.key} in every Ray worker (launch.sh by hand)",
-                 keys.evidence("key.ray_runtime_env_env_vars"), keys.needs_plus(key))
+        plan.add(
+            "ray_init",
+            key,
+            str(s.value),
+            s.source,
+            f"{s.key} in every Ray worker (launch.sh by hand)",
+            keys.evidence("key.ray_runtime_env_env_vars"),
+            keys.needs_plus(key),
+        )
     return plan

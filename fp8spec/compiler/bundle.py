@@ -38,13 +38,21 @@ def _checks(valid: ValidSpec) -> list[dict]:
             status = "acknowledged"
         if any(d.severity == "warning" for d in found):
             status = "warning"
-        rows.append({"code": rule.code, "name": rule.name, "status": status,
-                     "messages": [d.message for d in found]})
+        rows.append(
+            {"code": rule.code, "name": rule.name, "status": status, "messages": [d.message for d in found]}
+        )
     return rows
 
 
-_FP8_SOURCES = ("linear.", "kv_cache.", "correction.", "training.precision", "training.fp8_",
-                "training.router_dtype", "rollout.calculate_log_probs")
+_FP8_SOURCES = (
+    "linear.",
+    "kv_cache.",
+    "correction.",
+    "training.precision",
+    "training.fp8_",
+    "training.router_dtype",
+    "rollout.calculate_log_probs",
+)
 
 
 def _fp8_table(plan: Plan) -> list[dict]:
@@ -57,8 +65,12 @@ def _fp8_table(plan: Plan) -> list[dict]:
         mirrors_env = s.layer == "hydra" and s.key.rsplit(".", 1)[-1] in env_names
         if mirrors_env:
             continue
-        where = {"hydra": "Hydra override", "env": "env var", "engine_arg": "engine flag",
-                 "patch": "runtime patch"}[s.layer]
+        where = {
+            "hydra": "Hydra override",
+            "env": "env var",
+            "engine_arg": "engine flag",
+            "patch": "runtime patch",
+        }[s.layer]
         value = s.override if s.layer == "hydra" else f"{s.key}={s.value}" if s.layer != "patch" else s.key
         rows.append({"source": s.source, "where": where, "value": value, "why": s.why})
     return rows
@@ -70,29 +82,48 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
     ctx = valid
     stack = {f: v for f, v in valid.used_stack().items() if choice.trainer or f == choice.engine}
     common = dict(
-        fp8spec_version=__version__, spec=spec, spec_file=spec_file, backend=choice.name, plan=plan,
-        stack=stack, checks=_checks(valid), fp8_rows=_fp8_table(plan), env=plan.env,
-        patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
+        fp8spec_version=__version__,
+        spec=spec,
+        spec_file=spec_file,
+        backend=choice.name,
+        plan=plan,
+        stack=stack,
+        checks=_checks(valid),
+        fp8_rows=_fp8_table(plan),
+        env=plan.env,
+        patches=plan.patches,
+        runtime=runtime_manifest(),
+        model=ctx.model,
         external_modules_env=ctx.profile("verl").value("env.external_modules"),
-        metrics=_metrics(ctx), memory_plan=None,
+        metrics=_metrics(ctx),
+        memory_plan=None,
         reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
         kuberay_image=ctx.kuberay_image() if choice.trainer else None,
-        retargeted=valid.retargeted, spec_backend=valid.spec_backend,
+        retargeted=valid.retargeted,
+        spec_backend=valid.spec_backend,
     )
     files: dict[str, str] = {}
     if choice.trainer:
         files.update(_memory_plan_files(valid, common))
     if choice.trainer:
-        files["launch.sh"] = render("launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"),
-                                    **common)
-        files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
-                                   + yaml_string_list(plan.overrides))
+        files["launch.sh"] = render(
+            "launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"), **common
+        )
+        files["overrides.yaml"] = (
+            "# verl Hydra overrides, exactly as launch.sh passes them\n" + yaml_string_list(plan.overrides)
+        )
         if plan.ray_init_overrides:
             files["overrides.yaml"] += (
                 "# and these only outside a Ray job (launch.sh run by hand on a Ray head), where verl's ray.init "
                 "carries\n# runtime_env.yaml to the workers"
-                + (f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
-                   if plan.py_modules else "") + "\n" + yaml_string_list(plan.ray_init_overrides))
+                + (
+                    f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
+                    if plan.py_modules
+                    else ""
+                )
+                + "\n"
+                + yaml_string_list(plan.ray_init_overrides)
+            )
         files["runtime_env.yaml"] = runtime_env_yaml(plan, spec.cluster.working_dir)
         if plan.py_modules:
             files.update({f"{BUNDLE_LIB}/{path}": text for path, text in shipped_files().items()})
@@ -101,8 +132,9 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
             files[REWARD_FILE] = ctx.reward_file.text
     else:
         files["serve.sh"] = render("serve.sh.j2", **common)
-        files["engine_args.json"] = json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2,
-                                               sort_keys=True) + "\n"
+        files["engine_args.json"] = (
+            json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2, sort_keys=True) + "\n"
+        )
     files.update(launcher_files(valid, choice, plan, files))
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
@@ -127,25 +159,43 @@ def _metrics(valid: ValidSpec) -> dict:
     return valid.profile("verl").value("metrics.rollout_corr")
 
 
-def _manifest(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file: str, stack: dict[str, str],
-              files: dict[str, str]) -> str:
+def _manifest(
+    valid: ValidSpec,
+    choice: BackendChoice,
+    plan: Plan,
+    spec_file: str,
+    stack: dict[str, str],
+    files: dict[str, str],
+) -> str:
     profiles = {}
     for field, version in stack.items():
         kind = STACK_KINDS[field]
         prof = valid.profile(kind)
-        profiles[kind] = {"version": version, "profile": f"backends/{kind}/{version}.yaml",
-                          "profile_sha256": _profile_sha(kind, version), "source": getattr(prof.source, "artifact", "")}
+        profiles[kind] = {
+            "version": version,
+            "profile": f"backends/{kind}/{version}.yaml",
+            "profile_sha256": _profile_sha(kind, version),
+            "source": getattr(prof.source, "artifact", ""),
+        }
     rt = runtime_manifest()
     data = {
         "fp8spec_version": __version__,
         "backend": choice.name,
         "spec": {"name": valid.spec.name, "file": Path(spec_file).name, "sha256": valid.sha256},
         "profiles": profiles,
-        "runtime_patches": {"name": rt.PATCHSET_NAME, "version": rt.PATCHSET_VERSION,
-                            "patches": plan.patches,
-                            **({"py_module": plan.py_modules[0], "fileset_sha256": shipped_fileset()["sha256"]}
-                               if plan.py_modules else {})},
-        "files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())},
+        "runtime_patches": {
+            "name": rt.PATCHSET_NAME,
+            "version": rt.PATCHSET_VERSION,
+            "patches": plan.patches,
+            **(
+                {"py_module": plan.py_modules[0], "fileset_sha256": shipped_fileset()["sha256"]}
+                if plan.py_modules
+                else {}
+            ),
+        },
+        "files": {
+            name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())
+        },
     }
     if valid.retargeted:
         data["retargeted_from"] = valid.spec_backend

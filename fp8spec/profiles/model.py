@@ -11,7 +11,15 @@ import copy
 import math
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from fp8spec.targets import KINDS
 
@@ -82,7 +90,8 @@ class Source(_Frozen):
 ConfirmKind = Literal["field", "flag", "choice", "choices", "env", "default", "key", "new_key", "class"]
 _NEEDS_VALUE = ("choice", "default")
 SnapshotSpec = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")]
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")
+]
 
 
 class Confirm(_Frozen):
@@ -90,13 +99,18 @@ class Confirm(_Frozen):
 
     kind: ConfirmKind
     subject: NonEmpty = Field(
-        description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path).")
-    value: PlainValue = Field(default=None, description="The choice or default value (kind choice/default/choices).")
+        description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path)."
+    )
+    value: PlainValue = Field(
+        default=None, description="The choice or default value (kind choice/default/choices)."
+    )
     present: bool = Field(
-        default=True, description="false: the snapshot must NOT have it (a removed feature).")
+        default=True, description="false: the snapshot must NOT have it (a removed feature)."
+    )
     snapshot: Optional[SnapshotSpec] = Field(
         default=None,
-        description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.')
+        description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.',
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -128,14 +142,16 @@ class Fact(_Frozen):
     value: PlainValue = Field(description="Plain YAML data; null/false where the release lacks the feature.")
     evidence: Evidence = Field(description="file:line inside the release, or an upstream PR/issue URL.")
     confirm: Optional[Annotated[tuple[Confirm, ...], Field(min_length=1)]] = Field(
-        default=None, description="How a snapshot confirms the fact; omit for evidence-only facts.")
+        default=None, description="How a snapshot confirms the fact; omit for evidence-only facts."
+    )
 
     @model_validator(mode="after")
     def _choices_need_a_list(self) -> "Fact":
         for c in self.confirm or ():
             if c.kind == "choices" and c.value is None and not isinstance(self.value, list):
                 raise ValueError(
-                    "a 'choices' confirmation without 'value' needs the fact's value to be a list")
+                    "a 'choices' confirmation without 'value' needs the fact's value to be a list"
+                )
         return self
 
     @model_validator(mode="before")

@@ -110,9 +110,16 @@ def build_context(spec: Spec, spec_dir: Path) -> ResolvedSpec:
 
 def derived_context(ctx: ResolvedSpec, spec: Spec) -> ResolvedSpec:
     """A probing context for ``spec``, a variant of ``ctx.spec`` with the same model and reward file."""
-    new = ResolvedSpec(spec=spec, spec_dir=ctx.spec_dir, model=ctx.model, model_error=ctx.model_error,
-                      model_error_path=ctx.model_error_path, reward_file=ctx.reward_file,
-                      reward_problem=ctx.reward_problem, probing=True)
+    new = ResolvedSpec(
+        spec=spec,
+        spec_dir=ctx.spec_dir,
+        model=ctx.model,
+        model_error=ctx.model_error,
+        model_error_path=ctx.model_error_path,
+        reward_file=ctx.reward_file,
+        reward_problem=ctx.reward_problem,
+        probing=True,
+    )
     _resolve_profiles(new)
     return new
 

@@ -51,7 +51,11 @@ class ValidSpec:
             raise NotValid("the spec has errors")
         if self.resolved.model is None:
             raise NotValid(f"the model's facts are unknown: {self.resolved.model_error}")
-        missing = [STACK_KINDS[f] for f in used_stack_fields(self.spec) if self.resolved.profile(STACK_KINDS[f]) is None]
+        missing = [
+            STACK_KINDS[f]
+            for f in used_stack_fields(self.spec)
+            if self.resolved.profile(STACK_KINDS[f]) is None
+        ]
         if missing:
             raise NotValid(f"no profile for {', '.join(missing)}")
 

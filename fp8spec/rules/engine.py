@@ -43,8 +43,9 @@ class Validation:
         return ValidSpec(self.context, self.loaded.sha256, self.retargeted, tuple(self.diagnostics))
 
 
-def validate_path(path: str | Path, display: str | None = None,
-                  retarget: Optional[Mapping[str, str]] = None) -> Validation:
+def validate_path(
+    path: str | Path, display: str | None = None, retarget: Optional[Mapping[str, str]] = None
+) -> Validation:
     """Load and check one spec file. Raises InputError (exit 2) when it is not a readable YAML mapping.
 
     ``retarget`` ({"training.backend": "fsdp", "rollout.engine": "sglang"}) checks the spec as if it said
@@ -53,8 +54,9 @@ def validate_path(path: str | Path, display: str | None = None,
     return validate_loaded(loaded, Path(path).resolve().parent, retarget)
 
 
-def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
-                    retarget: Optional[Mapping[str, str]] = None) -> Validation:
+def validate_loaded(
+    loaded: LoadedSpec, spec_dir: Path, retarget: Optional[Mapping[str, str]] = None
+) -> Validation:
     result = Validation(loaded, list(loaded.diagnostics))
     if loaded.spec is None:
         return result
@@ -70,10 +72,18 @@ def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
     for rule, findings in run_rules(ctx):
         if isinstance(findings, Exception):  # a rule bug must not become a user-facing traceback
             exc = findings
-            result.diagnostics.append(Diagnostic(
-                "error", rule.code, f"internal error in rule {rule.name}: {type(exc).__name__}: {exc}",
-                loaded.file, 1, 1, "", "please report this with the spec that triggered it",
-            ))
+            result.diagnostics.append(
+                Diagnostic(
+                    "error",
+                    rule.code,
+                    f"internal error in rule {rule.name}: {type(exc).__name__}: {exc}",
+                    loaded.file,
+                    1,
+                    1,
+                    "",
+                    "please report this with the spec that triggered it",
+                )
+            )
             continue
         for finding in findings:
             severity = rule.severity
@@ -83,9 +93,18 @@ def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
                 message = f"{message} (acknowledged: {acknowledged[rule.code]})"
             result.findings.append((rule, finding, severity))
             line, col = loaded.locate(finding.path)
-            result.diagnostics.append(Diagnostic(
-                severity, rule.code, message, loaded.file, line, col, finding.path, finding.hint or rule.hint,
-            ))
+            result.diagnostics.append(
+                Diagnostic(
+                    severity,
+                    rule.code,
+                    message,
+                    loaded.file,
+                    line,
+                    col,
+                    finding.path,
+                    finding.hint or rule.hint,
+                )
+            )
     result.diagnostics.sort(key=Diagnostic.sort_key)
     return result
 
@@ -124,9 +143,29 @@ def _acknowledgement_problems(loaded: LoadedSpec, acknowledged: dict[str, str]) 
         path = f"acknowledge.{code}"
         line, col = loaded.locate(path, prefer="key")
         if rule is None:
-            out.append(Diagnostic("error", "S005", f"acknowledge: no rule has code {code}", loaded.file, line, col,
-                                  path, "see `fp8spec rules` for the codes"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    "S005",
+                    f"acknowledge: no rule has code {code}",
+                    loaded.file,
+                    line,
+                    col,
+                    path,
+                    "see `fp8spec rules` for the codes",
+                )
+            )
         elif not rule.acknowledgeable:
-            out.append(Diagnostic("error", "S005", f"acknowledge: rule {code} ({rule.name}) cannot be acknowledged",
-                                  loaded.file, line, col, path, "fix the spec instead"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    "S005",
+                    f"acknowledge: rule {code} ({rule.name}) cannot be acknowledged",
+                    loaded.file,
+                    line,
+                    col,
+                    path,
+                    "fix the spec instead",
+                )
+            )
     return out

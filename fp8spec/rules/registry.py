@@ -62,7 +62,15 @@ def rule(
         if code in REGISTRY:
             raise RuntimeError(f"rule code {code} registered twice")
         REGISTRY[code] = Rule(
-            code, name, severity, summary, " ".join(rationale.split()), hint, check, acknowledgeable, needs_model
+            code,
+            name,
+            severity,
+            summary,
+            " ".join(rationale.split()),
+            hint,
+            check,
+            acknowledgeable,
+            needs_model,
         )
         return check
 

@@ -80,7 +80,11 @@ class BucketPlan:
         self.meta_dev = None
         self.x_offsets = [int(o) for o in x_offsets] if x_offsets is not None else None
         # elements of the flat input the plan reads (its end): a buffer shorter than this is refused
-        self.x_extent = max((o + n for o, n in zip(self.x_offsets, self.numel)), default=0) if x_offsets is not None else 0
+        self.x_extent = (
+            max((o + n for o, n in zip(self.x_offsets, self.numel)), default=0)
+            if x_offsets is not None
+            else 0
+        )
         self.aligned = False
         if x_offsets is not None:
             full = self.meta_with_inputs(x_offsets, row_strides)

@@ -120,11 +120,25 @@ class FlatLayout:
 
     __slots__ = ("launchers", "mask", "outs", "pick_items", "pick_views", "plan", "sel")
 
-    def __init__(self, sel: tuple[int, ...], plan: BucketPlan, mask: tuple[bool, ...],
-                 pick_items: Callable, pick_views: Callable):
-        self.sel, self.plan, self.mask, self.pick_items, self.pick_views = sel, plan, mask, pick_items, pick_views
+    def __init__(
+        self,
+        sel: tuple[int, ...],
+        plan: BucketPlan,
+        mask: tuple[bool, ...],
+        pick_items: Callable,
+        pick_views: Callable,
+    ):
+        self.sel, self.plan, self.mask, self.pick_items, self.pick_views = (
+            sel,
+            plan,
+            mask,
+            pick_items,
+            pick_views,
+        )
         self.outs: list | None = None
-        self.launchers: dict[str, _tbq.FlatLauncher] = {}  # scale_fmt -> FlatLauncher into the reused output memory
+        self.launchers: dict[
+            str, _tbq.FlatLauncher
+        ] = {}  # scale_fmt -> FlatLauncher into the reused output memory
 
     def fits(self, flat: torch.Tensor) -> bool:
         """O(1): the received buffer is long enough for the plan and on the plan's device."""
@@ -132,7 +146,9 @@ class FlatLayout:
 
     def same_tensors(self, items: Sequence[Named], views: Sequence[Named]) -> bool:
         """The selected items are (still) the receiver's views the plan was built from (C-level)."""
-        return all(map(operator.is_, map(_SECOND, self.pick_items(items)), map(_SECOND, self.pick_views(views))))
+        return all(
+            map(operator.is_, map(_SECOND, self.pick_items(items)), map(_SECOND, self.pick_views(views)))
+        )
 
 
 class OutputArena:
@@ -182,8 +198,14 @@ class OutputArena:
 
 
 def _new_stats() -> dict[str, int]:
-    return {"flat_launches": 0, "plan_builds": 0, "cache_hits": 0, "not_flat": 0, "list_path": 0,
-            "spec_discarded": 0}
+    return {
+        "flat_launches": 0,
+        "plan_builds": 0,
+        "cache_hits": 0,
+        "not_flat": 0,
+        "list_path": 0,
+        "spec_discarded": 0,
+    }
 
 
 class FlatBucketEngine:
@@ -202,15 +224,19 @@ class FlatBucketEngine:
 
     # ------------------------------------------------------------------------------------ round and bucket
     def set_output_policy(self, settings: QuantSettings) -> None:
-        self.output_policy = {"keep_outputs": settings.keep_outputs, "prealloc_outputs": settings.prealloc_outputs}
+        self.output_policy = {
+            "keep_outputs": settings.keep_outputs,
+            "prealloc_outputs": settings.prealloc_outputs,
+        }
 
     @property
     def bucket(self) -> ReceivedBucket | None:
         return getattr(self._local, "bucket", None)
 
     @contextlib.contextmanager
-    def received_bucket(self, buffer: torch.Tensor, meta: dict, weights: list,
-                        raw: bytes | None = None) -> Iterator[ReceivedBucket]:
+    def received_bucket(
+        self, buffer: torch.Tensor, meta: dict, weights: list, raw: bytes | None = None
+    ) -> Iterator[ReceivedBucket]:
         """Make ``quant_weights`` calls inside this block see the bucket (set by the receiver patch)."""
         prev = self.bucket
         self._local.bucket = ReceivedBucket(buffer, meta, weights, raw)
@@ -247,8 +273,9 @@ class FlatBucketEngine:
         self.stats.update(_new_stats())
 
     # ------------------------------------------------------------------------------------ quantization
-    def speculate(self, items: Sequence[Named], dtype: torch.dtype, block: tuple[int, int],
-                  settings: QuantSettings) -> tuple[FlatLayout, list] | None:
+    def speculate(
+        self, items: Sequence[Named], dtype: torch.dtype, block: tuple[int, int], settings: QuantSettings
+    ) -> tuple[FlatLayout, list] | None:
         """Launch before verl's per-tensor selection runs, when this bucket's layout is cached: the GPU
         quantizes while the host classifies. ``quantize`` then checks the selection is the cached one
         (else the launch is redone for the new selection; its outputs are overwritten).
@@ -277,9 +304,15 @@ class FlatBucketEngine:
             return None
         return lay, outs
 
-    def quantize(self, items: Sequence[Named], sel: tuple[int, ...], dtype: torch.dtype, block: tuple[int, int],
-                 settings: QuantSettings,
-                 spec: tuple[FlatLayout, list] | None = None) -> tuple[tuple[bool, ...], list] | None:
+    def quantize(
+        self,
+        items: Sequence[Named],
+        sel: tuple[int, ...],
+        dtype: torch.dtype,
+        block: tuple[int, int],
+        settings: QuantSettings,
+        spec: tuple[FlatLayout, list] | None = None,
+    ) -> tuple[tuple[bool, ...], list] | None:
         """Quantize ``items[i]`` for i in ``sel`` with one launch on the received bucket's flat buffer.
 
         Returns ``(mask, [(q, scale_inv), …])`` or None (then the caller takes the list path). Per call,
@@ -314,14 +347,26 @@ class FlatBucketEngine:
             return None  # the list path raises the usual error
         return ctx
 
-    def _build_layout(self, ctx: ReceivedBucket, items: Sequence[Named], sel: tuple[int, ...], dtype: torch.dtype,
-                      block: tuple[int, int], settings: QuantSettings) -> FlatLayout | None:
+    def _build_layout(
+        self,
+        ctx: ReceivedBucket,
+        items: Sequence[Named],
+        sel: tuple[int, ...],
+        dtype: torch.dtype,
+        block: tuple[int, int],
+        settings: QuantSettings,
+    ) -> FlatLayout | None:
         """The cached layout of ``items[sel]`` in the received bucket, or None when they are not views of
         the bucket's one flat buffer, all of the quantization dtype, at the offsets the metadata gives."""
         if dtype not in FLAT_DTYPES:
             return None
         buf = ctx.buffer
-        if not isinstance(buf, torch.Tensor) or buf.dtype != torch.uint8 or buf.dim() != 1 or not buf.is_contiguous():
+        if (
+            not isinstance(buf, torch.Tensor)
+            or buf.dtype != torch.uint8
+            or buf.dim() != 1
+            or not buf.is_contiguous()
+        ):
             return None
         metas = list(ctx.meta.values())
         views = ctx.weights
@@ -368,8 +413,14 @@ class FlatBucketEngine:
             lay.outs = plan.outputs(arena.y[: plan.y_total], arena.s[: plan.s_total])
         return lay
 
-    def _launch(self, ctx: ReceivedBucket, lay: FlatLayout, dtype: torch.dtype, settings: QuantSettings,
-                flat: torch.Tensor | None = None) -> list:
+    def _launch(
+        self,
+        ctx: ReceivedBucket,
+        lay: FlatLayout,
+        dtype: torch.dtype,
+        settings: QuantSettings,
+        flat: torch.Tensor | None = None,
+    ) -> list:
         if flat is None:
             flat = ctx.typed(dtype)
         fmt = settings.scale_fmt
@@ -381,7 +432,9 @@ class FlatBucketEngine:
         if settings.fast_launch:
             launcher = lay.launchers.get(fmt)
             if launcher is None:
-                launcher = lay.launchers[fmt] = _tbq.FlatLauncher(lay.plan, (arena.y, arena.s), fmt, fast=True)
+                launcher = lay.launchers[fmt] = _tbq.FlatLauncher(
+                    lay.plan, (arena.y, arena.s), fmt, fast=True
+                )
             launcher(flat)
         else:
             _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt, views=False, out=(arena.y, arena.s))

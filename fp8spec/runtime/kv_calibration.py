@@ -135,7 +135,9 @@ class KVScaleCalibrator:
         if not (dist.is_available() and dist.is_initialized()):
             return
         if self.amax is None:
-            dev = device or (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu")
+            dev = device or (
+                torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+            )
             self.amax = torch.zeros((self.num_layers, 3), dtype=torch.float32, device=dev)
         dist.all_reduce(self.amax, op=dist.ReduceOp.MAX, group=group)
 

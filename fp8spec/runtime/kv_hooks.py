@@ -82,7 +82,11 @@ def scales_for_sync(cal: KVScaleCalibrator) -> list[tuple[str, torch.Tensor]]:
     frozen = getattr(cal, "_fp8spec_frozen", None)
     if frozen is not None:
         return [(n, t.clone()) for n, t in frozen]
-    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    dev = (
+        torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_available()
+        else torch.device("cpu")
+    )
     cal.reduce(device=dev)
     named = cal.named_scales(device=dev)
     cal.reset()
@@ -149,11 +153,14 @@ async def send_sglang_kv_scales(rollout, named) -> None:
     tp_size = mesh.mesh.size()[0]
     serialized = [(n, MultiprocessingSerializer.serialize(t.detach().reshape(()))) for n, t in named]
     gathered = [None for _ in range(tp_size)] if mesh.get_local_rank() == 0 else None
-    dist.gather_object(obj=serialized, object_gather_list=gathered, dst=mesh.mesh.tolist()[0], group=mesh.get_group())
+    dist.gather_object(
+        obj=serialized, object_gather_list=gathered, dst=mesh.mesh.tolist()[0], group=mesh.get_group()
+    )
     if mesh.get_local_rank() != 0:
         return
     named_tensors = [
-        (group[0][0], LocalSerializedTensor(values=[part[1] for part in group])) for group in zip(*gathered, strict=True)
+        (group[0][0], LocalSerializedTensor(values=[part[1] for part in group]))
+        for group in zip(*gathered, strict=True)
     ]
     req = UpdateWeightsFromTensorReqInput(
         serialized_named_tensors=[MultiprocessingSerializer.serialize(named_tensors) for _ in range(tp_size)],

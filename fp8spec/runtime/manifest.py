@@ -46,7 +46,11 @@ KNOWN_VERSIONS = {
 }
 
 SGLANG_KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
-VLLM_PLUGIN_ENTRY_POINT = ("vllm.general_plugins", "fp8spec_runtime", "fp8spec.runtime.engines.vllm_plugin:register")
+VLLM_PLUGIN_ENTRY_POINT = (
+    "vllm.general_plugins",
+    "fp8spec_runtime",
+    "fp8spec.runtime.engines.vllm_plugin:register",
+)
 VLLM_WORKER_EXTENSION = "fp8spec.runtime.engines.vllm_kv.Fp8specKVScaleWorkerExtension"
 
 PATCHES = {

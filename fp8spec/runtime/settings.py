@@ -32,31 +32,76 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("FP8SPEC_KV_SCALE_DIVISORS", "kv_scales", "vllm",
-             "vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or 'q,k,v'"),
-    Variable("FP8SPEC_KV_CALIB_PHASES", "kv_scales", ",".join(KV_PHASES),
-             "the trainer forwards that observe q/k/v (comma list)"),
-    Variable("FP8SPEC_KV_RECALIBRATE", "kv_scales", "per_step",
-             "per_step, or once = keep the first scales computed from rollout data"),
-    Variable("FP8SPEC_UE8M0_RULE", "ue8m0_scales", "ue8m0",
-             "ue8m0, or ue8m0_fixed: scales that vLLM's requantization leaves bit-identical"),
+    Variable(
+        "FP8SPEC_KV_SCALE_DIVISORS",
+        "kv_scales",
+        "vllm",
+        "vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or 'q,k,v'",
+    ),
+    Variable(
+        "FP8SPEC_KV_CALIB_PHASES",
+        "kv_scales",
+        ",".join(KV_PHASES),
+        "the trainer forwards that observe q/k/v (comma list)",
+    ),
+    Variable(
+        "FP8SPEC_KV_RECALIBRATE",
+        "kv_scales",
+        "per_step",
+        "per_step, or once = keep the first scales computed from rollout data",
+    ),
+    Variable(
+        "FP8SPEC_UE8M0_RULE",
+        "ue8m0_scales",
+        "ue8m0",
+        "ue8m0, or ue8m0_fixed: scales that vLLM's requantization leaves bit-identical",
+    ),
     Variable("FP8SPEC_BLOCK_QUANT_BACKEND", "fast_block_quant", "auto", "auto | triton | reference"),
-    Variable("FP8SPEC_QUANT_FLAT_BUCKETS", "fast_block_quant", "1",
-             "vLLM path: one launch on the received flat buffer"),
-    Variable("FP8SPEC_QUANT_REUSE_OUTPUTS", "fast_block_quant", "1",
-             "output views made once per layout and handed out again"),
-    Variable("FP8SPEC_QUANT_LEAN_PRELAUNCH", "fast_block_quant", "1",
-             "cheaper layout key; identity check after the launch; no memory cost"),
-    Variable("FP8SPEC_QUANT_FAST_LAUNCH", "fast_block_quant", "1",
-             "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
-             "kernel[grid]); no memory cost"),
-    Variable("FP8SPEC_QUANT_PREALLOC_OUTPUTS", "fast_block_quant", "0",
-             "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
-             "nothing held between syncs"),
-    Variable("FP8SPEC_QUANT_KEEP_OUTPUTS", "fast_block_quant", "0",
-             "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
-             "held per rollout GPU all the time"),
-    Variable("FP8SPEC_QUANT_CHUNK_MB", "fast_block_quant", "2048", "tensor-list fallback: launch per chunk of this size"),
+    Variable(
+        "FP8SPEC_QUANT_FLAT_BUCKETS",
+        "fast_block_quant",
+        "1",
+        "vLLM path: one launch on the received flat buffer",
+    ),
+    Variable(
+        "FP8SPEC_QUANT_REUSE_OUTPUTS",
+        "fast_block_quant",
+        "1",
+        "output views made once per layout and handed out again",
+    ),
+    Variable(
+        "FP8SPEC_QUANT_LEAN_PRELAUNCH",
+        "fast_block_quant",
+        "1",
+        "cheaper layout key; identity check after the launch; no memory cost",
+    ),
+    Variable(
+        "FP8SPEC_QUANT_FAST_LAUNCH",
+        "fast_block_quant",
+        "1",
+        "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
+        "kernel[grid]); no memory cost",
+    ),
+    Variable(
+        "FP8SPEC_QUANT_PREALLOC_OUTPUTS",
+        "fast_block_quant",
+        "0",
+        "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
+        "nothing held between syncs",
+    ),
+    Variable(
+        "FP8SPEC_QUANT_KEEP_OUTPUTS",
+        "fast_block_quant",
+        "0",
+        "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
+        "held per rollout GPU all the time",
+    ),
+    Variable(
+        "FP8SPEC_QUANT_CHUNK_MB",
+        "fast_block_quant",
+        "2048",
+        "tensor-list fallback: launch per chunk of this size",
+    ),
 )
 _BY_NAME = {v.name: v for v in VARIABLES}
 
@@ -88,7 +133,9 @@ def _raw(env: Mapping[str, str], name: str) -> str | None:
 
 def _text(env: Mapping[str, str], name: str, default: str | None = None) -> str:
     value = _raw(env, name)
-    return value.strip() if value is not None else (default if default is not None else _BY_NAME[name].default)
+    return (
+        value.strip() if value is not None else (default if default is not None else _BY_NAME[name].default)
+    )
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool:
@@ -112,9 +159,11 @@ class KVSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> KVSettings:
         env = os.environ if env is None else env
         phases = env.get("FP8SPEC_KV_CALIB_PHASES")  # set but empty: no forward observes (calibration off)
-        return cls(_divisors(_text(env, "FP8SPEC_KV_SCALE_DIVISORS")),
-                   _phases(_BY_NAME["FP8SPEC_KV_CALIB_PHASES"].default if phases is None else phases),
-                   _recalibrate(_text(env, "FP8SPEC_KV_RECALIBRATE")))
+        return cls(
+            _divisors(_text(env, "FP8SPEC_KV_SCALE_DIVISORS")),
+            _phases(_BY_NAME["FP8SPEC_KV_CALIB_PHASES"].default if phases is None else phases),
+            _recalibrate(_text(env, "FP8SPEC_KV_RECALIBRATE")),
+        )
 
 
 def _divisors(value: str) -> Divisors:
@@ -159,7 +208,9 @@ class QuantSettings:
     keep_outputs: bool = False  # keep the output memory between weight syncs (half a bucket, all the time)
 
     @classmethod
-    def from_env(cls, active: set[str] | frozenset[str], env: Mapping[str, str] | None = None) -> QuantSettings:
+    def from_env(
+        cls, active: set[str] | frozenset[str], env: Mapping[str, str] | None = None
+    ) -> QuantSettings:
         """The settings for the active patches: ue8m0 scales only with ue8m0_scales, the Triton kernel by default
         only with fast_block_quant."""
         env = os.environ if env is None else env
@@ -168,7 +219,9 @@ class QuantSettings:
             fmt = _text(env, "FP8SPEC_UE8M0_RULE")
             if fmt not in ("ue8m0", "ue8m0_fixed"):
                 raise ValueError(f"FP8SPEC_UE8M0_RULE must be ue8m0 or ue8m0_fixed, got {fmt!r}")
-        backend = _text(env, "FP8SPEC_BLOCK_QUANT_BACKEND", "auto" if "fast_block_quant" in active else "reference")
+        backend = _text(
+            env, "FP8SPEC_BLOCK_QUANT_BACKEND", "auto" if "fast_block_quant" in active else "reference"
+        )
         chunk_mb = int(_text(env, "FP8SPEC_QUANT_CHUNK_MB"))
         switches = {key: _switch(env, name) for key, name in FLAT_KNOBS.items()}
         return cls(scale_fmt=fmt, backend=backend, chunk_bytes=chunk_mb << 20, **switches)

@@ -130,8 +130,10 @@ def get_kernel():
     _kernel = _bucket_quant_kernel
     return _kernel
 
+
 def _reference_bucket(tensors, block, scale_fmt, amax_floor):
     return [_ref.quantize_blockwise(t, block, scale_fmt, amax_floor) for t in tensors]
+
 
 def quantize_bucket(
     tensors: Sequence[torch.Tensor],
@@ -211,6 +213,7 @@ def quantize_bucket(
             out[i] = r
     return out
 
+
 def quantize_flat(
     flat: torch.Tensor,
     plan: BucketPlan,
@@ -245,6 +248,7 @@ def quantize_flat(
     y, s = _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned, out)
     return plan.outputs(y, s) if views else (y, s)
 
+
 def _flatten_outputs(plan, res, device):
     y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
     s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
@@ -252,6 +256,7 @@ def _flatten_outputs(plan, res, device):
         q.copy_(rq)
         sc.copy_(rs)
     return y, s
+
 
 def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned, out=None):
     device = base.device
@@ -339,11 +344,17 @@ def fast_launch_convention(kernel=None, device=None):
         plan = make_flat_plan(shapes, offs, device=device)
         outs = []
         for _ in range(3):
-            outs.append((torch.full((plan.y_total,), 0x7F, dtype=torch.uint8, device=device).view(_ref.FP8_DTYPE),
-                         torch.full((plan.s_total,), float("nan"), device=device)))
+            outs.append(
+                (
+                    torch.full((plan.y_total,), 0x7F, dtype=torch.uint8, device=device).view(_ref.FP8_DTYPE),
+                    torch.full((plan.s_total,), float("nan"), device=device),
+                )
+            )
         rt, ce = _kernel_args(flat, *outs[0], plan, "fp32", _ref.DEFAULT_AMAX_FLOOR, kernel.precise_div)
         grid = (plan.n_tiles, 1, 1)
-        compiled = kernel[grid](*rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=4)
+        compiled = kernel[grid](
+            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=4
+        )
         for conv, out in (("all", outs[1]), ("runtime", outs[2])):
             runner = _runner_for(compiled, grid, conv)
             if runner is None:
@@ -355,7 +366,9 @@ def fast_launch_convention(kernel=None, device=None):
                     torch.cuda.synchronize(device)
             except TypeError:  # the launcher takes another number of arguments
                 continue
-            same = torch.equal(out[0].view(torch.uint8), outs[0][0].view(torch.uint8)) and torch.equal(out[1], outs[0][1])
+            same = torch.equal(out[0].view(torch.uint8), outs[0][0].view(torch.uint8)) and torch.equal(
+                out[1], outs[0][1]
+            )
             if same:
                 _FAST["convention"] = conv
             break
@@ -374,11 +387,31 @@ class FlatLauncher:
     Output bits are the same either way (same compiled kernel, same arguments). Without CUDA/Triton
     the reference fills ``out``."""
 
-    __slots__ = ("plan", "y", "s", "scale_fmt", "amax_floor", "num_warps", "fast", "_runner", "_args",
-                 "_aligned_at_compile", "_device", "_kernel")
+    __slots__ = (
+        "plan",
+        "y",
+        "s",
+        "scale_fmt",
+        "amax_floor",
+        "num_warps",
+        "fast",
+        "_runner",
+        "_args",
+        "_aligned_at_compile",
+        "_device",
+        "_kernel",
+    )
 
-    def __init__(self, plan, out, scale_fmt="fp32", amax_floor=_ref.DEFAULT_AMAX_FLOOR, num_warps=4, fast=False,
-                 kernel=None):
+    def __init__(
+        self,
+        plan,
+        out,
+        scale_fmt="fp32",
+        amax_floor=_ref.DEFAULT_AMAX_FLOOR,
+        num_warps=4,
+        fast=False,
+        kernel=None,
+    ):
         check_fmt(scale_fmt)
         if plan.x_offsets is None:
             raise ValueError("FlatLauncher needs a flat plan (make_flat_plan)")
@@ -386,15 +419,27 @@ class FlatLauncher:
             raise ValueError("out buffers must be on the plan's device")
         check_out(out, plan, out[0].device)
         self.plan, (self.y, self.s) = plan, out
-        self.scale_fmt, self.amax_floor, self.num_warps, self.fast = scale_fmt, float(amax_floor), num_warps, fast
+        self.scale_fmt, self.amax_floor, self.num_warps, self.fast = (
+            scale_fmt,
+            float(amax_floor),
+            num_warps,
+            fast,
+        )
         self._runner = self._args = self._aligned_at_compile = None
         self._device = out[0].device
         self._kernel = kernel  # tests: a stand-in for the Triton kernel (used on any device)
 
     def __call__(self, flat: torch.Tensor) -> None:
         plan = self.plan
-        if flat.numel() < plan.x_extent or flat.device != self._device or flat.dim() != 1 or not flat.is_contiguous():
-            raise ValueError("flat does not hold the plan's layout (too short, not 1-D contiguous, or another device)")
+        if (
+            flat.numel() < plan.x_extent
+            or flat.device != self._device
+            or flat.dim() != 1
+            or not flat.is_contiguous()
+        ):
+            raise ValueError(
+                "flat does not hold the plan's layout (too short, not 1-D contiguous, or another device)"
+            )
         if not plan.n_tiles:
             return
         runner = self._runner
@@ -412,10 +457,19 @@ class FlatLauncher:
     def _launch_jit(self, flat):
         kernel = self._kernel if self._kernel is not None else get_kernel()
         if kernel is None or (self._kernel is None and not flat.is_cuda):
-            quantize_flat(flat, self.plan, self.scale_fmt, self.amax_floor, self.num_warps, views=False,
-                          out=(self.y, self.s))
+            quantize_flat(
+                flat,
+                self.plan,
+                self.scale_fmt,
+                self.amax_floor,
+                self.num_warps,
+                views=False,
+                out=(self.y, self.s),
+            )
             return
-        rt, ce = _kernel_args(flat, self.y, self.s, self.plan, self.scale_fmt, self.amax_floor, kernel.precise_div)
+        rt, ce = _kernel_args(
+            flat, self.y, self.s, self.plan, self.scale_fmt, self.amax_floor, kernel.precise_div
+        )
         compiled = kernel[(self.plan.n_tiles,)](
             *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=self.num_warps
         )

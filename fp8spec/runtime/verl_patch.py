@@ -88,19 +88,22 @@ def patch_engine_workers(module) -> None:
 
 
 # ----------------------------------------------------------------- fast_block_quant / ue8m0_scales
-def _quantize_many(tensors: list[torch.Tensor], block: tuple[int, int],
-                   settings: QuantSettings) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _quantize_many(
+    tensors: list[torch.Tensor], block: tuple[int, int], settings: QuantSettings
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return quantize_bucket(tensors, block=block, scale_fmt=settings.scale_fmt, backend=settings.backend)
 
 
-def make_vllm_quant_weights(module: ModuleType, settings: QuantSettings,
-                            engine: FlatBucketEngine = ENGINE) -> Callable[..., Iterator[Named]]:
+def make_vllm_quant_weights(
+    module: ModuleType, settings: QuantSettings, engine: FlatBucketEngine = ENGINE
+) -> Callable[..., Iterator[Named]]:
     """Replacement for ``vllm_quant_utils.quant_weights`` (same signature, same yield order)."""
     orig = module.quant_weights
 
     @functools.wraps(orig)
-    def quant_weights(weights: Iterable[Named], model: Any, quant_config: Any,
-                      dtype: torch.dtype = torch.bfloat16) -> Iterator[Named]:
+    def quant_weights(
+        weights: Iterable[Named], model: Any, quant_config: Any, dtype: torch.dtype = torch.bfloat16
+    ) -> Iterator[Named]:
         if module.is_deepseek_v4_model(model) or module.is_vllm_ascend_mx_quant(quant_config):
             yield from orig(weights, model, quant_config, dtype=dtype)
             return
@@ -150,7 +153,9 @@ def patch_vllm_quant(module: ModuleType, settings: QuantSettings, engine: FlatBu
     if settings.flat_buckets and settings.backend != "reference":
         from . import _importhook
 
-        _importhook.when_imported(MOD_BUCKET_TRANSFER, functools.partial(patch_bucket_receiver, engine=engine))
+        _importhook.when_imported(
+            MOD_BUCKET_TRANSFER, functools.partial(patch_bucket_receiver, engine=engine)
+        )
 
 
 class _RecordingSocket:
@@ -213,8 +218,12 @@ def patch_bucket_receiver(module: ModuleType, engine: FlatBucketEngine = ENGINE)
         start, launches = time.perf_counter(), engine.stats["flat_launches"]
         out = orig_receive(self, on_bucket)
         # one line per weight sync: which quantizer ran and how long the whole receive took
-        logger.info("fp8spec fast_block_quant: weight sync received in %.3f s, %d flat-bucket launches, stats %s",
-                    time.perf_counter() - start, engine.stats["flat_launches"] - launches, dict(engine.stats))
+        logger.info(
+            "fp8spec fast_block_quant: weight sync received in %.3f s, %d flat-bucket launches, stats %s",
+            time.perf_counter() - start,
+            engine.stats["flat_launches"] - launches,
+            dict(engine.stats),
+        )
         return out
 
     @functools.wraps(orig_cleanup)
@@ -275,4 +284,3 @@ def patch_fp8_utils(module: ModuleType, settings: QuantSettings) -> None:
 
     quant_weights_by_name._fp8spec = settings
     cls.quant_weights_by_name = quant_weights_by_name
-

@@ -54,8 +54,11 @@ class PackageInfo:
 # megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311 wheel for
 # every version (only its Python source is read), matching the profiles' source artifacts.
 _EXTRACTOR_OPTIONS: dict[str, dict[str, Any]] = {
-    "megatron-core": {"module": "megatron", "python_versions": ("3.11",),
-                      "extra_pip_args": ("--ignore-requires-python",)},
+    "megatron-core": {
+        "module": "megatron",
+        "python_versions": ("3.11",),
+        "extra_pip_args": ("--ignore-requires-python",),
+    },
 }
 PACKAGES: dict[str, PackageInfo] = {
     kind: PackageInfo(kind, **{"module": kind.replace("-", "_"), **_EXTRACTOR_OPTIONS.get(kind, {})})
@@ -114,7 +117,9 @@ def dumps(snapshot: dict[str, Any]) -> str:
     return json.dumps(snapshot, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def build_snapshot(name: str, version: str, artifact: _art.Artifact, pip_args: Sequence[str]) -> dict[str, Any]:
+def build_snapshot(
+    name: str, version: str, artifact: _art.Artifact, pip_args: Sequence[str]
+) -> dict[str, Any]:
     info = package_info(name)
     mod = info.extractor()
     data = mod.extract(artifact)
@@ -137,7 +142,9 @@ def build_snapshot(name: str, version: str, artifact: _art.Artifact, pip_args: S
     return json.loads(dumps(snapshot))
 
 
-def download(spec: str, cache_dir=None, *, expected_sha256: str | None = None, pip_args=None) -> tuple[Path, list[str]]:
+def download(
+    spec: str, cache_dir=None, *, expected_sha256: str | None = None, pip_args=None
+) -> tuple[Path, list[str]]:
     """Download (or find in the cache) the artifact for ``spec``; return its path and the pip args used."""
     name, version = _art.parse_spec(spec)
     info = package_info(name)

@@ -51,7 +51,10 @@ class Fact:
         if isinstance(fact, Fact):
             return fact
         return cls(
-            kind=fact["kind"], subject=fact["subject"], value=fact.get("value"), present=fact.get("present", True)
+            kind=fact["kind"],
+            subject=fact["subject"],
+            value=fact.get("value"),
+            present=fact.get("present", True),
         )
 
     def describe(self) -> str:
@@ -277,7 +280,9 @@ def load(path_or_spec: str | os.PathLike[str], directory=None) -> Snapshot:
     return Snapshot.load(path_or_spec, directory)
 
 
-def check_source(spec: str, artifact: str | None = None, sha256: str | None = None, directory=None) -> list[str]:
+def check_source(
+    spec: str, artifact: str | None = None, sha256: str | None = None, directory=None
+) -> list[str]:
     """Compare a profile's ``source`` (artifact file name, sha256) with the snapshot of ``spec``.
 
     Returns problems (empty when the snapshot was extracted from the same file the profile cites)."""

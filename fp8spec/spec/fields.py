@@ -5,8 +5,7 @@ from __future__ import annotations
 import typing
 from typing import Annotated, Any
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints,
-                      field_validator)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from fp8spec.spec.text import check_value
 

@@ -43,17 +43,24 @@ def reference_markdown() -> str:
         out.append("| field | type | default | description |")
         out.append("|---|---|---|---|")
         for name, sub in section.model_fields.items():
-            kind = "section" if _model_of(sub.annotation) is not None else _type_text(sub.annotation,
-                                                                                      sub.metadata)
-            out.append(f"| `{path}.{name}` | {_cell(kind)} | {_cell(_default_text(sub))} | "
-                       f"{_cell(sub.description or '')} |")
+            kind = (
+                "section"
+                if _model_of(sub.annotation) is not None
+                else _type_text(sub.annotation, sub.metadata)
+            )
+            out.append(
+                f"| `{path}.{name}` | {_cell(kind)} | {_cell(_default_text(sub))} | "
+                f"{_cell(sub.description or '')} |"
+            )
     top = [(p, i) for p, i, s in fields() if "." not in p and s is None]
     out.append("\n## Top level\n")
     out.append("| field | type | default | description |")
     out.append("|---|---|---|---|")
     for path, info in top:
-        out.append(f"| `{path}` | {_cell(_type_text(info.annotation, info.metadata))} | "
-                   f"{_cell(_default_text(info))} | {_cell(info.description or '')} |")
+        out.append(
+            f"| `{path}` | {_cell(_type_text(info.annotation, info.metadata))} | "
+            f"{_cell(_default_text(info))} | {_cell(info.description or '')} |"
+        )
     return "\n".join(out) + "\n"
 
 

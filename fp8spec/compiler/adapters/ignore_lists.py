@@ -9,7 +9,6 @@ from fp8spec.module_names import shape_pattern
 from fp8spec.resolve.valid import ValidSpec
 
 
-
 def engine_module_names(ctx: ValidSpec) -> list[str]:
     """Engine-side names of the linears kept in BF16 (routed experts collapse into their fused 'experts')."""
     model = ctx.model

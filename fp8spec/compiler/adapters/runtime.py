@@ -42,19 +42,39 @@ def build_runtime(plan: Plan, ctx: ValidSpec, engine: str, keys: VerlKeys) -> No
     names = sorted(needed)
     sources = ", ".join(needed[n] for n in names)
     for name in names:
-        plan.add("patch", name, f"{m.PATCHSET_NAME}=={m.PATCHSET_VERSION}", needed[name],
-                 m.PATCHES[name]["description"])
-    plan.add("env", m.ENV_PATCHES, ",".join(names), sources,
-             f"activates {m.PATCHSET_NAME} patches in every Ray worker")
+        plan.add(
+            "patch",
+            name,
+            f"{m.PATCHSET_NAME}=={m.PATCHSET_VERSION}",
+            needed[name],
+            m.PATCHES[name]["description"],
+        )
+    plan.add(
+        "env",
+        m.ENV_PATCHES,
+        ",".join(names),
+        sources,
+        f"activates {m.PATCHSET_NAME} patches in every Ray worker",
+    )
     if "kv_scales" in needed and ctx.spec.kv_cache.recalibrate == "once":
-        plan.add("env", m.ENV_KV_RECALIBRATE, "once", "kv_cache.recalibrate",
-                 "keep the first q/k/v scales computed from real rollout data and push them at every sync "
-                 "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)")
+        plan.add(
+            "env",
+            m.ENV_KV_RECALIBRATE,
+            "once",
+            "kv_cache.recalibrate",
+            "keep the first q/k/v scales computed from real rollout data and push them at every sync "
+            "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)",
+        )
     verl = ctx.profile("verl")
-    plan.add("env", verl.value("env.external_modules"), m.MODULE, sources,
-             "verl imports the listed modules in every process that imports verl (verl/__init__.py), vLLM's "
-             "worker processes included; the bundle's activation does not use vLLM's plugin entry point",
-             verl.evidence("env.external_modules"))
+    plan.add(
+        "env",
+        verl.value("env.external_modules"),
+        m.MODULE,
+        sources,
+        "verl imports the listed modules in every process that imports verl (verl/__init__.py), vLLM's "
+        "worker processes included; the bundle's activation does not use vLLM's plugin entry point",
+        verl.evidence("env.external_modules"),
+    )
     # The patch set travels with the bundle (lib/fp8spec), never through pip on the nodes.
     shipped = shipped_fileset()
     plan.py_modules = [shipped["py_module"]]
@@ -65,5 +85,12 @@ def build_runtime(plan: Plan, ctx: ValidSpec, engine: str, keys: VerlKeys) -> No
         extra = (m.PATCHES[name].get("engine_args") or {}).get(engine) or {}
         for fact_id, value in extra.items():
             key = f"{base}.{engine_profile.value(fact_id)}"
-            plan.add("hydra", key, list(value) if isinstance(value, tuple) else value, needed[name],
-                     f"registers patch {name} in {engine}", "", keys.needs_plus(key))
+            plan.add(
+                "hydra",
+                key,
+                list(value) if isinstance(value, tuple) else value,
+                needed[name],
+                f"registers patch {name} in {engine}",
+                "",
+                keys.needs_plus(key),
+            )
