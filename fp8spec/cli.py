@@ -208,7 +208,7 @@ def _validated(spec: Path, backend: Optional[str]):
         fail(EXIT_BAD_INPUT, str(err))
     except InputError as err:
         typer.echo(err.diagnostic.render(), err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     note = retarget_note(validation, choice)
     if note:
         typer.echo(f"{printable(str(spec))}: {note}", err=True)

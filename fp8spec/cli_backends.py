@@ -75,8 +75,8 @@ def _artifact_error(spec: str, err: Exception) -> str:
 
 
 def _stack_by_kind() -> dict[str, str]:
-    from fp8spec.targets import STACK_KINDS
     from fp8spec.spec.model import default_stack
+    from fp8spec.targets import STACK_KINDS
 
     return {STACK_KINDS[field]: version for field, version in default_stack().items() if field in STACK_KINDS}
 
@@ -138,9 +138,8 @@ def refresh(
     ),
 ) -> None:
     """Download each release's wheel through pip (into the cache) and (re)write its snapshot."""
-    from fp8spec.snapshots import ArtifactError, SnapshotError, committed_specs, parse_spec
+    from fp8spec.snapshots import ArtifactError, SnapshotError, committed_specs, parse_spec, snapshot_path
     from fp8spec.snapshots import refresh as do_refresh
-    from fp8spec.snapshots import snapshot_path
     from fp8spec.snapshots.core import package_info, read_snapshot
 
     wanted = list(specs or [])

@@ -83,7 +83,7 @@ def plan(
         fail(EXIT_BAD_INPUT, str(err))
     except InputError as err:
         typer.echo(err.diagnostic.render(), err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     if validation.retargeted:
         typer.echo(f"{printable(str(spec))}: {retarget_note(validation, choice)}", err=True)
     ctx = validation.context

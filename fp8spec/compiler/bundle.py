@@ -18,10 +18,10 @@ from fp8spec.compiler.templates import render
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
-from fp8spec.resources import data_dir
 from fp8spec.resolve.valid import ValidSpec
-from fp8spec.targets import STACK_KINDS
+from fp8spec.resources import data_dir
 from fp8spec.rules.registry import all_rules
+from fp8spec.targets import STACK_KINDS
 
 EXECUTABLE = {"launch.sh", "serve.sh", "submit.sh", "slurm.sbatch"}
 
@@ -81,27 +81,27 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
     spec = valid.spec
     ctx = valid
     stack = {f: v for f, v in valid.used_stack().items() if choice.trainer or f == choice.engine}
-    common = dict(
-        fp8spec_version=__version__,
-        spec=spec,
-        spec_file=spec_file,
-        backend=choice.name,
-        plan=plan,
-        stack=stack,
-        checks=_checks(valid),
-        fp8_rows=_fp8_table(plan),
-        env=plan.env,
-        patches=plan.patches,
-        runtime=runtime_manifest(),
-        model=ctx.model,
-        external_modules_env=ctx.profile("verl").value("env.external_modules"),
-        metrics=_metrics(ctx),
-        memory_plan=None,
-        reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
-        kuberay_image=ctx.kuberay_image() if choice.trainer else None,
-        retargeted=valid.retargeted,
-        spec_backend=valid.spec_backend,
-    )
+    common = {
+        "fp8spec_version": __version__,
+        "spec": spec,
+        "spec_file": spec_file,
+        "backend": choice.name,
+        "plan": plan,
+        "stack": stack,
+        "checks": _checks(valid),
+        "fp8_rows": _fp8_table(plan),
+        "env": plan.env,
+        "patches": plan.patches,
+        "runtime": runtime_manifest(),
+        "model": ctx.model,
+        "external_modules_env": ctx.profile("verl").value("env.external_modules"),
+        "metrics": _metrics(ctx),
+        "memory_plan": None,
+        "reward_file": REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
+        "kuberay_image": ctx.kuberay_image() if choice.trainer else None,
+        "retargeted": valid.retargeted,
+        "spec_backend": valid.spec_backend,
+    }
     files: dict[str, str] = {}
     if choice.trainer:
         files.update(_memory_plan_files(valid, common))

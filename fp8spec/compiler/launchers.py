@@ -27,11 +27,11 @@ from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
+from fp8spec.compiler.templates import render
 from fp8spec.hardware import gpu as gpu_facts
 from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
-from fp8spec.compiler.templates import render
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.spec.model import Spec
 from fp8spec.targets import STACK_KINDS
@@ -154,15 +154,15 @@ def launcher_files(
     cluster = spec.cluster
     sha = valid.sha256
     sub_id = submission_id(spec.name, choice.name, sha)
-    common = dict(
-        spec=spec,
-        backend=choice.name,
-        fp8spec_version=__version__,
-        submission_id=sub_id,
-        nodes=spec.hardware.nodes,
-        gpus_per_node=spec.hardware.gpus_per_node,
-        working_dir=cluster.working_dir,
-    )
+    common = {
+        "spec": spec,
+        "backend": choice.name,
+        "fp8spec_version": __version__,
+        "submission_id": sub_id,
+        "nodes": spec.hardware.nodes,
+        "gpus_per_node": spec.hardware.gpus_per_node,
+        "working_dir": cluster.working_dir,
+    }
     out: dict[str, str] = {}
     out["preflight.py"] = program_text()
     expected = preflight_expected(valid, choice, plan)

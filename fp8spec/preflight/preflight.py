@@ -357,13 +357,13 @@ def run_ray(expected: dict, skip_gpu: bool, address, timeout: float) -> list:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError as err:
-        raise PreflightError(f"ray is not importable ({err}); use --local to check this machine alone")
+        raise PreflightError(f"ray is not importable ({err}); use --local to check this machine alone") from err
     init = {"address": address} if address else {}
     try:
         ray.init(log_to_driver=True, logging_level="WARNING", **init)
     except Exception as err:
         raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err}); "
-                             "run it as a Ray job (submit.sh) or pass --address")
+                             "run it as a Ray job (submit.sh) or pass --address") from err
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if skip_gpu:
         targets = [(n, 0) for n in alive]
@@ -444,9 +444,9 @@ def load_expected(path: str) -> dict:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except OSError as err:
-        raise PreflightError(f"cannot read {path}: {err.strerror or err}")
+        raise PreflightError(f"cannot read {path}: {err.strerror or err}") from err
     except ValueError as err:
-        raise PreflightError(f"{path} is not valid JSON: {err}")
+        raise PreflightError(f"{path} is not valid JSON: {err}") from err
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PreflightError(f"{path} is not an fp8spec preflight file of format {FORMAT}")
     for key in ("hardware", "packages", "env"):

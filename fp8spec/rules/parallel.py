@@ -132,7 +132,7 @@ def batch_indivisible(ctx):
         )
     if a.train_batch_size < a.ppo_mini_batch_size:
         field = "algorithm.ppo_mini_batch_size"
-        smaller = [d for d in _divisors(a.train_batch_size)][::-1][:4]
+        smaller = list(_divisors(a.train_batch_size))[::-1][:4]
         found = _value_finding(
             ctx,
             "PAR004",

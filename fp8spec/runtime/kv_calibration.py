@@ -271,7 +271,7 @@ def install_hf_attention_wrapper(impl: str) -> None:
             cal.observe(getattr(module, _LAYER_ATTR), query, key, value)
         fn = orig
         if fn is None:  # "eager": the model file's own eager_attention_forward
-            fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
+            fn = sys.modules[type(module).__module__].eager_attention_forward
         return fn(module, query, key, value, *args, **kwargs)
 
     fp8spec_kv_calibration_attention.__wrapped__ = orig

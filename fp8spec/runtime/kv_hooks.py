@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
 
 import torch
 

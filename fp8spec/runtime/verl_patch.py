@@ -8,7 +8,8 @@ How weights travel in verl 0.9.1 (read in the installed package):
   ``self.rollout.update_weights`` (colocated, "naive") or to ``self.checkpoint_engine.send_weights``.
   Extra ``(name, tensor)`` pairs appended to that generator travel with the weights.
 * vLLM rollout: the tensors reach the vLLM worker's ``vLLMColocateWorkerExtension._update_weights``
-  in buckets (``verl/workers/rollout/vllm_rollout/utils.py``: ``update_weights_from_ipc`` line 248, ``_update_weights`` line 367); with
+  in buckets (``verl/workers/rollout/vllm_rollout/utils.py``: ``update_weights_from_ipc`` line 248,
+  ``_update_weights`` line 367); with
   ``rollout.quantization=fp8`` the BF16 weights are quantized *there*, per tensor, by
   ``verl.utils.vllm.vllm_quant_utils.quant_weights`` (line 346, ``scaled_fp8_blockwise`` at 392,
   ``<name>_scale_inv`` at 404), called from ``load_quanted_weights`` (line 439).
@@ -46,7 +47,7 @@ import logging
 import operator
 import pickle
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress, repeat
 from types import ModuleType
 from typing import Any, Callable

@@ -37,7 +37,7 @@ def extract(art: Artifact) -> dict[str, Any]:
         fields, flags, sources = _old_layout(art, server_tree)
     choices: dict[str, Any] = {}
     for dest in ("quantization", "kv_cache_dtype"):
-        for spelling, info in sorted(flags.items()):
+        for _spelling, info in sorted(flags.items()):
             if info["dest"] == dest and "choices" in info:
                 choices[dest] = info["choices"]
                 break

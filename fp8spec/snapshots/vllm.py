@@ -126,7 +126,7 @@ def _type_behaviour(annotation: ast.AST | None, config_index: dict[str, Any], al
         return {}
     members = _ast.union_members(annotation)
     names = {_ast.member_name(m) for m in members}
-    if any(n in config_index and (n.endswith("Config") or n.endswith("Args")) for n in names - {"None"}):
+    if any(n in config_index and (n.endswith(("Config", "Args"))) for n in names - {"None"}):
         return {"kind": "json"}
     if names == {"bool", "str", "None"}:
         return {"kind": "optional_value"}
