@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -177,11 +177,12 @@ def rules(
             ack = " (acknowledgeable)" if r.acknowledgeable else ""
             typer.echo(f"{r.code:<6}  {r.severity:<7}  {r.name:<34} {r.summary}{ack}")
         typer.echo("")
-        for c in input_codes().values():
-            typer.echo(f"{c.code:<6}  {'error':<7}  {c.name:<34} {c.summary} (exit {c.exit_code})")
+        for ic in input_codes().values():
+            typer.echo(f"{ic.code:<6}  {'error':<7}  {ic.name:<34} {ic.summary} (exit {ic.exit_code})")
         return
-    r = get_rule(code)
-    if r is not None:
+    rule = get_rule(code)
+    if rule is not None:
+        r = rule
         typer.echo(f"{r.code} {r.name} ({r.severity}{', acknowledgeable' if r.acknowledgeable else ''})\n")
         typer.echo(f"{r.summary}\n")
         typer.echo(f"Why: {r.rationale}\n")
@@ -367,9 +368,10 @@ def main() -> None:
     except Exception as exc:  # click usage errors and anything unexpected
         # Typer may vendor its own click, so recognise click's exceptions by shape, not by class.
         if callable(getattr(exc, "show", None)) and hasattr(exc, "exit_code"):
+            usage: Any = exc
             if as_json and callable(getattr(exc, "format_message", None)):
-                _json_failure("usage", exc.format_message())
-            exc.show()
+                _json_failure("usage", usage.format_message())
+            usage.show()
             sys.exit(EXIT_BAD_INPUT)
         if type(exc).__name__ == "Abort":
             sys.exit(130)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -38,7 +38,7 @@ def _fail(code: int, message: str) -> None:
     raise typer.Exit(code)
 
 
-def _one_line(text: str, limit: int = 400) -> str:
+def _one_line(text: object, limit: int = 400) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -103,7 +103,7 @@ def list_backends(
         _fail(EXIT_BAD_INPUT, f"--format must be text or json, not {format!r}")
     stack = _stack_by_kind()
     snaps = _snapshot_versions()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"kind": k, "profiles": available_versions(k), "default": stack.get(k), "snapshots": snaps.get(k, [])}
         for k in KINDS
     ]

@@ -92,6 +92,7 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
     """The backend of an already validated spec: its own, or ``text`` when the validation was retargeted to it
     (validate_for). A choice the validated spec does not say is a caller's mistake."""
     spec = validation.loaded.spec
+    assert spec is not None  # only asked of a spec that was read
     if text is None:
         return BackendChoice(spec.training.backend, spec.rollout.engine)
     choice = parse_backend(text)

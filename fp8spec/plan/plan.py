@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import MEMORY_MODEL_VLLM
 from fp8spec.plan.gain import Gain, expected_gain
@@ -11,11 +11,15 @@ from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
 from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
 
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
+    from fp8spec.spec.model import Spec
+
 
 @dataclass
 class Plan:
-    spec: object
-    model: object
+    spec: Spec
+    model: ModelFacts
     setup: EngineSetup
     rollout: list[RolloutResult]
     trainer: Optional[TrainerMemory]

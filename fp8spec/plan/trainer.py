@@ -284,6 +284,7 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
                 logits,
                 in_flight,
             )
+    assert best is not None  # a layout has at least one stage
     _, stage, stage_layers, dense_gpu, expert_gpu, cache, acts, logits, in_flight = best
     on_gpu = dense_gpu + expert_gpu
     layout = {

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
-from fp8spec.diagnostics import Diagnostic
+from fp8spec.diagnostics import Diagnostic, Severity
 from fp8spec.resolve.context import ResolvedSpec, build_context
 from fp8spec.resolve.valid import Retarget, ValidSpec
 from fp8spec.rules.registry import Finding, Rule, all_rules, get_rule
@@ -65,9 +65,11 @@ def validate_loaded(
         if result.retargeted:
             loaded = dataclasses.replace(loaded, spec=with_values(loaded.spec, retarget))
             result.loaded = loaded
-    ctx = build_context(loaded.spec, spec_dir)
+    spec = loaded.spec
+    assert spec is not None  # a retargeted spec is still one
+    ctx = build_context(spec, spec_dir)
     result.context = ctx
-    acknowledged = dict(loaded.spec.acknowledge)
+    acknowledged = dict(spec.acknowledge)
     result.diagnostics.extend(_acknowledgement_problems(loaded, acknowledged))
     for rule, findings in run_rules(ctx):
         if isinstance(findings, Exception):  # a rule bug must not become a user-facing traceback
@@ -86,7 +88,7 @@ def validate_loaded(
             )
             continue
         for finding in findings:
-            severity = rule.severity
+            severity: Severity = rule.severity
             message = finding.message
             if rule.code in acknowledged and rule.acknowledgeable:
                 severity = "info"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fp8spec.patchset import patch_attention, patch_supports
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, get_rule, rule
+from fp8spec.rules.registry import Finding, rule, rule_hint
 
 
 @rule(
@@ -137,7 +137,7 @@ def _static_kv_fix(ctx, code: str):
         code,
         "kv_cache.recalibrate",
         [{"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}, {"kv_cache.recalibrate": "none"}],
-        get_rule(code).hint,
+        rule_hint(code),
     )
 
 

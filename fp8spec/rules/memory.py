@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, get_rule, rule
+from fp8spec.rules.registry import Finding, rule, rule_hint
 
 _GMU = "rollout.gpu_memory_utilization"
 
@@ -26,7 +26,7 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
     code = verdict.code
     # acknowledged: information, so the planner's own reading of the situation; otherwise values are proposed
     # only if they pass every rule, and the rule's general fix stands in when none does
-    otherwise = verdict.fix if code in ctx.spec.acknowledge and verdict.fix else get_rule(code).hint
+    otherwise = verdict.fix if code in ctx.spec.acknowledge and verdict.fix else rule_hint(code)
     hint, ok = proposal(ctx, code, path, candidates(plan, verdict), otherwise)
     yield Finding(verdict.message, path, hint or None, ok)
 
@@ -130,7 +130,7 @@ def heavy_preemption(ctx):
     from fp8spec.plan.feasibility import preemption
 
     def candidates(plan, verdict):
-        out = []
+        out: list[dict[str, object]] = []
         if ctx.spec.kv_cache.dtype == "bf16":
             out.append({"kv_cache.dtype": "fp8_e4m3"})
         if not ctx.spec.linear.quantize:

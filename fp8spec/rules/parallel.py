@@ -144,7 +144,11 @@ def batch_indivisible(ctx):
         )
         if not found.proposals:
             hint, ok = proposal(
-                ctx, "PAR004", field, [{"algorithm.train_batch_size": a.ppo_mini_batch_size}], found.hint
+                ctx,
+                "PAR004",
+                field,
+                [{"algorithm.train_batch_size": a.ppo_mini_batch_size}],
+                found.hint or "",
             )
             found = Finding(found.message, field, hint, ok)
         yield found

@@ -87,6 +87,12 @@ def get_rule(code: str) -> Optional[Rule]:
     return REGISTRY.get(code.upper())
 
 
+def rule_hint(code: str) -> str:
+    """The fix hint of a registered rule (KeyError for a code no rule has: a bug)."""
+    _load_rule_modules()
+    return REGISTRY[code.upper()].hint
+
+
 def _load_rule_modules() -> None:
     # Importing the modules registers their rules; kept here so the registry has one entry point.
     from fp8spec.rules import (  # noqa: F401

@@ -82,7 +82,7 @@ class BucketPlan:
         # elements of the flat input the plan reads (its end): a buffer shorter than this is refused
         self.x_extent = (
             max((o + n for o, n in zip(self.x_offsets, self.numel)), default=0)
-            if x_offsets is not None
+            if self.x_offsets is not None
             else 0
         )
         self.aligned = False

@@ -48,6 +48,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -254,7 +255,7 @@ def num_layers_of(model) -> int | None:
 
 
 # -------------------------------------------------------------------- HF attention interface
-_HF_WRAPPED: dict[str, object] = {}
+_HF_WRAPPED: dict[str, Any] = {}
 
 
 def install_hf_attention_wrapper(impl: str) -> None:
@@ -274,7 +275,7 @@ def install_hf_attention_wrapper(impl: str) -> None:
             fn = sys.modules[type(module).__module__].eager_attention_forward
         return fn(module, query, key, value, *args, **kwargs)
 
-    fp8spec_kv_calibration_attention.__wrapped__ = orig
+    fp8spec_kv_calibration_attention.__wrapped__ = orig  # type: ignore[attr-defined]
     AttentionInterface.register(impl, fp8spec_kv_calibration_attention)
     _HF_WRAPPED[impl] = orig
 

@@ -90,7 +90,7 @@ def scales_for_sync(cal: KVScaleCalibrator) -> list[tuple[str, torch.Tensor]]:
     named = cal.named_scales(device=dev)
     cal.reset()
     if named and KVSettings.from_env().recalibrate == "once":
-        cal._fp8spec_frozen = [(n, t.clone()) for n, t in named]
+        cal._fp8spec_frozen = [(n, t.clone()) for n, t in named]  # type: ignore[attr-defined]
     return named
 
 
@@ -157,6 +157,7 @@ async def send_sglang_kv_scales(rollout, named) -> None:
     )
     if mesh.get_local_rank() != 0:
         return
+    assert gathered is not None  # filled on the rank that gathers
     named_tensors = [
         (group[0][0], LocalSerializedTensor(values=[part[1] for part in group]))
         for group in zip(*gathered, strict=True)

@@ -24,6 +24,7 @@ bound once, optionally through the compiled kernel's own runner instead of ``ker
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -178,7 +179,7 @@ def quantize_bucket(
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise ValueError(f"expected bf16/fp16/fp32 tensors, got {dtype}")
         group = [tensors[i] for i in idx]
-        row_strides = None
+        row_strides: list[int | None] | None = None
         contig = [t.is_contiguous() for t in group]
         if not all(contig):
             row_strides = [None] * len(group)
@@ -235,6 +236,7 @@ def quantize_flat(
         check_out(out, plan, flat.device)
     kernel = get_kernel()
     if kernel is None or not flat.is_cuda:
+        assert plan.x_offsets is not None  # a flat plan
         tensors = [flat[o : o + n].view(s) for o, n, s in zip(plan.x_offsets, plan.numel, plan.shapes)]
         res = _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
         if out is None:
@@ -297,7 +299,7 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned,
 # skips Triton's specialization, so it is used only while the 16-byte alignment of the input and of
 # the two outputs is the one the kernel was compiled for (the plan's tables never move).
 
-_FAST = {"convention": None, "checked": False, "error": None, "disabled": False}
+_FAST: dict[str, Any] = {"convention": None, "checked": False, "error": None, "disabled": False}
 FAST_STATS = {"fast": 0, "jit": 0, "fallbacks": 0}
 
 
@@ -386,6 +388,8 @@ class FlatLauncher:
     ``fast=True``: after the first launch, the compiled kernel's runner (see ``fast_launch_convention``).
     Output bits are the same either way (same compiled kernel, same arguments). Without CUDA/Triton
     the reference fills ``out``."""
+
+    _args: Any  # the compiled runner's arguments after the buffer (None before the first launch)
 
     __slots__ = (
         "plan",

@@ -123,7 +123,7 @@ def make_vllm_quant_weights(
                 yield from emit_flat(items, *flat)
                 return
         engine.stats["list_path"] += 1
-        results = {}
+        results: dict[int, Any] = {}
         chunk: list[int] = []
         chunk_bytes = 0
         for i in [*sel, None]:
@@ -149,7 +149,7 @@ def make_vllm_quant_weights(
 def patch_vllm_quant(module: ModuleType, settings: QuantSettings, engine: FlatBucketEngine = ENGINE) -> None:
     if getattr(module.quant_weights, "_fp8spec", None) is not None:
         return
-    module.quant_weights = make_vllm_quant_weights(module, settings, engine)
+    module.quant_weights = make_vllm_quant_weights(module, settings, engine)  # type: ignore[attr-defined]
     engine.set_output_policy(settings)
     if settings.flat_buckets and settings.backend != "reference":
         from . import _importhook
@@ -257,7 +257,8 @@ def patch_fp8_utils(module: ModuleType, settings: QuantSettings) -> None:
         if block is None:
             raise ValueError("weight_block_size not found in quant_config")
         block = tuple(block)
-        buf, nbytes = [], 0
+        buf: list[Any] = []
+        nbytes = 0
 
         def flush():
             idx = [j for j, (k, _) in enumerate(buf) if self.should_quantize_param(k)]
@@ -283,5 +284,5 @@ def patch_fp8_utils(module: ModuleType, settings: QuantSettings) -> None:
             for item in flush():
                 yield item
 
-    quant_weights_by_name._fp8spec = settings
+    quant_weights_by_name._fp8spec = settings  # type: ignore[attr-defined]
     cls.quant_weights_by_name = quant_weights_by_name

@@ -128,7 +128,7 @@ def _flags(art: Artifact, tc_fields: list[dict[str, Any]]) -> dict[str, Any]:
             for s in entry["spellings"]:
                 flags[s] = dict(entry)
     for options, kws, dest in _ast.add_argument_calls(tree):
-        entry: dict[str, Any] = {
+        entry = {
             "dest": dest,
             "spellings": options,
             "registered_by": "arguments.py add_argument",

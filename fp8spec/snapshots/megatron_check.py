@@ -81,6 +81,7 @@ def _load() -> dict[str, Any]:
             warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed" on CPU
             tc = importlib.import_module("megatron.core.transformer.transformer_config")
             oc = importlib.import_module("megatron.core.optimizer.optimizer_config")
+        ver: str | None
         try:
             from importlib.metadata import version
 

@@ -120,8 +120,8 @@ class Snapshot:
             if table is None:
                 table = (self.data.get("config_classes") or {}).get(cls)
             return None if table is None else table.get(name)
-        cls = self._default_class()
-        return None if cls is None else fields[cls].get(subject)
+        default = self._default_class()
+        return None if default is None else fields[default].get(subject)
 
     def has_class(self, name: str) -> bool:
         return any(name in (self.data.get(k) or {}) for k in ("fields", "config_classes", "recipes", "enums"))

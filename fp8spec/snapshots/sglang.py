@@ -357,7 +357,7 @@ def _split_annotated(annotation: ast.AST) -> tuple[ast.AST, dict[str, Any] | Non
             if isinstance(meta, ast.JoinedStr) or (isinstance(meta, ast.BinOp) and _is_stringy(meta)):
                 return inner, {}
             if isinstance(meta, ast.Call) and _ast.member_name(meta.func) == "Arg":
-                out: dict[str, Any] = {}
+                out: dict[Any, Any] = {}  # keyed by keyword name (None for a **mapping)
                 for k in meta.keywords:
                     if k.arg == "help":
                         continue
@@ -416,8 +416,8 @@ def _env(art: Artifact) -> tuple[dict[str, Any], dict[str, Any]]:
     deprecated: dict[str, Any] = {}
     table = _ast.module_assignments(tree).get("_DEPRECATED_ENVS")
     if isinstance(table, ast.Dict):
-        for k, v in zip(table.keys, table.values):
-            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+        for key, v in zip(table.keys, table.values):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 item: dict[str, Any] = {
                     "kind": _ast.member_name(v.func) if isinstance(v, ast.Call) else _ast.unparse(v)
                 }
@@ -427,5 +427,5 @@ def _env(art: Artifact) -> tuple[dict[str, Any], dict[str, Any]]:
                         item[kw.arg or "_"] = lit
                     if v.args:
                         item["args"] = [_ast.literal(a, _ast.unparse(a)) for a in v.args]
-                deprecated[k.value] = item
+                deprecated[key.value] = item
     return env, deprecated

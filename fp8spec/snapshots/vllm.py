@@ -135,7 +135,10 @@ def _type_behaviour(annotation: ast.AST | None, config_index: dict[str, Any], al
     for m in members:
         vals = _ast.literal_values(m, aliases)
         if vals is not None:
-            out = {"kind": "choices", "choices": sorted(vals, key=lambda v: (str(type(v)), v))}
+            out: dict[str, Any] = {
+                "kind": "choices",
+                "choices": sorted(vals, key=lambda v: (str(type(v)), v)),
+            }
             out["choices_enforced"] = "str" not in names
             if "None" in names:
                 out["accepts_none"] = True

@@ -8,21 +8,34 @@ from pydantic import AfterValidator, Field, StringConstraints, field_validator, 
 
 from fp8spec.spec.fields import NonEmpty, Section, Version, plain_text
 
-
-# NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
-def _patterned(pattern: str, max_length: int):
-    return Annotated[
-        str,
-        StringConstraints(min_length=1, max_length=max_length, pattern=pattern),
-        AfterValidator(plain_text),
-    ]
+# Each is NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
 
 
 # Written into #SBATCH lines (sbatch parses them itself): no blanks, quotes, '$' or backslashes.
-SlurmName = _patterned(r"^[A-Za-z0-9_.,:+-]+$", 200)
-SbatchOption = _patterned(r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%&|!*\[\]-]+)?$", 200)
-K8sLabel = _patterned(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", 63)
-K8sQuantity = _patterned(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$", 32)
+SlurmName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.,:+-]+$"),
+    AfterValidator(plain_text),
+]
+SbatchOption = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=200, pattern=r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%&|!*\[\]-]+)?$"
+    ),
+    AfterValidator(plain_text),
+]
+K8sLabel = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+    AfterValidator(plain_text),
+]
+K8sQuantity = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+    ),
+    AfterValidator(plain_text),
+]
 
 
 class SlurmSettings(Section):
@@ -45,12 +58,32 @@ class SlurmSettings(Section):
     )
 
 
-AbsPath = _patterned(r"^/[^\\]*$", 1024)
-K8sName = _patterned(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", 253)  # DNS-1123 subdomain (PVC, Secret names)
-EnvName = _patterned(r"^[A-Za-z_][A-Za-z0-9_]*$", 128)
-SecretKey = _patterned(r"^[-._a-zA-Z0-9]+$", 253)
+AbsPath = Annotated[
+    str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/[^\\]*$"), AfterValidator(plain_text)
+]
+K8sName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+    AfterValidator(plain_text),
+]  # DNS-1123 subdomain (PVC, Secret names)
+EnvName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
+    AfterValidator(plain_text),
+]
+SecretKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$"),
+    AfterValidator(plain_text),
+]
 # One Hydra override appended to launch.sh in the RayJob entrypoint ([+|++|~]dotted.key=value).
-HydraOverride = _patterned(r"^(\+{1,2}|~)?[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$", 4096)
+HydraOverride = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=4096, pattern=r"^(\+{1,2}|~)?[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$"
+    ),
+    AfterValidator(plain_text),
+]
 
 
 class KubeRayVolume(Section):

@@ -7,7 +7,7 @@ import hashlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ValidationError
 
@@ -89,7 +89,7 @@ def _written_prefix(loc: tuple, positions: Positions) -> tuple:
     return best
 
 
-def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnostic:
+def _schema_diagnostic(err: Mapping[str, Any], positions: Positions, display: str) -> Diagnostic:
     loc = tuple(err.get("loc", ()))
     kind = err.get("type", "")
     if kind == "extra_forbidden":

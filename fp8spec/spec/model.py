@@ -56,7 +56,7 @@ class ModelSection(Section):
 
 
 class HardwareSection(Section):
-    gpu: Literal[GPU_NAMES] = Field(
+    gpu: Literal[GPU_NAMES] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
         description="The TARGET GPU model; FP8 formats and scale types are checked "
         "against it, never against the machine running fp8spec."
     )
@@ -217,7 +217,7 @@ class OffloadSection(Section):
 
 
 class TrainingSection(Section):
-    backend: Literal[TRAINERS] = Field(
+    backend: Literal[TRAINERS] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
         "fsdp",
         description="verl's trainer engine: fsdp, or megatron (model_engine=megatron); `--backend` "
         "retargets it. Default fsdp.",
@@ -261,7 +261,7 @@ class TrainingSection(Section):
 
 
 class RolloutSection(Section):
-    engine: Literal[ENGINES] = Field(
+    engine: Literal[ENGINES] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
         "vllm",
         description="Rollout engine: vllm or sglang (actor_rollout_ref.rollout.name); `--backend` "
         "retargets it. Default vllm.",

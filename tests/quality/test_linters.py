@@ -37,6 +37,11 @@ def test_ruff_format():
 
 
 
+def test_mypy():
+    proc = _run([*_tool("mypy"), "--no-incremental", "--cache-dir", "/dev/null"])  # [tool.mypy] files
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_the_checks_have_teeth(tmp_path):
     """Each tool fails on a file that breaks its rule (so a passing run above means something)."""
     bad = tmp_path / "bad.py"
@@ -44,3 +49,11 @@ def test_the_checks_have_teeth(tmp_path):
     config = ["--config", str(REPO / "pyproject.toml")]
     assert _run([*_tool("ruff"), "check", "--no-cache", *config, str(bad)]).returncode == 1  # F401
     assert _run([*_tool("ruff"), "format", "--check", "--no-cache", *config, str(bad)]).returncode == 1
+    proc = _run([*_tool("mypy"), "--no-incremental", "--cache-dir", "/dev/null", "--config-file",
+                 str(REPO / "pyproject.toml"), str(bad)])
+    assert proc.returncode == 1 and "Incompatible return value" in proc.stdout, proc.stdout
+
+
+def test_py_typed_is_shipped():
+    """The package says it is typed (PEP 561), so mypy checks code that uses it against its annotations."""
+    assert (REPO / "fp8spec" / "py.typed").is_file()

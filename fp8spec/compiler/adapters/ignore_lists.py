@@ -20,7 +20,7 @@ def engine_module_names(ctx: ValidSpec) -> list[str]:
     for m in model.linear_modules():
         if m.name in quantized or m.kind == "lm_head":
             continue  # lm_head is never quantized by the engines (not a LinearBase / quantizable layer)
-        name = m.fused_name if m.group == "experts" else m.name
+        name = (m.fused_name or m.name) if m.group == "experts" else m.name
         if name not in seen:
             seen.add(name)
             names.append(name)
@@ -35,7 +35,7 @@ def compress(names: list[str], all_names: list[str], style: str) -> list[str]:
     """
     if style == "exact":
         return list(names)
-    total = defaultdict(int)
+    total: defaultdict[str, int] = defaultdict(int)
     for n in all_names:
         total[shape_pattern(n)] += 1
     chosen = defaultdict(list)
@@ -54,9 +54,10 @@ def compress(names: list[str], all_names: list[str], style: str) -> list[str]:
 
 
 def all_engine_names(ctx: ValidSpec) -> list[str]:
-    seen, out = set(), []
+    seen: set[str] = set()
+    out: list[str] = []
     for m in ctx.model.linear_modules():
-        name = m.fused_name if m.group == "experts" else m.name
+        name = (m.fused_name or m.name) if m.group == "experts" else m.name
         if name not in seen:
             seen.add(name)
             out.append(name)

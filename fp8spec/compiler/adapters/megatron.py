@@ -30,18 +30,19 @@ def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     tc = keys.key("key.megatron_transformer_override")
     opt = keys.key("key.megatron_optimizer_override")
     mc = ctx.profile("megatron-core")
-    for value, field, fact_id in (
+    stage_layers: int | None
+    for stage_layers, field, fact_id in (
         (p.first_stage_layers, "first_stage_layers", "field.num_layers_in_first_pipeline_stage"),
         (p.last_stage_layers, "last_stage_layers", "field.num_layers_in_last_pipeline_stage"),
     ):
-        if value is not None:
+        if stage_layers is not None:
             _mc(
                 plan,
                 keys,
                 mc,
                 tc,
                 fact_id,
-                value,
+                stage_layers,
                 f"training.parallel.{field}",
                 "decoder layers on that pipeline stage; the other stages split the rest evenly",
             )
@@ -130,15 +131,15 @@ def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             te = ctx.profile("transformer-engine")
             env = te.value("env.block_scaling_fp32_scales")
             name = env["name"] if isinstance(env, dict) else env
-            value = "1" if spec.linear.scale_dtype == "fp32" else "0"
+            env_value = "1" if spec.linear.scale_dtype == "fp32" else "0"
             plan.add(
                 "env",
                 name,
-                value,
+                env_value,
                 "linear.scale_dtype",
                 "FP32 block scales in TE (read when transformer_engine is imported, so it must be in every "
                 "worker's environment)"
-                if value == "1"
+                if env_value == "1"
                 else "power-of-two block scales in TE",
                 te.evidence("env.block_scaling_fp32_scales"),
             )

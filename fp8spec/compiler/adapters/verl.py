@@ -127,6 +127,7 @@ def _correction(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
                 f"truncate the importance ratio at C = {c.clip:g}",
             )
         else:
+            assert c.bounds is not None  # mask / seq_mask need bounds (the spec model checks)
             low, high = c.bounds
             # verl parses "low_high" strings as IcePop bounds; quoted so Hydra keeps it a string.
             add(

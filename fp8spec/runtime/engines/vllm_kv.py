@@ -34,6 +34,7 @@ Layer lookup: the pushed name minus ``.{q,k,v}_scale`` is the attention module's
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
@@ -143,6 +144,8 @@ class Fp8specKVScaleWorkerExtension:
         llm.collective_rpc("fp8spec_set_kv_scales", args=([(name, float), ...],))
     """
 
+    model_runner: Any  # the vLLM worker's, which this class extends
+
     def fp8spec_set_kv_scales(self, named_scales) -> int:
         return apply_and_keep(self.model_runner, named_scales)
 
@@ -184,8 +187,8 @@ def patch_verl_worker_extension(module) -> None:
             )
         return out
 
-    _update_weights.__wrapped__ = orig_update
-    update_weights_from_ipc.__wrapped__ = orig_ipc
+    _update_weights.__wrapped__ = orig_update  # type: ignore[attr-defined]
+    update_weights_from_ipc.__wrapped__ = orig_ipc  # type: ignore[attr-defined]
     cls._update_weights = _update_weights
     cls.update_weights_from_ipc = update_weights_from_ipc
     cls._fp8spec_kv_patched = True
