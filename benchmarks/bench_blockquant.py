@@ -294,7 +294,7 @@ def main():
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    kern = tbq._get_kernel()
+    kern = tbq.get_kernel()
     env = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke)",

@@ -25,7 +25,7 @@ the per-bucket synchronize verl does:
 * ``kernels_only``: the flat path's launches back to back (CUDA events), no host work.
 
 Issue 5 (the per-bucket gap between the hook and its kernels): the flat hook is timed under every
-combination of the four knobs of ``verl_patch.FLAT_KNOBS`` (``L`` lean_prelaunch, ``F`` fast_launch,
+combination of the four knobs of ``settings.FLAT_KNOBS`` (``L`` lean_prelaunch, ``F`` fast_launch,
 ``P`` prealloc_outputs, ``K`` keep_outputs; ``----`` is the code path of run 4), rounds interleaved
 across combinations (order reversed every other repetition), each round starting with the output
 memory where that combination's previous round left it (released and ``empty_cache``'d, or kept);
@@ -50,6 +50,7 @@ Usage: python benchmarks/bench_verl_hook.py --verl-wheel .whl/verl-0.9.1-py3-non
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -67,7 +68,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fp8spec.runtime import blockquant as bq  # noqa: E402
 from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
-from fp8spec.runtime import verl_patch  # noqa: E402
+from fp8spec.runtime import flat_bucket, verl_patch  # noqa: E402
+from fp8spec.runtime.flat_bucket import ENGINE  # noqa: E402
+from fp8spec.runtime.settings import QuantSettings  # noqa: E402
 
 BLOCK = (128, 128)
 DEV = "cuda"
@@ -183,8 +186,7 @@ def fake_quant_utils(fmt, fp8_names, knobs=None):
         fp8_state=types.SimpleNamespace(seen_params=set(), fp8_param_names=set()),
         _classify_quant_weight=lambda name, model, asc: "fp8" if name in fp8_names else None,
     )
-    settings = verl_patch.quant_settings({"fast_block_quant"})
-    settings["scale_fmt"] = fmt
+    settings = dataclasses.replace(QuantSettings.from_env({"fast_block_quant"}), scale_fmt=fmt)
     if knobs is not None:
         settings.update(knobs)
     verl_patch.patch_vllm_quant(mod, settings)
@@ -207,11 +209,11 @@ ALL_COMBOS = ["".join(l if (i >> (3 - j)) & 1 else "-" for j, l in enumerate("LF
 def use_combo(mod):
     """The output policy of this module's settings, and the output memory where the previous round of
     this combination left it: kept (allocated) with K, else released and given back to the driver."""
-    verl_patch.set_output_policy(mod.settings)
-    if mod.settings["keep_outputs"]:
-        verl_patch.prepare_outputs()
+    ENGINE.set_output_policy(mod.settings)
+    if mod.settings.keep_outputs:
+        ENGINE.prepare_outputs()
     else:
-        verl_patch.release_outputs(force=True)
+        ENGINE.release_outputs(force=True)
         if DEV == "cuda":
             torch.cuda.empty_cache()
 
@@ -227,10 +229,10 @@ def run_round(buffers, raws, quant_mod, split, flat, check=None, consume=True):
     model = NoBuffers()
     t_recv = t_hook = t_start = 0.0
     names = []
-    if flat and verl_patch.OUTPUT_POLICY["prealloc_outputs"]:
+    if flat and ENGINE.output_policy["prealloc_outputs"]:
         # the receiver patch does this after _init_buffer, before the sender's first bucket arrives
         t0 = time.perf_counter()
-        verl_patch.prepare_outputs()
+        ENGINE.prepare_outputs()
         t_start = time.perf_counter() - t0
     for buf, raw in zip(buffers, raws):
         t0 = time.perf_counter()
@@ -239,7 +241,7 @@ def run_round(buffers, raws, quant_mod, split, flat, check=None, consume=True):
         items = list(param_updates)
         t1 = time.perf_counter()
         if flat:
-            with verl_patch.received_bucket(buf, metadata["bucket_meta"], weights, raw=raw):
+            with ENGINE.received_bucket(buf, metadata["bucket_meta"], weights, raw=raw):
                 gen = quant_mod.quant_weights(items, model, qc, dtype=torch.bfloat16)
                 out = list(gen) if (check or not consume) else None
                 if out is None:
@@ -263,7 +265,7 @@ def run_round(buffers, raws, quant_mod, split, flat, check=None, consume=True):
             names.append([n for n, _ in out])
         del metadata, weights, param_updates, items
     t0 = time.perf_counter()
-    verl_patch.release_outputs()  # the receiver patch does this in _cleanup
+    ENGINE.release_outputs()  # the receiver patch does this in _cleanup
     t_hook += time.perf_counter() - t0
     if DEV == "cuda":
         torch.cuda.empty_cache()  # verl's _cleanup (bucketed_weight_transfer.py 345): the next round allocates anew
@@ -278,7 +280,7 @@ def profile_round(buffers, raws, quant_mod, split):
     model = NoBuffers()
     recs = []
     state = {"cur": None}
-    o_ensure, o_qf, o_call, o_kernel = verl_patch._OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__, tbq._kernel
+    o_ensure, o_qf, o_call, o_kernel = flat_bucket.OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__, tbq._kernel
 
     def ensure(self):
         t0 = perf()
@@ -318,14 +320,14 @@ def profile_round(buffers, raws, quant_mod, split):
 
             return f
 
-    verl_patch._OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = ensure, timed(o_qf), timed(o_call)
+    flat_bucket.OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = ensure, timed(o_qf), timed(o_call)
     if o_kernel is not None:
         tbq._kernel = KernelProxy()
     try:
         t_start = 0.0
-        if verl_patch.OUTPUT_POLICY["prealloc_outputs"]:
+        if ENGINE.output_policy["prealloc_outputs"]:
             t0 = perf()
-            verl_patch.prepare_outputs()
+            ENGINE.prepare_outputs()
             t_start = perf() - t0
         for buf, raw in zip(buffers, raws):
             metadata, weights = receive_views(buf, raw)
@@ -336,7 +338,7 @@ def profile_round(buffers, raws, quant_mod, split):
                 cur["e0"], cur["e1"] = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             state["cur"] = cur
             h0 = perf()
-            with verl_patch.received_bucket(buf, metadata["bucket_meta"], weights, raw=raw):
+            with ENGINE.received_bucket(buf, metadata["bucket_meta"], weights, raw=raw):
                 for _ in quant_mod.quant_weights(items, model, qc, dtype=torch.bfloat16):
                     pass
             g1 = perf()
@@ -347,10 +349,10 @@ def profile_round(buffers, raws, quant_mod, split):
             recs.append(cur)
             del metadata, weights, param_updates, items
         t0 = perf()
-        verl_patch.release_outputs()
+        ENGINE.release_outputs()
         t_release = perf() - t0
     finally:
-        verl_patch._OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = o_ensure, o_qf, o_call
+        flat_bucket.OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = o_ensure, o_qf, o_call
         tbq._kernel = o_kernel
         if DEV == "cuda":
             torch.cuda.empty_cache()
@@ -426,7 +428,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     cmods = {c: fake_quant_utils("fp32", fp8_names, combo_knobs(c)) for c in combos}
     raws0 = sender_messages(buckets, torch.bfloat16)
     r["metadata_bytes_per_bucket"] = [len(x) for x in raws0]
-    r["defaults"] = {k: mods["fp32"].settings[k] for k in KNOBS}
+    r["defaults"] = {k: getattr(mods["fp32"].settings, k) for k in KNOBS}
     default_combo = "".join(l if r["defaults"][k] else "-" for k, l in zip(KNOBS, "LFPK"))
     r["default_combo"] = default_combo
 
@@ -442,10 +444,10 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
         return {"hook_ms": 1e3 * statistics.median(hook), "hook_all_ms": [1e3 * x for x in hook],
                 "verl_receive_ms": 1e3 * statistics.median(recv), "first_round_ms": 1e3 * first}
 
-    verl_patch.clear_flat_cache()
+    ENGINE.clear()
     tbq.reset_fast_launch()
-    for k2 in verl_patch.FLAT_STATS:
-        verl_patch.FLAT_STATS[k2] = 0
+    for k2 in ENGINE.stats:
+        ENGINE.stats[k2] = 0
     # every combination: one warm-up round (plans built, Triton compiled, runner convention found),
     # then interleaved timed rounds
     cres = {c: {"hook": [], "start": [], "recv": [], "first_round_ms": None} for c in combos}
@@ -455,9 +457,9 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
         assert raws == raws0  # same layout -> same bytes -> cache hit
         tr, th, _, ts = run_round(buffers, raws, cmods[c], split, True)
         cres[c]["first_round_ms"] = 1e3 * (th + ts)
-    warm_stats = dict(verl_patch.FLAT_STATS)
-    for k2 in verl_patch.FLAT_STATS:
-        verl_patch.FLAT_STATS[k2] = 0
+    warm_stats = dict(ENGINE.stats)
+    for k2 in ENGINE.stats:
+        ENGINE.stats[k2] = 0
     for rep in range(args.reps):
         for c in (combos if rep % 2 == 0 else combos[::-1]):
             use_combo(cmods[c])
@@ -466,7 +468,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
             cres[c]["start"].append(ts)
             cres[c]["recv"].append(tr)
     r["flat_stats_warmup"] = warm_stats
-    r["flat_stats"] = dict(verl_patch.FLAT_STATS)
+    r["flat_stats"] = dict(ENGINE.stats)
     r["fast_launch"] = {"convention": tbq._FAST["convention"], "error": repr(tbq._FAST["error"]),
                         "disabled": tbq._FAST["disabled"], "stats": dict(tbq.FAST_STATS)}
     r["combos"] = {}
@@ -496,8 +498,8 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     r["selection_stub_ms"] = 1e3 * (time.perf_counter() - t0) / 5
     raw_idx = {raw: i for i, raw in enumerate(raws0)}
     by_bucket = {}
-    for key, lay in verl_patch._LAYOUTS.items():
-        raw = key[0].raw if isinstance(key[0], verl_patch._RawKey) else key[0][1]
+    for key, lay in ENGINE.layouts.items():
+        raw = key[0].raw if isinstance(key[0], flat_bucket.RawKey) else key[0][1]
         by_bucket.setdefault(raw_idx[raw], lay)
     pairs = [(buffers[i], by_bucket[i]) for i in sorted(by_bucket)]
     pairs = [(b[: b.numel() - b.numel() % 2].view(torch.bfloat16), lay) for b, lay in pairs]
@@ -600,31 +602,31 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
                 stat["bad"] += not (torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs))
                 stat["nan"] += bool(torch.isnan(q.float()).any()) or bool(torch.isnan(s).any())
 
-        verl_patch.set_output_policy(qmod.settings)
+        ENGINE.set_output_policy(qmod.settings)
         # a warm round (the layouts of this knob set are cached, later launches are cache hits), then
         # the checked round on poisoned memory
         run_round(buffers, sender_messages(buckets, torch.bfloat16), qmod, split, True)
-        verl_patch.release_outputs(force=True)
+        ENGINE.release_outputs(force=True)
         if DEV == "cuda":
             torch.cuda.empty_cache()
             free = torch.cuda.mem_get_info()[0]
             p = torch.empty(min(free // 2, 8 << 30), dtype=torch.uint8, device=DEV).fill_(0xFF)
             del p
-        hits = verl_patch.FLAT_STATS["cache_hits"]
+        hits = ENGINE.stats["cache_hits"]
         names = run_round(buffers, sender_messages(buckets, torch.bfloat16), qmod, split, True, check=check)[2]
-        stat["cache_hits"] = verl_patch.FLAT_STATS["cache_hits"] - hits
+        stat["cache_hits"] = ENGINE.stats["cache_hits"] - hits
         stat["names_equal_list_path"] = names == list_names
         ident[f"{combo}:{fmt}"] = stat
         print(f"  bit identity [{combo} {fmt}]: {stat['checked'] - stat['bad']}/{stat['checked']} identical, nan "
               f"{stat['nan']}, stream order == list path: {stat['names_equal_list_path']}, cache hits "
               f"{stat['cache_hits']}", flush=True)
-    verl_patch.set_output_policy(mods["fp32"].settings)
+    ENGINE.set_output_policy(mods["fp32"].settings)
     r["bit_identity"] = ident
     r["speedup_flat_vs_list"] = r["list"]["hook_ms"] / r["flat"]["hook_ms"]
     if "verl_kernel_ms" in r:
         r["speedup_flat_vs_verl_kernel"] = r["verl_kernel_ms"] / r["flat"]["hook_ms"]
     results[name] = r
-    verl_patch.clear_flat_cache()
+    ENGINE.clear()
     del buffers, pairs
     if DEV == "cuda":
         torch.cuda.empty_cache()
@@ -705,7 +707,7 @@ def micro(args):
         plan = tbq.make_flat_plan(shapes, offs, BLOCK, DEV)
         y8 = torch.empty(plan.y_total, dtype=bq.FP8_DTYPE, device=DEV)
         s32 = torch.empty(plan.s_total, dtype=torch.float32, device=DEV)
-        kern = tbq._get_kernel()
+        kern = tbq.get_kernel()
         fast = tbq.FlatLauncher(plan, (y8, s32), fast=True)
         slow = tbq.FlatLauncher(plan, (y8, s32), fast=False)
 
@@ -768,7 +770,7 @@ def main():
             return lambda: [(n, tuple(max(1, d // 32) for d in s)) for n, s in f()[:400]]
 
         streams = {k: shrink(f) for k, f in streams.items()}
-    kern = tbq._get_kernel()
+    kern = tbq.get_kernel()
     try:
         import triton
 

@@ -55,7 +55,8 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
                 raise ReadError(message)
         if not stat.S_ISREG(mode):
             raise ReadError("is not a regular file")
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:
             chunk = os.read(fd, limit + 1 - total)
             if not chunk:

@@ -11,14 +11,22 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from fp8spec import __version__
 from fp8spec.cli_backends import backends_app
 from fp8spec.cli_init import init
-from fp8spec.targets import BACKENDS
+from fp8spec.cli_options import (
+    backend_option,
+    complete_backend,
+    complete_code,
+    fail,
+    format_option,
+    usage_error,
+)
+from fp8spec.cli_plan import plan
 from fp8spec.diagnostics import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -41,36 +49,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-BACKEND_HELP = (f"{', '.join(BACKENDS[:-2])} (a verl run), or {' / '.join(BACKENDS[-2:])} (a "
-                "standalone server for evaluation). Default: the spec's training.backend + rollout.engine; "
-                "another backend retargets the spec: every rule checks it as if it said so.")
-
-
-def _complete_backend(incomplete: str) -> list[str]:
-    return [b for b in BACKENDS if b.startswith(incomplete)]
-
-
-def _complete_code(incomplete: str) -> list[str]:
-    from fp8spec.rules.registry import all_rules
-    from fp8spec.spec.codes import input_codes
-
-    codes = [r.code for r in all_rules()] + list(input_codes())
-    return [c for c in codes if c.startswith(incomplete.upper())]
-
-
-def _complete_format(incomplete: str) -> list[str]:
-    return [f for f in ("text", "json") if f.startswith(incomplete)]
-
-
-def _backend_option(help_text: str = BACKEND_HELP):
-    return typer.Option(None, "--backend", "-b", metavar="BACKEND", help=help_text,
-                        autocompletion=_complete_backend)
-
-
-def _format_option():
-    return typer.Option("text", "--format", "-f", metavar="[text|json]", help="Output format.",
-                        autocompletion=_complete_format)
-
 
 def _version_callback(value: bool) -> None:
     if value:
@@ -80,26 +58,28 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """fp8spec command line."""
 
 
 @app.command()
 def validate(
-    specs: List[Path] = typer.Argument(..., metavar="SPEC", help="Spec files (YAML).", show_default=False,
-                                       readable=False),
-    format: str = _format_option(),
+    specs: List[Path] = typer.Argument(
+        ..., metavar="SPEC", help="Spec files (YAML).", show_default=False, readable=False
+    ),
+    format: str = format_option(),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors (exit 1)."),
-    backend: Optional[str] = _backend_option(),
+    backend: Optional[str] = backend_option(),
 ) -> None:
     """Check specs: every mistake at once, each located like a compiler error, with the reason and the fix."""
     from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
     from fp8spec.spec.loader import InputError
 
     if format not in ("text", "json"):
-        _usage_error(f"--format must be text or json, not {format!r}")
+        usage_error(f"--format must be text or json, not {format!r}")
     results: dict[str, list[Diagnostic]] = {}
     notes: dict[str, str] = {}
     exit_code = EXIT_OK
@@ -111,16 +91,19 @@ def validate(
             if validation.retargeted:
                 notes[display] = retarget_note(validation, choice)
         except BackendChoiceError as err:
-            _usage_error(str(err))
+            usage_error(str(err))
         except InputError as err:
             diags = [_flag_value_hint(err.diagnostic, path)]
             exit_code = max(exit_code, EXIT_BAD_INPUT)
         results[display] = diags
-        if any(d.severity == "error" for d in diags) or (strict and any(d.severity == "warning" for d in diags)):
+        if any(d.severity == "error" for d in diags) or (
+            strict and any(d.severity == "warning" for d in diags)
+        ):
             exit_code = max(exit_code, EXIT_RULE_ERRORS)
     if format == "json":
-        extra = ({f: {"backend": backend, "retargeted": notes.get(f, "")} for f in results}
-                 if backend else None)
+        extra = (
+            {f: {"backend": backend, "retargeted": notes.get(f, "")} for f in results} if backend else None
+        )
         typer.echo(render_json(results, extra))
     else:
         for display, diags in results.items():
@@ -141,11 +124,16 @@ def _flag_value_hint(diagnostic: Diagnostic, path: Path) -> Diagnostic:
 
 @app.command()
 def schema(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
-                                          help="Write the JSON Schema to this file.", readable=False),
-    docs: Optional[Path] = typer.Option(None, "--docs", metavar="FILE", readable=False,
-                                        help="Write the field reference (Markdown) to this file instead, "
-                                        "e.g. docs/spec.md."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="Write the JSON Schema to this file.", readable=False
+    ),
+    docs: Optional[Path] = typer.Option(
+        None,
+        "--docs",
+        metavar="FILE",
+        readable=False,
+        help="Write the field reference (Markdown) to this file instead, e.g. docs/spec.md.",
+    ),
 ) -> None:
     """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line), or
     write the field reference generated from it."""
@@ -167,14 +155,19 @@ def _write_text(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as err:
-        _fail(EXIT_BAD_INPUT, f"{path}: cannot write: {err.strerror or err}")
+        fail(EXIT_BAD_INPUT, f"{path}: cannot write: {err.strerror or err}")
     typer.echo(f"wrote {printable(str(path))}")
 
 
 @app.command()
-def rules(code: Optional[str] = typer.Argument(
-        None, metavar="CODE", autocompletion=_complete_code,
-        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.")) -> None:
+def rules(
+    code: Optional[str] = typer.Argument(
+        None,
+        metavar="CODE",
+        autocompletion=complete_code,
+        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.",
+    ),
+) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
     from fp8spec.rules.registry import all_rules, get_rule
     from fp8spec.spec.codes import input_code, input_codes
@@ -184,11 +177,12 @@ def rules(code: Optional[str] = typer.Argument(
             ack = " (acknowledgeable)" if r.acknowledgeable else ""
             typer.echo(f"{r.code:<6}  {r.severity:<7}  {r.name:<34} {r.summary}{ack}")
         typer.echo("")
-        for c in input_codes().values():
-            typer.echo(f"{c.code:<6}  {'error':<7}  {c.name:<34} {c.summary} (exit {c.exit_code})")
+        for ic in input_codes().values():
+            typer.echo(f"{ic.code:<6}  {'error':<7}  {ic.name:<34} {ic.summary} (exit {ic.exit_code})")
         return
-    r = get_rule(code)
-    if r is not None:
+    rule = get_rule(code)
+    if rule is not None:
+        r = rule
         typer.echo(f"{r.code} {r.name} ({r.severity}{', acknowledgeable' if r.acknowledgeable else ''})\n")
         typer.echo(f"{r.summary}\n")
         typer.echo(f"Why: {r.rationale}\n")
@@ -196,7 +190,7 @@ def rules(code: Optional[str] = typer.Argument(
         return
     c = input_code(code)
     if c is None:
-        _fail(EXIT_BAD_INPUT, f"no rule or code {code!r}; `fp8spec rules` lists them")
+        fail(EXIT_BAD_INPUT, f"no rule or code {code!r}; `fp8spec rules` lists them")
     typer.echo(f"{c.code} {c.name} (error: {c.kind}, exit {c.exit_code})\n")
     typer.echo(f"{c.summary}\n")
     typer.echo(f"Why: {c.why}\n")
@@ -212,10 +206,10 @@ def _validated(spec: Path, backend: Optional[str]):
     try:
         validation, choice = validate_for(spec, str(spec), backend)
     except BackendChoiceError as err:
-        _fail(EXIT_BAD_INPUT, str(err))
+        fail(EXIT_BAD_INPUT, str(err))
     except InputError as err:
         typer.echo(err.diagnostic.render(), err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     note = retarget_note(validation, choice)
     if note:
         typer.echo(f"{printable(str(spec))}: {note}", err=True)
@@ -230,11 +224,18 @@ def _validated(spec: Path, backend: Optional[str]):
 
 @app.command()
 def compile(
-    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False,
-                                readable=False),
-    backend: Optional[str] = _backend_option(),
-    output: Path = typer.Option(Path("bundles"), "--output", "-o", metavar="DIR",
-                                help="Folder that receives the bundle folder.", readable=False),
+    spec: Path = typer.Argument(
+        ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
+    ),
+    backend: Optional[str] = backend_option(),
+    output: Path = typer.Option(
+        Path("bundles"),
+        "--output",
+        "-o",
+        metavar="DIR",
+        help="Folder that receives the bundle folder.",
+        readable=False,
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing bundle of the same name."),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
@@ -245,148 +246,79 @@ def compile(
     validation, choice = _validated(spec, backend)
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
-    plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, printable(str(spec)))  # the name is shown in README.md
+    valid = validation.valid()
+    plan = build_plan(valid, choice)
+    files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     try:
-        target = write_bundle(output, validation.loaded.spec.name, files, force=force)
+        target = write_bundle(output, valid.spec.name, files, force=force)
     except WriteError as err:
-        _fail(EXIT_BAD_INPUT, str(err))
+        fail(EXIT_BAD_INPUT, str(err))
     top = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in files})
     typer.echo(f"wrote {printable(str(target))} ({choice.name}): {', '.join(top)}")
 
 
 @app.command()
 def explain(
-    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False,
-                                readable=False),
-    backend: Optional[str] = _backend_option(),
+    spec: Path = typer.Argument(
+        ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
+    ),
+    backend: Optional[str] = backend_option(),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
     from fp8spec.compiler.build import build_plan
     from fp8spec.compiler.explain import explain_text
 
     validation, choice = _validated(spec, backend)
-    typer.echo(explain_text(validation, build_plan(validation, choice)), nl=False)
+    valid = validation.valid()
+    typer.echo(explain_text(valid, build_plan(valid, choice)), nl=False)
 
 
 @app.command()
 def diff(
-    specs: List[Path] = typer.Argument(..., metavar="SPEC", show_default=False, readable=False,
-                                       help="Two specs, or one spec with two --backend."),
+    specs: List[Path] = typer.Argument(
+        ...,
+        metavar="SPEC",
+        show_default=False,
+        readable=False,
+        help="Two specs, or one spec with two --backend.",
+    ),
     backends: Optional[List[str]] = typer.Option(
-        None, "--backend", "-b", metavar="BACKEND", autocompletion=_complete_backend,
+        None,
+        "--backend",
+        "-b",
+        metavar="BACKEND",
+        autocompletion=complete_backend,
         help="Without it each spec is compiled for its own backend. Once: both specs retargeted to it. "
-        "Twice: the first spec for the first backend, the second (or the same) spec for the second."),
+        "Twice: the first spec for the first backend, the second (or the same) spec for the second.",
+    ),
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
-    from fp8spec.compiler.build import build_plan, spec_backend
+    from fp8spec.compiler.build import build_plan
     from fp8spec.compiler.explain import diff_text
 
     backends = list(backends or [])
     if len(specs) > 2 or len(backends) > 2 or len(specs) + len(backends) < 3 and len(specs) < 2:
-        _usage_error("diff compares two specs (each on its own backend, or both on one --backend), or one "
-                     "spec on two: fp8spec diff SPEC --backend A --backend B")
-    pairs = [(specs[0], backends[0] if backends else None),
-             (specs[-1], backends[-1] if backends else None)]
+        usage_error(
+            "diff compares two specs (each on its own backend, or both on one --backend), or one "
+            "spec on two: fp8spec diff SPEC --backend A --backend B"
+        )
+    pairs = [(specs[0], backends[0] if backends else None), (specs[-1], backends[-1] if backends else None)]
     sides = []
     for path, backend in pairs:
         validation, choice = _validated(path, backend)
+        valid = validation.valid()
         label = choice.name
-        if validation.retargeted:
-            label += f", retargeted from {spec_backend(validation)}"
-        sides.append((build_plan(validation, choice), f"{printable(str(path))} ({label})"))
+        if valid.retargeted:
+            label += f", retargeted from {valid.spec_backend}"
+        sides.append((build_plan(valid, choice), f"{printable(str(path))} ({label})"))
     typer.echo(diff_text(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), nl=False)
 
 
 app.command()(init)
 
 
-@app.command()
-def plan(
-    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
-    format: str = _format_option(),
-    output: Optional[Path] = typer.Option(
-        None, "--output", "-o", metavar="DIR", help="Also write plan.png (needs matplotlib: pip install "
-        "'fp8spec[plot]') and plan.svg into this folder."),
-    backend: Optional[str] = _backend_option(),
-    gpu_memory_gib: Optional[float] = typer.Option(
-        None, "--gpu-memory-gib", min=1.0, max=4096.0, metavar="GIB", help="GPU memory as CUDA reports it "
-        "(default: recorded for hardware.gpu)."),
-    gpu_memory_utilization: Optional[float] = typer.Option(
-        None, "--gpu-memory-utilization", min=0.01, max=1.0, metavar="FRACTION",
-        help="Default: rollout.gpu_memory_utilization."),
-    tp: Optional[int] = typer.Option(None, "--tp", min=1, max=1024, metavar="N",
-                                     help="Rollout tensor parallel size."),
-    ep: Optional[int] = typer.Option(None, "--ep", min=1, max=1024, metavar="N",
-                                     help="Rollout expert parallel size."),
-    max_num_batched_tokens: Optional[int] = typer.Option(
-        None, "--max-num-batched-tokens", min=1, max=10_000_000, metavar="N",
-        help="Default: verl's rollout default."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1, max=1_000_000, metavar="N",
-                                               help="Default: verl's rollout default."),
-    max_model_len: Optional[int] = typer.Option(
-        None, "--max-model-len", min=1, max=100_000_000, metavar="N",
-        help="Default: the model's max_position_embeddings (what verl passes)."),
-    cuda_graphs: Optional[bool] = typer.Option(None, "--cuda-graphs/--no-cuda-graphs",
-                                               help="Default: on (verl's enforce_eager false)."),
-) -> None:
-    """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
-    spec has errors; the plan is still printed, files are not written)."""
-    from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
-    from fp8spec.plan import Overrides, PlanInputError, build_plan
-    from fp8spec.plan.render import render_json, render_text
-    from fp8spec.spec.loader import InputError
-
-    if format not in ("text", "json"):
-        _usage_error(f"--format must be text or json, not {format!r}")
-    try:
-        validation, choice = validate_for(spec, str(spec), backend)
-    except BackendChoiceError as err:
-        _fail(EXIT_BAD_INPUT, str(err))
-    except InputError as err:
-        typer.echo(err.diagnostic.render(), err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
-    if validation.retargeted:
-        typer.echo(f"{printable(str(spec))}: {retarget_note(validation, choice)}", err=True)
-    ctx = validation.context
-    if ctx is None or ctx.model is None or ctx.profile("verl") is None:
-        for d in validation.diagnostics:
-            typer.echo(d.render(), err=True)
-        typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; no plan without a valid spec, model and "
-                   "verl profile", err=True)
-        raise typer.Exit(EXIT_RULE_ERRORS)
-    overrides = Overrides(gpu_memory_gib, gpu_memory_utilization, tp, ep, max_num_batched_tokens, max_num_seqs,
-                          max_model_len, cuda_graphs)
-    try:
-        result = build_plan(ctx, overrides)
-    except PlanInputError as err:
-        _fail(EXIT_BAD_INPUT, f"{spec}: {err}")
-    typer.echo(render_json(result) if format == "json" else render_text(result), nl=format == "json")
-    for d in validation.diagnostics:
-        typer.echo(d.render(), err=True)
-    if validation.errors:
-        typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
-        raise typer.Exit(EXIT_RULE_ERRORS)
-    if output is not None:
-        _write_plan_pictures(result, output)
-
-
-def _write_plan_pictures(result, output: Path) -> None:
-    from fp8spec.plan.svg import plan_svg
-
-    try:
-        from fp8spec.plan.figure import plan_png
-    except ImportError:
-        _fail(EXIT_BAD_INPUT, "-o needs matplotlib for the PNG: pip install 'fp8spec[plot]'")
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        png = plan_png(result)
-        (output / "plan.png").write_bytes(png)
-        (output / "plan.svg").write_text(plan_svg(result), encoding="utf-8")
-    except OSError as err:
-        _fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
-    typer.echo(f"wrote {output / 'plan.png'}, {output / 'plan.svg'}", err=True)
+app.command()(plan)
 
 
 @app.command()
@@ -403,21 +335,12 @@ def models() -> None:
 app.add_typer(backends_app, name="backends", help="Backend releases: wheel snapshots, drift report.")
 
 
-def _usage_error(message: str) -> None:
-    _fail(EXIT_BAD_INPUT, message)
-
-
-def _fail(code: int, message: str) -> None:
-    typer.echo(f"fp8spec: error: {printable(message)}", err=True)
-    raise typer.Exit(code)
-
-
 def _wants_json(argv: list[str]) -> bool:
     """Whether this command line asked `validate` for JSON: then even usage and internal errors are JSON."""
     if "validate" not in argv:
         return False
     for i, arg in enumerate(argv):
-        if arg in ("--format", "-f") and argv[i + 1: i + 2] == ["json"]:
+        if arg in ("--format", "-f") and argv[i + 1 : i + 2] == ["json"]:
             return True
         if arg in ("--format=json", "-fjson"):
             return True
@@ -445,9 +368,10 @@ def main() -> None:
     except Exception as exc:  # click usage errors and anything unexpected
         # Typer may vendor its own click, so recognise click's exceptions by shape, not by class.
         if callable(getattr(exc, "show", None)) and hasattr(exc, "exit_code"):
+            usage: Any = exc
             if as_json and callable(getattr(exc, "format_message", None)):
-                _json_failure("usage", exc.format_message())
-            exc.show()
+                _json_failure("usage", usage.format_message())
+            usage.show()
             sys.exit(EXIT_BAD_INPUT)
         if type(exc).__name__ == "Abort":
             sys.exit(130)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -38,7 +38,7 @@ def _fail(code: int, message: str) -> None:
     raise typer.Exit(code)
 
 
-def _one_line(text: str, limit: int = 400) -> str:
+def _one_line(text: object, limit: int = 400) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -47,27 +47,36 @@ def _artifact_error(spec: str, err: Exception) -> str:
     """One line for a failed pip download: the network reason, else pip's last ERROR line."""
     text = str(err)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    network = ("NewConnectionError", "Failed to establish a new connection",
-               "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
-               "ConnectTimeout", "ReadTimeout", "No route to host", "Connection refused")
+    network = (
+        "NewConnectionError",
+        "Failed to establish a new connection",
+        "Temporary failure in name resolution",
+        "Name or service not known",
+        "Network is unreachable",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "No route to host",
+        "Connection refused",
+    )
     if any(n in text for n in network):
         reason = next((ln for ln in lines if any(n in ln for n in network)), lines[-1] if lines else text)
         host = re.search(r"host='([^']+)', port=(\d+)", reason)
         why = re.search(r"Failed to establish a new connection: [^\"')]+", reason) or next(
-            (m for m in (re.search(re.escape(n), reason) for n in network[2:]) if m), None)
+            (m for m in (re.search(re.escape(n), reason) for n in network[2:]) if m), None
+        )
         if why:
             reason = (f"{host.group(1)}:{host.group(2)}: " if host else "") + why.group(0).strip()
         return _one_line(f"cannot download {spec}: network unreachable ({reason})")
     errors = [ln for ln in lines if ln.startswith("ERROR:")]
-    reason = errors[-1][len("ERROR:"):].strip() if errors else (lines[-1] if lines else text)
+    reason = errors[-1][len("ERROR:") :].strip() if errors else (lines[-1] if lines else text)
     if "(from versions: none)" in text:
         reason += " (pip saw no release at all: the index is unreachable, or the package name is wrong)"
     return _one_line(f"cannot download {spec}: {reason}")
 
 
 def _stack_by_kind() -> dict[str, str]:
-    from fp8spec.rules.context import STACK_KINDS
     from fp8spec.spec.model import default_stack
+    from fp8spec.targets import STACK_KINDS
 
     return {STACK_KINDS[field]: version for field, version in default_stack().items() if field in STACK_KINDS}
 
@@ -94,7 +103,7 @@ def list_backends(
         _fail(EXIT_BAD_INPUT, f"--format must be text or json, not {format!r}")
     stack = _stack_by_kind()
     snaps = _snapshot_versions()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"kind": k, "profiles": available_versions(k), "default": stack.get(k), "snapshots": snaps.get(k, [])}
         for k in KINDS
     ]
@@ -104,8 +113,10 @@ def list_backends(
         return
     typer.echo(f"{'kind':<20}{'profiled versions':<22}{'default':<10}snapshots")
     for r in rows:
-        typer.echo(f"{r['kind']:<20}{', '.join(r['profiles']) or '-':<22}{r['default'] or '-':<10}"
-                   f"{', '.join(r['snapshots']) or '-'}")
+        typer.echo(
+            f"{r['kind']:<20}{', '.join(r['profiles']) or '-':<22}{r['default'] or '-':<10}"
+            f"{', '.join(r['snapshots']) or '-'}"
+        )
     for k, versions in extra.items():
         typer.echo(f"{k:<20}{'-':<22}{'-':<10}{', '.join(versions)}")
     typer.echo("default stack (backends/stack.yaml): " + ", ".join(f"{k} {v}" for k, v in stack.items()))
@@ -113,26 +124,32 @@ def list_backends(
 
 @backends_app.command()
 def refresh(
-    specs: Optional[List[str]] = typer.Argument(None, help="Exact pins, e.g. vllm==0.33.0.",
-                                                show_default=False),
-    all_: bool = typer.Option(False, "--all", help="Refresh every committed snapshot (DEFAULT_SPECS)."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (default $FP8SPEC_CACHE or "
-                                         "~/.cache/fp8spec); wheels go to CACHE/wheels."),
-    out: Optional[Path] = typer.Option(None, "--out",
-                                       help="Write snapshots here instead of backends/snapshots."),
+    specs: Optional[List[str]] = typer.Argument(
+        None, help="Exact pins, e.g. vllm==0.33.0.", show_default=False
+    ),
+    all_: bool = typer.Option(False, "--all", help="Refresh every committed snapshot (backends/snapshots)."),
+    cache: Optional[Path] = typer.Option(
+        None,
+        "--cache",
+        help="Cache folder (default $FP8SPEC_CACHE or ~/.cache/fp8spec); wheels go to CACHE/wheels.",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Write snapshots here instead of backends/snapshots."
+    ),
 ) -> None:
     """Download each release's wheel through pip (into the cache) and (re)write its snapshot."""
-    from fp8spec.snapshots import DEFAULT_SPECS, ArtifactError, SnapshotError, parse_spec
+    from fp8spec.snapshots import ArtifactError, SnapshotError, committed_specs, parse_spec, snapshot_path
     from fp8spec.snapshots import refresh as do_refresh
-    from fp8spec.snapshots import snapshot_path
     from fp8spec.snapshots.core import package_info, read_snapshot
 
     wanted = list(specs or [])
     if all_:
-        wanted += [s for s in DEFAULT_SPECS if s not in wanted]
+        wanted += [s for s in committed_specs() if s not in wanted]
     if not wanted:
-        _fail(EXIT_BAD_INPUT,
-              "name at least one release, e.g. 'fp8spec backends refresh vllm==0.33.0', or --all")
+        _fail(
+            EXIT_BAD_INPUT,
+            "name at least one release, e.g. 'fp8spec backends refresh vllm==0.33.0', or --all",
+        )
     for spec in wanted:  # reject bad input before downloading anything
         try:
             name, _ = parse_spec(spec)
@@ -176,8 +193,10 @@ def _snapshot_target(item: str, directory=None) -> Path:
 @backends_app.command()
 def verify(
     snapshots: Optional[List[str]] = typer.Argument(
-        None, help="Snapshot files or pins (vllm==0.33.0); default: every snapshot in backends/snapshots.",
-        show_default=False),
+        None,
+        help="Snapshot files or pins (vllm==0.33.0); default: every snapshot in backends/snapshots.",
+        show_default=False,
+    ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (as for refresh)."),
 ) -> None:
     """Re-extract each snapshot from the wheel it names (sha256-pinned) and report any difference."""
@@ -199,13 +218,17 @@ def verify(
             _fail(EXIT_BAD_INPUT, _one_line(f"{path}: not a readable snapshot ({type(err).__name__}: {err})"))
         if problems:
             drift += 1
-            typer.echo(f"DRIFT {label} ({path.name}): {len(problems)} difference(s) from "
-                       f"{raw['artifact']['filename']}")
+            typer.echo(
+                f"DRIFT {label} ({path.name}): {len(problems)} difference(s) from "
+                f"{raw['artifact']['filename']}"
+            )
             for p in problems:
                 typer.echo(f"  - {p}")
         else:
-            typer.echo(f"ok    {label} ({path.name}) matches {raw['artifact']['filename']} "
-                       f"(sha256 {raw['artifact']['sha256'][:12]}...)")
+            typer.echo(
+                f"ok    {label} ({path.name}) matches {raw['artifact']['filename']} "
+                f"(sha256 {raw['artifact']['sha256'][:12]}...)"
+            )
     typer.echo(f"{len(paths)} snapshot(s) verified, {drift} stale")
     raise typer.Exit(EXIT_DRIFT if drift else EXIT_OK)
 
@@ -213,12 +236,16 @@ def verify(
 @backends_app.command()
 def check(
     selection: Optional[List[str]] = typer.Argument(
-        None, help="Kinds or pins to check (vllm, vllm==0.33.0); default: every profiled version.",
-        show_default=False),
-    snapshots_dir: Optional[Path] = typer.Option(None, "--snapshots", help="Snapshot folder (default "
-                                                 "backends/snapshots)."),
-    failures_only: bool = typer.Option(False, "--failures-only",
-                                       help="Print only what is no longer confirmed."),
+        None,
+        help="Kinds or pins to check (vllm, vllm==0.33.0); default: every profiled version.",
+        show_default=False,
+    ),
+    snapshots_dir: Optional[Path] = typer.Option(
+        None, "--snapshots", help="Snapshot folder (default backends/snapshots)."
+    ),
+    failures_only: bool = typer.Option(
+        False, "--failures-only", help="Print only what is no longer confirmed."
+    ),
     format: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
 ) -> None:
     """Drift report: does each snapshot still confirm the facts its profile relies on? (exit 1 if not)
@@ -240,8 +267,11 @@ def check(
     except ProfileError as err:
         _fail(EXIT_BAD_INPUT, _one_line(err))
     if format == "json":
-        typer.echo(json.dumps({"ok": all(r.ok for r in reports), "profiles": [r.to_dict() for r in reports]},
-                              indent=2))
+        typer.echo(
+            json.dumps(
+                {"ok": all(r.ok for r in reports), "profiles": [r.to_dict() for r in reports]}, indent=2
+            )
+        )
     else:
         typer.echo(render_text(reports, failures_only=failures_only), nl=False)
     raise typer.Exit(EXIT_OK if all(r.ok for r in reports) else EXIT_DRIFT)

@@ -11,12 +11,8 @@ from typing import Optional
 
 import typer
 
+from fp8spec.cli_options import fail
 from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable
-
-
-def _fail(code: int, message: str) -> None:
-    typer.echo(f"fp8spec: error: {printable(message)}", err=True)
-    raise typer.Exit(code)
 
 
 def _complete_template(incomplete: str) -> list[str]:
@@ -38,26 +34,56 @@ def _complete_gpu(incomplete: str) -> list[str]:
 
 
 def init(
-    template: str = typer.Option("dense-vllm", "--template", "-t", metavar="TEMPLATE",
-                                 autocompletion=_complete_template,
-                                 help="dense-vllm (FSDP + vLLM, FP8 linears and KV cache), moe-megatron "
-                                 "(Megatron + "
-                                 "vLLM, MoE, end-to-end FP8 training) or sglang (FSDP + SGLang)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="MODEL",
-                                        autocompletion=_complete_model,
-                                        help="A catalog id (`fp8spec models`). Default: the template's."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", metavar="GPU", autocompletion=_complete_gpu,
-                                      help="The target GPU (h100, h200, b200, ...). Default: the "
-                                      "template's."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", min=1, max=4096, metavar="N",
-                                        help="Nodes. Default: the template's (1, or 2 for moe-megatron)."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, max=64, metavar="N",
-                                      help="GPUs per node."),
-    name: Optional[str] = typer.Option(None, "--name", metavar="NAME",
-                                       help="The spec's name (names the bundle). Default: from model and "
-                                       "template."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", readable=False,
-                                          help="Write the spec to FILE instead of printing it."),
+    template: str = typer.Option(
+        "dense-vllm",
+        "--template",
+        "-t",
+        metavar="TEMPLATE",
+        autocompletion=_complete_template,
+        help="dense-vllm (FSDP + vLLM, FP8 linears and KV cache), moe-megatron "
+        "(Megatron + "
+        "vLLM, MoE, end-to-end FP8 training) or sglang (FSDP + SGLang).",
+    ),
+    model: Optional[str] = typer.Option(
+        None,
+        "--model",
+        "-m",
+        metavar="MODEL",
+        autocompletion=_complete_model,
+        help="A catalog id (`fp8spec models`). Default: the template's.",
+    ),
+    gpu: Optional[str] = typer.Option(
+        None,
+        "--gpu",
+        metavar="GPU",
+        autocompletion=_complete_gpu,
+        help="The target GPU (h100, h200, b200, ...). Default: the template's.",
+    ),
+    nodes: Optional[int] = typer.Option(
+        None,
+        "--nodes",
+        min=1,
+        max=4096,
+        metavar="N",
+        help="Nodes. Default: the template's (1, or 2 for moe-megatron).",
+    ),
+    gpus_per_node: int = typer.Option(
+        8, "--gpus-per-node", min=1, max=64, metavar="N", help="GPUs per node."
+    ),
+    name: Optional[str] = typer.Option(
+        None,
+        "--name",
+        metavar="NAME",
+        help="The spec's name (names the bundle). Default: from model and template.",
+    ),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        metavar="FILE",
+        readable=False,
+        help="Write the spec to FILE instead of printing it.",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing FILE."),
 ) -> None:
     """Write a commented starter spec for a model and cluster. Values the template's first guess gets wrong
@@ -67,12 +93,20 @@ def init(
 
     display = str(output) if output is not None else "spec.yaml"
     if output is not None and output.exists() and not force:
-        _fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
+        fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
     try:
-        result = starter_spec(template, model, gpu, nodes, gpus_per_node, name, printable(display),
-                              (output.parent if output is not None else Path(".")).resolve())
+        result = starter_spec(
+            template,
+            model,
+            gpu,
+            nodes,
+            gpus_per_node,
+            name,
+            printable(display),
+            (output.parent if output is not None else Path(".")).resolve(),
+        )
     except StarterError as err:
-        _fail(EXIT_BAD_INPUT, str(err))
+        fail(EXIT_BAD_INPUT, str(err))
     for change in result.changes:
         typer.echo(f"init: {change}", err=True)
     if not result.clean:
@@ -80,8 +114,11 @@ def init(
             if d.severity != "info":
                 typer.echo(d.render(), err=True)
         hw = result.validation.loaded.spec.hardware
-        typer.echo(f"init: no {template} spec validates clean on {hw.nodes} x {hw.gpus_per_node} {hw.gpu} "
-                   "for this model; nothing written", err=True)
+        typer.echo(
+            f"init: no {template} spec validates clean on {hw.nodes} x {hw.gpus_per_node} {hw.gpu} "
+            "for this model; nothing written",
+            err=True,
+        )
         raise typer.Exit(EXIT_RULE_ERRORS)
     if output is None:
         typer.echo(result.text, nl=False)
@@ -89,5 +126,5 @@ def init(
     try:
         output.write_text(result.text, encoding="utf-8")
     except OSError as err:
-        _fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
+        fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
     typer.echo(f"wrote {printable(str(output))}")

@@ -49,7 +49,8 @@ def shipped_files() -> dict[str, str]:
     """Path relative to lib/ -> text of every file of the shipped patch set, sorted."""
     package = Path(__file__).resolve().parent
     paths = [package / "__init__.py"] + sorted(
-        p for p in (package / "runtime").rglob("*.py") if "__pycache__" not in p.parts)
+        p for p in (package / "runtime").rglob("*.py") if "__pycache__" not in p.parts
+    )
     return {f"{PACKAGE}/{p.relative_to(package).as_posix()}": p.read_text(encoding="utf-8") for p in paths}
 
 
@@ -62,5 +63,9 @@ def fileset_digest(sha_by_path: dict[str, str]) -> str:
 def shipped_fileset() -> dict:
     """What the manifest and preflight.json record about the shipped copy."""
     files = {path: hashlib.sha256(text.encode("utf-8")).hexdigest() for path, text in shipped_files().items()}
-    return {"package": PACKAGE, "py_module": f"{BUNDLE_LIB}/{PACKAGE}", "files": files,
-            "sha256": fileset_digest(files)}
+    return {
+        "package": PACKAGE,
+        "py_module": f"{BUNDLE_LIB}/{PACKAGE}",
+        "files": files,
+        "sha256": fileset_digest(files),
+    }

@@ -53,9 +53,16 @@ def default_name(template: str, model_id: str) -> str:
     return f"{base}-{SUFFIX[template]}"[:63]
 
 
-def starter_spec(template: str, model_id: Optional[str] = None, gpu: Optional[str] = None,
-                 nodes: Optional[int] = None, gpus_per_node: int = 8, name: Optional[str] = None,
-                 file: str = "spec.yaml", spec_dir: Path = Path(".")) -> Starter:
+def starter_spec(
+    template: str,
+    model_id: Optional[str] = None,
+    gpu: Optional[str] = None,
+    nodes: Optional[int] = None,
+    gpus_per_node: int = 8,
+    name: Optional[str] = None,
+    file: str = "spec.yaml",
+    spec_dir: Path = Path("."),
+) -> Starter:
     from fp8spec.catalog import CatalogError, catalog_ids, get_model
 
     if template not in TEMPLATES:
@@ -65,8 +72,10 @@ def starter_spec(template: str, model_id: Optional[str] = None, gpu: Optional[st
     try:
         model = get_model(model_id)
     except CatalogError:
-        raise StarterError(f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
-                           "another model write model.config_path into the spec") from None
+        raise StarterError(
+            f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
+            "another model write model.config_path into the spec"
+        ) from None
     gpu = gpu or d_gpu
     nodes = nodes or d_nodes
     from fp8spec.hardware import GPU_NAMES
@@ -74,11 +83,19 @@ def starter_spec(template: str, model_id: Optional[str] = None, gpu: Optional[st
     if gpu not in GPU_NAMES:
         raise StarterError(f"--gpu {gpu!r} is not one of {', '.join(GPU_NAMES)}")
     if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", name):
-        raise StarterError(f"--name {name!r}: use lowercase letters, digits, '.', '_' and '-' (it names the "
-                           "bundle)")
+        raise StarterError(
+            f"--name {name!r}: use lowercase letters, digits, '.', '_' and '-' (it names the bundle)"
+        )
     values = _first_guess(template, model, gpu, nodes, gpus_per_node)
-    values.update(name=name or default_name(template, model_id), model_id=model_id, gpu=gpu, nodes=nodes,
-                  gpus_per_node=gpus_per_node, model_path=f"/models/{model_id.rsplit('/', 1)[-1]}", file=file)
+    values.update(
+        name=name or default_name(template, model_id),
+        model_id=model_id,
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        model_path=f"/models/{model_id.rsplit('/', 1)[-1]}",
+        file=file,
+    )
     text = _env().get_template(f"init/{template}.yaml.j2").render(**values)
     return _repair(text, file, spec_dir)
 
@@ -132,11 +149,15 @@ def _acknowledge_rest(text: str, file: str, spec_dir: Path, validation, changes:
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]
     if not left or any(rule.severity == "error" or not rule.acknowledgeable for rule, _ in left):
         return Starter(text, validation, changes)
-    acks = {f"acknowledge.{rule.code}": f"fp8spec init found no change that removes it on this hardware: "
-            f"{rule.summary[0].lower()}{rule.summary[1:].rstrip('.')}" for rule, _ in left}
+    acks = {
+        f"acknowledge.{rule.code}": f"fp8spec init found no change that removes it on this hardware: "
+        f"{rule.summary[0].lower()}{rule.summary[1:].rstrip('.')}"
+        for rule, _ in left
+    }
     text = set_values(text, acks)
-    changes.extend(f"{key} (kept as a warning you accept; `fp8spec rules {key.split('.')[1]}`)"
-                   for key in acks)
+    changes.extend(
+        f"{key} (kept as a warning you accept; `fp8spec rules {key.split('.')[1]}`)" for key in acks
+    )
     return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes)
 
 
@@ -181,8 +202,13 @@ _ENV: Optional[jinja2.Environment] = None
 def _env() -> jinja2.Environment:
     global _ENV
     if _ENV is None:
-        _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-                                  undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                  autoescape=False, trim_blocks=True, lstrip_blocks=True)
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
         _ENV.filters["json"] = json_scalar
     return _ENV

@@ -37,9 +37,9 @@ class ProbeVerlExt(vLLMColocateWorkerExtension):
         import verl.utils.vllm.vllm_quant_utils as q
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as b
 
-        from fp8spec.runtime import verl_patch
+        from fp8spec.runtime.flat_bucket import ENGINE
 
         return {"quant_weights_replaced": getattr(q.quant_weights, "_fp8spec", None) is not None,
                 "receiver_patched": bool(getattr(b.BucketedWeightReceiver, "_fp8spec_flat_patched", False)),
-                "flat_stats": dict(verl_patch.FLAT_STATS),
+                "flat_stats": dict(ENGINE.stats),
                 "active": sorted(fp8spec.runtime.active_patches())}

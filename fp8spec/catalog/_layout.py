@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
-from ._types import LinearModule
+from ._linear import LinearModule
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._types import ModelFacts
@@ -107,12 +107,16 @@ def _attention_rows(f: ModelFacts) -> list[tuple]:
         if f.qk_norm:
             rows += [("N", "self_attn.q_norm", f.head_dim), ("N", "self_attn.k_norm", f.head_dim)]
         return rows
-    # MLA (DeepSeek-V2/V3)
+    # MLA (DeepSeek-V2/V3): the parser sets every MLA width
+    nope, rope, v_dim, kv_lora = f.qk_nope_head_dim, f.qk_rope_head_dim, f.v_head_dim, f.kv_lora_rank
+    assert nope is not None and rope is not None and v_dim is not None and kv_lora is not None
     heads = f.num_attention_heads
-    qk_head = f.qk_nope_head_dim + f.qk_rope_head_dim
-    kv_a_out = f.kv_lora_rank + f.qk_rope_head_dim
+    qk_head = nope + rope
+    kv_a_out = kv_lora + rope
     bias = f.o_proj_bias  # DeepSeek's attention_bias: q_a_proj, kv_a_proj_with_mqa and o_proj
     rows = []
+    grp: str | None = None
+    fsuf: str | None = None
     if f.q_lora_rank is not None:
         grp, fsuf = "fused_qkv_a_proj", "self_attn.fused_qkv_a_proj"
         rows += [
@@ -131,23 +135,22 @@ def _attention_rows(f: ModelFacts) -> list[tuple]:
             ),
         ]
     else:
-        grp = fsuf = None
         rows.append(("L", "self_attn.q_proj", "mla_q", heads * qk_head, h, "column", None, None, False))
     rows += [
         ("L", "self_attn.kv_a_proj_with_mqa", "mla_kv_a", kv_a_out, h, "replicated", grp, fsuf, bias),
-        ("N", "self_attn.kv_a_layernorm", f.kv_lora_rank),
+        ("N", "self_attn.kv_a_layernorm", kv_lora),
         (
             "L",
             "self_attn.kv_b_proj",
             "mla_kv_b",
-            heads * (f.qk_nope_head_dim + f.v_head_dim),
-            f.kv_lora_rank,
+            heads * (nope + v_dim),
+            kv_lora,
             "column",
             None,
             None,
             False,
         ),
-        ("L", "self_attn.o_proj", "attn_out", h, heads * f.v_head_dim, "row", None, None, bias),
+        ("L", "self_attn.o_proj", "attn_out", h, heads * v_dim, "row", None, None, bias),
     ]
     return rows
 
@@ -202,7 +205,7 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     shared = _shared_expert_rows(f)
     moe_set = set(f.moe_layers)
     router_bias = f.model_type == "deepseek_v3"  # V3 routers carry e_score_correction_bias [E] (noaux_tc)
-    E, m = f.num_experts, f.moe_intermediate_size
+    E, m = f.num_experts, f.moe_intermediate_size or 0  # read only for a MoE layer, where it is set
     expert_rows = (
         ("gate_proj", "expert_in", m, h, "column"),
         ("up_proj", "expert_in", m, h, "column"),

@@ -9,6 +9,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fp8spec.bounded_read import ReadError, read_regular
 
@@ -93,7 +94,7 @@ class _Reader:
                 return k, self.cfg[k]
         return keys[0], _MISSING
 
-    def int(
+    def maybe_integer(
         self,
         *keys: str,
         default: object = _MISSING,
@@ -119,7 +120,15 @@ class _Reader:
             raise self.fail(f"{key!r} = {v} is implausibly large (limit {maximum})", key)
         return v
 
-    def bool(self, key: str, default: bool) -> bool:
+    def integer(
+        self, *keys: str, default: int | object = _MISSING, minimum: int = 1, maximum: int = MAX_DIM
+    ) -> int:
+        """A required integer (or ``default``, an int)."""
+        value = self.maybe_integer(*keys, default=default, minimum=minimum, maximum=maximum)
+        assert value is not None  # not nullable, and the default is an int
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
         v = self.cfg.get(key, None)
         if v is None:
             return default
@@ -198,16 +207,16 @@ def facts_from_dict(
     arch = resolve_architecture(cfg, where, path)
     r = _Reader(cfg, where, arch.name, path)
 
-    hidden = r.int("hidden_size")
-    layers = r.int("num_hidden_layers", maximum=MAX_LAYERS)
-    heads = r.int("num_attention_heads")
-    kv_heads = r.int("num_key_value_heads", default=heads)
-    vocab = r.int("vocab_size")
-    intermediate = r.int("intermediate_size")
-    tied = r.bool("tie_word_embeddings", False)
-    max_pos = r.int("max_position_embeddings", default=None)
+    hidden = r.integer("hidden_size")
+    layers = r.integer("num_hidden_layers", maximum=MAX_LAYERS)
+    heads = r.integer("num_attention_heads")
+    kv_heads = r.integer("num_key_value_heads", default=heads)
+    vocab = r.integer("vocab_size")
+    intermediate = r.integer("intermediate_size")
+    tied = r.boolean("tie_word_embeddings", False)
+    max_pos = r.maybe_integer("max_position_embeddings", default=None)
     quantization = _quant_method(r, cfg.get("quantization_config"))
-    attention_bias = r.bool("attention_bias", False)
+    attention_bias = r.boolean("attention_bias", False)
     qkv_bias = attention_bias if arch.qkv_bias == "attention_bias" else bool(arch.qkv_bias)
     o_bias = attention_bias if arch.o_bias == "attention_bias" else bool(arch.o_bias)
 
@@ -217,7 +226,7 @@ def facts_from_dict(
             "num_key_value_heads",
         )
 
-    common = {
+    common: dict[str, Any] = {
         "id": model_id,
         "architecture": arch.name,
         "model_type": arch.model_types[0]
@@ -239,7 +248,7 @@ def facts_from_dict(
     }
 
     if arch.family == "gqa":
-        head_dim = r.int("head_dim", default=None)
+        head_dim = r.maybe_integer("head_dim", default=None)
         if head_dim is None:
             if hidden % heads:
                 raise r.fail(
@@ -247,7 +256,7 @@ def facts_from_dict(
                     "head_dim",
                 )
             head_dim = hidden // heads
-        moe = {
+        moe: dict[str, Any] = {
             "moe_intermediate_size": None,
             "shared_expert_intermediate_size": None,
             "num_experts": 0,
@@ -256,45 +265,48 @@ def facts_from_dict(
             "moe_layers": (),
         }
         if arch.moe:
-            experts = r.int("num_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS)
+            experts = r.integer("num_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS)
             if experts:
-                moe_inter = r.int("moe_intermediate_size")
-                top_k = r.int("num_experts_per_tok", maximum=experts)
-                step = r.int("decoder_sparse_step", default=1, maximum=MAX_LAYERS)
+                moe_inter = r.integer("moe_intermediate_size")
+                top_k = r.integer("num_experts_per_tok", maximum=experts)
+                step = r.integer("decoder_sparse_step", default=1, maximum=MAX_LAYERS)
                 mlp_only = set(r.int_list("mlp_only_layers", upper=layers))
                 # transformers Qwen3MoeDecoderLayer: MoE iff not in mlp_only_layers and (i + 1) % step == 0
-                moe_layers = tuple(i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
+                gqa_moe_layers = tuple(i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
                 _check_expert_budget(r, layers, experts)
-                if moe_layers:
+                if gqa_moe_layers:
                     moe = {
                         "moe_intermediate_size": moe_inter,
                         "shared_expert_intermediate_size": None,
                         "num_experts": experts,
                         "num_experts_per_tok": top_k,
-                        "first_k_dense_layers": moe_layers[0],
-                        "moe_layers": moe_layers,
+                        "first_k_dense_layers": gqa_moe_layers[0],
+                        "moe_layers": gqa_moe_layers,
                     }
         return ModelFacts(attention="gqa", head_dim=head_dim, **common, **moe)
 
     # MLA: DeepSeek-V2 / V3
-    q_lora = r.int("q_lora_rank", nullable=True)
-    kv_lora = r.int("kv_lora_rank")
-    nope = r.int("qk_nope_head_dim")
-    rope = r.int("qk_rope_head_dim")
-    v_dim = r.int("v_head_dim")
+    q_lora = r.maybe_integer("q_lora_rank", nullable=True)
+    kv_lora = r.integer("kv_lora_rank")
+    nope = r.integer("qk_nope_head_dim")
+    rope = r.integer("qk_rope_head_dim")
+    v_dim = r.integer("v_head_dim")
     experts = (
-        r.int("n_routed_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS, nullable=True) or 0
+        r.maybe_integer(
+            "n_routed_experts", "num_local_experts", minimum=0, maximum=MAX_EXPERTS, nullable=True
+        )
+        or 0
     )
-    first_k = r.int("first_k_dense_replace", minimum=0, maximum=MAX_LAYERS)
-    freq = r.int("moe_layer_freq", default=1, maximum=MAX_LAYERS)
-    mtp = r.int("num_nextn_predict_layers", "num_mtp_layers", default=0, minimum=0, maximum=MAX_LAYERS)
+    first_k = r.integer("first_k_dense_replace", minimum=0, maximum=MAX_LAYERS)
+    freq = r.integer("moe_layer_freq", default=1, maximum=MAX_LAYERS)
+    mtp = r.integer("num_nextn_predict_layers", "num_mtp_layers", default=0, minimum=0, maximum=MAX_LAYERS)
     moe_layers: tuple[int, ...] = ()
-    moe_inter = top_k = None
+    moe_inter = top_k = 0  # read only for a MoE model
     n_shared = 0
     if experts:
-        moe_inter = r.int("moe_intermediate_size")
-        top_k = r.int("num_experts_per_tok", maximum=experts)
-        n_shared = r.int("n_shared_experts", minimum=0, maximum=MAX_EXPERTS, nullable=True) or 0
+        moe_inter = r.integer("moe_intermediate_size")
+        top_k = r.integer("num_experts_per_tok", maximum=experts)
+        n_shared = r.maybe_integer("n_shared_experts", minimum=0, maximum=MAX_EXPERTS, nullable=True) or 0
         # modeling_deepseek / vLLM: MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0
         moe_layers = tuple(i for i in range(layers) if i >= first_k and i % freq == 0)
         _check_expert_budget(r, layers + mtp, experts)
@@ -329,8 +341,10 @@ def _quant_method(r: _Reader, qc: object) -> str | None:
     if method is None:
         return "unknown"
     if not isinstance(method, str) or not method or len(method) > 64:
-        raise r.fail(f"quantization_config.quant_method must be a short string, got {_show(method)}",
-                     "quantization_config")
+        raise r.fail(
+            f"quantization_config.quant_method must be a short string, got {_show(method)}",
+            "quantization_config",
+        )
     return method
 
 

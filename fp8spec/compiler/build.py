@@ -13,6 +13,7 @@ from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
 from fp8spec.compiler.adapters.vllm import build_vllm_in_verl, build_vllm_serve
 from fp8spec.compiler.plan import Plan
+from fp8spec.resolve.valid import ValidSpec
 from fp8spec.rules.engine import Validation, validate_path
 from fp8spec.targets import BACKENDS, ENGINES, TRAINERS  # noqa: F401 - re-exported
 
@@ -47,8 +48,9 @@ def retarget_fields(choice: BackendChoice) -> dict[str, str]:
     return fields
 
 
-def validate_for(path: str | Path, display: Optional[str],
-                 backend: Optional[str]) -> tuple[Validation, BackendChoice]:
+def validate_for(
+    path: str | Path, display: Optional[str], backend: Optional[str]
+) -> tuple[Validation, BackendChoice]:
     """Validate a spec for a backend: without one, the spec's own; with one, the spec retargeted to it (every
     rule checks the spec as if training.backend / rollout.engine said so).
     Raises BackendChoiceError, InputError."""
@@ -65,6 +67,7 @@ def validate_for(path: str | Path, display: Optional[str],
 def spec_backend(validation: Validation) -> str:
     """The backend the spec file itself names (before any retargeting)."""
     spec = validation.loaded.spec
+    assert spec is not None  # only asked of a spec that was read
     values = {"training.backend": spec.training.backend, "rollout.engine": spec.rollout.engine}
     for r in validation.retargeted:
         values[r.field] = r.spec_value
@@ -75,16 +78,21 @@ def retarget_note(validation: Validation, choice: BackendChoice) -> str:
     """One line saying how the spec was retargeted, or '' when it was compiled for its own backend."""
     if not validation.retargeted:
         return ""
-    changes = "; ".join(f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
-                        for r in validation.retargeted)
-    return (f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
-            "the spec as if it said so")
+    changes = "; ".join(
+        f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
+        for r in validation.retargeted
+    )
+    return (
+        f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
+        "the spec as if it said so"
+    )
 
 
 def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice:
     """The backend of an already validated spec: its own, or ``text`` when the validation was retargeted to it
     (validate_for). A choice the validated spec does not say is a caller's mistake."""
     spec = validation.loaded.spec
+    assert spec is not None  # only asked of a spec that was read
     if text is None:
         return BackendChoice(spec.training.backend, spec.rollout.engine)
     choice = parse_backend(text)
@@ -92,13 +100,15 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
         section, name = field.split(".")
         have = getattr(getattr(spec, section), name)
         if have != value:
-            raise BackendChoiceError(f"--backend {choice.name}: the spec was validated with {field} {have}; "
-                                     "validate it for the backend first")
+            raise BackendChoiceError(
+                f"--backend {choice.name}: the spec was validated with {field} {have}; "
+                "validate it for the backend first"
+            )
     return choice
 
 
-def build_plan(validation: Validation, choice: BackendChoice) -> Plan:
-    ctx = validation.context
+def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
+    """Every setting of the bundle for ``choice``, from the valid spec (retargeted to it: validate_for)."""
     plan = Plan(backend=choice.name)
     if choice.trainer is None:
         plan.entrypoint = (build_vllm_serve if choice.engine == "vllm" else build_sglang_serve)(plan, ctx)
@@ -118,6 +128,13 @@ def build_plan(validation: Validation, choice: BackendChoice) -> Plan:
     env_key = keys.key("key.ray_runtime_env_env_vars")
     for s in plan.of("env"):
         key = f"{env_key}.{s.key}"
-        plan.add("ray_init", key, str(s.value), s.source, f"{s.key} in every Ray worker (launch.sh by hand)",
-                 keys.evidence("key.ray_runtime_env_env_vars"), keys.needs_plus(key))
+        plan.add(
+            "ray_init",
+            key,
+            str(s.value),
+            s.source,
+            f"{s.key} in every Ray worker (launch.sh by hand)",
+            keys.evidence("key.ray_runtime_env_env_vars"),
+            keys.needs_plus(key),
+        )
     return plan

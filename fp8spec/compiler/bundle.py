@@ -7,51 +7,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
 from pathlib import Path
 
-import jinja2
-
 from fp8spec import __version__
-from fp8spec.compiler.build import BackendChoice, spec_backend
+from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.launchers import launcher_files, runtime_env_yaml
 from fp8spec.compiler.plan import Plan
-from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
+from fp8spec.compiler.quoting import yaml_string_list
+from fp8spec.compiler.templates import render
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
+from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir
-from fp8spec.rules.cluster import kuberay_image
-from fp8spec.rules.context import STACK_KINDS, used_stack_fields
-from fp8spec.rules.engine import Validation
 from fp8spec.rules.registry import all_rules
+from fp8spec.targets import STACK_KINDS
 
 EXECUTABLE = {"launch.sh", "serve.sh", "submit.sh", "slurm.sbatch"}
 
 
-@lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["sh"] = shell_word
-    env.filters["json"] = json_scalar
-    env.filters["mdcell"] = lambda v: str(v).replace("|", "\\|")
-    return env
-
-
-def render(template: str, **values) -> str:
-    return _env().get_template(template).render(**values)
-
-
-def _checks(validation: Validation) -> list[dict]:
+def _checks(valid: ValidSpec) -> list[dict]:
     by_code: dict[str, list] = {}
-    for d in validation.diagnostics:
+    for d in valid.diagnostics:
         by_code.setdefault(d.code, []).append(d)
     rows = []
     for rule in all_rules():
@@ -61,13 +38,21 @@ def _checks(validation: Validation) -> list[dict]:
             status = "acknowledged"
         if any(d.severity == "warning" for d in found):
             status = "warning"
-        rows.append({"code": rule.code, "name": rule.name, "status": status,
-                     "messages": [d.message for d in found]})
+        rows.append(
+            {"code": rule.code, "name": rule.name, "status": status, "messages": [d.message for d in found]}
+        )
     return rows
 
 
-_FP8_SOURCES = ("linear.", "kv_cache.", "correction.", "training.precision", "training.fp8_",
-                "training.router_dtype", "rollout.calculate_log_probs")
+_FP8_SOURCES = (
+    "linear.",
+    "kv_cache.",
+    "correction.",
+    "training.precision",
+    "training.fp8_",
+    "training.router_dtype",
+    "rollout.calculate_log_probs",
+)
 
 
 def _fp8_table(plan: Plan) -> list[dict]:
@@ -80,42 +65,65 @@ def _fp8_table(plan: Plan) -> list[dict]:
         mirrors_env = s.layer == "hydra" and s.key.rsplit(".", 1)[-1] in env_names
         if mirrors_env:
             continue
-        where = {"hydra": "Hydra override", "env": "env var", "engine_arg": "engine flag",
-                 "patch": "runtime patch"}[s.layer]
+        where = {
+            "hydra": "Hydra override",
+            "env": "env var",
+            "engine_arg": "engine flag",
+            "patch": "runtime patch",
+        }[s.layer]
         value = s.override if s.layer == "hydra" else f"{s.key}={s.value}" if s.layer != "patch" else s.key
         rows.append({"source": s.source, "where": where, "value": value, "why": s.why})
     return rows
 
 
-def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec_file: str) -> dict[str, str]:
+def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file: str) -> dict[str, str]:
     """File name -> content of the bundle (manifest.json last, with every other file's sha256)."""
-    spec = validation.loaded.spec
-    ctx = validation.context
-    stack = {f: getattr(spec.stack, f) for f in used_stack_fields(spec)
-             if choice.trainer or f == choice.engine}
-    common = dict(
-        fp8spec_version=__version__, spec=spec, spec_file=spec_file, backend=choice.name, plan=plan,
-        stack=stack, checks=_checks(validation), fp8_rows=_fp8_table(plan), env=plan.env,
-        patches=plan.patches, runtime=runtime_manifest(), model=ctx.model,
-        metrics=_metrics(ctx, plan), memory_plan=None,
-        reward_file=REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
-        kuberay_image=kuberay_image(ctx) if choice.trainer else None,
-        retargeted=validation.retargeted, spec_backend=spec_backend(validation),
-    )
+    spec = valid.spec
+    ctx = valid
+    stack = {f: v for f, v in valid.used_stack().items() if choice.trainer or f == choice.engine}
+    common = {
+        "fp8spec_version": __version__,
+        "spec": spec,
+        "spec_file": spec_file,
+        "backend": choice.name,
+        "plan": plan,
+        "stack": stack,
+        "checks": _checks(valid),
+        "fp8_rows": _fp8_table(plan),
+        "env": plan.env,
+        "patches": plan.patches,
+        "runtime": runtime_manifest(),
+        "model": ctx.model,
+        "external_modules_env": ctx.profile("verl").value("env.external_modules"),
+        "metrics": _metrics(ctx),
+        "memory_plan": None,
+        "reward_file": REWARD_FILE if choice.trainer and ctx.reward_file is not None else None,
+        "kuberay_image": ctx.kuberay_image() if choice.trainer else None,
+        "retargeted": valid.retargeted,
+        "spec_backend": valid.spec_backend,
+    }
     files: dict[str, str] = {}
     if choice.trainer:
-        files.update(_memory_plan_files(ctx, common))
+        files.update(_memory_plan_files(valid, common))
     if choice.trainer:
-        files["launch.sh"] = render("launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"),
-                                    **common)
-        files["overrides.yaml"] = ("# verl Hydra overrides, exactly as launch.sh passes them\n"
-                                   + yaml_string_list(plan.overrides))
+        files["launch.sh"] = render(
+            "launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"), **common
+        )
+        files["overrides.yaml"] = (
+            "# verl Hydra overrides, exactly as launch.sh passes them\n" + yaml_string_list(plan.overrides)
+        )
         if plan.ray_init_overrides:
             files["overrides.yaml"] += (
                 "# and these only outside a Ray job (launch.sh run by hand on a Ray head), where verl's ray.init "
                 "carries\n# runtime_env.yaml to the workers"
-                + (f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
-                   if plan.py_modules else "") + "\n" + yaml_string_list(plan.ray_init_overrides))
+                + (
+                    f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
+                    if plan.py_modules
+                    else ""
+                )
+                + "\n"
+                + yaml_string_list(plan.ray_init_overrides)
+            )
         files["runtime_env.yaml"] = runtime_env_yaml(plan, spec.cluster.working_dir)
         if plan.py_modules:
             files.update({f"{BUNDLE_LIB}/{path}": text for path, text in shipped_files().items()})
@@ -124,58 +132,73 @@ def bundle_files(validation: Validation, choice: BackendChoice, plan: Plan, spec
             files[REWARD_FILE] = ctx.reward_file.text
     else:
         files["serve.sh"] = render("serve.sh.j2", **common)
-        files["engine_args.json"] = json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2,
-                                               sort_keys=True) + "\n"
-    files.update(launcher_files(validation, choice, plan, files))
+        files["engine_args.json"] = (
+            json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2, sort_keys=True) + "\n"
+        )
+    files.update(launcher_files(valid, choice, plan, files))
     files["README.md"] = render("bundle_README.md.j2", **common)
-    files["manifest.json"] = _manifest(validation, choice, plan, spec_file, stack, files)
+    files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
     return files
 
 
-def _memory_plan_files(ctx, common: dict) -> dict[str, str]:
+def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
     from fp8spec.plan import cached_plan
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
 
-    memory = cached_plan(ctx)
+    memory = cached_plan(valid.resolved)
     if memory is None:
         return {}
     common["memory_plan"] = render_text(memory)
     return {"plan.svg": plan_svg(memory)}
 
 
-def _metrics(ctx, plan: Plan) -> dict:
-    if ctx is None or ctx.profile("verl") is None:
-        return {}
-    return ctx.profile("verl").value("metrics.rollout_corr")
+def _metrics(valid: ValidSpec) -> dict:
+    return valid.profile("verl").value("metrics.rollout_corr")
 
 
-def _manifest(validation, choice, plan, spec_file, stack, files) -> str:
-    from fp8spec.profiles import load_profile
-
+def _manifest(
+    valid: ValidSpec,
+    choice: BackendChoice,
+    plan: Plan,
+    spec_file: str,
+    stack: dict[str, str],
+    files: dict[str, str],
+) -> str:
     profiles = {}
     for field, version in stack.items():
         kind = STACK_KINDS[field]
-        prof = load_profile(kind, version)
-        profiles[kind] = {"version": version, "profile": f"backends/{kind}/{version}.yaml",
-                          "profile_sha256": _profile_sha(kind, version), "source": getattr(prof.source, "artifact", "")}
+        prof = valid.profile(kind)
+        profiles[kind] = {
+            "version": version,
+            "profile": f"backends/{kind}/{version}.yaml",
+            "profile_sha256": _profile_sha(kind, version),
+            "source": getattr(prof.source, "artifact", ""),
+        }
     rt = runtime_manifest()
     data = {
         "fp8spec_version": __version__,
         "backend": choice.name,
-        "spec": {"name": validation.loaded.spec.name, "file": Path(spec_file).name,
-                 "sha256": validation.loaded.sha256},
+        "spec": {"name": valid.spec.name, "file": Path(spec_file).name, "sha256": valid.sha256},
         "profiles": profiles,
-        "runtime_patches": {"name": rt.PATCHSET_NAME, "version": rt.PATCHSET_VERSION,
-                            "patches": plan.patches,
-                            **({"py_module": plan.py_modules[0], "fileset_sha256": shipped_fileset()["sha256"]}
-                               if plan.py_modules else {})},
-        "files": {name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())},
+        "runtime_patches": {
+            "name": rt.PATCHSET_NAME,
+            "version": rt.PATCHSET_VERSION,
+            "patches": plan.patches,
+            **(
+                {"py_module": plan.py_modules[0], "fileset_sha256": shipped_fileset()["sha256"]}
+                if plan.py_modules
+                else {}
+            ),
+        },
+        "files": {
+            name: hashlib.sha256(text.encode("utf-8")).hexdigest() for name, text in sorted(files.items())
+        },
     }
-    if validation.retargeted:
-        data["retargeted_from"] = spec_backend(validation)
+    if valid.retargeted:
+        data["retargeted_from"] = valid.spec_backend
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 

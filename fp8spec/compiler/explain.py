@@ -5,9 +5,15 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from fp8spec.compiler.plan import Plan, Setting
-from fp8spec.rules.engine import Validation
+from fp8spec.resolve.valid import ValidSpec
 
-_LAYER_NAMES = {"hydra": "verl override", "ray_init": "ray.init override", "env": "env var", "engine_arg": "engine flag", "patch": "runtime patch"}
+_LAYER_NAMES = {
+    "hydra": "verl override",
+    "ray_init": "ray.init override",
+    "env": "env var",
+    "engine_arg": "engine flag",
+    "patch": "runtime patch",
+}
 
 
 def _rendered(s: Setting) -> str:
@@ -20,15 +26,17 @@ def _rendered(s: Setting) -> str:
     return f"{s.key}={s.value}"
 
 
-def explain_text(validation: Validation, plan: Plan) -> str:
-    spec = validation.loaded.spec
+def explain_text(valid: ValidSpec, plan: Plan) -> str:
+    spec = valid.spec
     groups: "OrderedDict[str, list[Setting]]" = OrderedDict()
     for s in plan.settings:
         groups.setdefault(s.source, []).append(s)
     lines = [f"{spec.name}: {plan.backend}", ""]
-    if validation.retargeted:
-        lines[1:1] = [f"retargeted from the spec's {', '.join(f'{r.field} {r.spec_value}' for r in validation.retargeted)}"
-                      " by --backend: every field below is as compiled for this backend"]
+    if valid.retargeted:
+        lines[1:1] = [
+            f"retargeted from the spec's {', '.join(f'{r.field} {r.spec_value}' for r in valid.retargeted)}"
+            " by --backend: every field below is as compiled for this backend"
+        ]
     for source in sorted(groups):
         lines.append(f"{source}")
         for s in groups[source]:
@@ -46,6 +54,7 @@ def explain_text(validation: Validation, plan: Plan) -> str:
 
 def diff_text(a: Plan, b: Plan, name_a: str, name_b: str) -> str:
     """Settings that differ, keyed by layer and key; the names head the two sides (they say the backend)."""
+
     def table(plan: Plan) -> dict[tuple[str, str], str]:
         return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
 

@@ -27,13 +27,14 @@ from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import json_scalar, shell_word, yaml_string_list, yaml_string_map
+from fp8spec.compiler.templates import render
 from fp8spec.hardware import gpu as gpu_facts
 from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
-from fp8spec.rules.cluster import kuberay_image
-from fp8spec.rules.context import STACK_KINDS, used_stack_fields
-from fp8spec.rules.engine import Validation
+from fp8spec.resolve.valid import ValidSpec
+from fp8spec.spec.model import Spec
+from fp8spec.targets import STACK_KINDS
 
 LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")
 PREFLIGHT_FORMAT = 2
@@ -43,23 +44,19 @@ KUBERAY_BUNDLE_DIR = "/fp8spec/bundle"
 KUBERAY_TTL_SECONDS = 600
 K8S_NAME_MAX = 47  # KubeRay: MaxRayJobNameLength = 53 (RayCluster) - 6 (generated suffix)
 
-# Installed distribution names tried for each pinned package, first found wins.
-DISTRIBUTIONS = {
-    "verl": ["verl"],
-    "vllm": ["vllm"],
-    "sglang": ["sglang"],
-    "megatron-core": ["megatron-core"],
-    "transformer-engine": ["transformer-engine", "transformer-engine-cu12", "transformer-engine-cu13",
-                           "transformer-engine-torch"],
-}
-
 
 def runtime_env_yaml(plan: Plan, working_dir: str, bundle_dir: str = "", comment: bool = True) -> str:
     """The one place the bundle's Ray runtime environment is written: every job gets it (submit.sh,
     slurm.sbatch through submit.sh, rayjob.yaml), and launch.sh run by hand passes the same to ray.init.
     ``bundle_dir``: where the bundle sits for the submitting `ray` (empty: its working directory)."""
-    text = ("# Ray runtime environment of the preflight and training jobs: "
-            "ray job submit --runtime-env runtime_env.yaml\n") if comment else ""
+    text = (
+        (
+            "# Ray runtime environment of the preflight and training jobs: "
+            "ray job submit --runtime-env runtime_env.yaml\n"
+        )
+        if comment
+        else ""
+    )
     text += f"working_dir: {json_scalar(working_dir)}\n"
     if plan.py_modules:
         folders = [f"{bundle_dir}/{f}" if bundle_dir else f for f in plan.py_modules]
@@ -82,7 +79,7 @@ def k8s_name(name: str) -> str:
     return text.rstrip("-")
 
 
-def data_files(spec) -> list[str]:
+def data_files(spec: Spec) -> list[str]:
     """Every data file the run reads (train, then validation), as the spec names them."""
     out: list[str] = []
     for value in (spec.data.train_files, spec.data.val_files):
@@ -91,68 +88,98 @@ def data_files(spec) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def preflight_expected(validation: Validation, choice: BackendChoice, plan: Plan) -> dict:
+def preflight_expected(valid: ValidSpec, choice: BackendChoice, plan: Plan) -> dict:
     """What preflight.py checks on every node (written as preflight.json)."""
-    spec = validation.loaded.spec
+    spec = valid.spec
     hw = spec.hardware
     target = gpu_facts(hw.gpu)
     packages = []
-    for field in used_stack_fields(spec):
+    for field, version in valid.used_stack().items():
         name = STACK_KINDS[field]
-        packages.append({"name": name, "version": getattr(spec.stack, field),
-                         "distributions": DISTRIBUTIONS[name]})
-    model = validation.context.model if validation.context is not None else None
-    config = None
-    if model is not None:
-        config = {"hidden_size": model.hidden_size, "num_hidden_layers": model.num_hidden_layers,
-                  "num_attention_heads": model.num_attention_heads,
-                  "num_key_value_heads": model.num_key_value_heads, "num_experts": model.num_experts,
-                  "vocab_size": model.vocab_size}
+        packages.append(
+            {
+                "name": name,
+                "version": version,  # the installed names to try, first found wins
+                "distributions": valid.profile(name).value("package.distributions"),
+            }
+        )
+    model = valid.model
+    config = {
+        "hidden_size": model.hidden_size,
+        "num_hidden_layers": model.num_hidden_layers,
+        "num_attention_heads": model.num_attention_heads,
+        "num_key_value_heads": model.num_key_value_heads,
+        "num_experts": model.num_experts,
+        "vocab_size": model.vocab_size,
+    }
     return {
         "format": PREFLIGHT_FORMAT,
         "fp8spec_version": __version__,
-        "spec": {"name": spec.name, "sha256": validation.loaded.sha256},
+        "spec": {"name": spec.name, "sha256": valid.sha256},
         "backend": choice.name,
-        "submission_id": submission_id(spec.name, choice.name, validation.loaded.sha256),
-        "hardware": {"gpu": hw.gpu, "device_name": hw.gpu.upper(), "compute_capability": target.cc_text,
-                     "arch": target.arch, "nodes": hw.nodes, "gpus_per_node": hw.gpus_per_node,
-                     "cuda": hw.cuda},
+        "submission_id": submission_id(spec.name, choice.name, valid.sha256),
+        "hardware": {
+            "gpu": hw.gpu,
+            "device_name": hw.gpu.upper(),
+            "compute_capability": target.cc_text,
+            "arch": target.arch,
+            "nodes": hw.nodes,
+            "gpus_per_node": hw.gpus_per_node,
+            "cuda": hw.cuda,
+        },
         "packages": packages,
         "env": dict(plan.env),
         # the patch set the workers must import: the exact files the bundle ships in lib/ (no pip step)
         "runtime": ({**shipped_fileset(), "patches": plan.patches} if plan.py_modules else None),
-        "model": {"name": spec.model.name, "path": spec.model.path, "from_hub": spec.model.from_hub,
-                  "config": config},
+        "model": {
+            "name": spec.model.name,
+            "path": spec.model.path,
+            "from_hub": spec.model.from_hub,
+            "config": config,
+        },
         "data": {"files": data_files(spec)},
     }
 
 
-def launcher_files(validation: Validation, choice: BackendChoice, plan: Plan,
-                   files: dict[str, str]) -> dict[str, str]:
+def launcher_files(
+    valid: ValidSpec, choice: BackendChoice, plan: Plan, files: dict[str, str]
+) -> dict[str, str]:
     """The launcher files of a trainer bundle (none for a standalone serve bundle).
 
     ``files`` are the bundle files rendered so far; rayjob.yaml's ConfigMap carries launch.sh from them.
     """
     if not choice.trainer:
         return {}
-    from fp8spec.compiler.bundle import render
-
-    spec = validation.loaded.spec
+    spec = valid.spec
     cluster = spec.cluster
-    sha = validation.loaded.sha256
+    sha = valid.sha256
     sub_id = submission_id(spec.name, choice.name, sha)
-    common = dict(spec=spec, backend=choice.name, fp8spec_version=__version__, submission_id=sub_id,
-                  nodes=spec.hardware.nodes, gpus_per_node=spec.hardware.gpus_per_node,
-                  working_dir=cluster.working_dir)
+    common = {
+        "spec": spec,
+        "backend": choice.name,
+        "fp8spec_version": __version__,
+        "submission_id": sub_id,
+        "nodes": spec.hardware.nodes,
+        "gpus_per_node": spec.hardware.gpus_per_node,
+        "working_dir": cluster.working_dir,
+    }
     out: dict[str, str] = {}
     out["preflight.py"] = program_text()
-    expected = preflight_expected(validation, choice, plan)
+    expected = preflight_expected(valid, choice, plan)
     out["preflight.json"] = json.dumps(expected, indent=2, sort_keys=True) + "\n"
     out["submit.sh"] = render("submit.sh.j2", address=cluster.address, **common)
-    out["slurm.sbatch"] = render("slurm.sbatch.j2", slurm=cluster.slurm, job_name=spec.name,
-                                 ray_port=RAY_PORT, dashboard_port=DASHBOARD_PORT, **common)
-    image = kuberay_image(validation.context)
-    if image is not None:  # else the launcher is not kuberay (rule CLU001) and no image is known: no rayjob.yaml
+    out["slurm.sbatch"] = render(
+        "slurm.sbatch.j2",
+        slurm=cluster.slurm,
+        job_name=spec.name,
+        ray_port=RAY_PORT,
+        dashboard_port=DASHBOARD_PORT,
+        **common,
+    )
+    image = valid.kuberay_image()
+    if (
+        image is not None
+    ):  # else the launcher is not kuberay (rule CLU001) and no image is known: no rayjob.yaml
         out["rayjob.yaml"] = _rayjob(spec, plan, files, out, image, sha, common)
     return out
 
@@ -171,19 +198,26 @@ def _pod_yaml(kuberay, indent: int, mounts: list[str], volumes: list[str]) -> st
         lines.append(f"{cpad}env:")
         for e in kuberay.secret_env:
             lines.append(f"{cpad}  - name: {json_scalar(e.env)}")
-            lines.append(f"{cpad}    valueFrom: {{secretKeyRef: {{name: {json_scalar(e.secret)}, "
-                         f"key: {json_scalar(e.key)}}}}}")
-    mounts = mounts + [f"{{name: {json_scalar(v.name)}, mountPath: {json_scalar(v.mount_path)}, "
-                       f"readOnly: {json_scalar(v.read_only)}}}" for v in kuberay.volumes]
+            lines.append(
+                f"{cpad}    valueFrom: {{secretKeyRef: {{name: {json_scalar(e.secret)}, "
+                f"key: {json_scalar(e.key)}}}}}"
+            )
+    mounts = mounts + [
+        f"{{name: {json_scalar(v.name)}, mountPath: {json_scalar(v.mount_path)}, "
+        f"readOnly: {json_scalar(v.read_only)}}}"
+        for v in kuberay.volumes
+    ]
     if mounts:
         lines.append(f"{cpad}volumeMounts:")
         lines += [f"{cpad}  - {m}" for m in mounts]
     for v in kuberay.volumes:
         if v.host_path:
-            source = f"hostPath: {{path: {json_scalar(v.host_path)}, type: \"Directory\"}}"
+            source = f'hostPath: {{path: {json_scalar(v.host_path)}, type: "Directory"}}'
         else:
-            source = (f"persistentVolumeClaim: {{claimName: {json_scalar(v.pvc)}, "
-                      f"readOnly: {json_scalar(v.read_only)}}}")
+            source = (
+                f"persistentVolumeClaim: {{claimName: {json_scalar(v.pvc)}, "
+                f"readOnly: {json_scalar(v.read_only)}}}"
+            )
         volumes = volumes + [f"{{name: {json_scalar(v.name)}, {source}}}"]
     if volumes:
         lines.append(f"{pad}volumes:")
@@ -191,26 +225,42 @@ def _pod_yaml(kuberay, indent: int, mounts: list[str], volumes: list[str]) -> st
     return "\n".join(lines)
 
 
-def _rayjob(spec, plan: Plan, files: dict[str, str], out: dict[str, str], image: str, sha: str,
-            common: dict) -> str:
-    from fp8spec.compiler.bundle import render
-
+def _rayjob(
+    spec: Spec, plan: Plan, files: dict[str, str], out: dict[str, str], image: str, sha: str, common: dict
+) -> str:
     kuberay = spec.cluster.kuberay
     name = k8s_name(spec.name)
     shipped = {path: text for path, text in files.items() if path.startswith(BUNDLE_LIB + "/")}
-    bundle = {"launch.sh": files["launch.sh"], "preflight.json": out["preflight.json"],
-              "preflight.py": out["preflight.py"], **shipped,
-              # the custom reward file is loaded relative to the working_dir (this ConfigMap)
-              **{path: files[path] for path in (REWARD_FILE,) if path in files}}
+    bundle = {
+        "launch.sh": files["launch.sh"],
+        "preflight.json": out["preflight.json"],
+        "preflight.py": out["preflight.py"],
+        **shipped,
+        # the custom reward file is loaded relative to the working_dir (this ConfigMap)
+        **{path: files[path] for path in (REWARD_FILE,) if path in files},
+    }
     launch = " ".join(["bash", "launch.sh", *(shell_word(o) for o in kuberay.extra_overrides)])
     return render(
-        "rayjob.yaml.j2", name=name, configmap=f"{name}-bundle", namespace=kuberay.namespace,
-        kuberay=kuberay, image=image, spec_sha256=sha, bundle_dir=KUBERAY_BUNDLE_DIR,
+        "rayjob.yaml.j2",
+        name=name,
+        configmap=f"{name}-bundle",
+        namespace=kuberay.namespace,
+        kuberay=kuberay,
+        image=image,
+        spec_sha256=sha,
+        bundle_dir=KUBERAY_BUNDLE_DIR,
         configmap_files={configmap_key(path): (path, text) for path, text in bundle.items()},
         entrypoint=f"python3 preflight.py && {launch}",
-        runtime_env_yaml=runtime_env_yaml(plan, KUBERAY_BUNDLE_DIR, KUBERAY_BUNDLE_DIR, comment=False).rstrip("\n"),
+        runtime_env_yaml=runtime_env_yaml(plan, KUBERAY_BUNDLE_DIR, KUBERAY_BUNDLE_DIR, comment=False).rstrip(
+            "\n"
+        ),
         ttl_seconds=KUBERAY_TTL_SECONDS,
         head_pod=_pod_yaml(kuberay, 10, [], []),
-        worker_pod=_pod_yaml(kuberay, 12, ['{name: "dshm", mountPath: "/dev/shm"}'],
-                             ['{name: "dshm", emptyDir: {medium: "Memory"}}']),
-        **common)
+        worker_pod=_pod_yaml(
+            kuberay,
+            12,
+            ['{name: "dshm", mountPath: "/dev/shm"}'],
+            ['{name: "dshm", emptyDir: {medium: "Memory"}}'],
+        ),
+        **common,
+    )

@@ -38,8 +38,16 @@ class Plan:
     py_modules: list[str] = field(default_factory=list)
     py_modules_key: str = ""
 
-    def add(self, layer: Layer, key: str, value: Any, source: str, why: str, evidence: str = "",
-            plus: bool = False) -> None:
+    def add(
+        self,
+        layer: Layer,
+        key: str,
+        value: Any,
+        source: str,
+        why: str,
+        evidence: str = "",
+        plus: bool = False,
+    ) -> None:
         for i, existing in enumerate(self.settings):
             if existing.layer == layer and existing.key == key:
                 self.settings[i] = Setting(layer, key, value, source, why, evidence, plus)

@@ -68,8 +68,10 @@ def _bundle_lock(out_dir: Path, name: str):
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise WriteError(f"another fp8spec compile holds the lock {path} for more than "
-                                         f"{LOCK_TIMEOUT_S:.0f} s; is it stuck?") from None
+                        raise WriteError(
+                            f"another fp8spec compile holds the lock {path} for more than "
+                            f"{LOCK_TIMEOUT_S:.0f} s; is it stuck?"
+                        ) from None
                     time.sleep(0.01)
             # The holder before us may have removed the file: then this lock guards nothing; take a fresh one.
             try:
@@ -181,8 +183,10 @@ def _put_in_place(staging: Path, target: Path, force: bool) -> None:
     old = None
     if os.path.lexists(target):
         if not force:
-            raise WriteError(f"{target} already exists (another compile wrote it while this one ran); "
-                             "use --force to replace it")
+            raise WriteError(
+                f"{target} already exists (another compile wrote it while this one ran); "
+                "use --force to replace it"
+            )
         kind = stat.S_IFMT(os.lstat(target).st_mode)
         old = _unique(target.parent, target.name, "old")
         os.rename(target, old)

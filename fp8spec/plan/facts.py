@@ -35,7 +35,9 @@ class GpuMemory:
 def gpu_memory(name: str) -> GpuMemory:
     entry = _load("gpu_memory.yaml").get(name) or {}
     mib = entry.get("mib")
-    return GpuMemory(name, None if mib is None else int(mib) << 20, entry.get("sms"), str(entry.get("source", "")))
+    return GpuMemory(
+        name, None if mib is None else int(mib) << 20, entry.get("sms"), str(entry.get("source", ""))
+    )
 
 
 def estimate(section: str, name: str) -> Any:

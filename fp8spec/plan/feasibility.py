@@ -39,33 +39,46 @@ def trainer_state(plan) -> Optional[Verdict]:
     # a lower bound: every byte per parameter counted once over the cluster, as if perfectly sharded
     min_gpus = math.ceil(t.model_params * t.bytes_per_param / usable)
     gpn = plan.gpus_per_node
-    fix = (f"the state needs at least {min_gpus} GPUs ({math.ceil(min_gpus / gpn)} nodes of {gpn}) even perfectly sharded "
-           f"({t.bytes_per_param} bytes per parameter x {t.model_params / 1e9:.1f}B parameters)")
+    fix = (
+        f"the state needs at least {min_gpus} GPUs ({math.ceil(min_gpus / gpn)} nodes of {gpn}) even perfectly sharded "
+        f"({t.bytes_per_param} bytes per parameter x {t.model_params / 1e9:.1f}B parameters)"
+    )
     if t.backend == "megatron":
-        fix += ("; a larger training.parallel.pp / ep (or tp) shrinks each GPU's model-parallel share, more "
-                "nodes shrink the distributed-optimizer share")
+        fix += (
+            "; a larger training.parallel.pp / ep (or tp) shrinks each GPU's model-parallel share, more "
+            "nodes shrink the distributed-optimizer share"
+        )
     else:
-        fix += "; training.backend megatron with the distributed optimizer needs 6 + 12/dp bytes per parameter"
-    msg = (f"trainer state per GPU is {gib(t.state)} (params {gib(t.params)}, grads {gib(t.grads)}, optimizer "
-           f"{gib(t.optimizer)}" + (f", FP8 weight caches {gib(t.fp8_weight_cache)}" if t.fp8_weight_cache else "")
-           + f") but a {plan.gpu} holds {gib(usable)} after the CUDA context")
+        fix += (
+            "; training.backend megatron with the distributed optimizer needs 6 + 12/dp bytes per parameter"
+        )
+    msg = (
+        f"trainer state per GPU is {gib(t.state)} (params {gib(t.params)}, grads {gib(t.grads)}, optimizer "
+        f"{gib(t.optimizer)}"
+        + (f", FP8 weight caches {gib(t.fp8_weight_cache)}" if t.fp8_weight_cache else "")
+        + f") but a {plan.gpu} holds {gib(usable)} after the CUDA context"
+    )
     return Verdict("MEM001", ok, msg, fix, {"state": t.state, "usable": usable, "min_gpus": min_gpus})
 
 
 def rollout_weights(plan) -> Optional[Verdict]:
     """MEM002: the engine must keep KV memory for at least one max_model_len request at its utilisation."""
     r = plan.spec_rollout
-    problem = {"no_kv_memory": "no memory left for the KV cache",
-               "below_one_request": "the KV cache cannot hold one request of max_model_len tokens"}.get(r.kv_shortfall)
+    problem = {
+        "no_kv_memory": "no memory left for the KV cache",
+        "below_one_request": "the KV cache cannot hold one request of max_model_len tokens",
+    }.get(r.kv_shortfall)
     if problem is None:
         return Verdict("MEM002", True)
     m = r.memory
     need = m.weights + m.activation_peak + m.non_torch + m.cudagraph + r.kv.one_request_bytes
     util = math.ceil(need / plan.total_bytes * 100) / 100
-    msg = (f"rollout engine ({r.choice.label}) at gpu_memory_utilization {plan.setup.utilization:g}: "
-           f"{problem}: requested {gib(m.requested)} - weights {gib(m.weights)} - activations {gib(m.activation_peak)}"
-           f" - non-torch {gib(m.non_torch)} - CUDA graphs {gib(m.cudagraph)} = {gib(m.available_kv)}, one request "
-           f"of {plan.setup.max_model_len} tokens needs {gib(r.kv.one_request_bytes)}")
+    msg = (
+        f"rollout engine ({r.choice.label}) at gpu_memory_utilization {plan.setup.utilization:g}: "
+        f"{problem}: requested {gib(m.requested)} - weights {gib(m.weights)} - activations {gib(m.activation_peak)}"
+        f" - non-torch {gib(m.non_torch)} - CUDA graphs {gib(m.cudagraph)} = {gib(m.available_kv)}, one request "
+        f"of {plan.setup.max_model_len} tokens needs {gib(r.kv.one_request_bytes)}"
+    )
     fixes = []
     if util <= 1.0:
         fixes.append(f"rollout.gpu_memory_utilization >= {util:.2f}")
@@ -74,8 +87,9 @@ def rollout_weights(plan) -> Optional[Verdict]:
         fixes.append(f"a larger rollout.tp ({', '.join(map(str, bigger))}) splits the weights")
     if not plan.spec.linear.quantize:
         fixes.append("linear.quantize: true halves the weights")
-    return Verdict("MEM002", False, msg, "; or ".join(fixes) or "use more GPUs per replica",
-                   {"min_utilization": util})
+    return Verdict(
+        "MEM002", False, msg, "; or ".join(fixes) or "use more GPUs per replica", {"min_utilization": util}
+    )
 
 
 def colocation(plan) -> Optional[Verdict]:
@@ -92,15 +106,25 @@ def colocation(plan) -> Optional[Verdict]:
     fixes = []
     if max_util > 0:
         fixes.append(f"rollout.gpu_memory_utilization <= {max_util:.2f}")
-    for what, label in (("optimizer", "training.offload.optimizer: true"), ("params", "training.offload.params: true")):
+    for what, label in (
+        ("optimizer", "training.offload.optimizer: true"),
+        ("params", "training.offload.params: true"),
+    ):
         if not t.offload.get(what):
-            keep = t.optimizer if what == "optimizer" else t.params + (t.grads if t.backend == "megatron" else 0)
+            keep = (
+                t.optimizer if what == "optimizer" else t.params + (t.grads if t.backend == "megatron" else 0)
+            )
             fixes.append(f"{label} frees {gib(keep)} during rollout")
-    refusal = ("vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization')"
-               if plan.setup.engine == "vllm" else f"{plan.setup.engine} cannot reserve its share")
-    msg = (f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU (params, optimizer, CUDA "
-           f"context) and the engine asks for {gib(requested)} (gpu_memory_utilization "
-           f"{plan.setup.utilization:g}) plus its context: {gib(used)} on a {gib(plan.total_bytes)} GPU; {refusal}")
+    refusal = (
+        "vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization')"
+        if plan.setup.engine == "vllm"
+        else f"{plan.setup.engine} cannot reserve its share"
+    )
+    msg = (
+        f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU (params, optimizer, CUDA "
+        f"context) and the engine asks for {gib(requested)} (gpu_memory_utilization "
+        f"{plan.setup.utilization:g}) plus its context: {gib(used)} on a {gib(plan.total_bytes)} GPU; {refusal}"
+    )
     return Verdict("MEM003", ok, msg, "; or ".join(fixes), {"used": used, "max_utilization": max_util})
 
 
@@ -121,9 +145,11 @@ def preemption(plan) -> Optional[Verdict]:
         if fp8w is not None:
             fixes.append(f"linear.quantize: true ({fp8w.concurrency:.0f} fit)")
     fixes.append("a larger rollout.tp or gpu_memory_utilization, or a shorter max_response_length")
-    msg = (f"the engine runs {r.running} sequences of up to {r.seq_len} tokens per replica but its KV cache "
-           f"({r.kv.tokens:,} tokens) holds {r.concurrency:.0f} at full length ({share:.0%}): long responses "
-           "will be preempted and recomputed")
+    msg = (
+        f"the engine runs {r.running} sequences of up to {r.seq_len} tokens per replica but its KV cache "
+        f"({r.kv.tokens:,} tokens) holds {r.concurrency:.0f} at full length ({share:.0%}): long responses "
+        "will be preempted and recomputed"
+    )
     return Verdict("MEM004", ok, msg, "; or ".join(fixes), {"share": share})
 
 
@@ -133,13 +159,26 @@ def trainer_activations(plan) -> Optional[Verdict]:
     if t is None:
         return None
     ok = t.peak <= plan.total_bytes
-    msg = (f"estimated training peak per GPU is {gib(t.peak)} (state {gib(t.state)}, activations "
-           f"{gib(t.activations)}, logits {gib(t.logits)}) on a {gib(plan.total_bytes)} GPU")
-    fix = ("lower algorithm.ppo_micro_batch_size_per_gpu or use dynamic batching with a smaller token budget; "
-           "Megatron: raise training.parallel.tp (sequence parallel splits activations) or cp")
+    msg = (
+        f"estimated training peak per GPU is {gib(t.peak)} (state {gib(t.state)}, activations "
+        f"{gib(t.activations)}, logits {gib(t.logits)}) on a {gib(plan.total_bytes)} GPU"
+    )
+    fix = (
+        "lower algorithm.ppo_micro_batch_size_per_gpu or use dynamic batching with a smaller token budget; "
+        "Megatron: raise training.parallel.tp (sequence parallel splits activations) or cp"
+    )
     return Verdict("MEM005", ok, msg, fix, {"peak": t.peak})
 
 
 def verdicts(plan) -> list[Verdict]:
-    return [v for v in (trainer_state(plan), rollout_weights(plan), colocation(plan), preemption(plan),
-                        trainer_activations(plan)) if v is not None]
+    return [
+        v
+        for v in (
+            trainer_state(plan),
+            rollout_weights(plan),
+            colocation(plan),
+            preemption(plan),
+            trainer_activations(plan),
+        )
+        if v is not None
+    ]

@@ -22,15 +22,19 @@ def plan_png(plan) -> bytes:
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
         names = [c.label + (" *" if c.is_spec else "") for c in series]
-        left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[:len(series)])
+        left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[: len(series)])
         left.set_xticks(range(len(series)), names, fontsize=8)
         left.set_ylabel("KV capacity per replica (thousand tokens)")
         left.set_title(f"{plan.spec.model.name}: KV cache capacity", fontsize=10)
         for colour, c in zip(COLOURS, series):
             xs = [p[0] for p in c.points]
             ys = [p[1] for p in c.points]
-            right.plot(xs, ys, marker="o", markersize=3, color=colour, label=c.label + (" *" if c.is_spec else ""))
-        right.axhline(running, color="black", linestyle="--", linewidth=1, label=f"running sequences ({running})")
+            right.plot(
+                xs, ys, marker="o", markersize=3, color=colour, label=c.label + (" *" if c.is_spec else "")
+            )
+        right.axhline(
+            running, color="black", linestyle="--", linewidth=1, label=f"running sequences ({running})"
+        )
         right.axvline(plan.spec.rollout.max_response_length, color="grey", linestyle=":", linewidth=1)
         right.set_xscale("log", base=2)
         ticks = [p[0] for p in series[0].points]

@@ -22,7 +22,9 @@ def expected_gain(is_moe: bool, linear: bool, kv_fp8: bool) -> Optional[Gain]:
     kind = "moe" if is_moe else "dense"
     for e in data["entries"]:
         if e["model"] == kind and bool(e["linear"]) == linear and bool(e["kv_fp8"]) == kv_fp8:
-            return Gain(float(e["low"]), float(e["high"]), str(e["workload"]), " ".join(str(data["source"]).split()))
+            return Gain(
+                float(e["low"]), float(e["high"]), str(e["workload"]), " ".join(str(data["source"]).split())
+            )
     return None
 
 

@@ -63,8 +63,9 @@ class KVCapacity:
         return self.blocks_per_request * self.page_bytes * self.layers
 
 
-def kv_capacity(available_bytes: int, bytes_per_token_layer: int, layers: int, block_size: int,
-                max_model_len: int) -> KVCapacity:
+def kv_capacity(
+    available_bytes: int, bytes_per_token_layer: int, layers: int, block_size: int, max_model_len: int
+) -> KVCapacity:
     page = bytes_per_token_layer * block_size
     blocks = max(0, available_bytes // page // layers) if available_bytes > 0 else 0
     return KVCapacity(available_bytes, bytes_per_token_layer, layers, block_size, max_model_len, blocks)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import MEMORY_MODEL_VLLM
 from fp8spec.plan.gain import Gain, expected_gain
@@ -11,11 +11,15 @@ from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
 from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
 
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
+    from fp8spec.spec.model import Spec
+
 
 @dataclass
 class Plan:
-    spec: object
-    model: object
+    spec: Spec
+    model: ModelFacts
     setup: EngineSetup
     rollout: list[RolloutResult]
     trainer: Optional[TrainerMemory]
@@ -57,7 +61,12 @@ class Plan:
         from fp8spec.plan.facts import estimate
 
         engine_context = int(estimate("trainer", "cuda_context_bytes"))
-        return self.total_bytes - trainer.resident_during_rollout - engine_context - self.spec_rollout.memory.requested
+        return (
+            self.total_bytes
+            - trainer.resident_during_rollout
+            - engine_context
+            - self.spec_rollout.memory.requested
+        )
 
     def verdicts(self):
         from fp8spec.plan.feasibility import verdicts
@@ -82,13 +91,19 @@ def build_plan(ctx, overrides: Overrides = Overrides()) -> Plan:
     notes = []
     facts = memory_facts(setup)
     if setup.engine == "sglang":
-        notes.append(f"SGLang {setup.engine_version}: KV pool = free memory x mem_fraction_static - weights "
-                     "(SGLang 0.5's formula); the vLLM-specific terms do not apply")
+        notes.append(
+            f"SGLang {setup.engine_version}: KV pool = free memory x mem_fraction_static - weights "
+            "(SGLang 0.5's formula); the vLLM-specific terms do not apply"
+        )
     elif facts.fallback:
-        notes.append(f"vLLM {setup.engine_version} has no profiled memory model; vLLM {MEMORY_MODEL_VLLM}'s is used")
+        notes.append(
+            f"vLLM {setup.engine_version} has no profiled memory model; vLLM {MEMORY_MODEL_VLLM}'s is used"
+        )
     if overrides.gpu_memory_gib is None:
-        notes.append(f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "
-                     "(fp8spec/data/gpu_memory.yaml)")
+        notes.append(
+            f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "
+            "(fp8spec/data/gpu_memory.yaml)"
+        )
     trainers = trainer_precisions(ctx)
     other = trainers[1] if len(trainers) > 1 else None
     return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
@@ -107,8 +122,15 @@ def curves(plan: Plan) -> tuple[list[Curve], int]:
     sequences the engine runs at once (the demand line)."""
     prompt = plan.spec.rollout.max_prompt_length
     lengths = plan.response_lengths()
-    out = [Curve(r.choice.label, r.is_spec, r.kv.tokens,
-                 tuple((n, round(r.kv.concurrency_at(prompt + n), 4)) for n in lengths)) for r in plan.rollout]
+    out = [
+        Curve(
+            r.choice.label,
+            r.is_spec,
+            r.kv.tokens,
+            tuple((n, round(r.kv.concurrency_at(prompt + n), 4)) for n in lengths),
+        )
+        for r in plan.rollout
+    ]
     return out, plan.spec_rollout.running
 
 

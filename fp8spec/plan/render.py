@@ -56,9 +56,14 @@ def _rollout_json(plan, r) -> dict:
             "fits_without_preemption": r.fits_without_preemption,
             "kv_shortfall": r.kv_shortfall,
         },
-        "expected_gain": None if gain is None else {
-            "low": q(gain.low, "fraction"), "high": q(gain.high, "fraction"), "workload": gain.workload,
-            "source": gain.source},
+        "expected_gain": None
+        if gain is None
+        else {
+            "low": q(gain.low, "fraction"),
+            "high": q(gain.high, "fraction"),
+            "workload": gain.workload,
+            "source": gain.source,
+        },
     }
 
 
@@ -70,13 +75,22 @@ def _trainer_json(t) -> dict | None:
         return None
     b = lambda v, s="estimate": q(v, "bytes", s)  # noqa: E731
     return {
-        "backend": t.backend, "precision": t.precision, "offload": t.offload,
+        "backend": t.backend,
+        "precision": t.precision,
+        "offload": t.offload,
         "layout": {k: q(v, _LAYOUT_UNITS.get(k, "GPUs")) for k, v in t.layout.items()},
         "parameters_on_gpu": q(t.params_on_gpu, "parameters", "exact"),
-        "params": b(t.params, "exact"), "grads": b(t.grads, "exact"), "optimizer": b(t.optimizer, "exact"),
-        "fp8_weight_cache": b(t.fp8_weight_cache, "exact"), "state": b(t.state, "exact"),
-        "activations": b(t.activations), "logits": b(t.logits), "transient": b(t.transient),
-        "cuda_context": b(t.context), "peak": b(t.peak), "resident_during_rollout": b(t.resident_during_rollout),
+        "params": b(t.params, "exact"),
+        "grads": b(t.grads, "exact"),
+        "optimizer": b(t.optimizer, "exact"),
+        "fp8_weight_cache": b(t.fp8_weight_cache, "exact"),
+        "state": b(t.state, "exact"),
+        "activations": b(t.activations),
+        "logits": b(t.logits),
+        "transient": b(t.transient),
+        "cuda_context": b(t.context),
+        "peak": b(t.peak),
+        "resident_during_rollout": b(t.resident_during_rollout),
         "notes": list(t.notes),
     }
 
@@ -91,34 +105,53 @@ def plan_json(plan) -> dict:
         "model": plan.spec.model.name,
         "gpu": {"name": s.gpu, "total_memory": q(s.total_bytes, "bytes", "exact")},
         "engine": {
-            "engine": s.engine, "version": s.engine_version, "runner": spec_r.memory.runner,
-            "tp": q(s.tp, "GPUs"), "ep": q(s.ep, "GPUs"), "gpus_per_replica": q(s.gpus_per_replica, "GPUs"),
+            "engine": s.engine,
+            "version": s.engine_version,
+            "runner": spec_r.memory.runner,
+            "tp": q(s.tp, "GPUs"),
+            "ep": q(s.ep, "GPUs"),
+            "gpus_per_replica": q(s.gpus_per_replica, "GPUs"),
             "replicas": q(plan.replicas, "replicas"),
             "gpu_memory_utilization": q(s.utilization, "fraction"),
             "max_num_batched_tokens": q(s.max_num_batched_tokens, "tokens"),
-            "max_num_seqs": q(s.max_num_seqs, "sequences"), "max_model_len": q(s.max_model_len, "tokens"),
-            "cuda_graphs": s.cuda_graphs, "defaults": s.defaults,
+            "max_num_seqs": q(s.max_num_seqs, "sequences"),
+            "max_model_len": q(s.max_model_len, "tokens"),
+            "cuda_graphs": s.cuda_graphs,
+            "defaults": s.defaults,
         },
         "rollout": [_rollout_json(plan, r) for r in plan.rollout],
         "trainer": _trainer_json(plan.trainer),
         "trainer_other_precision": _trainer_json(plan.trainer_other),
-        "colocation": None if headroom is None else {
-            "headroom_beside_rollout": q(headroom, "bytes", "estimate")},
-        "verdicts": [{"code": v.code, "ok": v.ok, "message": v.message if not v.ok else "",
-                      "fix": v.fix if not v.ok else "", "acknowledged": plan.spec.acknowledge.get(v.code)}
-                     for v in plan.verdicts()],
+        "colocation": None
+        if headroom is None
+        else {"headroom_beside_rollout": q(headroom, "bytes", "estimate")},
+        "verdicts": [
+            {
+                "code": v.code,
+                "ok": v.ok,
+                "message": v.message if not v.ok else "",
+                "fix": v.fix if not v.ok else "",
+                "acknowledged": plan.spec.acknowledge.get(v.code),
+            }
+            for v in plan.verdicts()
+        ],
         "estimates": {
             "vllm.non_torch_bytes": estimate_basis("vllm", "non_torch_bytes"),
-            "vllm.cudagraph_bytes_per_graph_per_layer": estimate_basis("vllm", "cudagraph_bytes_per_graph_per_layer"),
+            "vllm.cudagraph_bytes_per_graph_per_layer": estimate_basis(
+                "vllm", "cudagraph_bytes_per_graph_per_layer"
+            ),
             "trainer.cuda_context_bytes": estimate_basis("trainer", "cuda_context_bytes"),
         },
         "sources": {
             "expected_gain": gain_source(),
-            "engine_memory_model": ("backends/vllm/0.24.0.yaml memory.* facts (vLLM 0.24.0 source, file:line)"
-                                    if s.engine == "vllm" else "fp8spec/plan/sglang_memory.py (SGLang 0.5.12)"),
+            "engine_memory_model": (
+                "backends/vllm/0.24.0.yaml memory.* facts (vLLM 0.24.0 source, file:line)"
+                if s.engine == "vllm"
+                else "fp8spec/plan/sglang_memory.py (SGLang 0.5.12)"
+            ),
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
             "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
-                                    "memory.megatron_state, memory.colocation",
+            "memory.megatron_state, memory.colocation",
             "gpu_memory": "fp8spec/data/gpu_memory.yaml",
             "notes": plan.notes,
         },
@@ -144,14 +177,21 @@ def _step_word(r) -> str:
 def render_text(plan) -> str:
     s, rs = plan.setup, plan.rollout
     spec_r = plan.spec_rollout
-    out = [f"fp8spec plan: {plan.spec.name} ({plan.spec.model.name}, {plan.world} x {s.gpu}, "
-           f"{s.total_bytes / GIB:.2f} GiB per GPU)", ""]
+    out = [
+        f"fp8spec plan: {plan.spec.name} ({plan.spec.model.name}, {plan.world} x {s.gpu}, "
+        f"{s.total_bytes / GIB:.2f} GiB per GPU)",
+        "",
+    ]
     model_name = {"v1": "vLLM V1 model runner", "v2": "vLLM V2 model runner", "sglang": "SGLang pool"}
-    out.append(f"Rollout engine: {s.engine} {s.engine_version} ({model_name[spec_r.memory.runner]}), "
-               f"TP {s.tp} x EP {s.ep} = {s.gpus_per_replica} GPU(s) per replica, {plan.replicas} replica(s)")
-    out.append(f"  gpu_memory_utilization {s.utilization:g}, max_num_batched_tokens {s.max_num_batched_tokens}, "
-               f"max_num_seqs {s.max_num_seqs}, max_model_len {s.max_model_len}, CUDA graphs "
-               f"{'on' if s.cuda_graphs else 'off'} ({s.defaults})")
+    out.append(
+        f"Rollout engine: {s.engine} {s.engine_version} ({model_name[spec_r.memory.runner]}), "
+        f"TP {s.tp} x EP {s.ep} = {s.gpus_per_replica} GPU(s) per replica, {plan.replicas} replica(s)"
+    )
+    out.append(
+        f"  gpu_memory_utilization {s.utilization:g}, max_num_batched_tokens {s.max_num_batched_tokens}, "
+        f"max_num_seqs {s.max_num_seqs}, max_model_len {s.max_model_len}, CUDA graphs "
+        f"{'on' if s.cuda_graphs else 'off'} ({s.defaults})"
+    )
     labels = [r.choice.label + (" *" if r.is_spec else "") for r in rs]
     width = max(18, *(len(x) + 2 for x in labels))
 
@@ -160,8 +200,12 @@ def render_text(plan) -> str:
 
     out.append(row("per GPU", labels))
     out.append(row("weights", [_g(r.weights.total) for r in rs]))
-    out.append(row("  FP8 linears + block scales", [
-        _g(r.weights.fp8_linear + r.weights.fp8_scales) if r.weights.fp8_linear else "-" for r in rs]))
+    out.append(
+        row(
+            "  FP8 linears + block scales",
+            [_g(r.weights.fp8_linear + r.weights.fp8_scales) if r.weights.fp8_linear else "-" for r in rs],
+        )
+    )
     if s.engine == "vllm":
         out.append(row("requested (total x utilization)", [_g(r.memory.requested) for r in rs]))
         out.append(row("activation peak (estimate)", [_g(r.memory.activation_peak) for r in rs]))
@@ -174,12 +218,18 @@ def render_text(plan) -> str:
     out.append(row("KV capacity", [f"{r.kv.tokens:,} tok" for r in rs]))
     out.append(row(f"max concurrency @ {s.max_model_len} tok", [f"{r.kv.max_concurrency:.2f}x" for r in rs]))
     out.append(row(f"sequences @ {spec_r.seq_len} tok", [f"{r.concurrency:.1f}" for r in rs]))
-    out.append(row(f"step: {spec_r.running} running of {spec_r.sequences_per_replica}/replica",
-                   [_step_word(r) for r in rs]))
+    out.append(
+        row(
+            f"step: {spec_r.running} running of {spec_r.sequences_per_replica}/replica",
+            [_step_word(r) for r in rs],
+        )
+    )
     gains = []
     for r in rs:
         g = plan.gain(r)
-        gains.append("-" if g is None else (f"{g.low:.0%}" if g.low == g.high else f"{g.low:.0%}-{g.high:.0%}"))
+        gains.append(
+            "-" if g is None else (f"{g.low:.0%}" if g.low == g.high else f"{g.low:.0%}-{g.high:.0%}")
+        )
     out.append(row("expected rollout speed-up", gains))
     out.append("  * the spec's choice")
     out.append("  speed-up source: " + gain_source())
@@ -187,21 +237,29 @@ def render_text(plan) -> str:
     if t is not None:
         out.append("")
         layout = ", ".join(f"{k} {v}" for k, v in t.layout.items())
-        out.append(f"Trainer: {t.backend} ({layout}), busiest GPU holds {t.params_on_gpu / 1e9:.2f}B parameters")
+        out.append(
+            f"Trainer: {t.backend} ({layout}), busiest GPU holds {t.params_on_gpu / 1e9:.2f}B parameters"
+        )
         cols = [t] + ([plan.trainer_other] if plan.trainer_other is not None else [])
         cols.sort(key=lambda x: x.precision)  # bf16 before fp8
         out.append(row("per GPU", [c.precision.upper() + (" *" if c is t else "") for c in cols]))
-        items = [("parameters", "params"), ("gradients", "grads"), ("optimizer state", "optimizer"),
-                 ("FP8 weight caches", "fp8_weight_cache"), ("state (training pass)", "state"),
-                 ("activations (estimate)", "activations"), ("logits (estimate)", "logits"),
-                 ("FSDP gather buffers (estimate)", "transient"), ("training peak incl. CUDA context", "peak"),
-                 ("kept during rollout", "resident_during_rollout")]
+        items = [
+            ("parameters", "params"),
+            ("gradients", "grads"),
+            ("optimizer state", "optimizer"),
+            ("FP8 weight caches", "fp8_weight_cache"),
+            ("state (training pass)", "state"),
+            ("activations (estimate)", "activations"),
+            ("logits (estimate)", "logits"),
+            ("FSDP gather buffers (estimate)", "transient"),
+            ("training peak incl. CUDA context", "peak"),
+            ("kept during rollout", "resident_during_rollout"),
+        ]
         for name, attr in items:
             values = [getattr(c, attr) for c in cols]
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
-        out.append(row("headroom beside the rollout engine",
-                       [_g(plan.headroom(c)) for c in cols]))
+        out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
         for note in t.notes:
             out.append(f"  note: {note}")
     problems = [v for v in plan.verdicts() if not v.ok]

@@ -70,17 +70,21 @@ def choices(ctx) -> list[tuple[Choice, bool]]:
         Choice("fp8_kv", f"FP8 W8A8 + {fp8_kv} KV", quantized, fp8_kv),
     ]
     spec_key = {(False, False): "bf16", (True, False): "fp8", (True, True): "fp8_kv"}.get(
-        (spec.linear.quantize, spec.kv_cache.dtype != "bf16"), "kv")
+        (spec.linear.quantize, spec.kv_cache.dtype != "bf16"), "kv"
+    )
     if spec_key == "kv":
         options.append(Choice("kv", f"BF16 + {spec.kv_cache.dtype} KV", None, spec.kv_cache.dtype))
     return [(c, c.key == spec_key) for c in options]
 
 
-def plan_choice(model, setup: EngineSetup, choice: Choice, *, seq_len: int, sequences: int,
-                is_spec: bool = False) -> RolloutResult:
+def plan_choice(
+    model, setup: EngineSetup, choice: Choice, *, seq_len: int, sequences: int, is_spec: bool = False
+) -> RolloutResult:
     facts = memory_facts(setup)
     shard = Sharding(setup.tp, setup.ep)
-    weights = rollout_weight_bytes(model, shard, choice.quantized, vocab_padding=facts.value("memory.vocab_padding"))
+    weights = rollout_weight_bytes(
+        model, shard, choice.quantized, vocab_padding=facts.value("memory.vocab_padding")
+    )
     s = setup.with_kv_dtype(choice.kv_dtype)
     if s.engine == "sglang":
         memory = sglang_engine_memory(s, weights.total)
@@ -91,7 +95,9 @@ def plan_choice(model, setup: EngineSetup, choice: Choice, *, seq_len: int, sequ
     dtype_bytes = facts.value("memory.kv_dtype_bytes")["bf16" if s.kv_dtype == "bf16" else s.kv_dtype]
     per_layer = kv_bytes_per_token_layer(model, s.tp, dtype_bytes)
     kv = kv_capacity(memory.available_kv, per_layer, model.num_hidden_layers, block, s.max_model_len)
-    return RolloutResult(choice, is_spec, weights, memory, kv, seq_len, sequences, min(sequences, s.max_num_seqs))
+    return RolloutResult(
+        choice, is_spec, weights, memory, kv, seq_len, sequences, min(sequences, s.max_num_seqs)
+    )
 
 
 def rollout_plan(ctx, setup: EngineSetup) -> list[RolloutResult]:
@@ -100,5 +106,7 @@ def rollout_plan(ctx, setup: EngineSetup) -> list[RolloutResult]:
     total = spec.algorithm.train_batch_size * spec.rollout.n
     per_replica = -(-total // replicas)
     seq_len = spec.rollout.max_prompt_length + spec.rollout.max_response_length
-    return [plan_choice(ctx.model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
-            for c, is_spec in choices(ctx)]
+    return [
+        plan_choice(ctx.model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
+        for c, is_spec in choices(ctx)
+    ]

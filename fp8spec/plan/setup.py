@@ -65,12 +65,16 @@ def setup_from_spec(ctx, overrides: Overrides = Overrides()) -> EngineSetup:
     if overrides.gpu_memory_gib is not None:
         total = int(overrides.gpu_memory_gib * (1 << 30))
     if total is None:
-        raise PlanInputError(f"the memory of hardware.gpu {spec.hardware.gpu!r} is not recorded "
-                             "(fp8spec/data/gpu_memory.yaml); pass --gpu-memory-gib")
+        raise PlanInputError(
+            f"the memory of hardware.gpu {spec.hardware.gpu!r} is not recorded "
+            "(fp8spec/data/gpu_memory.yaml); pass --gpu-memory-gib"
+        )
     verl = ctx.profile("verl")
     if verl is None or not verl.has("memory.rollout_engine_defaults"):
-        raise PlanInputError(f"the verl {spec.stack.verl} profile has no rollout engine defaults "
-                             "(memory.rollout_engine_defaults)")
+        raise PlanInputError(
+            f"the verl {spec.stack.verl} profile has no rollout engine defaults "
+            "(memory.rollout_engine_defaults)"
+        )
     d = verl.value("memory.rollout_engine_defaults")
     max_model_len = overrides.max_model_len or model.max_position_embeddings
     if max_model_len is None:
@@ -94,10 +98,19 @@ def setup_from_spec(ctx, overrides: Overrides = Overrides()) -> EngineSetup:
     )
 
 
-def vllm_llm_class_setup(gpu: str, *, utilization: float, max_model_len: int, kv_dtype: str = "bf16",
-                         tp: int = 1, total_bytes: Optional[int] = None, max_num_batched_tokens: Optional[int] = None,
-                         max_num_seqs: Optional[int] = None, cuda_graphs: bool = True,
-                         version: str = MEMORY_MODEL_VLLM) -> EngineSetup:
+def vllm_llm_class_setup(
+    gpu: str,
+    *,
+    utilization: float,
+    max_model_len: int,
+    kv_dtype: str = "bf16",
+    tp: int = 1,
+    total_bytes: Optional[int] = None,
+    max_num_batched_tokens: Optional[int] = None,
+    max_num_seqs: Optional[int] = None,
+    cuda_graphs: bool = True,
+    version: str = MEMORY_MODEL_VLLM,
+) -> EngineSetup:
     """A standalone ``vllm.LLM(...)`` engine with vLLM's own batch defaults for this GPU
     (profile fact memory.batch_defaults), as a measurement on one GPU runs it."""
     mem = gpu_memory(gpu)
@@ -109,8 +122,18 @@ def vllm_llm_class_setup(gpu: str, *, utilization: float, max_model_len: int, kv
     size = "large" if total >= d["large_gpu_min_gib"] * (1 << 30) and gpu != "a100" else "other"
     batch = d[size]["llm_class"]
     return EngineSetup(
-        engine="vllm", engine_version=version, gpu=gpu, total_bytes=total, sms=mem.sms, utilization=utilization,
-        tp=tp, ep=1, max_num_batched_tokens=max_num_batched_tokens or int(batch["max_num_batched_tokens"]),
-        max_num_seqs=max_num_seqs or int(batch["max_num_seqs"]), max_model_len=max_model_len,
-        cuda_graphs=cuda_graphs, kv_dtype=kv_dtype, defaults=f"vLLM {version} LLM-class defaults ({size} GPU)",
+        engine="vllm",
+        engine_version=version,
+        gpu=gpu,
+        total_bytes=total,
+        sms=mem.sms,
+        utilization=utilization,
+        tp=tp,
+        ep=1,
+        max_num_batched_tokens=max_num_batched_tokens or int(batch["max_num_batched_tokens"]),
+        max_num_seqs=max_num_seqs or int(batch["max_num_seqs"]),
+        max_model_len=max_model_len,
+        cuda_graphs=cuda_graphs,
+        kv_dtype=kv_dtype,
+        defaults=f"vLLM {version} LLM-class defaults ({size} GPU)",
     )

@@ -21,5 +21,6 @@ def sglang_engine_memory(s, weights: int) -> EngineMemory:
     context = int(estimate("sglang", "context_bytes"))
     free_before = s.total_bytes - context
     share = math.floor(free_before * s.utilization)
-    return EngineMemory(share, weights, 0, 0, 0, "sglang",
-                        {"free_before_load": free_before, "context_estimate": context})
+    return EngineMemory(
+        share, weights, 0, 0, 0, "sglang", {"free_before_load": free_before, "context_estimate": context}
+    )

@@ -19,8 +19,9 @@ def _f(x: float) -> str:
 
 
 def _text(x: float, y: float, s: str, size: int = 11, anchor: str = "middle", extra: str = "") -> str:
-    return (f'<text x="{_f(x)}" y="{_f(y)}" font-size="{size}" text-anchor="{anchor}"{extra}>'
-            f"{escape(s)}</text>")
+    return (
+        f'<text x="{_f(x)}" y="{_f(y)}" font-size="{size}" text-anchor="{anchor}"{extra}>{escape(s)}</text>'
+    )
 
 
 def _nice_top(v: float) -> float:
@@ -35,8 +36,11 @@ def _nice_top(v: float) -> float:
 
 def plan_svg(plan) -> str:
     series, running = curves(plan)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-           'font-family="DejaVu Sans, Arial, sans-serif">', f'<rect width="{W}" height="{H}" fill="white"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+        'font-family="DejaVu Sans, Arial, sans-serif">',
+        f'<rect width="{W}" height="{H}" fill="white"/>',
+    ]
     x0, y0, pw, ph = LEFT
     top = _nice_top(max(c.capacity_tokens for c in series) / 1e3)
     out.append(_text(x0 + pw / 2, 24, f"{plan.spec.model.name}: KV cache capacity per replica", 12))
@@ -45,13 +49,17 @@ def plan_svg(plan) -> str:
         v = top * i / 4
         y = y0 + ph - ph * i / 4
         out.append(_text(x0 - 6, y + 4, f"{v:,.0f}", 10, "end"))
-    out.append(_text(18, y0 + ph / 2, "thousand tokens", 10, extra=f' transform="rotate(-90 18 {_f(y0 + ph / 2)})"'))
+    out.append(
+        _text(18, y0 + ph / 2, "thousand tokens", 10, extra=f' transform="rotate(-90 18 {_f(y0 + ph / 2)})"')
+    )
     slot = pw / len(series)
     for i, (colour, c) in enumerate(zip(COLOURS, series)):
         h = ph * (c.capacity_tokens / 1e3) / top
         x = x0 + slot * i + slot * 0.2
-        out.append(f'<rect x="{_f(x)}" y="{_f(y0 + ph - h)}" width="{_f(slot * 0.6)}" height="{_f(h)}" '
-                   f'fill="{colour}"/>')
+        out.append(
+            f'<rect x="{_f(x)}" y="{_f(y0 + ph - h)}" width="{_f(slot * 0.6)}" height="{_f(h)}" '
+            f'fill="{colour}"/>'
+        )
         out.append(_text(x + slot * 0.3, y0 + ph - h - 4, f"{c.capacity_tokens:,}", 9))
         out.append(_text(x + slot * 0.3, y0 + ph + 16, c.label + (" *" if c.is_spec else ""), 9))
     x0, y0, pw, ph = RIGHT
@@ -67,10 +75,18 @@ def plan_svg(plan) -> str:
         out.append(_text(x0 - 6, py(v) + 4, f"{v:,.0f}", 10, "end"))
     for n in series[0].points:
         out.append(_text(px(n[0]), y0 + ph + 14, f"{n[0]:,}", 8))
-    out.append(_text(x0 + pw / 2, y0 + ph + 30, f"response length (tokens; prompt "
-                     f"{plan.spec.rollout.max_prompt_length})", 10))
-    out.append(f'<line x1="{x0}" y1="{_f(py(running))}" x2="{x0 + pw}" y2="{_f(py(running))}" stroke="black" '
-               'stroke-dasharray="5,4"/>')
+    out.append(
+        _text(
+            x0 + pw / 2,
+            y0 + ph + 30,
+            f"response length (tokens; prompt {plan.spec.rollout.max_prompt_length})",
+            10,
+        )
+    )
+    out.append(
+        f'<line x1="{x0}" y1="{_f(py(running))}" x2="{x0 + pw}" y2="{_f(py(running))}" stroke="black" '
+        'stroke-dasharray="5,4"/>'
+    )
     out.append(_text(x0 + pw - 4, py(running) - 4, f"running sequences ({running})", 9, "end"))
     for i, (colour, c) in enumerate(zip(COLOURS, series)):
         pts = " ".join(f"{_f(px(n))},{_f(py(v))}" for n, v in c.points)

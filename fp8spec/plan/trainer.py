@@ -132,14 +132,19 @@ class TrainerMemory:
 
 def _offload(spec) -> dict:
     section = getattr(spec.training, "offload", None)
-    return {"params": bool(getattr(section, "params", False)), "optimizer": bool(getattr(section, "optimizer", False))}
+    return {
+        "params": bool(getattr(section, "params", False)),
+        "optimizer": bool(getattr(section, "optimizer", False)),
+    }
 
 
 def _micro_batch_tokens(spec, verl) -> int:
     seq = spec.rollout.max_prompt_length + spec.rollout.max_response_length
     a = spec.algorithm
     if a.use_dynamic_bsz:
-        budget = getattr(a, "ppo_max_token_len_per_gpu", None) or int(verl.value("memory.dynamic_bsz_token_budget"))
+        budget = getattr(a, "ppo_max_token_len_per_gpu", None) or int(
+            verl.value("memory.dynamic_bsz_token_budget")
+        )
         return max(budget, seq)
     return a.ppo_micro_batch_size_per_gpu * seq
 
@@ -205,10 +210,21 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
     biggest = max(d + e for d, e in zip(split.per_layer_dense, split.per_layer_expert))
     transient = int(estimate("trainer", "transient_layers")) * biggest * (BF16 + f["grad_bytes"])
     return TrainerMemory(
-        "fsdp", spec.training.precision, {"world": world, "fsdp_shard": world}, per_gpu,
-        per_gpu * f["param_bytes"], per_gpu * f["grad_bytes"], per_gpu * f["optimizer_bytes"], 0,
-        acts, logits, transient, context, params,
-        f["param_bytes"] + f["grad_bytes"] + f["optimizer_bytes"], offload,
+        "fsdp",
+        spec.training.precision,
+        {"world": world, "fsdp_shard": world},
+        per_gpu,
+        per_gpu * f["param_bytes"],
+        per_gpu * f["grad_bytes"],
+        per_gpu * f["optimizer_bytes"],
+        0,
+        acts,
+        logits,
+        transient,
+        context,
+        params,
+        f["param_bytes"] + f["grad_bytes"] + f["optimizer_bytes"],
+        offload,
         ("FSDP shards parameters, gradients and optimizer state over all GPUs (fsdp_size -1)",),
     )
 
@@ -223,8 +239,10 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
     if etp is None:  # verl leaves expert_tensor_parallel_size null = TP; Megatron needs etp*ep*pp | world
         etp = tp if world % (tp * ep * pp) == 0 else 1
         if etp != tp:
-            notes.append(f"expert tensor parallelism = tp {tp} does not fit {world} GPUs with ep {ep} x pp {pp}; "
-                         "planned with etp 1")
+            notes.append(
+                f"expert tensor parallelism = tp {tp} does not fit {world} GPUs with ep {ep} x pp {pp}; "
+                "planned with etp 1"
+            )
     dp = max(1, world // (tp * pp * cp))
     edp = max(1, world // (ep * etp * pp))
     stages = _stage_layers(spec, model.num_hidden_layers, pp)
@@ -246,26 +264,62 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
         dense += (split.embedding if index == 0 else 0) + (split.lm_head if last else 0)
         dense_gpu, expert_gpu = _cdiv(dense, tp), _cdiv(expert, ep * etp)
         cache = (_cdiv(fp8_dense, tp) + expert_gpu) * cache_per_param  # experts are all FP8 linears
-        state = (dense_gpu + expert_gpu) * (m["param_bytes"] + m["grad_bytes"]) + cache + \
-            m["optimizer_bytes"] * (_cdiv(dense_gpu, dp) + _cdiv(expert_gpu, edp))
+        state = (
+            (dense_gpu + expert_gpu) * (m["param_bytes"] + m["grad_bytes"])
+            + cache
+            + m["optimizer_bytes"] * (_cdiv(dense_gpu, dp) + _cdiv(expert_gpu, edp))
+        )
         in_flight = min(pp - index, microbatches)  # 1F1B: stage i holds pp - i micro-batches
         acts = len(layer_ids) * _cdiv(tokens, shard) * per_layer_act * in_flight
         logits = _cdiv(tokens, cp) * _cdiv(model.vocab_size, tp) * LOGIT_BYTES if last else 0
         if best is None or state + acts + logits > best[0]:
-            best = (state + acts + logits, index, len(layer_ids), dense_gpu, expert_gpu, cache, acts, logits,
-                    in_flight)
+            best = (
+                state + acts + logits,
+                index,
+                len(layer_ids),
+                dense_gpu,
+                expert_gpu,
+                cache,
+                acts,
+                logits,
+                in_flight,
+            )
+    assert best is not None  # a layout has at least one stage
     _, stage, stage_layers, dense_gpu, expert_gpu, cache, acts, logits, in_flight = best
     on_gpu = dense_gpu + expert_gpu
-    layout = {"world": world, "tp": tp, "pp": pp, "ep": ep, "etp": etp, "cp": cp, "dp": dp, "expert_dp": edp,
-              "busiest_stage": stage, "stage_layers": stage_layers}
+    layout = {
+        "world": world,
+        "tp": tp,
+        "pp": pp,
+        "ep": ep,
+        "etp": etp,
+        "cp": cp,
+        "dp": dp,
+        "expert_dp": edp,
+        "busiest_stage": stage,
+        "stage_layers": stage_layers,
+    }
     return TrainerMemory(
-        "megatron", "fp8" if fp8 else "bf16", layout, on_gpu,
-        on_gpu * m["param_bytes"], on_gpu * m["grad_bytes"],
-        m["optimizer_bytes"] * (_cdiv(dense_gpu, dp) + _cdiv(expert_gpu, edp)), cache,
-        acts, logits, 0, context, split.total,
-        m["param_bytes"] + m["grad_bytes"] + m["optimizer_bytes"] + cache_per_param, offload,
-        tuple(notes) + (f"distributed optimizer over dp {dp} (experts over expert-dp {edp}); {in_flight} "
-                        "micro-batch(es) of activations in flight on the busiest pipeline stage (1F1B)",),
+        "megatron",
+        "fp8" if fp8 else "bf16",
+        layout,
+        on_gpu,
+        on_gpu * m["param_bytes"],
+        on_gpu * m["grad_bytes"],
+        m["optimizer_bytes"] * (_cdiv(dense_gpu, dp) + _cdiv(expert_gpu, edp)),
+        cache,
+        acts,
+        logits,
+        0,
+        context,
+        split.total,
+        m["param_bytes"] + m["grad_bytes"] + m["optimizer_bytes"] + cache_per_param,
+        offload,
+        tuple(notes)
+        + (
+            f"distributed optimizer over dp {dp} (experts over expert-dp {edp}); {in_flight} "
+            "micro-batch(es) of activations in flight on the busiest pipeline stage (1F1B)",
+        ),
     )
 
 

@@ -104,15 +104,21 @@ def _cudagraph_estimate(model, s: EngineSetup, runner: str, facts, fp8: bool) ->
         sizes.append(s.max_num_batched_tokens)
     sizes = sorted(set(sizes))
     full = [x for x in sizes if x <= s.max_num_seqs]  # FULL_AND_PIECEWISE: decode graphs up to max_num_seqs
-    per_graph = max(int(estimate("vllm", "cudagraph_bytes_per_graph_per_layer")) * model.num_hidden_layers,
-                    int(cg["min_per_graph_bytes"]))
+    per_graph = max(
+        int(estimate("vllm", "cudagraph_bytes_per_graph_per_layer")) * model.num_hidden_layers,
+        int(cg["min_per_graph_bytes"]),
+    )
     total = 0
     for graphs in (sizes, full):
         if graphs:
             first = max(_forward_phases(model, s, graphs[-1], "v1", fp8).values())
             total += first + per_graph * (len(graphs) - 1)
-    return total, {"graphs": len(sizes) + len(full), "piecewise": len(sizes), "full": len(full),
-                   "per_graph_bytes": per_graph}
+    return total, {
+        "graphs": len(sizes) + len(full),
+        "piecewise": len(sizes),
+        "full": len(full),
+        "per_graph_bytes": per_graph,
+    }
 
 
 def vllm_engine_memory(model, s: EngineSetup, weights: int, facts, *, fp8_linear: bool) -> EngineMemory:
@@ -133,6 +139,12 @@ def vllm_engine_memory(model, s: EngineSetup, weights: int, facts, *, fp8_linear
     if s.tp > 1 or s.ep > 1:
         non_torch += int(estimate("vllm", "non_torch_extra_bytes_tp"))
     cudagraph, cg_detail = _cudagraph_estimate(model, s, runner, facts, fp8_linear)
-    detail = {"forward_phases": phases, "moe_workspace": workspace, "forward_peak": forward,
-              "sampler_peak": sampler, "sampled_rows": rows, "cudagraph": cg_detail}
+    detail = {
+        "forward_phases": phases,
+        "moe_workspace": workspace,
+        "forward_peak": forward,
+        "sampler_peak": sampler,
+        "sampled_rows": rows,
+        "cudagraph": cg_detail,
+    }
     return EngineMemory(requested, weights, activation, non_torch, cudagraph, runner, detail)

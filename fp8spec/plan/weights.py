@@ -39,9 +39,14 @@ class WeightBytes:
         return self.fp8_linear + self.fp8_scales + self.bf16_linear + self.embeddings + self.other
 
     def as_dict(self) -> dict:
-        return {"fp8_linear": self.fp8_linear, "fp8_block_scales": self.fp8_scales,
-                "bf16_linear": self.bf16_linear, "embeddings": self.embeddings, "norms_biases_rotary": self.other,
-                "total": self.total}
+        return {
+            "fp8_linear": self.fp8_linear,
+            "fp8_block_scales": self.fp8_scales,
+            "bf16_linear": self.bf16_linear,
+            "embeddings": self.embeddings,
+            "norms_biases_rotary": self.other,
+            "total": self.total,
+        }
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -74,16 +79,23 @@ def _local_experts(model, shard: Sharding) -> int:
     return _cdiv(model.num_experts, shard.ep) if shard.ep > 1 else model.num_experts
 
 
-def rollout_weight_bytes(model, shard: Sharding, quantized: Optional[Iterable[str]], *, vocab_padding: int,
-                         block: tuple[int, int] = (128, 128)) -> WeightBytes:
+def rollout_weight_bytes(
+    model,
+    shard: Sharding,
+    quantized: Optional[Iterable[str]],
+    *,
+    vocab_padding: int,
+    block: tuple[int, int] = (128, 128),
+) -> WeightBytes:
     """Weight bytes of one GPU of a rollout replica. ``quantized`` names the FP8 linears (None: all BF16)."""
     # Cached: rules re-plan a spec for every candidate fix, mostly with the same weights.
     return _rollout_weight_bytes(model, shard, frozenset(quantized or ()), vocab_padding, tuple(block))
 
 
 @lru_cache(maxsize=64)
-def _rollout_weight_bytes(model, shard: Sharding, fp8_names: frozenset, vocab_padding: int,
-                          block: tuple[int, int]) -> WeightBytes:
+def _rollout_weight_bytes(
+    model, shard: Sharding, fp8_names: frozenset, vocab_padding: int, block: tuple[int, int]
+) -> WeightBytes:
     bn, bk = block
     local_e = _local_experts(model, shard)
     fp8 = bf16 = scales = 0
@@ -120,8 +132,11 @@ def _rollout_weight_bytes(model, shard: Sharding, fp8_names: frozenset, vocab_pa
 
 def _other_bytes(model) -> int:
     """Norms and router biases (replicated, BF16) plus vLLM's rotary cos/sin cache."""
-    linear = sum(m.numel + (m.out_features if m.bias else 0) for m in model.linear_modules()
-                 if not (m.kind == "lm_head"))
+    linear = sum(
+        m.numel + (m.out_features if m.bias else 0)
+        for m in model.linear_modules()
+        if not (m.kind == "lm_head")
+    )
     embeddings = model.vocab_size * model.hidden_size
     lm_head = 0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
     rest = max(0, model.num_parameters() - linear - embeddings - lm_head)

@@ -102,7 +102,7 @@ def _runtime_facts(runtime: dict) -> dict:
     if spec is None or not spec.submodule_search_locations:
         return {"error": f"{package} is not importable here (sys.path has no {package} package)"}
     package_dir = list(spec.submodule_search_locations)[0]
-    out = {"path": package_dir}
+    out: dict = {"path": package_dir}
     try:
         out["files"] = runtime_fileset(package_dir)
         out["sha256"] = fileset_digest(out["files"])
@@ -136,7 +136,7 @@ def _torch_facts() -> dict:
         import torch
     except Exception as err:  # ImportError, or a broken CUDA install raising at import
         return {"installed": False, "error": f"{type(err).__name__}: {err}"}
-    out = {"installed": True, "version": getattr(torch, "__version__", "?"),
+    out: dict = {"installed": True, "version": getattr(torch, "__version__", "?"),
            "cuda": getattr(torch.version, "cuda", None), "available": False, "devices": []}
     try:
         out["available"] = bool(torch.cuda.is_available())
@@ -186,7 +186,7 @@ def _model_facts(model: dict) -> dict:
         return {"status": "error", "reason": f"{config_path} is not a JSON object"}
     if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
         config = config["text_config"]  # multimodal wrappers keep the language model's facts here
-    values = {}
+    values: dict = {}
     for fact, (keys, default) in MODEL_KEYS.items():
         value = next((config[k] for k in keys if config.get(k) is not None), None)
         if value is None:
@@ -357,13 +357,13 @@ def run_ray(expected: dict, skip_gpu: bool, address, timeout: float) -> list:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError as err:
-        raise PreflightError(f"ray is not importable ({err}); use --local to check this machine alone")
+        raise PreflightError(f"ray is not importable ({err}); use --local to check this machine alone") from err
     init = {"address": address} if address else {}
     try:
-        ray.init(log_to_driver=True, logging_level="WARNING", **init)
+        ray.init(log_to_driver=True, logging_level="WARNING", **init)  # type: ignore[arg-type]  # a name works
     except Exception as err:
         raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err}); "
-                             "run it as a Ray job (submit.sh) or pass --address")
+                             "run it as a Ray job (submit.sh) or pass --address") from err
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if skip_gpu:
         targets = [(n, 0) for n in alive]
@@ -444,9 +444,9 @@ def load_expected(path: str) -> dict:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except OSError as err:
-        raise PreflightError(f"cannot read {path}: {err.strerror or err}")
+        raise PreflightError(f"cannot read {path}: {err.strerror or err}") from err
     except ValueError as err:
-        raise PreflightError(f"{path} is not valid JSON: {err}")
+        raise PreflightError(f"{path} is not valid JSON: {err}") from err
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PreflightError(f"{path} is not an fp8spec preflight file of format {FORMAT}")
     for key in ("hardware", "packages", "env"):

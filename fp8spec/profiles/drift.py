@@ -77,8 +77,12 @@ class ProfileReport:
                     "id": f.fact_id,
                     "confirmed": f.confirmed,
                     "clauses": [
-                        {"check": c.describe(), "snapshot": c.snapshot, "confirmed": c.confirmed,
-                         "detail": c.detail}
+                        {
+                            "check": c.describe(),
+                            "snapshot": c.snapshot,
+                            "confirmed": c.confirmed,
+                            "detail": c.detail,
+                        }
                         for c in f.clauses
                     ],
                 }
@@ -155,7 +159,8 @@ def check_profile(profile: Profile, directory=None, snapshots: Optional[_Snapsho
         )
     else:
         report.source_problems = [
-            f"no snapshot at {snapshots.path(spec)} (run: fp8spec backends refresh {spec})"]
+            f"no snapshot at {snapshots.path(spec)} (run: fp8spec backends refresh {spec})"
+        ]
     for fact_id, fact in profile.facts.items():
         if not fact.confirm:
             report.evidence_only.append(fact_id)

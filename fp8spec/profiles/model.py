@@ -11,10 +11,25 @@ import copy
 import math
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
-KINDS: tuple[str, ...] = ("verl", "vllm", "sglang", "megatron-core", "transformer-engine")
-Kind = Literal["verl", "vllm", "sglang", "megatron-core", "transformer-engine"]
+from fp8spec.targets import KINDS
+
+
+def _known_kind(value: str) -> str:
+    if value not in KINDS:
+        raise ValueError(f"unknown backend kind {value!r}; known: {', '.join(KINDS)}")
+    return value
+
+
+Kind = Annotated[str, AfterValidator(_known_kind)]
 
 # A fact id is a dotted lower-case path: ``flag.kv_cache_dtype``, ``capability.online_block_fp8``,
 # ``entrypoint``. The first component is the fact's category.
@@ -74,7 +89,8 @@ class Source(_Frozen):
 ConfirmKind = Literal["field", "flag", "choice", "choices", "env", "default", "key", "new_key", "class"]
 _NEEDS_VALUE = ("choice", "default")
 SnapshotSpec = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")]
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*$")
+]
 
 
 class Confirm(_Frozen):
@@ -82,13 +98,18 @@ class Confirm(_Frozen):
 
     kind: ConfirmKind
     subject: NonEmpty = Field(
-        description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path).")
-    value: PlainValue = Field(default=None, description="The choice or default value (kind choice/default/choices).")
+        description="Flag spelling, field ([Class.]name), env var, verl key ([config:]path)."
+    )
+    value: PlainValue = Field(
+        default=None, description="The choice or default value (kind choice/default/choices)."
+    )
     present: bool = Field(
-        default=True, description="false: the snapshot must NOT have it (a removed feature).")
+        default=True, description="false: the snapshot must NOT have it (a removed feature)."
+    )
     snapshot: Optional[SnapshotSpec] = Field(
         default=None,
-        description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.')
+        description='Another release\'s snapshot, e.g. "megatron-core==0.16.1"; default: this one.',
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -120,14 +141,16 @@ class Fact(_Frozen):
     value: PlainValue = Field(description="Plain YAML data; null/false where the release lacks the feature.")
     evidence: Evidence = Field(description="file:line inside the release, or an upstream PR/issue URL.")
     confirm: Optional[Annotated[tuple[Confirm, ...], Field(min_length=1)]] = Field(
-        default=None, description="How a snapshot confirms the fact; omit for evidence-only facts.")
+        default=None, description="How a snapshot confirms the fact; omit for evidence-only facts."
+    )
 
     @model_validator(mode="after")
     def _choices_need_a_list(self) -> "Fact":
         for c in self.confirm or ():
             if c.kind == "choices" and c.value is None and not isinstance(self.value, list):
                 raise ValueError(
-                    "a 'choices' confirmation without 'value' needs the fact's value to be a list")
+                    "a 'choices' confirmation without 'value' needs the fact's value to be a list"
+                )
         return self
 
     @model_validator(mode="before")

@@ -57,8 +57,10 @@ class SbatchTable(_Frozen):
         judged = set().union(*groups)
         problems = []
         if judged != set(self.options):
-            problems.append(f"judged but not in the table: {sorted(judged - set(self.options))}; "
-                            f"in the table but not judged: {sorted(set(self.options) - judged)}")
+            problems.append(
+                f"judged but not in the table: {sorted(judged - set(self.options))}; "
+                f"in the table but not judged: {sorted(set(self.options) - judged)}"
+            )
         if sum(len(g) for g in groups) != len(judged) or len(self.allowed) != len(set(self.allowed)):
             problems.append("an option is listed twice")
         if problems:
@@ -95,8 +97,9 @@ def resolve(name: str, table: Optional[SbatchTable] = None) -> Resolution:
     if not candidates:
         return Resolution(name, ())
     first = table.options[candidates[0]]
-    if all((table.options[c].argument, table.options[c].val) == (first.argument, first.val)
-           for c in candidates):
+    if all(
+        (table.options[c].argument, table.options[c].val) == (first.argument, first.val) for c in candidates
+    ):
         return Resolution(name, (candidates[0],))
     return Resolution(name, tuple(candidates))
 

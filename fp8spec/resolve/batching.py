@@ -21,9 +21,11 @@ class Batching:
 
     def budgets(self) -> list[tuple[str, int]]:
         """(spec field, tokens per GPU) of every dynamic-batching budget, actor update first."""
-        return [("ppo_max_token_len_per_gpu", self.ppo_max_token_len_per_gpu),
-                ("log_prob_max_token_len_per_gpu", self.log_prob_max_token_len_per_gpu),
-                ("ref_log_prob_max_token_len_per_gpu", self.ref_log_prob_max_token_len_per_gpu)]
+        return [
+            ("ppo_max_token_len_per_gpu", self.ppo_max_token_len_per_gpu),
+            ("log_prob_max_token_len_per_gpu", self.log_prob_max_token_len_per_gpu),
+            ("ref_log_prob_max_token_len_per_gpu", self.ref_log_prob_max_token_len_per_gpu),
+        ]
 
 
 def batching(spec: Spec) -> Batching:
@@ -37,7 +39,8 @@ def batching(spec: Spec) -> Batching:
         dynamic=a.use_dynamic_bsz,
         sequence_tokens=sequence,
         ppo_micro_batch_size_per_gpu=a.ppo_micro_batch_size_per_gpu,
-        log_prob_micro_batch_size_per_gpu=a.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
+        log_prob_micro_batch_size_per_gpu=a.log_prob_micro_batch_size_per_gpu
+        or a.ppo_micro_batch_size_per_gpu,
         ppo_max_token_len_per_gpu=ppo,
         log_prob_max_token_len_per_gpu=log_prob,
         ref_log_prob_max_token_len_per_gpu=ref,
@@ -48,6 +51,8 @@ def batching(spec: Spec) -> Batching:
 def explicit_budgets(spec: Spec) -> list[tuple[str, Optional[int]]]:
     """The budgets the spec writes itself (None where it relies on the default)."""
     a = spec.algorithm
-    return [("ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu),
-            ("log_prob_max_token_len_per_gpu", a.log_prob_max_token_len_per_gpu),
-            ("ref_log_prob_max_token_len_per_gpu", a.ref_log_prob_max_token_len_per_gpu)]
+    return [
+        ("ppo_max_token_len_per_gpu", a.ppo_max_token_len_per_gpu),
+        ("log_prob_max_token_len_per_gpu", a.log_prob_max_token_len_per_gpu),
+        ("ref_log_prob_max_token_len_per_gpu", a.ref_log_prob_max_token_len_per_gpu),
+    ]

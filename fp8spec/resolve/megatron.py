@@ -57,11 +57,21 @@ def default_etp(spec: Spec, model) -> Optional[int]:
 
 def megatron_layout(spec: Spec, model) -> MegatronLayout:
     p = spec.training.parallel
-    return MegatronLayout(world=spec.world_size, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, etp=default_etp(spec, model),
-                          first_stage_layers=p.first_stage_layers, last_stage_layers=p.last_stage_layers)
+    return MegatronLayout(
+        world=spec.world_size,
+        tp=p.tp,
+        pp=p.pp,
+        cp=p.cp,
+        ep=p.ep,
+        etp=default_etp(spec, model),
+        first_stage_layers=p.first_stage_layers,
+        last_stage_layers=p.last_stage_layers,
+    )
 
 
-def stage_layers(num_layers: int, pp: int, first: Optional[int], last: Optional[int]) -> tuple[list[int], str]:
+def stage_layers(
+    num_layers: int, pp: int, first: Optional[int], last: Optional[int]
+) -> tuple[list[int], str]:
     """Decoder layers each pipeline rank builds, and megatron-core's refusal ('' when it accepts).
 
     A layout megatron-core accepts but that builds a different total than ``num_layers`` (first and last stage
@@ -77,11 +87,15 @@ def stage_layers(num_layers: int, pp: int, first: Optional[int], last: Optional[
             middle_layers -= given
             middle_stages -= 1
     if bool(middle_layers) != bool(middle_stages):
-        return [], (f"{middle_layers} middle layers remain for {middle_stages} middle pipeline stages "
-                    f"(num_layers {num_layers} - first {first or 0} - last {last or 0})")
+        return [], (
+            f"{middle_layers} middle layers remain for {middle_stages} middle pipeline stages "
+            f"(num_layers {num_layers} - first {first or 0} - last {last or 0})"
+        )
     if middle_stages and middle_layers % middle_stages:
-        return [], (f"{middle_layers} middle layers are not divisible by the {middle_stages} middle stages "
-                    f"(num_layers {num_layers} - first {first or 0} - last {last or 0})")
+        return [], (
+            f"{middle_layers} middle layers are not divisible by the {middle_stages} middle stages "
+            f"(num_layers {num_layers} - first {first or 0} - last {last or 0})"
+        )
     per_middle = middle_layers // middle_stages if middle_stages > 0 else 0
     counts = []
     for rank in range(pp):
@@ -92,8 +106,10 @@ def stage_layers(num_layers: int, pp: int, first: Optional[int], last: Optional[
             n = last
         counts.append(n)
     if sum(counts) != num_layers:
-        return counts, (f"the stages would build {sum(counts)} layers ({'+'.join(map(str, counts))}), not the "
-                        f"model's {num_layers}")
+        return counts, (
+            f"the stages would build {sum(counts)} layers ({'+'.join(map(str, counts))}), not the "
+            f"model's {num_layers}"
+        )
     return counts, ""
 
 

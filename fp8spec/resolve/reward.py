@@ -49,8 +49,9 @@ def load_reward_file(spec: Spec, spec_dir: Path) -> tuple[Optional[RewardFile], 
     if not stat.S_ISREG(info.st_mode):
         return None, RewardFileProblem(f"{path} is not a regular file", where)
     if info.st_size > MAX_BYTES:
-        return None, RewardFileProblem(f"{path} is {info.st_size} bytes; a reward file may hold at most "
-                                       f"{MAX_BYTES} bytes", where)
+        return None, RewardFileProblem(
+            f"{path} is {info.st_size} bytes; a reward file may hold at most {MAX_BYTES} bytes", where
+        )
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_BYTES + 1)
@@ -64,8 +65,9 @@ def load_reward_file(spec: Spec, spec_dir: Path) -> tuple[Optional[RewardFile], 
     except SyntaxError as err:
         return None, RewardFileProblem(f"{path}:{err.lineno}: Python syntax error: {err.msg}", where)
     if custom.name not in _top_level_names(tree):
-        return None, RewardFileProblem(f"{path} defines no top-level {custom.name!r} for verl to load",
-                                       "reward.custom_function.name")
+        return None, RewardFileProblem(
+            f"{path} defines no top-level {custom.name!r} for verl to load", "reward.custom_function.name"
+        )
     return RewardFile(path, text, custom.name), None
 
 

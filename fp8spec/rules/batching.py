@@ -8,7 +8,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "PAR012", "token-budget-below-sequence", "error",
+    "PAR012",
+    "token-budget-below-sequence",
+    "error",
     "A dynamic-batching token budget cannot hold one full sequence.",
     """With use_dynamic_bsz verl packs each micro-batch up to max_token_len_per_gpu * sp tokens (sp = Megatron
     context_parallel_size, 1 for FSDP: verl/workers/engine/utils.py:108-111) and rearrange_micro_batches
@@ -28,15 +30,27 @@ def budget_below_sequence(ctx):
         if value is not None and value * split < b.sequence_tokens:
             times = f" x cp {split} = {value * split}" if split > 1 else ""
             path = f"algorithm.{field}"
-            hint, ok = proposal(ctx, "PAR012", path, [{path: least}],
-                                f"raise it to at least {least}, or leave it unset (the default is that)")
-            yield Finding(f"algorithm.{field} {value}{times} tokens is below max_prompt_length + "
-                          f"max_response_length = {r.max_prompt_length} + {r.max_response_length} = "
-                          f"{b.sequence_tokens}; at least {least} holds one sequence", path, hint, ok)
+            hint, ok = proposal(
+                ctx,
+                "PAR012",
+                path,
+                [{path: least}],
+                f"raise it to at least {least}, or leave it unset (the default is that)",
+            )
+            yield Finding(
+                f"algorithm.{field} {value}{times} tokens is below max_prompt_length + "
+                f"max_response_length = {r.max_prompt_length} + {r.max_response_length} = "
+                f"{b.sequence_tokens}; at least {least} holds one sequence",
+                path,
+                hint,
+                ok,
+            )
 
 
 @rule(
-    "PAR013", "token-budget-ignored", "warning",
+    "PAR013",
+    "token-budget-ignored",
+    "warning",
     "Token budgets are set but dynamic batching is off.",
     """verl reads ppo_max_token_len_per_gpu and the log-prob budgets only with use_dynamic_bsz
     (verl/workers/engine/utils.py:108-124); without it micro-batches are the fixed *_micro_batch_size_per_gpu.""",

@@ -41,8 +41,14 @@ def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int
                 per, exact = m.in_features // split, m.in_features % split == 0
                 if not exact or per % block_k:
                     key = (shape_pattern(m.name), "in", m.in_features, split)
-                    bad.setdefault(key, [0, f"in_features {m.in_features} / tp {split} = "
-                                        f"{m.in_features / split:g}, not a multiple of block {block_k}"])[0] += 1
+                    bad.setdefault(
+                        key,
+                        [
+                            0,
+                            f"in_features {m.in_features} / tp {split} = "
+                            f"{m.in_features / split:g}, not a multiple of block {block_k}",
+                        ],
+                    )[0] += 1
             continue
         per, exact = _per_rank_out(m, model, split)
         if m.group and split == 1 and engine == "vllm" and not experts:
@@ -51,15 +57,27 @@ def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int
         if split > 1 or m.group or engine == "sglang":
             if not exact or per % block_n:
                 key = (shape_pattern(m.name), "out", m.out_features, split)
-                bad.setdefault(key, [0, f"out_features {m.out_features} / tp {split} = "
-                                    f"{m.out_features / split:g}, not a multiple of block {block_n}"])[0] += 1
+                bad.setdefault(
+                    key,
+                    [
+                        0,
+                        f"out_features {m.out_features} / tp {split} = "
+                        f"{m.out_features / split:g}, not a multiple of block {block_n}",
+                    ],
+                )[0] += 1
     # vLLM lets the last partition of a merged layer be ragged when the layer is not TP-split.
     for members in merged_groups.values():
         for m, per in members[:-1]:
             if per % block_n:
                 key = (shape_pattern(m.name), "out", m.out_features, 1)
-                bad.setdefault(key, [0, f"out_features {m.out_features} is not a multiple of block {block_n} "
-                                    "inside a fused layer"])[0] += 1
+                bad.setdefault(
+                    key,
+                    [
+                        0,
+                        f"out_features {m.out_features} is not a multiple of block {block_n} "
+                        "inside a fused layer",
+                    ],
+                )[0] += 1
     return bad
 
 
@@ -69,7 +87,9 @@ def candidate_tps(world: int) -> list[int]:
 
 
 @rule(
-    "BLK001", "shard-not-block-aligned", "error",
+    "BLK001",
+    "shard-not-block-aligned",
+    "error",
     "A quantized weight's per-rank shard is not a whole number of FP8 blocks.",
     """Block FP8 stores one scale per block_n x block_k tile of each rank's shard. vLLM rejects a shard that
     is not on the grid ("The output_size of gate's and up's weight = 192 is not divisible by weight
@@ -87,20 +107,34 @@ def shard_not_block_aligned(ctx):
     bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
     if not bad:
         return
-    aligned = [] if ctx.probing else [  # a probe only asks whether the rule fires
-        t for t in candidate_tps(spec.world_size)
-        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)]
-    hint, ok = proposal(ctx, "BLK001", "rollout.tp", ({"rollout.tp": t} for t in aligned),
-                        "or keep the misaligned modules in BF16 (linear.exclude)" if aligned else
-                        "no rollout.tp puts every shard on whole blocks: keep the misaligned modules in BF16 "
-                        "(linear.exclude)")
+    aligned = (
+        []
+        if ctx.probing
+        else [  # a probe only asks whether the rule fires
+            t
+            for t in candidate_tps(spec.world_size)
+            if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
+        ]
+    )
+    hint, ok = proposal(
+        ctx,
+        "BLK001",
+        "rollout.tp",
+        ({"rollout.tp": t} for t in aligned),
+        "or keep the misaligned modules in BF16 (linear.exclude)"
+        if aligned
+        else "no rollout.tp puts every shard on whole blocks: keep the misaligned modules in BF16 "
+        "(linear.exclude)",
+    )
     for (pattern, _dim, _size, _split), (count, text) in bad.items():
         plural = f" ({count} modules)" if count > 1 else ""
         yield Finding(f"{pattern}{plural}: {text}", "rollout.tp", hint, ok)
 
 
 @rule(
-    "BLK002", "block-size-unsupported", "error",
+    "BLK002",
+    "block-size-unsupported",
+    "error",
     "A block size the rollout path cannot serve.",
     """verl 0.9.1 hard-codes weight_block_size [128, 128] in the FP8 quantization config it hands to vLLM
     and SGLang (vllm_async_server.py FP8_BLOCK_QUANT_KWARGS; sglang_fp8_utils.build_sglang_fp8_quant_config),
@@ -121,7 +155,9 @@ def block_size_unsupported(ctx):
 
 
 @rule(
-    "BLK003", "sync-quantizer-unsupported", "error",
+    "BLK003",
+    "sync-quantizer-unsupported",
+    "error",
     "The fp8spec weight-sync quantizer does not know this engine or verl version.",
     """linear.sync_quantizer: fp8spec activates the runtime patch fast_block_quant, which replaces verl's
     quant_weights (vLLM path, in the engine's workers) or FP8QuantizerHelper.quant_weights_by_name (SGLang path,
@@ -137,12 +173,17 @@ def sync_quantizer_unsupported(ctx):
         return
     supported, versions = patch_supports("fast_block_quant", ctx.engine, ctx.engine_version)
     if not supported:
-        yield Finding(f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine} "
-                      f"{', '.join(versions) or 'no version'}, not {ctx.engine_version}", "linear.sync_quantizer")
+        yield Finding(
+            f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine} "
+            f"{', '.join(versions) or 'no version'}, not {ctx.engine_version}",
+            "linear.sync_quantizer",
+        )
 
 
 @rule(
-    "BLK004", "deep-gemm-is-vllm-only", "warning",
+    "BLK004",
+    "deep-gemm-is-vllm-only",
+    "warning",
     "linear.deep_gemm applies to the vLLM engine only.",
     """linear.deep_gemm compiles to vLLM's VLLM_USE_DEEP_GEMM environment variable (vllm/envs.py:1434 in
     0.24.0). SGLang chooses its block-FP8 GEMM through its own server arguments and environment, which

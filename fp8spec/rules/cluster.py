@@ -10,16 +10,10 @@ from fp8spec.rules.registry import Finding, rule
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def kuberay_image(ctx) -> str | None:
-    """The pods' image: the spec's, else verl's published image for the pinned engine version."""
-    image = ctx.spec.cluster.kuberay.image
-    if image:
-        return image
-    return (ctx.fact("verl", "images.kuberay") or {}).get(f"{ctx.engine}=={ctx.engine_version}")
-
-
 @rule(
-    "CLU001", "kuberay-image-unknown", "error",
+    "CLU001",
+    "kuberay-image-unknown",
+    "error",
     "A KubeRay launch has no image for the pinned rollout engine version.",
     """The head, worker and submitter pods run one image, which must hold the pinned verl and engine. verl
     publishes one image per engine release (verl's docker/README.md: verlai/verl:vllm024.latest for vLLM
@@ -31,11 +25,13 @@ def kuberay_image(ctx) -> str | None:
 def kuberay_image_unknown(ctx):
     if ctx.spec.cluster.launcher != "kuberay" or ctx.profile("verl") is None:
         return
-    if kuberay_image(ctx) is None:
-        yield Finding(f"no verl image is known for {ctx.engine} {ctx.engine_version} (verl "
-                      f"{ctx.spec.stack.verl} publishes images for "
-                      f"{', '.join(sorted(ctx.fact('verl', 'images.kuberay') or {})) or 'no engine'})",
-                      "cluster.kuberay.image")
+    if ctx.kuberay_image() is None:
+        yield Finding(
+            f"no verl image is known for {ctx.engine} {ctx.engine_version} (verl "
+            f"{ctx.spec.stack.verl} publishes images for "
+            f"{', '.join(sorted(ctx.fact('verl', 'images.kuberay') or {})) or 'no engine'})",
+            "cluster.kuberay.image",
+        )
 
 
 def _under(path: str, mounts: list[str]) -> bool:
@@ -44,13 +40,16 @@ def _under(path: str, mounts: list[str]) -> bool:
 
 
 @rule(
-    "CLU002", "kuberay-path-not-mounted", "warning",
+    "CLU002",
+    "kuberay-path-not-mounted",
+    "warning",
     "A KubeRay launch reads the model or a data file from a path no volume mounts.",
     """Pods see only their image and the volumes mounted into them. model.path (unless it is a hub id) and every
     data file must lie under a cluster.kuberay.volumes mount_path, or be baked into the image; otherwise the
     preflight fails on every node and verl cannot load them.""",
     "add a volume (hostPath or PVC) whose mount_path holds the path, or acknowledge it when the image holds it",
-    acknowledgeable=True, needs_model=False,
+    acknowledgeable=True,
+    needs_model=False,
 )
 def kuberay_path_not_mounted(ctx):
     spec = ctx.spec
@@ -58,10 +57,13 @@ def kuberay_path_not_mounted(ctx):
         return
     mounts = [posixpath.normpath(v.mount_path) for v in spec.cluster.kuberay.volumes]
     if not spec.model.from_hub and not _under(spec.model.path, mounts):
-        yield Finding(f"model.path {spec.model.path} is under no cluster.kuberay.volumes mount_path", "model.path")
+        yield Finding(
+            f"model.path {spec.model.path} is under no cluster.kuberay.volumes mount_path", "model.path"
+        )
     for field in ("train_files", "val_files"):
         value = getattr(spec.data, field)
         for path in [value] if isinstance(value, str) else (value or []):
             if not _URL.match(path) and posixpath.isabs(path) and not _under(path, mounts):
-                yield Finding(f"data.{field} {path} is under no cluster.kuberay.volumes mount_path",
-                              f"data.{field}")
+                yield Finding(
+                    f"data.{field} {path} is under no cluster.kuberay.volumes mount_path", f"data.{field}"
+                )

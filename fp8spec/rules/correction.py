@@ -8,14 +8,17 @@ _MASKED = ("mask", "seq_mask")
 
 
 @rule(
-    "COR001", "fp8-rollout-without-correction", "error",
+    "COR001",
+    "fp8-rollout-without-correction",
+    "error",
     "FP8 rollout with no mismatch correction.",
     """The FP8-RL paper reports a clear accuracy drop when FP8 rollouts train without importance-sampling
     correction, and verl's FP8 guide says the same ("obvious accuracy drop when TIS is not enabled",
     verl docs/low_precision/fp8.md; verl PR #4415). Quantized linears or an FP8 KV cache make the rollout
     policy differ from the trainer's, so the samples are off-policy.""",
     "set correction.method: tis (clip 2.0), or acknowledge COR001 with a reason",
-    acknowledgeable=True, needs_model=False,
+    acknowledgeable=True,
+    needs_model=False,
 )
 def fp8_rollout_without_correction(ctx):
     spec = ctx.spec
@@ -25,7 +28,9 @@ def fp8_rollout_without_correction(ctx):
 
 
 @rule(
-    "COR002", "correction-needs-logprobs", "error",
+    "COR002",
+    "correction-needs-logprobs",
+    "error",
     "A correction method without rollout log-probs.",
     """Every importance-sampling correction divides trainer probabilities by the rollout engine's own
     probabilities, so the engine must return its log-probs: verl's rollout.yaml says TIS "requires rollout
@@ -44,7 +49,9 @@ def correction_needs_logprobs(ctx):
 
 
 @rule(
-    "COR003", "clip-not-positive", "error",
+    "COR003",
+    "clip-not-positive",
+    "error",
     "Truncation threshold C must be positive.",
     """Truncated IS clamps the ratio at C (w = min(pi_train/pi_rollout, C)); verl's
     _parse_rollout_is_threshold rejects a non-positive upper bound (verl/trainer/ppo/rollout_corr_helper.py).
@@ -59,7 +66,9 @@ def clip_not_positive(ctx):
 
 
 @rule(
-    "COR004", "mask-bounds-invalid", "error",
+    "COR004",
+    "mask-bounds-invalid",
+    "error",
     "Masked IS needs bounds [low, high] with 0 <= low < high.",
     """Masked importance sampling (IcePop, verl rollout_is_threshold "low_high") zeroes tokens whose ratio
     falls outside [low, high]; verl requires a positive upper bound and lower <= upper
@@ -72,15 +81,21 @@ def mask_bounds_invalid(ctx):
     if c.method not in _MASKED:
         return
     if c.bounds is None:
-        yield Finding(f"correction.method '{c.method}' needs correction.bounds: [low, high]", "correction.method")
+        yield Finding(
+            f"correction.method '{c.method}' needs correction.bounds: [low, high]", "correction.method"
+        )
         return
     low, high = c.bounds
     if low < 0 or low >= high:
-        yield Finding(f"correction.bounds [{low:g}, {high:g}] must satisfy 0 <= low < high", "correction.bounds")
+        yield Finding(
+            f"correction.bounds [{low:g}, {high:g}] must satisfy 0 <= low < high", "correction.bounds"
+        )
 
 
 @rule(
-    "COR005", "rejection-option-unknown", "error",
+    "COR005",
+    "rejection-option-unknown",
+    "error",
     "A rejection-sampling option verl does not have.",
     """verl validates rollout_rs against SUPPORTED_ROLLOUT_RS_OPTIONS only at run time
     (verl/trainer/ppo/rollout_corr_helper.py), after the cluster has started; fp8spec checks the same list

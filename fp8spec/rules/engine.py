@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
-from fp8spec.diagnostics import Diagnostic
-from fp8spec.rules.context import RuleContext, build_context
+from fp8spec.diagnostics import Diagnostic, Severity
+from fp8spec.resolve.context import ResolvedSpec, build_context
+from fp8spec.resolve.valid import Retarget, ValidSpec
 from fp8spec.rules.registry import Finding, Rule, all_rules, get_rule
 from fp8spec.spec.edit import with_values
 from fp8spec.spec.loader import LoadedSpec, load_spec
@@ -17,21 +18,11 @@ from fp8spec.spec.loader import LoadedSpec, load_spec
 RETARGETABLE = ("training.backend", "rollout.engine")
 
 
-@dataclass(frozen=True)
-class Retarget:
-    """One field a --backend choice changed: the spec's value (written, or its default) and the target's."""
-
-    field: str
-    spec_value: str
-    value: str
-    written: bool
-
-
 @dataclass
 class Validation:
     loaded: LoadedSpec  # when retargeted, its spec is the retargeted one (the file's text and positions stay)
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    context: Optional[RuleContext] = None
+    context: Optional[ResolvedSpec] = None
     retargeted: tuple[Retarget, ...] = ()
     findings: list[tuple[Rule, Finding, str]] = field(default_factory=list)  # with the severity reported
 
@@ -43,9 +34,18 @@ class Validation:
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity == "warning"]
 
+    def valid(self) -> ValidSpec:
+        """The spec as the compiler receives it; raises NotValid when it has errors (check ``errors`` first)."""
+        from fp8spec.resolve.valid import NotValid
 
-def validate_path(path: str | Path, display: str | None = None,
-                  retarget: Optional[Mapping[str, str]] = None) -> Validation:
+        if self.loaded.spec is None or self.context is None:
+            raise NotValid("the spec could not be read")
+        return ValidSpec(self.context, self.loaded.sha256, self.retargeted, tuple(self.diagnostics))
+
+
+def validate_path(
+    path: str | Path, display: str | None = None, retarget: Optional[Mapping[str, str]] = None
+) -> Validation:
     """Load and check one spec file. Raises InputError (exit 2) when it is not a readable YAML mapping.
 
     ``retarget`` ({"training.backend": "fsdp", "rollout.engine": "sglang"}) checks the spec as if it said
@@ -54,8 +54,9 @@ def validate_path(path: str | Path, display: str | None = None,
     return validate_loaded(loaded, Path(path).resolve().parent, retarget)
 
 
-def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
-                    retarget: Optional[Mapping[str, str]] = None) -> Validation:
+def validate_loaded(
+    loaded: LoadedSpec, spec_dir: Path, retarget: Optional[Mapping[str, str]] = None
+) -> Validation:
     result = Validation(loaded, list(loaded.diagnostics))
     if loaded.spec is None:
         return result
@@ -64,34 +65,53 @@ def validate_loaded(loaded: LoadedSpec, spec_dir: Path,
         if result.retargeted:
             loaded = dataclasses.replace(loaded, spec=with_values(loaded.spec, retarget))
             result.loaded = loaded
-    ctx = build_context(loaded.spec, spec_dir)
+    spec = loaded.spec
+    assert spec is not None  # a retargeted spec is still one
+    ctx = build_context(spec, spec_dir)
     result.context = ctx
-    acknowledged = dict(loaded.spec.acknowledge)
+    acknowledged = dict(spec.acknowledge)
     result.diagnostics.extend(_acknowledgement_problems(loaded, acknowledged))
     for rule, findings in run_rules(ctx):
         if isinstance(findings, Exception):  # a rule bug must not become a user-facing traceback
             exc = findings
-            result.diagnostics.append(Diagnostic(
-                "error", rule.code, f"internal error in rule {rule.name}: {type(exc).__name__}: {exc}",
-                loaded.file, 1, 1, "", "please report this with the spec that triggered it",
-            ))
+            result.diagnostics.append(
+                Diagnostic(
+                    "error",
+                    rule.code,
+                    f"internal error in rule {rule.name}: {type(exc).__name__}: {exc}",
+                    loaded.file,
+                    1,
+                    1,
+                    "",
+                    "please report this with the spec that triggered it",
+                )
+            )
             continue
         for finding in findings:
-            severity = rule.severity
+            severity: Severity = rule.severity
             message = finding.message
             if rule.code in acknowledged and rule.acknowledgeable:
                 severity = "info"
                 message = f"{message} (acknowledged: {acknowledged[rule.code]})"
             result.findings.append((rule, finding, severity))
             line, col = loaded.locate(finding.path)
-            result.diagnostics.append(Diagnostic(
-                severity, rule.code, message, loaded.file, line, col, finding.path, finding.hint or rule.hint,
-            ))
+            result.diagnostics.append(
+                Diagnostic(
+                    severity,
+                    rule.code,
+                    message,
+                    loaded.file,
+                    line,
+                    col,
+                    finding.path,
+                    finding.hint or rule.hint,
+                )
+            )
     result.diagnostics.sort(key=Diagnostic.sort_key)
     return result
 
 
-def run_rules(ctx: RuleContext) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
+def run_rules(ctx: ResolvedSpec) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
     """Every applicable rule with its findings, or the exception it raised."""
     for rule in all_rules():
         if rule.needs_model and ctx.model is None:
@@ -125,9 +145,29 @@ def _acknowledgement_problems(loaded: LoadedSpec, acknowledged: dict[str, str]) 
         path = f"acknowledge.{code}"
         line, col = loaded.locate(path, prefer="key")
         if rule is None:
-            out.append(Diagnostic("error", "S005", f"acknowledge: no rule has code {code}", loaded.file, line, col,
-                                  path, "see `fp8spec rules` for the codes"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    "S005",
+                    f"acknowledge: no rule has code {code}",
+                    loaded.file,
+                    line,
+                    col,
+                    path,
+                    "see `fp8spec rules` for the codes",
+                )
+            )
         elif not rule.acknowledgeable:
-            out.append(Diagnostic("error", "S005", f"acknowledge: rule {code} ({rule.name}) cannot be acknowledged",
-                                  loaded.file, line, col, path, "fix the spec instead"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    "S005",
+                    f"acknowledge: rule {code} ({rule.name}) cannot be acknowledged",
+                    loaded.file,
+                    line,
+                    col,
+                    path,
+                    "fix the spec instead",
+                )
+            )
     return out

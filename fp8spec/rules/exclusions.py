@@ -36,7 +36,9 @@ def _suggestions(model, text: str) -> list[str]:
 
 
 @rule(
-    "EXC001", "exclusion-matches-nothing", "error",
+    "EXC001",
+    "exclusion-matches-nothing",
+    "error",
     "An exclusion pattern matches no module of the model.",
     """Exclusions are matched against the model's real checkpoint module names, anchored (a whole name or
     a whole dotted suffix, never a substring). A pattern that matches nothing is almost always a typo, and
@@ -57,7 +59,9 @@ def exclusion_matches_nothing(ctx):
 
 
 @rule(
-    "EXC002", "exclusion-too-broad", "error",
+    "EXC002",
+    "exclusion-too-broad",
+    "error",
     "An exclusion pattern with a partial-name wildcard also catches unintended modules.",
     """A wildcard inside a name component ('mlp.gate*') reaches modules the author did not mean: on
     DeepSeek-V3 it keeps both the router (mlp.gate) and the dense layers' gate_proj in BF16 — or, in
@@ -80,7 +84,9 @@ def exclusion_too_broad(ctx):
 
 
 @rule(
-    "EXC003", "fused-group-split", "error",
+    "EXC003",
+    "fused-group-split",
+    "error",
     "Part of a fused group is excluded and part is quantized.",
     """Engines fuse q/k/v into qkv_proj and gate/up into gate_up_proj and quantize the fused layer as one;
     vLLM refuses mixed precision inside it ("Detected some but not all shards of {prefix} are quantized. All
@@ -111,7 +117,9 @@ def fused_group_split(ctx):
 
 
 @rule(
-    "EXC004", "router-quantized", "warning",
+    "EXC004",
+    "router-quantized",
+    "warning",
     "The MoE router is not kept in BF16.",
     """The FP8-RL paper keeps the MoE router in BF16: quantizing it flips expert choices and raised the
     rollout/trainer mismatch KL in its MoE ablation. verl adds model.layers.{i}.mlp.gate to vLLM's

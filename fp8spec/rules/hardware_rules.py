@@ -12,8 +12,13 @@ _SCALINGS = ("blockwise", "tensorwise", "delayed", "mxfp8")
 def _training_fix(ctx, code: str, path: str):
     """Other FP8 scalings that pass every rule on this GPU, or BF16 training (FP8 stays in the rollout)."""
     candidates = [{"training.fp8_scaling": s} for s in _SCALINGS if s != ctx.spec.training.fp8_scaling]
-    return proposal(ctx, code, path, candidates + [{"training.precision": "bf16"}],
-                    "train in BF16 (training.precision: bf16) or target a GPU that supports the recipe")
+    return proposal(
+        ctx,
+        code,
+        path,
+        candidates + [{"training.precision": "bf16"}],
+        "train in BF16 (training.precision: bf16) or target a GPU that supports the recipe",
+    )
 
 
 def _fp8_training(spec) -> bool:
@@ -21,7 +26,9 @@ def _fp8_training(spec) -> bool:
 
 
 @rule(
-    "HW001", "mxfp8-needs-blackwell", "error",
+    "HW001",
+    "mxfp8-needs-blackwell",
+    "error",
     "MXFP8 training needs a Blackwell GPU (compute capability 10.x).",
     """TransformerEngine enables MXFP8 only for 10.0 <= compute capability < 12.0
     (_compute_mxfp8_support in transformer_engine/pytorch/quantization.py); Hopper has no MXFP8 tensor cores.""",
@@ -32,12 +39,18 @@ def mxfp8_needs_blackwell(ctx):
     spec, gpu = ctx.spec, ctx.gpu
     if _fp8_training(spec) and spec.training.fp8_scaling == "mxfp8" and not (10, 0) <= gpu.cc < (12, 0):
         hint, ok = _training_fix(ctx, "HW001", "training.fp8_scaling")
-        yield Finding(f"training.fp8_scaling mxfp8 needs compute capability 10.x; {gpu.name} is {gpu.cc_text}",
-                      "training.fp8_scaling", hint, ok)
+        yield Finding(
+            f"training.fp8_scaling mxfp8 needs compute capability 10.x; {gpu.name} is {gpu.cc_text}",
+            "training.fp8_scaling",
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "HW002", "blockwise-needs-sm90-cuda129", "error",
+    "HW002",
+    "blockwise-needs-sm90-cuda129",
+    "error",
     "Blockwise FP8 needs compute capability >= 9.0 and a CUDA >= 12.9 torch build.",
     """TransformerEngine's Float8BlockScaling checks "FP8 block scaled GEMM requires compute capability 9.0
     or higher and CUDA >= 12.9" against torch.version.cuda (_compute_fp8_block_scaling_support); cuBLAS
@@ -53,28 +66,49 @@ def blockwise_needs_sm90(ctx):
     if _fp8_training(spec) and spec.training.fp8_scaling == "blockwise":
         if gpu.cc < (9, 0):
             hint, ok = _training_fix(ctx, "HW002", "hardware.gpu")
-            yield Finding(f"blockwise FP8 training needs compute capability >= 9.0; {gpu.name} is {gpu.cc_text}",
-                          "hardware.gpu", hint, ok)
+            yield Finding(
+                f"blockwise FP8 training needs compute capability >= 9.0; {gpu.name} is {gpu.cc_text}",
+                "hardware.gpu",
+                hint,
+                ok,
+            )
         if cuda < (12, 9):
             hint, ok = proposal(ctx, "HW002", "hardware.cuda", [{"hardware.cuda": "12.9"}], "")
             if ok:
-                hint = "run a torch built with CUDA 12.9 or newer and set hardware.cuda: \"12.9\" (passes every rule)"
+                hint = 'run a torch built with CUDA 12.9 or newer and set hardware.cuda: "12.9" (passes every rule)'
             else:
                 hint, ok = _training_fix(ctx, "HW002", "hardware.cuda")
-            yield Finding(f"blockwise FP8 training needs CUDA >= 12.9; hardware.cuda is {spec.hardware.cuda}",
-                          "hardware.cuda", hint, ok)
+            yield Finding(
+                f"blockwise FP8 training needs CUDA >= 12.9; hardware.cuda is {spec.hardware.cuda}",
+                "hardware.cuda",
+                hint,
+                ok,
+            )
     if spec.linear.quantize and gpu.cc < (8, 9):
-        hint, ok = proposal(ctx, "HW002", "linear.quantize", [{"linear.quantize": False}],
-                            "target a GPU with FP8 tensor cores (compute capability >= 8.9)")
+        hint, ok = proposal(
+            ctx,
+            "HW002",
+            "linear.quantize",
+            [{"linear.quantize": False}],
+            "target a GPU with FP8 tensor cores (compute capability >= 8.9)",
+        )
         if ok:
-            hint = f"{gpu.name} has no FP8 tensor cores: {hint} for BF16 rollouts, or target a GPU with compute " \
-                   "capability >= 8.9"
-        yield Finding(f"FP8 rollout needs FP8 tensor cores (compute capability >= 8.9); {gpu.name} is "
-                      f"{gpu.cc_text}", "linear.quantize", hint, ok)
+            hint = (
+                f"{gpu.name} has no FP8 tensor cores: {hint} for BF16 rollouts, or target a GPU with compute "
+                "capability >= 8.9"
+            )
+        yield Finding(
+            f"FP8 rollout needs FP8 tensor cores (compute capability >= 8.9); {gpu.name} is {gpu.cc_text}",
+            "linear.quantize",
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "HW003", "blackwell-training-fp32-scales", "error",
+    "HW003",
+    "blackwell-training-fp32-scales",
+    "error",
     "FP8 blockwise training on Blackwell cannot use FP32 block scales.",
     """From TE 2.9, Blackwell runs the blockwise recipe emulated on MXFP8, and its quantize kernels check
     "On Blackwell and newer, the FP8 block scaling recipe is emulated with MXFP8, which requires using power
@@ -85,16 +119,25 @@ def blockwise_needs_sm90(ctx):
 )
 def blackwell_training_fp32(ctx):
     spec, gpu = ctx.spec, ctx.gpu
-    if (_fp8_training(spec) and spec.training.fp8_scaling == "blockwise" and gpu.is_blackwell
-            and spec.linear.scale_dtype == "fp32"):
-        hint, ok = proposal(ctx, "HW003", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}],
-                            "")
-        yield Finding(f"FP8 blockwise training on {gpu.name} needs power-of-two scales, but "
-                      "linear.scale_dtype is fp32", "linear.scale_dtype", hint, ok)
+    if (
+        _fp8_training(spec)
+        and spec.training.fp8_scaling == "blockwise"
+        and gpu.is_blackwell
+        and spec.linear.scale_dtype == "fp32"
+    ):
+        hint, ok = proposal(ctx, "HW003", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}], "")
+        yield Finding(
+            f"FP8 blockwise training on {gpu.name} needs power-of-two scales, but linear.scale_dtype is fp32",
+            "linear.scale_dtype",
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "HW004", "sglang-ue8m0-needs-blackwell", "error",
+    "HW004",
+    "sglang-ue8m0-needs-blackwell",
+    "error",
     "SGLang uses UE8M0 scales only on Blackwell.",
     """SGLang sets DEEPGEMM_SCALE_UE8M0 only for SM100/SM120 (layers/deep_gemm_wrapper/configurer.py) and
     has no UE8M0 switch for Hopper; on an H100/H200 it would serve the scales as FP32, so a ue8m0 spec
@@ -104,15 +147,25 @@ def blackwell_training_fp32(ctx):
 )
 def sglang_ue8m0(ctx):
     spec, gpu = ctx.spec, ctx.gpu
-    if spec.linear.quantize and ctx.engine == "sglang" and spec.linear.scale_dtype == "ue8m0" and not gpu.is_blackwell:
-        hint, ok = proposal(ctx, "HW004", "linear.scale_dtype", [{"linear.scale_dtype": "fp32"}],
-                            "")
-        yield Finding(f"SGLang serves UE8M0 scales only on Blackwell; {gpu.name} is {gpu.arch}",
-                      "linear.scale_dtype", hint, ok)
+    if (
+        spec.linear.quantize
+        and ctx.engine == "sglang"
+        and spec.linear.scale_dtype == "ue8m0"
+        and not gpu.is_blackwell
+    ):
+        hint, ok = proposal(ctx, "HW004", "linear.scale_dtype", [{"linear.scale_dtype": "fp32"}], "")
+        yield Finding(
+            f"SGLang serves UE8M0 scales only on Blackwell; {gpu.name} is {gpu.arch}",
+            "linear.scale_dtype",
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "HW005", "vllm-blackwell-fp32-scales", "warning",
+    "HW005",
+    "vllm-blackwell-fp32-scales",
+    "warning",
     "vLLM's DeepGEMM on Blackwell needs UE8M0 scales.",
     """On Blackwell vLLM's DeepGEMM block-FP8 path requires UE8M0 scales: with E8M0 disabled it hard-fails
     or produces NaN (vLLM #37806, #57486). FP32 scales on Blackwell force the CUTLASS path, or fail.""",
@@ -121,14 +174,22 @@ def sglang_ue8m0(ctx):
 )
 def vllm_blackwell_fp32(ctx):
     spec, gpu = ctx.spec, ctx.gpu
-    if spec.linear.quantize and ctx.engine == "vllm" and gpu.is_blackwell and spec.linear.scale_dtype == "fp32":
-        hint, ok = proposal(ctx, "HW005", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}],
-                            "")
-        yield Finding(f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype", hint, ok)
+    if (
+        spec.linear.quantize
+        and ctx.engine == "vllm"
+        and gpu.is_blackwell
+        and spec.linear.scale_dtype == "fp32"
+    ):
+        hint, ok = proposal(ctx, "HW005", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}], "")
+        yield Finding(
+            f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype", hint, ok
+        )
 
 
 @rule(
-    "HW006", "fp8-training-needs-fp8-tensor-cores", "error",
+    "HW006",
+    "fp8-training-needs-fp8-tensor-cores",
+    "error",
     "FP8 training needs FP8 tensor cores (compute capability 8.9 or newer).",
     """TransformerEngine runs FP8 GEMMs only from compute capability 8.9 (Ada; Hopper and newer without
     further conditions): _compute_fp8_support returns "Device compute capability 8.9 or higher required for
@@ -143,7 +204,16 @@ def fp8_training_needs_fp8_cores(ctx):
     if not _fp8_training(spec) or need is None or spec.training.backend != "megatron":
         return
     if gpu.cc < version_tuple(str(need["min_cc"])):
-        hint, ok = proposal(ctx, "HW006", "training.precision", [{"training.precision": "bf16"}],
-                            f"target a GPU with compute capability >= {need['min_cc']}")
-        yield Finding(f"FP8 training needs compute capability >= {need['min_cc']}; {gpu.name} is {gpu.cc_text}",
-                      "training.precision", hint, ok)
+        hint, ok = proposal(
+            ctx,
+            "HW006",
+            "training.precision",
+            [{"training.precision": "bf16"}],
+            f"target a GPU with compute capability >= {need['min_cc']}",
+        )
+        yield Finding(
+            f"FP8 training needs compute capability >= {need['min_cc']}; {gpu.name} is {gpu.cc_text}",
+            "training.precision",
+            hint,
+            ok,
+        )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from fp8spec.patchset import patch_attention, patch_supports
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, get_rule, rule
+from fp8spec.rules.registry import Finding, rule, rule_hint
 
 
 @rule(
-    "KV001", "kv-e5m2-unsupported", "error",
+    "KV001",
+    "kv-e5m2-unsupported",
+    "error",
     "fp8_e5m2 KV cache is rejected by the engine's default Hopper attention backend.",
     """vLLM's FLASH_ATTN backend (the Hopper default for non-MLA models) supports auto, bfloat16, fp8 and
     fp8_e4m3 KV caches, not fp8_e5m2 (vllm/v1/attention/backends/flash_attn.py supported_kv_cache_dtypes);
@@ -23,12 +25,17 @@ def kv_e5m2(ctx):
     supported = ctx.fact("vllm", "attention.flash_attn_kv_dtypes")
     if supported is not None and "fp8_e5m2" in supported:
         return
-    yield Finding(f"kv_cache.dtype fp8_e5m2 is not supported by vLLM {ctx.engine_version}'s FLASH_ATTN "
-                  "backend on Hopper", "kv_cache.dtype")
+    yield Finding(
+        f"kv_cache.dtype fp8_e5m2 is not supported by vLLM {ctx.engine_version}'s FLASH_ATTN "
+        "backend on Hopper",
+        "kv_cache.dtype",
+    )
 
 
 @rule(
-    "KV002", "kv-recalibration-unrealisable", "error",
+    "KV002",
+    "kv-recalibration-unrealisable",
+    "error",
     "The requested KV-scale recalibration cannot be realised on this engine version.",
     """The paper re-armed vLLM's calculate_kv_scales after every weight sync. vLLM removed that option
     (deprecated in #37201, removed in #49389; 0.33 has no such field), verl never merged the re-arming
@@ -55,7 +62,9 @@ def kv_recalibration_unrealisable(ctx):
 
 
 @rule(
-    "KV003", "sglang-ignores-q-scale", "warning",
+    "KV003",
+    "sglang-ignores-q-scale",
+    "warning",
     "SGLang ignores the query scale of an FP8 KV cache.",
     """SGLang's FA3 backend casts the query to the KV dtype with no scale (prepare_paged_mha_query:
     q.to(kv_cache_dtype)) and passes only k/v descales; no MHA backend reads q_scale. Large query values
@@ -69,7 +78,9 @@ def sglang_q_scale(ctx):
 
 
 @rule(
-    "KV004", "kv-fp8-uncalibrated", "warning",
+    "KV004",
+    "kv-fp8-uncalibrated",
+    "warning",
     "FP8 KV cache with no calibration runs with scales of 1.0.",
     """Without a checkpoint or pushed scales, vLLM (since #49389) and SGLang fall back to k/v scales of 1.0
     ("Defaulting to scaling factors of 1.0"); sgl-cookbook #237 removed fp8_e4m3 KV from recipes because
@@ -80,12 +91,16 @@ def sglang_q_scale(ctx):
 def kv_uncalibrated(ctx):
     spec = ctx.spec
     if spec.kv_cache.dtype != "bf16" and spec.kv_cache.recalibrate == "none":
-        yield Finding(f"kv_cache.dtype {spec.kv_cache.dtype} with recalibrate none uses scales of 1.0",
-                      "kv_cache.recalibrate")
+        yield Finding(
+            f"kv_cache.dtype {spec.kv_cache.dtype} with recalibrate none uses scales of 1.0",
+            "kv_cache.recalibrate",
+        )
 
 
 @rule(
-    "KV005", "kv-recalibration-mla", "error",
+    "KV005",
+    "kv-recalibration-mla",
+    "error",
     "Per-step KV-scale recalibration is not implemented for MLA attention.",
     """The runtime patch that realises kv_cache.recalibrate on this stack ('kv_scales') hooks per-head
     attention: it takes post-RoPE q/k/v amax in Hugging Face *Attention / Megatron core_attention and pushes
@@ -99,20 +114,31 @@ def kv_uncalibrated(ctx):
 )
 def kv_recalibration_mla(ctx):
     spec = ctx.spec
-    if (ctx.model.attention != "mla" or spec.kv_cache.dtype == "bf16" or spec.kv_cache.recalibrate == "none"
-            or ctx.native_kv_calibration()):
+    if (
+        ctx.model.attention != "mla"
+        or spec.kv_cache.dtype == "bf16"
+        or spec.kv_cache.recalibrate == "none"
+        or ctx.native_kv_calibration()
+    ):
         return
     covered = patch_attention("kv_scales")
     if ctx.model.attention not in covered:
-        yield Finding(f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
-                      f"{', '.join(covered) or 'no'} attention only", "kv_cache.recalibrate")
+        yield Finding(
+            f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
+            f"{', '.join(covered) or 'no'} attention only",
+            "kv_cache.recalibrate",
+        )
 
 
 def _static_kv_fix(ctx, code: str):
     """Hint and proposals where the engine cannot honour pushed scales: a BF16 KV cache, or static scales."""
-    return proposal(ctx, code, "kv_cache.recalibrate",
-                    [{"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}, {"kv_cache.recalibrate": "none"}],
-                    get_rule(code).hint)
+    return proposal(
+        ctx,
+        code,
+        "kv_cache.recalibrate",
+        [{"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}, {"kv_cache.recalibrate": "none"}],
+        rule_hint(code),
+    )
 
 
 def _recalibrating(spec) -> bool:
@@ -120,7 +146,9 @@ def _recalibrating(spec) -> bool:
 
 
 @rule(
-    "KV006", "kv-scales-flashinfer-vllm", "error",
+    "KV006",
+    "kv-scales-flashinfer-vllm",
+    "error",
     "vLLM's FlashInfer attention ignores q/k/v scales pushed after its first forward.",
     """On Blackwell (compute capability 10.x) vLLM picks FLASHINFER for non-MLA attention
     (vllm/platforms/cuda.py _get_backend_priorities; profile fact capability.fp8_kv_attention_backend).
@@ -140,13 +168,20 @@ def kv_scales_flashinfer_vllm(ctx):
     honoured = (ctx.fact("vllm", "capability.per_step_kv_scales") or {}).get(backend, True)
     if backend is not None and not honoured:
         hint, ok = _static_kv_fix(ctx, "KV006")
-        yield Finding(f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {spec.hardware.gpu}: vLLM "
-                      f"{ctx.engine_version} runs {backend} there, which keeps the q/k/v scales of its first "
-                      "forward (pushed scales would be silently ignored)", "kv_cache.recalibrate", hint, ok)
+        yield Finding(
+            f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {spec.hardware.gpu}: vLLM "
+            f"{ctx.engine_version} runs {backend} there, which keeps the q/k/v scales of its first "
+            "forward (pushed scales would be silently ignored)",
+            "kv_cache.recalibrate",
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "KV007", "kv-scales-flashinfer-sglang", "error",
+    "KV007",
+    "kv-scales-flashinfer-sglang",
+    "error",
     "SGLang's FlashInfer decode reads the KV scales captured in its CUDA graphs.",
     """verl 0.9.1 runs SGLang >= 0.5.12 with attention_backend flashinfer by default, because FA3 CUDA-graph
     capture is broken there (verl async_sglang_server.py 289-297). SGLang's FlashInfer forward_decode writes the
@@ -165,6 +200,11 @@ def kv_scales_flashinfer_sglang(ctx):
     decode = (ctx.fact("sglang", "capability.flashinfer_decode_kv_scales") or {}).get("decode", "")
     if verl_backend == "flashinfer" and "captured" in str(decode):
         hint, ok = _static_kv_fix(ctx, "KV007")
-        yield Finding(f"kv_cache.recalibrate {spec.kv_cache.recalibrate} with SGLang {ctx.engine_version} under "
-                      "verl: FlashInfer decode keeps the k/v scales captured in its CUDA graphs while the cache is "
-                      "written with the pushed ones", "kv_cache.recalibrate", hint, ok)
+        yield Finding(
+            f"kv_cache.recalibrate {spec.kv_cache.recalibrate} with SGLang {ctx.engine_version} under "
+            "verl: FlashInfer decode keeps the k/v scales captured in its CUDA graphs while the cache is "
+            "written with the pushed ones",
+            "kv_cache.recalibrate",
+            hint,
+            ok,
+        )

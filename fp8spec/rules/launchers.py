@@ -7,7 +7,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "LCH001", "sbatch-option-not-allowed", "error",
+    "LCH001",
+    "sbatch-option-not-allowed",
+    "error",
     "An extra #SBATCH option is unknown to sbatch, ambiguous, abbreviated, or one the launcher sets itself.",
     f"""slurm.sbatch writes nodes, GPUs per node, one task per node, --exclusive, time, partition, account and
     job name from the spec, and starts one Ray node per Slurm node; a second or contradicting option in

@@ -23,7 +23,9 @@ def _join(values) -> str:
 
 
 @rule(
-    "PAR001", "trainer-layout-indivisible", "error",
+    "PAR001",
+    "trainer-layout-indivisible",
+    "error",
     "The GPU count is not divisible by the Megatron parallel layout.",
     """megatron-core's initialize_model_parallel raises "world_size (W) is not divisible by M" when
     tp*cp*pp does not divide the GPUs, and "... not divisible by expert_tensor_model_pipeline_parallel size"
@@ -36,24 +38,47 @@ def trainer_layout(ctx):
         return
     m = ctx.megatron
     if m.world % m.model_size:
-        candidates = [{_P + "tp": t} for t in divisors(m.world)] + [{_P + "pp": p} for p in divisors(m.world)] + [
-            {_P + "cp": c} for c in divisors(m.world)]
-        hint, ok = proposal(ctx, "PAR001", "training.parallel", candidates,
-                            f"tp*cp*pp must be one of {_join(divisors(m.world))}")
-        yield Finding(f"{m.world} GPUs are not divisible by tp*cp*pp = {m.tp}*{m.cp}*{m.pp} = {m.model_size}; "
-                      f"tp*cp*pp must divide them", "training.parallel", hint, ok)
+        candidates = (
+            [{_P + "tp": t} for t in divisors(m.world)]
+            + [{_P + "pp": p} for p in divisors(m.world)]
+            + [{_P + "cp": c} for c in divisors(m.world)]
+        )
+        hint, ok = proposal(
+            ctx,
+            "PAR001",
+            "training.parallel",
+            candidates,
+            f"tp*cp*pp must be one of {_join(divisors(m.world))}",
+        )
+        yield Finding(
+            f"{m.world} GPUs are not divisible by tp*cp*pp = {m.tp}*{m.cp}*{m.pp} = {m.model_size}; "
+            f"tp*cp*pp must divide them",
+            "training.parallel",
+            hint,
+            ok,
+        )
     if m.world % m.expert_model_size:
         etp = f"etp {m.expert_tp}" + (" (unset, so it follows tp)" if m.etp is None else "")
-        path = "training.parallel.etp" if ctx.spec.training.parallel.etp is not None else "training.parallel.ep"
-        candidates = [{_P + "etp": e} for e in divisors(m.world)] + [{_P + "ep": e} for e in divisors(m.world)]
-        hint, ok = proposal(ctx, "PAR001", path, candidates,
-                            f"etp*ep*pp must divide the {m.world} GPUs")
-        yield Finding(f"{m.world} GPUs are not divisible by etp*ep*pp = {m.expert_tp}*{m.ep}*{m.pp} = "
-                      f"{m.expert_model_size} ({etp})", path, hint, ok)
+        path = (
+            "training.parallel.etp" if ctx.spec.training.parallel.etp is not None else "training.parallel.ep"
+        )
+        candidates = [{_P + "etp": e} for e in divisors(m.world)] + [
+            {_P + "ep": e} for e in divisors(m.world)
+        ]
+        hint, ok = proposal(ctx, "PAR001", path, candidates, f"etp*ep*pp must divide the {m.world} GPUs")
+        yield Finding(
+            f"{m.world} GPUs are not divisible by etp*ep*pp = {m.expert_tp}*{m.ep}*{m.pp} = "
+            f"{m.expert_model_size} ({etp})",
+            path,
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "PAR008", "pipeline-layers-indivisible", "error",
+    "PAR008",
+    "pipeline-layers-indivisible",
+    "error",
     "The decoder layers do not split over the pipeline stages.",
     """Without first/last stage layer counts megatron-core builds num_layers / pp layers per stage and
     asserts "num_layers should be divisible by pipeline_model_parallel_size" when it builds the model
@@ -76,16 +101,29 @@ def pipeline_layers(ctx):
     split = uneven_split(layers, m.pp)
     if split:
         candidates.append({_P + "first_stage_layers": split[0], _P + "last_stage_layers": split[1]})
-    where = "training.parallel.first_stage_layers" if m.first_stage_layers is not None else (
-        "training.parallel.last_stage_layers" if m.last_stage_layers is not None else "training.parallel.pp")
-    hint, ok = proposal(ctx, "PAR008", where, candidates,
-                        f"pp must divide {layers}, or the first/last stages take the layers the middle stages "
-                        "cannot split")
+    where = (
+        "training.parallel.first_stage_layers"
+        if m.first_stage_layers is not None
+        else (
+            "training.parallel.last_stage_layers"
+            if m.last_stage_layers is not None
+            else "training.parallel.pp"
+        )
+    )
+    hint, ok = proposal(
+        ctx,
+        "PAR008",
+        where,
+        candidates,
+        f"pp must divide {layers}, or the first/last stages take the layers the middle stages cannot split",
+    )
     yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}", where, hint, ok)
 
 
 @rule(
-    "PAR009", "experts-indivisible-by-ep", "error",
+    "PAR009",
+    "experts-indivisible-by-ep",
+    "error",
     "The routed experts do not split over the trainer's expert parallelism.",
     """Every expert-parallel rank holds num_moe_experts / ep experts: megatron-core's BaseMoELayer asserts
     num_moe_experts % expert_model_parallel_size == 0 when it builds each MoE layer (moe/moe_layer.py:185).""",
@@ -97,14 +135,22 @@ def experts_by_ep(ctx):
         return
     m = ctx.megatron
     if model.num_experts % m.ep:
-        hint, ok = proposal(ctx, "PAR009", _P + "ep", ({_P + "ep": e} for e in divisors(model.num_experts)),
-                            f"ep must divide the {model.num_experts} experts and etp*ep*pp the {m.world} GPUs")
-        yield Finding(f"{model.num_experts} experts of {model.id} are not divisible by ep {m.ep}", _P + "ep",
-                      hint, ok)
+        hint, ok = proposal(
+            ctx,
+            "PAR009",
+            _P + "ep",
+            ({_P + "ep": e} for e in divisors(model.num_experts)),
+            f"ep must divide the {model.num_experts} experts and etp*ep*pp the {m.world} GPUs",
+        )
+        yield Finding(
+            f"{model.num_experts} experts of {model.id} are not divisible by ep {m.ep}", _P + "ep", hint, ok
+        )
 
 
 @rule(
-    "PAR010", "ep-without-experts", "error",
+    "PAR010",
+    "ep-without-experts",
+    "error",
     "Expert parallelism on a model without experts.",
     """megatron-core's TransformerConfig raises "num_moe_experts must be non None to use expert-parallel."
     when expert_model_parallel_size > 1 and the model has no MoE layers.""",
@@ -112,14 +158,25 @@ def experts_by_ep(ctx):
 )
 def ep_without_experts(ctx):
     if _megatron(ctx) and not ctx.model.is_moe and ctx.spec.training.parallel.ep > 1:
-        hint, ok = proposal(ctx, "PAR010", _P + "ep", [{_P + "ep": 1}],
-                            "set training.parallel.ep: 1, then fix the layout errors reported with it")
-        yield Finding(f"{ctx.model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
-                      _P + "ep", hint, ok)
+        hint, ok = proposal(
+            ctx,
+            "PAR010",
+            _P + "ep",
+            [{_P + "ep": 1}],
+            "set training.parallel.ep: 1, then fix the layout errors reported with it",
+        )
+        yield Finding(
+            f"{ctx.model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
+            _P + "ep",
+            hint,
+            ok,
+        )
 
 
 @rule(
-    "PAR011", "trainer-heads-indivisible", "error",
+    "PAR011",
+    "trainer-heads-indivisible",
+    "error",
     "Attention heads do not split over the trainer's tensor parallelism.",
     """megatron-core's TransformerConfig raises "num_attention_heads (H) must be a multiple of
     tensor_model_parallel_size (T)" and "num_query_groups (G) must be a multiple or divisor of
@@ -133,11 +190,25 @@ def trainer_heads(ctx):
     heads, groups = model.num_attention_heads, model.num_key_value_heads
     hint, ok = "", ()
     if heads % m.tp or (groups % m.tp and m.tp % groups):
-        hint, ok = proposal(ctx, "PAR011", _P + "tp", ({_P + "tp": t} for t in divisors(m.world)),
-                            "training tp must divide the attention heads, and divide or be divided by the KV heads")
+        hint, ok = proposal(
+            ctx,
+            "PAR011",
+            _P + "tp",
+            ({_P + "tp": t} for t in divisors(m.world)),
+            "training tp must divide the attention heads, and divide or be divided by the KV heads",
+        )
     if heads % m.tp:
-        yield Finding(f"{heads} attention heads of {model.id} are not divisible by training tp {m.tp}",
-                      _P + "tp", hint, ok)
+        yield Finding(
+            f"{heads} attention heads of {model.id} are not divisible by training tp {m.tp}",
+            _P + "tp",
+            hint,
+            ok,
+        )
     elif groups % m.tp and m.tp % groups:
-        yield Finding(f"{groups} query groups (KV heads) of {model.id} and training tp {m.tp}: neither divides the "
-                      "other", _P + "tp", hint, ok)
+        yield Finding(
+            f"{groups} query groups (KV heads) of {model.id} and training tp {m.tp}: neither divides the "
+            "other",
+            _P + "tp",
+            hint,
+            ok,
+        )

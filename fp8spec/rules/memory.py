@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, get_rule, rule
+from fp8spec.rules.registry import Finding, rule, rule_hint
 
 _GMU = "rollout.gpu_memory_utilization"
 
@@ -26,7 +26,7 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
     code = verdict.code
     # acknowledged: information, so the planner's own reading of the situation; otherwise values are proposed
     # only if they pass every rule, and the rule's general fix stands in when none does
-    otherwise = verdict.fix if code in ctx.spec.acknowledge and verdict.fix else get_rule(code).hint
+    otherwise = verdict.fix if code in ctx.spec.acknowledge and verdict.fix else rule_hint(code)
     hint, ok = proposal(ctx, code, path, candidates(plan, verdict), otherwise)
     yield Finding(verdict.message, path, hint or None, ok)
 
@@ -36,7 +36,9 @@ def _bigger_tps(plan) -> list[dict]:
 
 
 @rule(
-    "MEM001", "trainer-state-exceeds-gpu", "error",
+    "MEM001",
+    "trainer-state-exceeds-gpu",
+    "error",
     "The trainer's parameters, gradients and optimizer state do not fit one GPU.",
     """Training holds parameters, gradients and optimizer state on the GPU at once: verl's offload options
     move them to CPU only between training passes (verl/workers/engine/base.py:300-335).
@@ -54,7 +56,9 @@ def trainer_state_exceeds_gpu(ctx):
 
 
 @rule(
-    "MEM002", "rollout-no-kv-memory", "error",
+    "MEM002",
+    "rollout-no-kv-memory",
+    "error",
     "The rollout engine has no KV-cache room for one request at its memory utilisation.",
     """vLLM 0.24 gives the KV cache ceil(total x gpu_memory_utilization) minus weights, the profiled
     activation peak, non-torch memory and its CUDA-graph estimate (vllm/v1/worker/gpu_worker.py:432-493);
@@ -79,7 +83,9 @@ def rollout_no_kv_memory(ctx):
 
 
 @rule(
-    "MEM003", "rollout-beside-trainer-exceeds-gpu", "error",
+    "MEM003",
+    "rollout-beside-trainer-exceeds-gpu",
+    "error",
     "The trainer's resident memory plus the rollout engine's share exceed the GPU.",
     """In verl's colocated mode the trainer's parameters and optimizer state stay on the GPU while the engine
     generates unless offloaded (verl/workers/engine_workers.py:768-826; param_offload and optimizer_offload
@@ -107,7 +113,9 @@ def rollout_beside_trainer(ctx):
 
 
 @rule(
-    "MEM004", "heavy-preemption", "warning",
+    "MEM004",
+    "heavy-preemption",
+    "warning",
     "The KV cache holds fewer than half of the sequences the engine runs at full length.",
     """verl sends train_batch_size x n sequences split over the rollout replicas, and vLLM admits up to
     max_num_seqs of them (verl default 256) as long as their prompts fit; as responses grow the KV cache
@@ -122,7 +130,7 @@ def heavy_preemption(ctx):
     from fp8spec.plan.feasibility import preemption
 
     def candidates(plan, verdict):
-        out = []
+        out: list[dict[str, object]] = []
         if ctx.spec.kv_cache.dtype == "bf16":
             out.append({"kv_cache.dtype": "fp8_e4m3"})
         if not ctx.spec.linear.quantize:
@@ -133,7 +141,9 @@ def heavy_preemption(ctx):
 
 
 @rule(
-    "MEM005", "trainer-activations-exceed-gpu", "warning",
+    "MEM005",
+    "trainer-activations-exceed-gpu",
+    "warning",
     "The estimated training peak, activations included, exceeds the GPU.",
     """Besides its state the trainer holds one micro-batch's activations (bf16 layer tensors per token, after
     Korthikanti et al. 2022, divided by TP under sequence parallelism, kept only at layer inputs with verl

@@ -7,7 +7,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "MDL001", "quantized-checkpoint", "error",
+    "MDL001",
+    "quantized-checkpoint",
+    "error",
     "The checkpoint is stored quantized but the trainer needs BF16 weights.",
     """verl's trainers load model.path as trainable weights (FSDP through transformers, Megatron through
     Megatron-Bridge; FP8 training too keeps BF16 master weights and lets TransformerEngine quantize). A
@@ -22,12 +24,17 @@ def quantized_checkpoint(ctx):
     model = ctx.model
     if model.quantization:
         where = "model.config_path" if ctx.spec.model.config_path else "model.name"
-        yield Finding(f"{model.id}'s config.json has quantization_config (quant_method {model.quantization!r}): "
-                      "its weights are stored quantized and cannot be trained as a BF16 checkpoint", where)
+        yield Finding(
+            f"{model.id}'s config.json has quantization_config (quant_method {model.quantization!r}): "
+            "its weights are stored quantized and cannot be trained as a BF16 checkpoint",
+            where,
+        )
 
 
 @rule(
-    "MDL002", "context-too-long", "error",
+    "MDL002",
+    "context-too-long",
+    "error",
     "Prompt plus response is longer than the model's context.",
     """verl caps the engines' max_model_len at the model's max_position_embeddings (vllm_async_server.py:1103-1111,
     async_sglang_server.py:166-173) and cuts generation at max_model_len - prompt length (:593-599), so
@@ -43,9 +50,20 @@ def context_too_long(ctx):
     if limit is not None and total > limit:
         fits = limit - r.max_prompt_length
         candidates = [{"rollout.max_response_length": fits}] if fits > 0 else []
-        candidates.append({"rollout.max_prompt_length": limit // 8, "rollout.max_response_length": limit - limit // 8})
-        hint, ok = proposal(ctx, "MDL002", "rollout.max_response_length", candidates,
-                            "use a checkpoint whose config.json allows longer contexts")
-        yield Finding(f"max_prompt_length + max_response_length = {r.max_prompt_length} + {r.max_response_length} "
-                      f"= {total} exceeds {model.id}'s max_position_embeddings {limit}",
-                      "rollout.max_response_length", hint, ok)
+        candidates.append(
+            {"rollout.max_prompt_length": limit // 8, "rollout.max_response_length": limit - limit // 8}
+        )
+        hint, ok = proposal(
+            ctx,
+            "MDL002",
+            "rollout.max_response_length",
+            candidates,
+            "use a checkpoint whose config.json allows longer contexts",
+        )
+        yield Finding(
+            f"max_prompt_length + max_response_length = {r.max_prompt_length} + {r.max_response_length} "
+            f"= {total} exceeds {model.id}'s max_position_embeddings {limit}",
+            "rollout.max_response_length",
+            hint,
+            ok,
+        )

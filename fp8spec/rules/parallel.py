@@ -14,13 +14,14 @@ def _divisors(n: int) -> list[int]:
 
 def _value_finding(ctx, code: str, message: str, field: str, candidates, what: str) -> Finding:
     """A finding at ``field`` whose hint proposes the candidate values of that field that pass every rule."""
-    hint, ok = proposal(ctx, code, field, ({field: v} for v in candidates),
-                        what)
+    hint, ok = proposal(ctx, code, field, ({field: v} for v in candidates), what)
     return Finding(message, field, hint, ok)
 
 
 @rule(
-    "PAR002", "rollout-tp-indivisible", "error",
+    "PAR002",
+    "rollout-tp-indivisible",
+    "error",
     "Rollout tensor parallelism does not fit the GPUs.",
     """Each rollout replica takes rollout.tp GPUs; verl builds replicas from all trainer GPUs, so the GPU
     count must be a multiple of rollout.tp (and of tp*ep with expert parallelism), and a replica must fit
@@ -35,23 +36,50 @@ def rollout_tp(ctx):
     tps = [t for t in _divisors(gpn) if spec.world_size % t == 0]
     what = f"rollout.tp must divide the {spec.world_size} GPUs and fit in a node of {gpn}"
     if spec.world_size % r.tp:
-        yield _value_finding(ctx, "PAR002", f"{spec.world_size} GPUs are not divisible by rollout.tp {r.tp}",
-                             "rollout.tp", tps, what)
+        yield _value_finding(
+            ctx,
+            "PAR002",
+            f"{spec.world_size} GPUs are not divisible by rollout.tp {r.tp}",
+            "rollout.tp",
+            tps,
+            what,
+        )
     elif r.tp > gpn:
-        yield _value_finding(ctx, "PAR002", f"rollout.tp {r.tp} is larger than gpus_per_node {gpn}: a replica "
-                             "must fit in one node", "rollout.tp", tps, what)
+        yield _value_finding(
+            ctx,
+            "PAR002",
+            f"rollout.tp {r.tp} is larger than gpus_per_node {gpn}: a replica must fit in one node",
+            "rollout.tp",
+            tps,
+            what,
+        )
     eps = [e for e in _divisors(spec.world_size) if e > 1 and e % r.tp == 0]
     if r.ep > 1 and spec.world_size % r.ep:
-        yield _value_finding(ctx, "PAR002", f"{spec.world_size} GPUs are not divisible by rollout.ep {r.ep}",
-                             "rollout.ep", eps + [1], f"rollout.ep must divide the {spec.world_size} GPUs")
+        yield _value_finding(
+            ctx,
+            "PAR002",
+            f"{spec.world_size} GPUs are not divisible by rollout.ep {r.ep}",
+            "rollout.ep",
+            eps + [1],
+            f"rollout.ep must divide the {spec.world_size} GPUs",
+        )
     elif r.ep > 1 and r.ep % r.tp:
-        yield _value_finding(ctx, "PAR002", f"rollout.ep {r.ep} must be tp x dp, a multiple of rollout.tp {r.tp} "
-                             "(verl RolloutConfig: expert_parallel_size == tensor_model_parallel_size * "
-                             "data_parallel_size)", "rollout.ep", eps + [1], f"rollout.ep must be a multiple of {r.tp}")
+        yield _value_finding(
+            ctx,
+            "PAR002",
+            f"rollout.ep {r.ep} must be tp x dp, a multiple of rollout.tp {r.tp} "
+            "(verl RolloutConfig: expert_parallel_size == tensor_model_parallel_size * "
+            "data_parallel_size)",
+            "rollout.ep",
+            eps + [1],
+            f"rollout.ep must be a multiple of {r.tp}",
+        )
 
 
 @rule(
-    "PAR003", "rollout-pp-unsupported", "error",
+    "PAR003",
+    "rollout-pp-unsupported",
+    "error",
     "Pipeline parallelism is not supported in the rollout engine.",
     """verl's RolloutConfig.__post_init__ raises NotImplementedError for pipeline_model_parallel_size > 1
     with vllm, sglang and trtllm (verl/workers/config/rollout.py).""",
@@ -64,7 +92,9 @@ def rollout_pp(ctx):
 
 
 @rule(
-    "PAR004", "batch-indivisible", "error",
+    "PAR004",
+    "batch-indivisible",
+    "error",
     "Batch sizes do not divide the way verl requires.",
     """verl's validate_config asserts "real_train_batch_size (train_batch_size * n) must be divisible by
     minimal possible batch size" (n_gpus for FSDP; megatron_dp * ppo_micro_batch_size_per_gpu for
@@ -91,24 +121,43 @@ def batch_indivisible(ctx):
         # train_batch_size * n is a multiple of `minimal` exactly when train_batch_size is a multiple of `step`
         step = minimal // gcd(minimal, spec.rollout.n)
         below, above = a.train_batch_size // step * step, (a.train_batch_size // step + 1) * step
-        yield _value_finding(ctx, "PAR004", f"train_batch_size * n = {a.train_batch_size} * {spec.rollout.n} = "
-                             f"{real} is not divisible by {minimal}", "algorithm.train_batch_size",
-                             [v for v in (below, above) if v > 0], "set algorithm.use_dynamic_bsz: true")
+        yield _value_finding(
+            ctx,
+            "PAR004",
+            f"train_batch_size * n = {a.train_batch_size} * {spec.rollout.n} = "
+            f"{real} is not divisible by {minimal}",
+            "algorithm.train_batch_size",
+            [v for v in (below, above) if v > 0],
+            "set algorithm.use_dynamic_bsz: true",
+        )
     if a.train_batch_size < a.ppo_mini_batch_size:
         field = "algorithm.ppo_mini_batch_size"
-        smaller = [d for d in _divisors(a.train_batch_size)][::-1][:4]
-        found = _value_finding(ctx, "PAR004", f"ppo_mini_batch_size {a.ppo_mini_batch_size} is larger than "
-                               f"train_batch_size {a.train_batch_size}", field, smaller,
-                               "raise algorithm.train_batch_size")
+        smaller = list(_divisors(a.train_batch_size))[::-1][:4]
+        found = _value_finding(
+            ctx,
+            "PAR004",
+            f"ppo_mini_batch_size {a.ppo_mini_batch_size} is larger than "
+            f"train_batch_size {a.train_batch_size}",
+            field,
+            smaller,
+            "raise algorithm.train_batch_size",
+        )
         if not found.proposals:
-            hint, ok = proposal(ctx, "PAR004", field, [{"algorithm.train_batch_size": a.ppo_mini_batch_size}],
-                                found.hint)
+            hint, ok = proposal(
+                ctx,
+                "PAR004",
+                field,
+                [{"algorithm.train_batch_size": a.ppo_mini_batch_size}],
+                found.hint or "",
+            )
             found = Finding(found.message, field, hint, ok)
         yield found
 
 
 @rule(
-    "PAR005", "bf16-layers-exceed-model", "error",
+    "PAR005",
+    "bf16-layers-exceed-model",
+    "error",
     "More BF16 first/last layers than the model has.",
     """Megatron-core requires num_layers_at_start_in_bf16 and num_layers_at_end_in_bf16 to lie within
     [0, num_layers // pipeline_model_parallel_size] (TransformerConfig.__post_init__); together they must
@@ -120,8 +169,10 @@ def bf16_layers(ctx):
     first, last = spec.linear.bf16_first_layers, spec.linear.bf16_last_layers
     layers = model.num_hidden_layers
     if first + last >= layers and (first or last):
-        yield Finding(f"bf16_first_layers {first} + bf16_last_layers {last} cover all {layers} layers of {model.id}",
-                      "linear.bf16_first_layers")
+        yield Finding(
+            f"bf16_first_layers {first} + bf16_last_layers {last} cover all {layers} layers of {model.id}",
+            "linear.bf16_first_layers",
+        )
     elif spec.training.backend == "megatron" and spec.training.precision == "fp8":
         per_stage = layers // spec.training.parallel.pp
         for name, value in (("bf16_first_layers", first), ("bf16_last_layers", last)):
@@ -130,7 +181,9 @@ def bf16_layers(ctx):
 
 
 @rule(
-    "PAR006", "heads-indivisible", "error",
+    "PAR006",
+    "heads-indivisible",
+    "error",
     "Attention heads do not split over the rollout tensor parallelism.",
     """vLLM requires num_attention_heads % tp == 0, and for KV heads either kv_heads % tp == 0 or
     tp % kv_heads == 0 (then KV heads are replicated); SGLang has the same checks.""",
@@ -147,15 +200,29 @@ def heads_indivisible(ctx):
     tps = [t for t in _divisors(gpn) if splits(t)]
     what = f"{model.id}'s heads split evenly over rollout.tp {', '.join(map(str, tps)) or 'none of the node sizes'}"
     if heads % tp:
-        yield _value_finding(ctx, "PAR006", f"{heads} attention heads are not divisible by rollout.tp {tp}",
-                             "rollout.tp", tps, what)
+        yield _value_finding(
+            ctx,
+            "PAR006",
+            f"{heads} attention heads are not divisible by rollout.tp {tp}",
+            "rollout.tp",
+            tps,
+            what,
+        )
     elif model.attention != "mla" and kv % tp and tp % kv:
-        yield _value_finding(ctx, "PAR006", f"{kv} KV heads and rollout.tp {tp}: neither divides the other",
-                             "rollout.tp", tps, what)
+        yield _value_finding(
+            ctx,
+            "PAR006",
+            f"{kv} KV heads and rollout.tp {tp}: neither divides the other",
+            "rollout.tp",
+            tps,
+            what,
+        )
 
 
 @rule(
-    "PAR007", "fsdp-ignores-parallel", "warning",
+    "PAR007",
+    "fsdp-ignores-parallel",
+    "warning",
     "training.parallel is ignored by the FSDP trainer.",
     """verl's FSDP engine shards parameters over all GPUs; tensor, pipeline, expert and context parallel
     sizes, expert tensor parallelism and uneven pipeline stages apply only to the Megatron engine
@@ -170,8 +237,13 @@ def fsdp_ignores_parallel(ctx):
     if spec.training.backend != "fsdp":
         return
     set_fields = [f"{name} {getattr(p, name)}" for name in ("tp", "pp", "ep", "cp") if getattr(p, name) != 1]
-    set_fields += [f"{name} {getattr(p, name)}" for name in ("etp", "first_stage_layers", "last_stage_layers")
-                   if getattr(p, name) is not None]
+    set_fields += [
+        f"{name} {getattr(p, name)}"
+        for name in ("etp", "first_stage_layers", "last_stage_layers")
+        if getattr(p, name) is not None
+    ]
     if set_fields:
-        yield Finding(f"training.parallel ({', '.join(set_fields)}) has no effect with training.backend fsdp",
-                      "training.parallel")
+        yield Finding(
+            f"training.parallel ({', '.join(set_fields)}) has no effect with training.backend fsdp",
+            "training.parallel",
+        )

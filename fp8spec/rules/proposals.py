@@ -39,7 +39,7 @@ def findings_of(ctx) -> frozenset[Found]:
 
 def _probe(ctx, changes: Changes):
     """Findings of the spec with ``changes`` applied; None when a changed value is not one the field takes."""
-    from fp8spec.rules.context import derived_context
+    from fp8spec.resolve.context import derived_context
     from fp8spec.spec.edit import EditError, with_values
 
     key = tuple(sorted(changes.items(), key=lambda kv: kv[0]))
@@ -110,11 +110,14 @@ def blocked(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -
         if codes:
             by_codes.setdefault(codes, []).append(changes)
     groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0]), kv[0]))
+
     def verb(codes: tuple) -> str:
         return "refuses" if len(codes) == 1 else "refuse"
 
-    return "; ".join(f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
-                     for codes, members in groups[:3])
+    return "; ".join(
+        f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
+        for codes, members in groups[:3]
+    )
 
 
 def working_values(ctx, field: str, values: Iterable[Any], fixes: ErrorKey | None = None) -> list[Any]:
@@ -159,5 +162,6 @@ def proposal(ctx, code: str, path: str, candidates: Iterable[Changes], otherwise
         if near:
             near = f"no single change passes every rule: {near}"
         return "; ".join(p for p in (near, otherwise) if p), ()
-    return f"set {describe(ok)} (each passes every rule)" if len(ok) > 1 else \
-        f"set {describe(ok)} (passes every rule)", tuple(ok)
+    return f"set {describe(ok)} (each passes every rule)" if len(
+        ok
+    ) > 1 else f"set {describe(ok)} (passes every rule)", tuple(ok)

@@ -6,7 +6,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "REF001", "model-unresolved", "error",
+    "REF001",
+    "model-unresolved",
+    "error",
     "The model is not in the catalog, or its config.json cannot be used.",
     """Every FP8 check needs the model's real shapes and module names. fp8spec never downloads: a model
     outside the embedded catalog needs model.config_path pointing at a local Hugging Face config.json of a
@@ -19,16 +21,22 @@ def model_unresolved(ctx):
     if not ctx.model_error:
         return
     if ctx.model_error_path == "model.config_path":
-        hint = ("model.config_path must name a readable Hugging Face config.json of a supported architecture "
-                "(the message says what is wrong with this one); or remove it to use a catalog id in model.name")
+        hint = (
+            "model.config_path must name a readable Hugging Face config.json of a supported architecture "
+            "(the message says what is wrong with this one); or remove it to use a catalog id in model.name"
+        )
     else:
-        hint = ("use a catalog id in model.name (`fp8spec models` lists them), or set model.config_path to a "
-                "local config.json")
+        hint = (
+            "use a catalog id in model.name (`fp8spec models` lists them), or set model.config_path to a "
+            "local config.json"
+        )
     yield Finding(ctx.model_error, ctx.model_error_path, hint)
 
 
 @rule(
-    "REF002", "stack-version-unprofiled", "error",
+    "REF002",
+    "stack-version-unprofiled",
+    "error",
     "A pinned backend version has no backend profile.",
     """fp8spec only emits keys, flags and environment variables it has verified for a backend release
     (backends/<package>/<version>.yaml, each fact with its evidence). An unprofiled version could have
@@ -42,7 +50,9 @@ def stack_unprofiled(ctx):
 
 
 @rule(
-    "REF003", "engine-version-not-verl-pinned", "warning",
+    "REF003",
+    "engine-version-not-verl-pinned",
+    "warning",
     "The rollout engine version is not the one verl pins.",
     """verl's wheel pins the engine it is tested with (verl 0.9.1: vllm==0.24.0, sglang==0.5.12 in its
     METADATA extras). verl's FP8 refit patches vLLM internals that change between releases (verl #5683,
@@ -53,5 +63,7 @@ def stack_unprofiled(ctx):
 def engine_not_pinned(ctx):
     pinned = ctx.fact("verl", f"supports.{ctx.engine}")
     if pinned and str(pinned) != ctx.engine_version:
-        yield Finding(f"verl {ctx.spec.stack.verl} is tested with {ctx.engine} {pinned}, not {ctx.engine_version}",
-                      f"stack.{ctx.engine}")
+        yield Finding(
+            f"verl {ctx.spec.stack.verl} is tested with {ctx.engine} {pinned}, not {ctx.engine_version}",
+            f"stack.{ctx.engine}",
+        )

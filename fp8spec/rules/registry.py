@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional
 
 if TYPE_CHECKING:
-    from fp8spec.rules.context import RuleContext
+    from fp8spec.resolve.context import ResolvedSpec
 
 Severity = Literal["error", "warning"]
 
@@ -37,7 +37,7 @@ class Rule:
     summary: str
     rationale: str
     hint: str
-    check: Callable[["RuleContext"], Iterable[Finding]]
+    check: Callable[["ResolvedSpec"], Iterable[Finding]]
     acknowledgeable: bool = False
     needs_model: bool = True
 
@@ -55,14 +55,22 @@ def rule(
     *,
     acknowledgeable: bool = False,
     needs_model: bool = True,
-) -> Callable[[Callable[["RuleContext"], Iterable[Finding]]], Callable[["RuleContext"], Iterable[Finding]]]:
+) -> Callable[[Callable[["ResolvedSpec"], Iterable[Finding]]], Callable[["ResolvedSpec"], Iterable[Finding]]]:
     """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown."""
 
-    def register(check: Callable[["RuleContext"], Iterable[Finding]]):
+    def register(check: Callable[["ResolvedSpec"], Iterable[Finding]]):
         if code in REGISTRY:
             raise RuntimeError(f"rule code {code} registered twice")
         REGISTRY[code] = Rule(
-            code, name, severity, summary, " ".join(rationale.split()), hint, check, acknowledgeable, needs_model
+            code,
+            name,
+            severity,
+            summary,
+            " ".join(rationale.split()),
+            hint,
+            check,
+            acknowledgeable,
+            needs_model,
         )
         return check
 
@@ -79,6 +87,12 @@ def get_rule(code: str) -> Optional[Rule]:
     return REGISTRY.get(code.upper())
 
 
+def rule_hint(code: str) -> str:
+    """The fix hint of a registered rule (KeyError for a code no rule has: a bug)."""
+    _load_rule_modules()
+    return REGISTRY[code.upper()].hint
+
+
 def _load_rule_modules() -> None:
     # Importing the modules registers their rules; kept here so the registry has one entry point.
     from fp8spec.rules import (  # noqa: F401
@@ -91,8 +105,8 @@ def _load_rule_modules() -> None:
         kv_cache,
         launchers,
         megatron_layout,
-        model_family,
         memory,
+        model_family,
         parallel,
         references,
         reward,

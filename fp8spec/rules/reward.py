@@ -8,7 +8,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "RWD001", "reward-manager-unknown", "error",
+    "RWD001",
+    "reward-manager-unknown",
+    "error",
     "A reward manager the pinned verl does not ship.",
     """verl's RewardManagerConfig asserts the name is registered ("Reward manager is not registered",
     verl/workers/config/reward.py:52-58); verl 0.9.1 registers dapo, gdpo, naive, rate_limited and remote
@@ -22,12 +24,16 @@ def manager_unknown(ctx):
     if known and name not in known:
         near = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
-        yield Finding(f"reward manager {name!r} is not one of verl {ctx.spec.stack.verl}'s: {', '.join(known)}{hint}",
-                      "reward.manager")
+        yield Finding(
+            f"reward manager {name!r} is not one of verl {ctx.spec.stack.verl}'s: {', '.join(known)}{hint}",
+            "reward.manager",
+        )
 
 
 @rule(
-    "RWD002", "overlong-needs-dapo", "error",
+    "RWD002",
+    "overlong-needs-dapo",
+    "error",
     "DAPO overlong shaping with a reward manager that ignores it.",
     """Only verl's dapo reward manager reads reward.reward_kwargs.overlong_buffer_cfg
     (verl/experimental/reward_loop/reward_manager/dapo.py:33-50); naive and the others never look at it,
@@ -38,11 +44,15 @@ def manager_unknown(ctx):
 def overlong_needs_dapo(ctx):
     r = ctx.spec.reward
     if r.overlong_buffer is not None and r.manager != "dapo":
-        yield Finding(f"reward.overlong_buffer has no effect with reward manager {r.manager!r}", "reward.manager")
+        yield Finding(
+            f"reward.overlong_buffer has no effect with reward manager {r.manager!r}", "reward.manager"
+        )
 
 
 @rule(
-    "RWD003", "overlong-buffer-too-long", "error",
+    "RWD003",
+    "overlong-buffer-too-long",
+    "error",
     "The overlong buffer is longer than the longest response.",
     """verl's DAPO reward manager asserts "max_resp_len must be larger than overlong_buffer.len" when it starts
     (dapo.py:43-45); max_resp_len is rollout.max_response_length.""",
@@ -52,12 +62,17 @@ def overlong_needs_dapo(ctx):
 def overlong_too_long(ctx):
     r, max_resp = ctx.spec.reward, ctx.spec.rollout.max_response_length
     if r.overlong_buffer is not None and r.overlong_buffer > max_resp:
-        yield Finding(f"reward.overlong_buffer {r.overlong_buffer} is longer than rollout.max_response_length "
-                      f"{max_resp}", "reward.overlong_buffer")
+        yield Finding(
+            f"reward.overlong_buffer {r.overlong_buffer} is longer than rollout.max_response_length "
+            f"{max_resp}",
+            "reward.overlong_buffer",
+        )
 
 
 @rule(
-    "RWD004", "reward-file-unusable", "error",
+    "RWD004",
+    "reward-file-unusable",
+    "error",
     "The custom reward function cannot be shipped or loaded.",
     """fp8spec copies reward.custom_function.path into the bundle and verl imports it there and looks the
     function up by name (verl/trainer/ppo/reward.py:70-80, verl/utils/import_utils.py:248-261); a missing,
@@ -71,7 +86,9 @@ def reward_file_unusable(ctx):
 
 
 @rule(
-    "RWD005", "reward-file-outside-working-dir", "error",
+    "RWD005",
+    "reward-file-outside-working-dir",
+    "error",
     "The custom reward file would not be in the Ray working_dir.",
     """verl opens a relative reward path from the reward worker's working directory (import_utils.py:175-179),
     which Ray sets to the job's working_dir. The bundle ships the file in its own folder, so the bundle
@@ -82,5 +99,8 @@ def reward_file_unusable(ctx):
 def reward_file_outside_working_dir(ctx):
     spec = ctx.spec
     if spec.reward.custom_function is not None and spec.cluster.working_dir != ".":
-        yield Finding(f"cluster.working_dir is {spec.cluster.working_dir!r}, so the reward file shipped in the "
-                      "bundle folder is not where verl looks for it", "cluster.working_dir")
+        yield Finding(
+            f"cluster.working_dir is {spec.cluster.working_dir!r}, so the reward file shipped in the "
+            "bundle folder is not where verl looks for it",
+            "cluster.working_dir",
+        )

@@ -6,7 +6,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "MOE001", "router-replay-needs-megatron", "error",
+    "MOE001",
+    "router-replay-needs-megatron",
+    "error",
     "Router replay needs the Megatron trainer.",
     """verl 0.9.1 keeps router_replay in the Megatron (and VeOmni) engine config
     (actor_rollout_ref.actor.megatron.router_replay.mode, engine/megatron.yaml:123-132) and treats every other
@@ -18,12 +20,16 @@ from fp8spec.rules.registry import Finding, rule
 def replay_needs_megatron(ctx):
     t = ctx.spec.training
     if t.router_replay != "disabled" and t.backend != "megatron":
-        yield Finding(f"training.router_replay {t.router_replay} has no effect with training.backend {t.backend}",
-                      "training.router_replay")
+        yield Finding(
+            f"training.router_replay {t.router_replay} has no effect with training.backend {t.backend}",
+            "training.router_replay",
+        )
 
 
 @rule(
-    "MOE002", "router-replay-dense-model", "warning",
+    "MOE002",
+    "router-replay-dense-model",
+    "warning",
     "Router replay on a model without experts.",
     """Router replay records and replays the experts each token was routed to (verl docs: Router Replay,
     R2/R3); a dense model has no router, so there is nothing to replay and R3 asks the engine for routes it
@@ -32,12 +38,17 @@ def replay_needs_megatron(ctx):
 )
 def replay_dense(ctx):
     if ctx.spec.training.router_replay != "disabled" and not ctx.model.is_moe:
-        yield Finding(f"{ctx.model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
-                      "does nothing", "training.router_replay")
+        yield Finding(
+            f"{ctx.model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
+            "does nothing",
+            "training.router_replay",
+        )
 
 
 @rule(
-    "MOE003", "moe-fp8-rollout-uncorrected", "warning",
+    "MOE003",
+    "moe-fp8-rollout-uncorrected",
+    "warning",
     "An MoE model rolls out in FP8 with neither R3 router replay nor truncated IS.",
     """FP8 rollouts shift the router's inputs, so the engine picks other experts than the trainer for some
     tokens; in MoE models this routing mismatch dominates the rollout/trainer gap (Rollout Routing Replay,
@@ -49,8 +60,14 @@ def replay_dense(ctx):
 )
 def moe_fp8_uncorrected(ctx):
     spec = ctx.spec
-    if (ctx.model.is_moe and spec.fp8_rollout and spec.training.router_replay != "R3"
-            and spec.correction.method not in ("tis", "seq_tis")):
-        yield Finding(f"{ctx.model.id} rolls out in FP8 with correction.method {spec.correction.method!r} and "
-                      f"router_replay {spec.training.router_replay}: routing mismatch goes uncorrected",
-                      "correction.method")
+    if (
+        ctx.model.is_moe
+        and spec.fp8_rollout
+        and spec.training.router_replay != "R3"
+        and spec.correction.method not in ("tis", "seq_tis")
+    ):
+        yield Finding(
+            f"{ctx.model.id} rolls out in FP8 with correction.method {spec.correction.method!r} and "
+            f"router_replay {spec.training.router_replay}: routing mismatch goes uncorrected",
+            "correction.method",
+        )

@@ -8,7 +8,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "RUN001", "no-checkpoint-folder", "error",
+    "RUN001",
+    "no-checkpoint-folder",
+    "error",
     "The run saves no checkpoints to a shared folder.",
     """verl 0.9.1 saves nothing unless trainer.save_freq > 0 (default -1, verl/trainer/ppo/v1/trainer_base.py:481),
     and its default_local_dir is relative (checkpoints/<project>/<experiment>, ppo_trainer.yaml:217), so under
@@ -19,12 +21,17 @@ from fp8spec.rules.registry import Finding, rule
 )
 def no_checkpoint_folder(ctx):
     if ctx.spec.trainer.checkpoint_dir is None:
-        yield Finding("trainer.checkpoint_dir is not set: checkpoints would land in the Ray job's temporary "
-                      "working_dir", "trainer.checkpoint_dir")
+        yield Finding(
+            "trainer.checkpoint_dir is not set: checkpoints would land in the Ray job's temporary "
+            "working_dir",
+            "trainer.checkpoint_dir",
+        )
 
 
 @rule(
-    "RUN002", "no-validation-files", "error",
+    "RUN002",
+    "no-validation-files",
+    "error",
     "The run has no validation data.",
     """verl 0.9.1 builds a validation set from data.val_files unconditionally (trainer_base.py:718-725); when the
     spec leaves it unset, verl reads its own default ~/data/rlhf/gsm8k/test.parquet (legacy_data.yaml:14) and
@@ -34,11 +41,15 @@ def no_checkpoint_folder(ctx):
 )
 def no_validation_files(ctx):
     if ctx.spec.data.val_files is None:
-        yield Finding("data.val_files is not set: verl would read ~/data/rlhf/gsm8k/test.parquet", "data.val_files")
+        yield Finding(
+            "data.val_files is not set: verl would read ~/data/rlhf/gsm8k/test.parquet", "data.val_files"
+        )
 
 
 @rule(
-    "RUN003", "logger-unknown", "error",
+    "RUN003",
+    "logger-unknown",
+    "error",
     "A logger verl does not know.",
     """verl's Tracking asserts every trainer.logger entry is one of its supported backends
     (verl/utils/tracking.py:49-71) when the trainer starts; the list is the verl profile's
@@ -54,12 +65,16 @@ def logger_unknown(ctx):
         if name not in known:
             near = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
-            yield Finding(f"logger {name!r} is not one of verl {ctx.spec.stack.verl}'s: {', '.join(known)}{hint}",
-                          f"trainer.loggers.{i}")
+            yield Finding(
+                f"logger {name!r} is not one of verl {ctx.spec.stack.verl}'s: {', '.join(known)}{hint}",
+                f"trainer.loggers.{i}",
+            )
 
 
 @rule(
-    "RUN004", "resume-path-inconsistent", "error",
+    "RUN004",
+    "resume-path-inconsistent",
+    "error",
     "trainer.resume and trainer.resume_from disagree.",
     """verl's resume_mode resume_path asserts resume_from_path is a string containing 'global_step_'
     (trainer_base.py:865-868); with auto or disable it ignores resume_from_path, so a path given there would
@@ -74,5 +89,7 @@ def resume_path(ctx):
     elif t.resume_from is not None and t.resume != "resume_path":
         yield Finding(f"trainer.resume_from is ignored with resume {t.resume}", "trainer.resume_from")
     elif t.resume_from is not None and "global_step_" not in t.resume_from:
-        yield Finding(f"trainer.resume_from {t.resume_from} is not a .../global_step_N checkpoint folder",
-                      "trainer.resume_from")
+        yield Finding(
+            f"trainer.resume_from {t.resume_from} is not a .../global_step_N checkpoint folder",
+            "trainer.resume_from",
+        )

@@ -6,7 +6,9 @@ from fp8spec.rules.registry import Finding, rule
 
 
 @rule(
-    "TRN001", "fp8-training-needs-megatron", "error",
+    "TRN001",
+    "fp8-training-needs-megatron",
+    "error",
     "FP8 training needs the Megatron trainer.",
     """verl's FSDP backend has no FP8 training: FP8 end-to-end runs through Megatron-core's
     override_transformer_config (fp8, fp8_recipe) and TransformerEngine (verl #4223,
@@ -18,12 +20,15 @@ from fp8spec.rules.registry import Finding, rule
 def fp8_training_needs_megatron(ctx):
     t = ctx.spec.training
     if t.precision == "fp8" and t.backend != "megatron":
-        yield Finding(f"training.precision fp8 needs training.backend megatron, not {t.backend}",
-                      "training.precision")
+        yield Finding(
+            f"training.precision fp8 needs training.backend megatron, not {t.backend}", "training.precision"
+        )
 
 
 @rule(
-    "TRN002", "pure-e4m3-recipe", "warning",
+    "TRN002",
+    "pure-e4m3-recipe",
+    "warning",
     "Pure E4M3 FP8 training is less stable than the hybrid recipe.",
     """The FP8-RL paper's MoE run with E4M3 gradients collapsed near step 500, while the hybrid recipe
     (E4M3 forward, E5M2 gradients) stayed aligned with BF16; TransformerEngine #2754 reports the same
@@ -35,12 +40,16 @@ def pure_e4m3(ctx):
     t = ctx.spec.training
     if t.precision == "fp8" and t.fp8_recipe == "e4m3":
         moe = " on an MoE model" if ctx.model is not None and ctx.model.is_moe else ""
-        yield Finding(f"training.fp8_recipe e4m3{moe} risks late-training collapse; hybrid is the paper's recipe",
-                      "training.fp8_recipe")
+        yield Finding(
+            f"training.fp8_recipe e4m3{moe} risks late-training collapse; hybrid is the paper's recipe",
+            "training.fp8_recipe",
+        )
 
 
 @rule(
-    "TRN003", "bf16-layers-with-delayed", "error",
+    "TRN003",
+    "bf16-layers-with-delayed",
+    "error",
     "BF16 first/last layers are not supported with delayed scaling.",
     """Megatron-core's TransformerConfig raises "Delayed scaling does not support first / last layer in
     BF16." when first_last_layers_bf16 is combined with fp8_recipe delayed.""",
@@ -49,14 +58,20 @@ def pure_e4m3(ctx):
 )
 def bf16_layers_with_delayed(ctx):
     spec = ctx.spec
-    if (spec.training.precision == "fp8" and spec.training.fp8_scaling == "delayed"
-            and (spec.linear.bf16_first_layers or spec.linear.bf16_last_layers)):
-        yield Finding("BF16 first/last layers cannot be combined with delayed FP8 scaling",
-                      "training.fp8_scaling")
+    if (
+        spec.training.precision == "fp8"
+        and spec.training.fp8_scaling == "delayed"
+        and (spec.linear.bf16_first_layers or spec.linear.bf16_last_layers)
+    ):
+        yield Finding(
+            "BF16 first/last layers cannot be combined with delayed FP8 scaling", "training.fp8_scaling"
+        )
 
 
 @rule(
-    "TRN004", "router-dtype-mismatch", "warning",
+    "TRN004",
+    "router-dtype-mismatch",
+    "warning",
     "The trainer's router precision differs from the rollout engine's.",
     """vLLM and SGLang compute the MoE router in the model dtype (BF16). A trainer with an FP32 router
     picks different experts for the same tokens, which shows up as rollout/trainer mismatch
@@ -67,11 +82,15 @@ def bf16_layers_with_delayed(ctx):
 def router_dtype_mismatch(ctx):
     spec = ctx.spec
     if ctx.model.is_moe and spec.training.backend == "megatron" and spec.training.router_dtype == "fp32":
-        yield Finding(f"training.router_dtype fp32 while {ctx.engine} routes in bf16", "training.router_dtype")
+        yield Finding(
+            f"training.router_dtype fp32 while {ctx.engine} routes in bf16", "training.router_dtype"
+        )
 
 
 @rule(
-    "TRN005", "attention-is-fsdp-only", "warning",
+    "TRN005",
+    "attention-is-fsdp-only",
+    "warning",
     "training.attention applies to the FSDP trainer only.",
     """training.attention compiles to actor_rollout_ref.model.override_config.attn_implementation, which
     verl reads when it builds the Hugging Face model of the FSDP engine (verl/workers/config/model.py:185).
@@ -83,5 +102,6 @@ def router_dtype_mismatch(ctx):
 def attention_is_fsdp_only(ctx):
     t = ctx.spec.training
     if t.backend == "megatron" and t.attention != "flash_attention_2":
-        yield Finding(f"training.attention {t.attention} has no effect on the Megatron trainer",
-                      "training.attention")
+        yield Finding(
+            f"training.attention {t.attention} has no effect on the Megatron trainer", "training.attention"
+        )

@@ -47,6 +47,7 @@ def activate(patches=None) -> frozenset:
     _ACTIVE.update(new)
 
     from . import verl_patch
+    from .settings import QuantSettings
 
     if "kv_scales" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers)
@@ -63,10 +64,10 @@ def activate(patches=None) -> frozenset:
 
         def _vllm_quant(mod):
             version_guard.require("vllm", "fast_block_quant/ue8m0_scales")
-            verl_patch.patch_vllm_quant(mod, verl_patch.quant_settings(_ACTIVE))
+            verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(_ACTIVE))
 
         def _fp8_utils(mod):
-            verl_patch.patch_fp8_utils(mod, verl_patch.quant_settings(_ACTIVE))
+            verl_patch.patch_fp8_utils(mod, QuantSettings.from_env(_ACTIVE))
 
         _importhook.when_imported(verl_patch.MOD_VLLM_QUANT, _vllm_quant)
         _importhook.when_imported(verl_patch.MOD_FP8_UTILS, _fp8_utils)

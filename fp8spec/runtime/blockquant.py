@@ -225,7 +225,9 @@ def quantize_fused(
         raise ValueError("parts do not sit on the fused block grid: " + "; ".join(probs))
     out, r0 = [], 0
     for r in rows:
-        out.append((q[..., r0 : r0 + r, :].contiguous(), s[..., r0 // bm : -(-(r0 + r) // bm), :].contiguous()))
+        out.append(
+            (q[..., r0 : r0 + r, :].contiguous(), s[..., r0 // bm : -(-(r0 + r) // bm), :].contiguous())
+        )
         r0 += r
     return out
 

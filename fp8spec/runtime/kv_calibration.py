@@ -48,13 +48,14 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
+from .settings import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
+
 NAME_TEMPLATE = "model.layers.{layer}.self_attn.attn.{kind}_scale"
 KINDS = ("q", "k", "v")
-VLLM_CALC_DIVISORS = (200.0, 200.0, 100.0)  # vLLM Q/K/V_SCALE_CONSTANT defaults
-FP8_MAX_DIVISORS = (448.0, 448.0, 448.0)
 _SCALE_NAME_RE = re.compile(r"^(?P<prefix>.*?)\.(?P<kind>[qkv])_scale$")
 
 _ATTR = "_fp8spec_kv_calibrator"
@@ -135,7 +136,9 @@ class KVScaleCalibrator:
         if not (dist.is_available() and dist.is_initialized()):
             return
         if self.amax is None:
-            dev = device or (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu")
+            dev = device or (
+                torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+            )
             self.amax = torch.zeros((self.num_layers, 3), dtype=torch.float32, device=dev)
         dist.all_reduce(self.amax, op=dist.ReduceOp.MAX, group=group)
 
@@ -252,7 +255,7 @@ def num_layers_of(model) -> int | None:
 
 
 # -------------------------------------------------------------------- HF attention interface
-_HF_WRAPPED: dict[str, object] = {}
+_HF_WRAPPED: dict[str, Any] = {}
 
 
 def install_hf_attention_wrapper(impl: str) -> None:
@@ -269,10 +272,10 @@ def install_hf_attention_wrapper(impl: str) -> None:
             cal.observe(getattr(module, _LAYER_ATTR), query, key, value)
         fn = orig
         if fn is None:  # "eager": the model file's own eager_attention_forward
-            fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
+            fn = sys.modules[type(module).__module__].eager_attention_forward
         return fn(module, query, key, value, *args, **kwargs)
 
-    fp8spec_kv_calibration_attention.__wrapped__ = orig
+    fp8spec_kv_calibration_attention.__wrapped__ = orig  # type: ignore[attr-defined]
     AttentionInterface.register(impl, fp8spec_kv_calibration_attention)
     _HF_WRAPPED[impl] = orig
 

@@ -1,8 +1,8 @@
 """The activation contract of the fp8spec runtime patch set, as plain data.
 
-The compiler (``fp8spec.compiler``) reads this module to decide what a bundle must emit for each
-patch it activates; nothing here imports torch or any engine. Keep the keys stable: add fields,
-do not rename them.
+The compiler (``fp8spec.compiler``) reads this module to decide which patches a bundle activates and what
+each needs from the engine; the engine's own key names come from its profile in backends/ (the patches name
+them by fact id). Nothing here imports torch or any engine.
 
 How a bundle activates patches (all three mechanisms already exist in verl 0.9.1 / the engines):
 
@@ -23,32 +23,35 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
    (loaded in every vLLM process, ``vllm/plugins/__init__.py`` ``DEFAULT_PLUGINS_GROUP``).
 """
 
+from fp8spec import __version__
+
+from .settings import env_defaults, env_help
+
 PATCHSET_NAME = "fp8spec-runtime"
-PATCHSET_VERSION = "0.1.0"
+PATCHSET_VERSION = __version__  # the patch set is released with fp8spec: one version
 
 ENV_PATCHES = "FP8SPEC_RUNTIME_PATCHES"
-ENV_VERL_EXTERNAL_MODULES = "VERL_USE_EXTERNAL_MODULES"
 ENV_KV_RECALIBRATE = "FP8SPEC_KV_RECALIBRATE"  # per_step (default) | once
 ENV_LOG_LEVEL = "FP8SPEC_LOG_LEVEL"  # level of the patch set's own log lines (default INFO)
 MODULE = "fp8spec.runtime"
 # Set to 1 to patch an engine/verl version the patch set was not written against (not recommended).
 ENV_ALLOW_UNKNOWN_VERSIONS = "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS"
 
-# Versions whose source the patches were written and checked against (exact match, local suffix ignored).
+# Versions whose source the patches were written and checked against (exact match, local suffix ignored). The
+# runtime cannot read backends/ inside a GPU worker, so this copy lives here; it must equal the versions profiled
+# in backends/ (tests/quality/test_backend_facts.py).
 KNOWN_VERSIONS = {
     "verl": ("0.9.1",),
     "vllm": ("0.24.0", "0.33.0"),
     "sglang": ("0.5.12", "0.5.23"),
 }
 
-# Hydra overrides common to every activated patch; {patches} is the comma list.
-COMMON_OVERRIDES = (
-    "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='{patches}'",
-    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=fp8spec.runtime",
-)
-
 SGLANG_KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
-VLLM_PLUGIN_ENTRY_POINT = ("vllm.general_plugins", "fp8spec_runtime", "fp8spec.runtime.engines.vllm_plugin:register")
+VLLM_PLUGIN_ENTRY_POINT = (
+    "vllm.general_plugins",
+    "fp8spec_runtime",
+    "fp8spec.runtime.engines.vllm_plugin:register",
+)
 VLLM_WORKER_EXTENSION = "fp8spec.runtime.engines.vllm_kv.Fp8specKVScaleWorkerExtension"
 
 PATCHES = {
@@ -66,23 +69,10 @@ PATCHES = {
         # Hooks post-RoPE q/k/v of per-head attention and pushes per-layer attn.{q,k,v}_scale (kv_calibration.py).
         # MLA caches a compressed latent (kv_lora_rank + rope dims) with one scale per layer: not covered.
         "attention": ("gqa",),
-        "env": {
-            # optional knobs, defaults shown
-            "FP8SPEC_KV_SCALE_DIVISORS": "vllm",  # vllm = q/k/v amax/(200,200,100); fp8_max = amax/448; or "q,k,v"
-            "FP8SPEC_KV_CALIB_PHASES": "compute_log_prob,update_actor",
-            "FP8SPEC_KV_RECALIBRATE": "per_step",  # once = keep the first scales computed from rollout data
-        },
-        "hydra_overrides": {
-            "vllm": ("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype=fp8",),
-            "sglang": (
-                "+actor_rollout_ref.rollout.engine_kwargs.sglang.kv_cache_dtype=fp8_e4m3",
-                "+actor_rollout_ref.rollout.engine_kwargs.sglang.custom_weight_loader=['" + SGLANG_KV_LOADER + "']",
-            ),
-        },
-        "engine_args": {
-            "vllm": {"kv_cache_dtype": "fp8"},
-            "sglang": {"kv_cache_dtype": "fp8_e4m3", "custom_weight_loader": [SGLANG_KV_LOADER]},
-        },
+        "env": env_defaults("kv_scales"),  # optional knobs, defaults shown (settings.VARIABLES)
+        # What the engine must be told besides the FP8 KV cache (which kv_cache.dtype sets): engine argument fact id
+        # of the engine's profile -> value. SGLang imports the custom loader only when it is registered.
+        "engine_args": {"vllm": {}, "sglang": {"engine_arg.custom_weight_loader": [SGLANG_KV_LOADER]}},
         "notes": (
             "vLLM: prefer the FLASH_ATTN (FA3) backend on Hopper; it reads the device scale tensors, so "
             "in-place updates are CUDA-graph safe. FlashInfer bakes host floats into captured graphs. "
@@ -99,11 +89,8 @@ PATCHES = {
         "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
-        "requires": ("actor_rollout_ref.rollout.quantization=fp8",),
-        "env": {"FP8SPEC_UE8M0_RULE": "ue8m0"},  # or ue8m0_fixed: scales that vLLM's requant leaves bit-identical
-        "hydra_overrides": {"vllm": (), "sglang": ()},
+        "env": env_defaults("ue8m0_scales"),
         "engine_args": {"vllm": {}, "sglang": {}},
-        "conflicts_with_env": {"VLLM_USE_DEEP_GEMM_E8M0": "0"},
     },
     "fast_block_quant": {
         "description": (
@@ -116,65 +103,8 @@ PATCHES = {
         "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
-        "requires": ("actor_rollout_ref.rollout.quantization=fp8",),
-        "env": {
-            # optional knobs, defaults shown
-            "FP8SPEC_BLOCK_QUANT_BACKEND": "auto",  # auto | triton | reference
-            "FP8SPEC_QUANT_FLAT_BUCKETS": "1",  # vLLM path: one launch on the received flat buffer
-            "FP8SPEC_QUANT_REUSE_OUTPUTS": "1",
-            "FP8SPEC_QUANT_LEAN_PRELAUNCH": "1",
-            "FP8SPEC_QUANT_FAST_LAUNCH": "1",
-            "FP8SPEC_QUANT_PREALLOC_OUTPUTS": "0",
-            "FP8SPEC_QUANT_KEEP_OUTPUTS": "0",
-            "FP8SPEC_QUANT_CHUNK_MB": "2048",  # tensor-list fallback: launch per chunk of this size
-        },
-        "env_notes": {
-            "FP8SPEC_QUANT_LEAN_PRELAUNCH": "cheaper layout key; identity check after the launch; no memory cost",
-            "FP8SPEC_QUANT_FAST_LAUNCH": (
-                "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
-                "kernel[grid]); no memory cost"
-            ),
-            "FP8SPEC_QUANT_PREALLOC_OUTPUTS": (
-                "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
-                "nothing held between syncs"
-            ),
-            "FP8SPEC_QUANT_KEEP_OUTPUTS": (
-                "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
-                "held per rollout GPU all the time"
-            ),
-        },
-        "hydra_overrides": {"vllm": (), "sglang": ()},
+        "env": env_defaults("fast_block_quant"),
+        "env_notes": env_help("fast_block_quant"),
         "engine_args": {"vllm": {}, "sglang": {}},
-        # Run through verl's own receiver into the real engine, byte-exact against a fresh engine loaded with the
-        # reference quantization (BENCHMARKS.md 4.3): linear.sync_quantizer auto turns the patch on here only.
-        "proven_in_engine": {"vllm": ("0.24.0",)},
     },
 }
-
-# The correction side needs no patch: verl 0.9.1 has rollout correction and mismatch metrics.
-CORRECTION = {
-    "patch": None,
-    "verl_config": (
-        "algorithm.rollout_correction.rollout_is=token",
-        "algorithm.rollout_correction.rollout_is_threshold=2.0",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-    ),
-    # metric names verl 0.9.1 logs (verl/trainer/ppo/rollout_corr_helper.py)
-    "metrics": ("rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/log_ppl_diff", "rollout_corr/chi2_token"),
-}
-
-
-def bundle_overrides(patches, engine: str) -> list:
-    """Hydra overrides a bundle must emit to activate ``patches`` (an iterable of names) on ``engine``."""
-    names = [p for p in patches]
-    unknown = [p for p in names if p not in PATCHES]
-    if unknown:
-        raise KeyError(f"unknown fp8spec runtime patch(es): {unknown}; known: {sorted(PATCHES)}")
-    if not names:
-        return []
-    out = [o.format(patches=",".join(names)) for o in COMMON_OVERRIDES]
-    for p in names:
-        for o in PATCHES[p]["hydra_overrides"].get(engine, ()):
-            if o not in out:
-                out.append(o)
-    return out

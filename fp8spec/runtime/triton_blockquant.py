@@ -6,7 +6,8 @@ Weight sync delivers weights in buckets (verl 0.9.1: ``checkpoint_engine.update_
 sent as per-expert 2-D tensors that is tens of thousands of launches and launch overhead dominates.
 Here a whole bucket is one launch: every ``block_m x block_n`` tile of every tensor (and of every
 expert of a 3-D tensor) is one program, found through a small per-matrix table; outputs of the
-bucket are views into one fp8 buffer and one float32 scale buffer.
+bucket are views into one fp8 buffer and one float32 scale buffer. The tables come from a ``BucketPlan``
+(``bucket_plan``: shape arithmetic, CPU-testable); this module builds the kernel and launches plans.
 
 The result is bit-identical to ``blockquant.quantize_blockwise`` (same float32 operations in the
 same order: exact amax, IEEE round-to-nearest divisions via ``tl.math.div_rn`` because Triton's ``/``
@@ -23,23 +24,32 @@ bound once, optionally through the compiled kernel's own runner instead of ``ker
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from . import blockquant as _ref
+from .bucket_plan import (
+    SCALE_FMT_CODE,
+    BucketPlan,
+    aligned,
+    check_fmt,
+    check_out,
+    make_flat_plan,
+    plan_for,
+    same_device,
+)
 
-_FMT_CODE = {"fp32": 0, "ue8m0": 1, "ue8m0_fixed": 2}
-_META_COLS = 8  # x_off, y_off, s_off, M, N, ldx, gn, tile_start
 _kernel = None
 _triton_error: Exception | None = None
 
 
 def triton_available() -> bool:
     """True when the Triton kernel can be built (triton importable and CUDA present)."""
-    return _get_kernel() is not None and torch.cuda.is_available()
+    return get_kernel() is not None and torch.cuda.is_available()
 
 
-def _get_kernel():
+def get_kernel():
     global _kernel, _triton_error
     if _kernel is not None or _triton_error is not None:
         return _kernel
@@ -122,144 +132,8 @@ def _get_kernel():
     return _kernel
 
 
-class BucketPlan:
-    """Shape-only part of a bucket launch (matrix table, tile -> matrix map, output offsets).
-
-    ``shapes`` are the tensors' shapes; ``x_offsets`` (optional, elements) and ``row_strides`` describe
-    where each tensor starts in a flat input buffer. With them the plan is complete and reusable for
-    every call on a buffer of that layout (``quantize_flat``): no per-tensor Python work per call.
-    """
-
-    def __init__(self, shapes, block, device, x_offsets=None, row_strides=None):
-        bm, bn = block
-        self.shapes = [tuple(s) for s in shapes]
-        self.block = block
-        self.device = torch.device(device)
-        nt = len(self.shapes)
-        m = torch.tensor([s[-2] for s in self.shapes], dtype=torch.int64).reshape(nt)
-        n = torch.tensor([s[-1] for s in self.shapes], dtype=torch.int64).reshape(nt)
-        numel = torch.tensor([_prod(s) for s in self.shapes], dtype=torch.int64).reshape(nt)
-        lead = torch.where(m * n > 0, numel // torch.clamp(m * n, min=1), torch.zeros_like(numel))
-        gm, gn = (m + bm - 1) // bm, (n + bn - 1) // bn
-        snum = lead * gm * gn
-        self.numel, self.snum = numel.tolist(), snum.tolist()
-        self.y_total, self.s_total = int(numel.sum()), int(snum.sum())
-        # Outputs are laid out by column count (N for weights, gn for scales): tensors sharing a
-        # column count sit back to back as one [rows, cols] matrix, so the per-tensor views come from
-        # one ``split`` per distinct column count instead of Python slicing per tensor.
-        lead_l, m_l, n_l, gm_l, gn_l = lead.tolist(), m.tolist(), n.tolist(), gm.tolist(), gn.tolist()
-        ys, self.y_groups = _grouped_layout(n_l, [a * b for a, b in zip(lead_l, m_l)])
-        ss, self.s_groups = _grouped_layout(gn_l, [a * b for a, b in zip(lead_l, gm_l)])
-        self.y_starts, self.s_starts = ys, ss
-        self.multi = [i for i, shp in enumerate(self.shapes) if len(shp) != 2]
-        self.scale_shapes = [(*shp[:-2], g1, g2) for shp, g1, g2 in zip(self.shapes, gm_l, gn_l)]
-        # one row per 2-D matrix (a 3-D tensor contributes one per leading index)
-        self.mat_tensor = torch.repeat_interleave(torch.arange(nt, dtype=torch.int64), lead)
-        mat_li = torch.arange(len(self.mat_tensor), dtype=torch.int64) - torch.repeat_interleave(
-            torch.cumsum(lead, 0) - lead, lead
-        )
-        self.mat_li = mat_li
-        mt = self.mat_tensor
-        mm, nn_, gmm, gnn = m[mt], n[mt], gm[mt], gn[mt]
-        tiles = gmm * gnn
-        self.n_tiles = int(tiles.sum())
-        meta = torch.empty((len(mt), _META_COLS), dtype=torch.int64)
-        meta[:, 1] = torch.tensor(self.y_starts, dtype=torch.int64).reshape(nt)[mt] + mat_li * mm * nn_
-        meta[:, 2] = torch.tensor(self.s_starts, dtype=torch.int64).reshape(nt)[mt] + mat_li * gmm * gnn
-        meta[:, 3], meta[:, 4], meta[:, 6] = mm, nn_, gnn
-        meta[:, 7] = torch.cumsum(tiles, 0) - tiles
-        meta[:, 5] = nn_  # contiguous row stride unless told otherwise
-        meta[:, 0] = 0
-        self._mn = mm * nn_
-        self.meta_cpu = meta
-        self.tile2mat = torch.repeat_interleave(
-            torch.arange(len(mt), dtype=torch.int32, device=self.device), tiles.to(self.device)
-        )
-        self.meta_dev = None
-        self.x_offsets = [int(o) for o in x_offsets] if x_offsets is not None else None
-        # elements of the flat input the plan reads (its end): a buffer shorter than this is refused
-        self.x_extent = max((o + n for o, n in zip(self.x_offsets, self.numel)), default=0) if x_offsets is not None else 0
-        self.aligned = False
-        if x_offsets is not None:
-            full = self.meta_with_inputs(x_offsets, row_strides)
-            self.aligned = _aligned(full)
-            self.meta_dev = full.to(self.device)
-
-    def meta_with_inputs(self, x_offsets, row_strides=None) -> torch.Tensor:
-        """META with the input columns filled: per-tensor element offsets from the base pointer."""
-        meta = self.meta_cpu.clone()
-        xo = torch.as_tensor(x_offsets, dtype=torch.int64).reshape(-1)[self.mat_tensor]
-        # leading (expert) index steps by M*N elements (inputs with leading dims are contiguous)
-        meta[:, 0] = xo + self.mat_li * self._mn
-        if row_strides is not None:
-            meta[:, 5] = torch.as_tensor(row_strides, dtype=torch.int64).reshape(-1)[self.mat_tensor]
-        return meta
-
-    def outputs(self, y: torch.Tensor, s: torch.Tensor):
-        """Per-tensor ``(q, scale_inv)`` views of the flat output buffers, in input order."""
-        qs = _split_views(y, self.y_groups, len(self.shapes))
-        ss = _split_views(s, self.s_groups, len(self.shapes))
-        for i in self.multi:
-            qs[i] = qs[i].view(self.shapes[i])
-            ss[i] = ss[i].view(self.scale_shapes[i])
-        return list(zip(qs, ss))
-
-
-def _grouped_layout(cols, rows):
-    """Start offsets (elements) per tensor, and groups (cols, start, total_rows, idxs, rows)."""
-    by_col: dict = {}
-    for i, c in enumerate(cols):
-        by_col.setdefault(c, []).append(i)
-    starts = [0] * len(cols)
-    groups, pos = [], 0
-    for c, idxs in by_col.items():
-        rl = [rows[i] for i in idxs]
-        g0 = pos
-        for i, r in zip(idxs, rl):
-            starts[i] = pos
-            pos += r * c
-        groups.append((c, g0, sum(rl), idxs, rl))
-    return starts, groups
-
-
-def _split_views(buf, groups, n):
-    out = [None] * n
-    for c, g0, total, idxs, rl in groups:
-        parts = buf[g0 : g0 + total * c].view(total, c).split(rl, 0)
-        for i, p in zip(idxs, parts):
-            out[i] = p
-    return out
-
-
-def _prod(shape) -> int:
-    p = 1
-    for d in shape:
-        p *= int(d)
-    return p
-
-
-_PLAN_CACHE: dict = {}
-_PLAN_CACHE_MAX = 64
-
-
-def _plan_for(shapes, block, device) -> BucketPlan:
-    key = (tuple(shapes), block, device)
-    plan = _PLAN_CACHE.get(key)
-    if plan is None:
-        if len(_PLAN_CACHE) >= _PLAN_CACHE_MAX:
-            _PLAN_CACHE.pop(next(iter(_PLAN_CACHE)))
-        plan = BucketPlan(shapes, block, device)
-        _PLAN_CACHE[key] = plan
-    return plan
-
-
 def _reference_bucket(tensors, block, scale_fmt, amax_floor):
     return [_ref.quantize_blockwise(t, block, scale_fmt, amax_floor) for t in tensors]
-
-
-def _check_fmt(scale_fmt):
-    if scale_fmt not in _FMT_CODE:
-        raise ValueError(f"scale_fmt must be one of {tuple(_FMT_CODE)}, got {scale_fmt!r}")
 
 
 def quantize_bucket(
@@ -276,14 +150,14 @@ def quantize_bucket(
     ``"triton"`` (error if unavailable) or ``"reference"``. One launch per input dtype (one launch for
     a normal bf16 bucket). Outputs are views of one fp8 and one float32 buffer per launch.
     """
-    _check_fmt(scale_fmt)
+    check_fmt(scale_fmt)
     block = (int(block[0]), int(block[1]))
     tensors = list(tensors)
     if not tensors:
         return []
     if backend not in ("auto", "triton", "reference"):
         raise ValueError(f"backend must be auto, triton or reference, got {backend!r}")
-    kernel = _get_kernel() if backend != "reference" else None
+    kernel = get_kernel() if backend != "reference" else None
     use_triton = kernel is not None and (backend == "triton" or tensors[0].is_cuda)
     if backend == "triton" and kernel is None:
         raise RuntimeError(f"triton backend requested but triton is unavailable: {_triton_error!r}")
@@ -305,7 +179,7 @@ def quantize_bucket(
         if dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise ValueError(f"expected bf16/fp16/fp32 tensors, got {dtype}")
         group = [tensors[i] for i in idx]
-        row_strides = None
+        row_strides: list[int | None] | None = None
         contig = [t.is_contiguous() for t in group]
         if not all(contig):
             row_strides = [None] * len(group)
@@ -323,7 +197,7 @@ def quantize_bucket(
         shapes = [t.shape for t in group]
         if any(len(sh) < 2 for sh in shapes):
             raise ValueError("expected tensors with >= 2 dims (…, M, N)")
-        plan = _plan_for(shapes, block, device)
+        plan = plan_for(shapes, block, device)
         esize = group[0].element_size()
         ptrs = torch.tensor([t.data_ptr() for t in group], dtype=torch.int64)
         delta = ptrs - ptrs[0]
@@ -335,16 +209,10 @@ def quantize_bucket(
         # pinned + non_blocking: a copy from pageable memory would wait for the previous bucket's
         # kernel, serializing host preparation and GPU work across buckets
         meta = meta_cpu.pin_memory().to(device, non_blocking=True)
-        y, s = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps, _aligned(meta_cpu))
+        y, s = _launch(kernel, group[0], plan, meta, scale_fmt, amax_floor, num_warps, aligned(meta_cpu))
         for i, r in zip(idx, plan.outputs(y, s)):
             out[i] = r
     return out
-
-
-def make_flat_plan(shapes, offsets, block=_ref.DEFAULT_BLOCK, device="cuda") -> BucketPlan:
-    """Plan for ``quantize_flat``: tensors of ``shapes`` stored contiguously at element ``offsets`` of a
-    flat buffer (the layout a weight-sync bucket arrives in). Build once per layout, reuse every step."""
-    return BucketPlan(shapes, (int(block[0]), int(block[1])), device, x_offsets=offsets)
 
 
 def quantize_flat(
@@ -363,11 +231,12 @@ def quantize_flat(
     1-D fp8 / float32 buffers (at least ``plan.y_total`` / ``plan.s_total`` elements, from element 0)
     instead of allocating; views made earlier with ``plan.outputs(y, s)`` then see the new values.
     """
-    _check_fmt(scale_fmt)
+    check_fmt(scale_fmt)
     if out is not None:
-        _check_out(out, plan, flat.device)
-    kernel = _get_kernel()
+        check_out(out, plan, flat.device)
+    kernel = get_kernel()
     if kernel is None or not flat.is_cuda:
+        assert plan.x_offsets is not None  # a flat plan
         tensors = [flat[o : o + n].view(s) for o, n, s in zip(plan.x_offsets, plan.numel, plan.shapes)]
         res = _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
         if out is None:
@@ -382,16 +251,6 @@ def quantize_flat(
     return plan.outputs(y, s) if views else (y, s)
 
 
-def _check_out(out, plan, device):
-    y, s = out
-    if y.dtype != _ref.FP8_DTYPE or s.dtype != torch.float32 or y.dim() != 1 or s.dim() != 1:
-        raise ValueError("out must be (1-D float8_e4m3fn, 1-D float32) buffers")
-    if not (y.is_contiguous() and s.is_contiguous()) or y.device != device or s.device != device:
-        raise ValueError("out buffers must be contiguous and on the input's device")
-    if y.numel() < plan.y_total or s.numel() < plan.s_total:
-        raise ValueError(f"out buffers too small: need {plan.y_total} / {plan.s_total} elements")
-
-
 def _flatten_outputs(plan, res, device):
     y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
     s = torch.empty(plan.s_total, dtype=torch.float32, device=device)
@@ -399,20 +258,6 @@ def _flatten_outputs(plan, res, device):
         q.copy_(rq)
         sc.copy_(rs)
     return y, s
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """``cuda`` and ``cuda:0`` are the same device when 0 is the current one."""
-    if a.type != b.type:
-        return False
-    if a.index is None or b.index is None:
-        cur = torch.cuda.current_device() if a.type == "cuda" and torch.cuda.is_available() else None
-        return (a.index if a.index is not None else cur) == (b.index if b.index is not None else cur)
-    return a.index == b.index
-
-
-def _aligned(meta_cpu: torch.Tensor) -> bool:
-    return bool((meta_cpu[:, [0, 1, 4, 5]] % 16 == 0).all()) if len(meta_cpu) else True
 
 
 def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned, out=None):
@@ -434,7 +279,7 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned,
             1.0,
             BM=plan.block[0],
             BN=plan.block[1],
-            FMT=_FMT_CODE[scale_fmt],
+            FMT=SCALE_FMT_CODE[scale_fmt],
             PRECISE_DIV=kernel.precise_div,
             ALIGNED=aligned,
             num_warps=num_warps,
@@ -454,7 +299,7 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned,
 # skips Triton's specialization, so it is used only while the 16-byte alignment of the input and of
 # the two outputs is the one the kernel was compiled for (the plan's tables never move).
 
-_FAST = {"convention": None, "checked": False, "error": None, "disabled": False}
+_FAST: dict[str, Any] = {"convention": None, "checked": False, "error": None, "disabled": False}
 FAST_STATS = {"fast": 0, "jit": 0, "fallbacks": 0}
 
 
@@ -468,7 +313,7 @@ def reset_fast_launch() -> None:
 def _kernel_args(flat, y, s, plan, scale_fmt, amax_floor, precise_div):
     """The kernel's parameters in signature order: run-time ones, then the constexprs."""
     rt = (flat, y, s, plan.meta_dev, plan.tile2mat, float(amax_floor), 448.0, 1.0)
-    ce = (plan.block[0], plan.block[1], _FMT_CODE[scale_fmt], precise_div, plan.aligned)
+    ce = (plan.block[0], plan.block[1], SCALE_FMT_CODE[scale_fmt], precise_div, plan.aligned)
     return rt, ce
 
 
@@ -488,7 +333,7 @@ def fast_launch_convention(kernel=None, device=None):
         return _FAST["convention"]
     _FAST["checked"] = True
     if kernel is None:
-        kernel = _get_kernel()
+        kernel = get_kernel()
         if kernel is None or not torch.cuda.is_available():
             return None
     if device is None:
@@ -501,11 +346,17 @@ def fast_launch_convention(kernel=None, device=None):
         plan = make_flat_plan(shapes, offs, device=device)
         outs = []
         for _ in range(3):
-            outs.append((torch.full((plan.y_total,), 0x7F, dtype=torch.uint8, device=device).view(_ref.FP8_DTYPE),
-                         torch.full((plan.s_total,), float("nan"), device=device)))
+            outs.append(
+                (
+                    torch.full((plan.y_total,), 0x7F, dtype=torch.uint8, device=device).view(_ref.FP8_DTYPE),
+                    torch.full((plan.s_total,), float("nan"), device=device),
+                )
+            )
         rt, ce = _kernel_args(flat, *outs[0], plan, "fp32", _ref.DEFAULT_AMAX_FLOOR, kernel.precise_div)
         grid = (plan.n_tiles, 1, 1)
-        compiled = kernel[grid](*rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=4)
+        compiled = kernel[grid](
+            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=4
+        )
         for conv, out in (("all", outs[1]), ("runtime", outs[2])):
             runner = _runner_for(compiled, grid, conv)
             if runner is None:
@@ -517,7 +368,9 @@ def fast_launch_convention(kernel=None, device=None):
                     torch.cuda.synchronize(device)
             except TypeError:  # the launcher takes another number of arguments
                 continue
-            same = torch.equal(out[0].view(torch.uint8), outs[0][0].view(torch.uint8)) and torch.equal(out[1], outs[0][1])
+            same = torch.equal(out[0].view(torch.uint8), outs[0][0].view(torch.uint8)) and torch.equal(
+                out[1], outs[0][1]
+            )
             if same:
                 _FAST["convention"] = conv
             break
@@ -536,27 +389,61 @@ class FlatLauncher:
     Output bits are the same either way (same compiled kernel, same arguments). Without CUDA/Triton
     the reference fills ``out``."""
 
-    __slots__ = ("plan", "y", "s", "scale_fmt", "amax_floor", "num_warps", "fast", "_runner", "_args",
-                 "_aligned_at_compile", "_device", "_kernel")
+    _args: Any  # the compiled runner's arguments after the buffer (None before the first launch)
 
-    def __init__(self, plan, out, scale_fmt="fp32", amax_floor=_ref.DEFAULT_AMAX_FLOOR, num_warps=4, fast=False,
-                 kernel=None):
-        _check_fmt(scale_fmt)
+    __slots__ = (
+        "plan",
+        "y",
+        "s",
+        "scale_fmt",
+        "amax_floor",
+        "num_warps",
+        "fast",
+        "_runner",
+        "_args",
+        "_aligned_at_compile",
+        "_device",
+        "_kernel",
+    )
+
+    def __init__(
+        self,
+        plan,
+        out,
+        scale_fmt="fp32",
+        amax_floor=_ref.DEFAULT_AMAX_FLOOR,
+        num_warps=4,
+        fast=False,
+        kernel=None,
+    ):
+        check_fmt(scale_fmt)
         if plan.x_offsets is None:
             raise ValueError("FlatLauncher needs a flat plan (make_flat_plan)")
         if not same_device(plan.device, out[0].device):
             raise ValueError("out buffers must be on the plan's device")
-        _check_out(out, plan, out[0].device)
+        check_out(out, plan, out[0].device)
         self.plan, (self.y, self.s) = plan, out
-        self.scale_fmt, self.amax_floor, self.num_warps, self.fast = scale_fmt, float(amax_floor), num_warps, fast
+        self.scale_fmt, self.amax_floor, self.num_warps, self.fast = (
+            scale_fmt,
+            float(amax_floor),
+            num_warps,
+            fast,
+        )
         self._runner = self._args = self._aligned_at_compile = None
         self._device = out[0].device
         self._kernel = kernel  # tests: a stand-in for the Triton kernel (used on any device)
 
     def __call__(self, flat: torch.Tensor) -> None:
         plan = self.plan
-        if flat.numel() < plan.x_extent or flat.device != self._device or flat.dim() != 1 or not flat.is_contiguous():
-            raise ValueError("flat does not hold the plan's layout (too short, not 1-D contiguous, or another device)")
+        if (
+            flat.numel() < plan.x_extent
+            or flat.device != self._device
+            or flat.dim() != 1
+            or not flat.is_contiguous()
+        ):
+            raise ValueError(
+                "flat does not hold the plan's layout (too short, not 1-D contiguous, or another device)"
+            )
         if not plan.n_tiles:
             return
         runner = self._runner
@@ -572,12 +459,21 @@ class FlatLauncher:
         self._launch_jit(flat)
 
     def _launch_jit(self, flat):
-        kernel = self._kernel if self._kernel is not None else _get_kernel()
+        kernel = self._kernel if self._kernel is not None else get_kernel()
         if kernel is None or (self._kernel is None and not flat.is_cuda):
-            quantize_flat(flat, self.plan, self.scale_fmt, self.amax_floor, self.num_warps, views=False,
-                          out=(self.y, self.s))
+            quantize_flat(
+                flat,
+                self.plan,
+                self.scale_fmt,
+                self.amax_floor,
+                self.num_warps,
+                views=False,
+                out=(self.y, self.s),
+            )
             return
-        rt, ce = _kernel_args(flat, self.y, self.s, self.plan, self.scale_fmt, self.amax_floor, kernel.precise_div)
+        rt, ce = _kernel_args(
+            flat, self.y, self.s, self.plan, self.scale_fmt, self.amax_floor, kernel.precise_div
+        )
         compiled = kernel[(self.plan.n_tiles,)](
             *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=self.num_warps
         )

@@ -46,8 +46,8 @@ def check(dist: str, version: str | None, patch: str = "", known=None) -> None:
     )
 
 
-def require(dist: str, patch: str = "") -> str:
-    """Check the installed ``dist`` and return its version."""
+def require(dist: str, patch: str = "") -> str | None:
+    """Check the installed ``dist`` and return its version (None: not installed, and unknown versions allowed)."""
     v = installed_version(dist)
     check(dist, v, patch)
     return v

@@ -15,10 +15,10 @@ Library entry points (the CLI mounts these):
 
 from .artifacts import ArtifactError, cache_root, parse_spec, wheel_cache
 from .core import (
-    DEFAULT_SPECS,
     PACKAGES,
     SnapshotError,
     build_snapshot,
+    committed_specs,
     download,
     dumps,
     list_snapshots,
@@ -34,13 +34,13 @@ from .query import Fact, FactResult, Snapshot, check, check_source, load
 
 __all__ = [
     "ArtifactError",
-    "DEFAULT_SPECS",
     "Fact",
     "FactResult",
     "PACKAGES",
     "Snapshot",
     "SnapshotError",
     "build_snapshot",
+    "committed_specs",
     "cache_root",
     "check",
     "check_source",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, overload
 
 _NO_VALUE = object()
 
@@ -17,6 +17,12 @@ def parse(source: str, filename: str = "<source>") -> ast.Module:
     return ast.parse(source, filename=filename)
 
 
+@overload
+def unparse(node: ast.AST) -> str: ...
+@overload
+def unparse(node: None) -> None: ...
+@overload
+def unparse(node: ast.AST | None) -> str | None: ...
 def unparse(node: ast.AST | None) -> str | None:
     """``ast.unparse`` with the output made identical across Python 3.10-3.13 (3.10 writes ``lambda :``)."""
     if node is None:
@@ -323,7 +329,7 @@ def add_argument_calls(node: ast.AST) -> Iterator[tuple[list[str], dict[str, ast
         options = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if not options:
             continue
-        kws = {k.arg: k.value for k in call.keywords if k.arg}
+        kws: dict[str, ast.AST] = {k.arg: k.value for k in call.keywords if k.arg}
         dest = literal(kws["dest"], None) if "dest" in kws else None
         if dest is None:
             longs = [o for o in options if o.startswith("--")]

@@ -130,7 +130,9 @@ def pip_download(
     if path is None or not path.is_file():
         candidates = find_cached(name, version, cache)
         if len(candidates) != 1:
-            raise ArtifactError(f"pip download {req} finished but the artifact is not identifiable:\n{out[-2000:]}")
+            raise ArtifactError(
+                f"pip download {req} finished but the artifact is not identifiable:\n{out[-2000:]}"
+            )
         path = candidates[0]
     if not path.is_absolute():
         path = (cache / path.name).resolve()

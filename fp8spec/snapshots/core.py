@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fp8spec.targets import KINDS
+
 from . import artifacts as _art
 
 FORMAT = 1
@@ -48,28 +50,30 @@ class PackageInfo:
         return args
 
 
+# One extractor per profiled kind (fp8spec.targets.KINDS); the module is the kind's name unless said here.
+# megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311 wheel for
+# every version (only its Python source is read), matching the profiles' source artifacts.
+_EXTRACTOR_OPTIONS: dict[str, dict[str, Any]] = {
+    "megatron-core": {
+        "module": "megatron",
+        "python_versions": ("3.11",),
+        "extra_pip_args": ("--ignore-requires-python",),
+    },
+}
 PACKAGES: dict[str, PackageInfo] = {
-    "vllm": PackageInfo("vllm", "vllm"),
-    "sglang": PackageInfo("sglang", "sglang"),
-    "verl": PackageInfo("verl", "verl"),
-    # megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311
-    # wheel for every version (only its Python source is read), matching the profiles' source artifacts.
-    "megatron-core": PackageInfo("megatron-core", "megatron", ("3.11",), ("--ignore-requires-python",)),
-    "transformer-engine": PackageInfo("transformer-engine", "transformer_engine"),
+    kind: PackageInfo(kind, **{"module": kind.replace("-", "_"), **_EXTRACTOR_OPTIONS.get(kind, {})})
+    for kind in KINDS
 }
 
-#: The snapshots committed in backends/snapshots (refresh_all regenerates exactly these).
-DEFAULT_SPECS: tuple[str, ...] = (
-    "vllm==0.24.0",
-    "vllm==0.33.0",
-    "sglang==0.5.12",
-    "sglang==0.5.23",
-    "verl==0.9.1",
-    "megatron-core==0.16.1",
-    "megatron-core==0.18.2",
-    "megatron-core==0.19.2",
-    "transformer-engine==2.20.2",
-)
+
+def committed_specs(directory: str | os.PathLike[str] | None = None) -> tuple[str, ...]:
+    """The releases whose snapshots ``backends/snapshots`` holds, as exact pins (``refresh --all`` rewrites these):
+    every profiled release, plus megatron-core 0.16.1, the release the tests install for Megatron's own checks."""
+    out = []
+    for path in list_snapshots(directory):
+        name, _, version = path.stem.rpartition("-")
+        out.append(f"{name}=={version}")
+    return tuple(out)
 
 
 class SnapshotError(RuntimeError):
@@ -113,7 +117,9 @@ def dumps(snapshot: dict[str, Any]) -> str:
     return json.dumps(snapshot, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def build_snapshot(name: str, version: str, artifact: _art.Artifact, pip_args: Sequence[str]) -> dict[str, Any]:
+def build_snapshot(
+    name: str, version: str, artifact: _art.Artifact, pip_args: Sequence[str]
+) -> dict[str, Any]:
     info = package_info(name)
     mod = info.extractor()
     data = mod.extract(artifact)
@@ -136,7 +142,9 @@ def build_snapshot(name: str, version: str, artifact: _art.Artifact, pip_args: S
     return json.loads(dumps(snapshot))
 
 
-def download(spec: str, cache_dir=None, *, expected_sha256: str | None = None, pip_args=None) -> tuple[Path, list[str]]:
+def download(
+    spec: str, cache_dir=None, *, expected_sha256: str | None = None, pip_args=None
+) -> tuple[Path, list[str]]:
     """Download (or find in the cache) the artifact for ``spec``; return its path and the pip args used."""
     name, version = _art.parse_spec(spec)
     info = package_info(name)
@@ -172,8 +180,9 @@ def refresh(spec: str, cache_dir: str | os.PathLike[str] | None = None, *, out_d
     return out
 
 
-def refresh_all(cache_dir=None, *, out_dir=None, specs: Sequence[str] = DEFAULT_SPECS) -> list[Path]:
-    return [refresh(s, cache_dir, out_dir=out_dir) for s in specs]
+def refresh_all(cache_dir=None, *, out_dir=None, specs: Sequence[str] | None = None) -> list[Path]:
+    """Rewrite ``specs`` (default: every committed snapshot)."""
+    return [refresh(s, cache_dir, out_dir=out_dir) for s in (committed_specs() if specs is None else specs)]
 
 
 # ----------------------------------------------------------------------------- verify

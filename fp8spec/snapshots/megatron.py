@@ -48,7 +48,9 @@ def extract(art: Artifact) -> dict[str, Any]:
         raw[name] = merged
         fields[name] = {f["name"]: _field_entry(f) for f in merged}
     data: dict[str, Any] = {
-        "sources": sorted([m for m in CLASS_FILES.values() if art.has(m)] + [m for m in (ENUMS, ARGUMENTS) if art.has(m)]),
+        "sources": sorted(
+            [m for m in CLASS_FILES.values() if art.has(m)] + [m for m in (ENUMS, ARGUMENTS) if art.has(m)]
+        ),
         "fields": fields,
         "enums": _enums(art),
         "choices": {
@@ -126,7 +128,11 @@ def _flags(art: Artifact, tc_fields: list[dict[str, Any]]) -> dict[str, Any]:
             for s in entry["spellings"]:
                 flags[s] = dict(entry)
     for options, kws, dest in _ast.add_argument_calls(tree):
-        entry: dict[str, Any] = {"dest": dest, "spellings": options, "registered_by": "arguments.py add_argument"}
+        entry = {
+            "dest": dest,
+            "spellings": options,
+            "registered_by": "arguments.py add_argument",
+        }
         if "action" in kws:
             entry["action"] = _ast.unparse(kws["action"]).strip("'\"")
         if "choices" in kws:
@@ -166,11 +172,17 @@ def _transformer_exclude(tree: ast.Module) -> set[str] | None:
         if isinstance(kw, ast.Name):
             values: list[str] = []
             for node in ast.walk(func):
-                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == kw.id for t in node.targets):
+                if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == kw.id for t in node.targets
+                ):
                     v = _ast.literal(node.value, None)
                     if isinstance(v, list):
                         values = list(v)
-                elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == kw.id:
+                elif (
+                    isinstance(node, ast.AugAssign)
+                    and isinstance(node.target, ast.Name)
+                    and node.target.id == kw.id
+                ):
                     v = _ast.literal(node.value, None)
                     if isinstance(v, list):
                         values += v

@@ -81,6 +81,7 @@ def _load() -> dict[str, Any]:
             warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed" on CPU
             tc = importlib.import_module("megatron.core.transformer.transformer_config")
             oc = importlib.import_module("megatron.core.optimizer.optimizer_config")
+        ver: str | None
         try:
             from importlib.metadata import version
 
@@ -129,7 +130,9 @@ def _build(cls: type, kwargs: dict[str, Any], result: MegatronCheck, label: str)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(kwargs) - names)
     for k in unknown:
-        result.errors.append(f"{label}: unknown field {k!r} (megatron-core {result.version} has no such field)")
+        result.errors.append(
+            f"{label}: unknown field {k!r} (megatron-core {result.version} has no such field)"
+        )
     kwargs = {k: v for k, v in kwargs.items() if k in names}
     choices = _literal_choices(cls)
     for k, v in kwargs.items():
@@ -196,7 +199,11 @@ def check_transformer_config(
     """Error strings from Megatron's own ``TransformerConfig`` validation; empty when it accepts the
     config. Keyword arguments are those of :func:`validate_transformer_config`."""
     return validate_transformer_config(
-        overrides, num_layers=num_layers, hidden_size=hidden_size, num_attention_heads=num_attention_heads, **kwargs
+        overrides,
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=num_attention_heads,
+        **kwargs,
     ).errors
 
 
@@ -228,7 +235,9 @@ def check_te_recipe(
         return errors
     cls_name = TE_RECIPE_FOR.get(fp8_recipe)
     if cls_name is None:
-        return [f"fp8_recipe {fp8_recipe!r} has no TransformerEngine recipe mapping ({sorted(TE_RECIPE_FOR)})"]
+        return [
+            f"fp8_recipe {fp8_recipe!r} has no TransformerEngine recipe mapping ({sorted(TE_RECIPE_FOR)})"
+        ]
     recipe = (snap.data.get("recipes") or {}).get(cls_name)
     if recipe is None:
         return [f"{snap.spec} has no recipe class {cls_name} (needed for fp8_recipe={fp8_recipe!r})"]

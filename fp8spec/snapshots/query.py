@@ -51,7 +51,10 @@ class Fact:
         if isinstance(fact, Fact):
             return fact
         return cls(
-            kind=fact["kind"], subject=fact["subject"], value=fact.get("value"), present=fact.get("present", True)
+            kind=fact["kind"],
+            subject=fact["subject"],
+            value=fact.get("value"),
+            present=fact.get("present", True),
         )
 
     def describe(self) -> str:
@@ -117,8 +120,8 @@ class Snapshot:
             if table is None:
                 table = (self.data.get("config_classes") or {}).get(cls)
             return None if table is None else table.get(name)
-        cls = self._default_class()
-        return None if cls is None else fields[cls].get(subject)
+        default = self._default_class()
+        return None if default is None else fields[default].get(subject)
 
     def has_class(self, name: str) -> bool:
         return any(name in (self.data.get(k) or {}) for k in ("fields", "config_classes", "recipes", "enums"))
@@ -277,7 +280,9 @@ def load(path_or_spec: str | os.PathLike[str], directory=None) -> Snapshot:
     return Snapshot.load(path_or_spec, directory)
 
 
-def check_source(spec: str, artifact: str | None = None, sha256: str | None = None, directory=None) -> list[str]:
+def check_source(
+    spec: str, artifact: str | None = None, sha256: str | None = None, directory=None
+) -> list[str]:
     """Compare a profile's ``source`` (artifact file name, sha256) with the snapshot of ``spec``.
 
     Returns problems (empty when the snapshot was extracted from the same file the profile cites)."""

@@ -37,7 +37,7 @@ def extract(art: Artifact) -> dict[str, Any]:
         fields, flags, sources = _old_layout(art, server_tree)
     choices: dict[str, Any] = {}
     for dest in ("quantization", "kv_cache_dtype"):
-        for spelling, info in sorted(flags.items()):
+        for _spelling, info in sorted(flags.items()):
             if info["dest"] == dest and "choices" in info:
                 choices[dest] = info["choices"]
                 break
@@ -77,7 +77,11 @@ class _Names:
             left, right = self.resolve(node.left, depth + 1), self.resolve(node.right, depth + 1)
             if isinstance(left, list) and isinstance(right, list):
                 return left + right
-        if isinstance(node, ast.Call) and _ast.unparse(node.func) in ("list", "sorted", "set") and len(node.args) == 1:
+        if (
+            isinstance(node, ast.Call)
+            and _ast.unparse(node.func) in ("list", "sorted", "set")
+            and len(node.args) == 1
+        ):
             inner = self.resolve(node.args[0], depth + 1)
             if isinstance(inner, list):
                 return sorted(inner, key=repr) if _ast.unparse(node.func) != "list" else inner
@@ -91,14 +95,19 @@ def _action_classes(trees: list[ast.Module]) -> dict[str, bool]:
         for cls in _ast.classes(t):
             if "Action" not in "".join(_ast.base_names(cls)) and not cls.name.endswith("Action"):
                 continue
-            call = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__call__"), None)
+            call = next(
+                (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__call__"), None
+            )
             if call is None:
                 stores = any("_StoreTrueAction" in b or "_StoreAction" in b for b in _ast.base_names(cls))
             else:
                 stores = any(
                     isinstance(c, ast.Call) and _ast.unparse(c.func) in ("setattr", "super().__call__")
                     for c in ast.walk(call)
-                ) or any(isinstance(c, ast.Call) and _ast.unparse(c.func).endswith("__call__") for c in ast.walk(call))
+                ) or any(
+                    isinstance(c, ast.Call) and _ast.unparse(c.func).endswith("__call__")
+                    for c in ast.walk(call)
+                )
             out[cls.name] = stores
     return out
 
@@ -122,7 +131,9 @@ def _flag_entry(
             entry["deprecated"] = True
         if name in actions and not actions[name]:
             entry["ignored"] = True  # the action only warns; the value never reaches ServerArgs
-        if name in ("store_true", "store_false", "BooleanOptionalAction") or name.startswith("DeprecatedStoreTrue"):
+        if name in ("store_true", "store_false", "BooleanOptionalAction") or name.startswith(
+            "DeprecatedStoreTrue"
+        ):
             entry["kind"] = "flag"
         else:
             entry["kind"] = "custom_action"
@@ -256,7 +267,9 @@ def _new_layout(art: Artifact, server_tree: ast.Module, namespaces: list[str]):
         names = _Names([trees[member]] + extra_trees)
         ns_path = None
         for stmt in cls.body:
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in stmt.targets):
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in stmt.targets
+            ):
                 ns_path = _ast.literal(stmt.value, None)
         for f in _ast.class_fields(cls):
             name = f["name"]
@@ -307,13 +320,27 @@ def _new_layout(art: Artifact, server_tree: ast.Module, namespaces: list[str]):
                 registered_by="add_cli_args_from_dataclass",
                 actions=actions,
                 nargs=meta.get("nargs")
-                or ("+" if len(opt_members) == 1 and _ast.member_name(opt_members[0]) in ("list", "List") and not meta.get("type_parser") else None),
+                or (
+                    "+"
+                    if len(opt_members) == 1
+                    and _ast.member_name(opt_members[0]) in ("list", "List")
+                    and not meta.get("type_parser")
+                    else None
+                ),
             )
             _add_flag(flags, item)
     server_cls = _ast.find_class(server_tree, "ServerArgs")
-    func = next((s for s in server_cls.body if isinstance(s, ast.FunctionDef) and s.name == "add_cli_args"), None) if server_cls else None
+    func = (
+        next(
+            (s for s in server_cls.body if isinstance(s, ast.FunctionDef) and s.name == "add_cli_args"), None
+        )
+        if server_cls
+        else None
+    )
     if func is not None:
-        _add_argument_flags(func, _Names([server_tree] + extra_trees), actions, "ServerArgs.add_cli_args", flags)
+        _add_argument_flags(
+            func, _Names([server_tree] + extra_trees), actions, "ServerArgs.add_cli_args", flags
+        )
     _mark_cli(fields, flags, _from_cli_renames(server_cls))
     return fields, flags, sources
 
@@ -330,7 +357,7 @@ def _split_annotated(annotation: ast.AST) -> tuple[ast.AST, dict[str, Any] | Non
             if isinstance(meta, ast.JoinedStr) or (isinstance(meta, ast.BinOp) and _is_stringy(meta)):
                 return inner, {}
             if isinstance(meta, ast.Call) and _ast.member_name(meta.func) == "Arg":
-                out: dict[str, Any] = {}
+                out: dict[Any, Any] = {}  # keyed by keyword name (None for a **mapping)
                 for k in meta.keywords:
                     if k.arg == "help":
                         continue
@@ -362,7 +389,11 @@ def _env(art: Artifact) -> tuple[dict[str, Any], dict[str, Any]]:
     cls = _ast.find_class(tree, "Envs")
     if cls is not None:
         for stmt in cls.body:
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            if not (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+            ):
                 continue
             call = stmt.value
             if not (isinstance(call, ast.Call) and _ast.member_name(call.func).startswith("Env")):
@@ -385,14 +416,16 @@ def _env(art: Artifact) -> tuple[dict[str, Any], dict[str, Any]]:
     deprecated: dict[str, Any] = {}
     table = _ast.module_assignments(tree).get("_DEPRECATED_ENVS")
     if isinstance(table, ast.Dict):
-        for k, v in zip(table.keys, table.values):
-            if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                item: dict[str, Any] = {"kind": _ast.member_name(v.func) if isinstance(v, ast.Call) else _ast.unparse(v)}
+        for key, v in zip(table.keys, table.values):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                item: dict[str, Any] = {
+                    "kind": _ast.member_name(v.func) if isinstance(v, ast.Call) else _ast.unparse(v)
+                }
                 if isinstance(v, ast.Call):
                     for kw in v.keywords:
                         lit = _ast.literal(kw.value, _ast.unparse(kw.value))
                         item[kw.arg or "_"] = lit
                     if v.args:
                         item["args"] = [_ast.literal(a, _ast.unparse(a)) for a in v.args]
-                deprecated[k.value] = item
+                deprecated[key.value] = item
     return env, deprecated

@@ -48,8 +48,16 @@ def extract(art: Artifact) -> dict[str, Any]:
         sources.append(QUANTIZATION)
         _collect_env(qtree, QUANTIZATION, env, {})
         for node in qtree.body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("_compute_") and node.name.endswith("_support"):
-                body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if (
+                isinstance(node, ast.FunctionDef)
+                and node.name.startswith("_compute_")
+                and node.name.endswith("_support")
+            ):
+                body = [
+                    s
+                    for s in node.body
+                    if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                ]
                 support[node.name] = "\n".join(_ast.unparse(s) for s in body)
     return {
         "sources": sources,
@@ -96,7 +104,9 @@ def _class_entry(cls: ast.ClassDef) -> dict[str, Any]:
     return {"bases": _ast.base_names(cls), "fields": fields, "class_attributes": attrs}
 
 
-def _collect_env(tree: ast.Module, member: str, env: dict[str, Any], classes: dict[str, ast.ClassDef]) -> None:
+def _collect_env(
+    tree: ast.Module, member: str, env: dict[str, Any], classes: dict[str, ast.ClassDef]
+) -> None:
     owner: dict[int, str] = {}
     for cls in classes.values():
         for stmt in cls.body:

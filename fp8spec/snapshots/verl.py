@@ -36,7 +36,9 @@ def extract(art: Artifact) -> dict[str, Any]:
         from hydra.core.global_hydra import GlobalHydra
         from omegaconf import OmegaConf
     except ImportError as e:  # pragma: no cover - exercised only without the test extras
-        raise RuntimeError("composing verl's config needs hydra-core and omegaconf (pip install hydra-core==1.3.8)") from e
+        raise RuntimeError(
+            "composing verl's config needs hydra-core and omegaconf (pip install hydra-core==1.3.8)"
+        ) from e
     with tempfile.TemporaryDirectory(prefix="fp8spec-verl-") as tmp:
         config_dir = art.extract_prefix(CONFIG_PREFIX, Path(tmp))
         groups = _config_groups(config_dir)
@@ -67,7 +69,9 @@ def extract(art: Artifact) -> dict[str, Any]:
     }
 
 
-def _flatten(node: Any, prefix: str, keys: dict[str, Any], mappings: list[str], open_mappings: list[str]) -> None:
+def _flatten(
+    node: Any, prefix: str, keys: dict[str, Any], mappings: list[str], open_mappings: list[str]
+) -> None:
     if isinstance(node, dict):
         if prefix:
             mappings.append(prefix)

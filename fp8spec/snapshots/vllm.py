@@ -38,7 +38,9 @@ def extract(art: Artifact) -> dict[str, Any]:
     flags = _cli_flags(engine_tree, fields, config_index, aliases)
     choices = _choices(art)
     data: dict[str, Any] = {
-        "sources": sorted({ARG_UTILS, QUANT_INIT, CACHE_CONFIG, ENVS} | ({QUANT_CONFIG} if art.has(QUANT_CONFIG) else set())),
+        "sources": sorted(
+            {ARG_UTILS, QUANT_INIT, CACHE_CONFIG, ENVS} | ({QUANT_CONFIG} if art.has(QUANT_CONFIG) else set())
+        ),
         "fields": {"EngineArgs": fields},
         "flags": flags,
         "choices": choices,
@@ -124,7 +126,7 @@ def _type_behaviour(annotation: ast.AST | None, config_index: dict[str, Any], al
         return {}
     members = _ast.union_members(annotation)
     names = {_ast.member_name(m) for m in members}
-    if any(n in config_index and (n.endswith("Config") or n.endswith("Args")) for n in names - {"None"}):
+    if any(n in config_index and (n.endswith(("Config", "Args"))) for n in names - {"None"}):
         return {"kind": "json"}
     if names == {"bool", "str", "None"}:
         return {"kind": "optional_value"}
@@ -133,7 +135,10 @@ def _type_behaviour(annotation: ast.AST | None, config_index: dict[str, Any], al
     for m in members:
         vals = _ast.literal_values(m, aliases)
         if vals is not None:
-            out = {"kind": "choices", "choices": sorted(vals, key=lambda v: (str(type(v)), v))}
+            out: dict[str, Any] = {
+                "kind": "choices",
+                "choices": sorted(vals, key=lambda v: (str(type(v)), v)),
+            }
             out["choices_enforced"] = "str" not in names
             if "None" in names:
                 out["accepts_none"] = True
@@ -235,7 +240,11 @@ def _kwargs_reference(node: ast.AST, kwargs_vars: dict[str, Any]) -> tuple[str, 
         if isinstance(node.value, ast.Name):
             cls = kwargs_vars.get(node.value.id)
         elif isinstance(node.value, ast.Call) and _ast.unparse(node.value.func).endswith("get_kwargs"):
-            cls = node.value.args[0].id if node.value.args and isinstance(node.value.args[0], ast.Name) else None
+            cls = (
+                node.value.args[0].id
+                if node.value.args and isinstance(node.value.args[0], ast.Name)
+                else None
+            )
         else:
             cls = None
         if isinstance(cls, str) and isinstance(key, str):
@@ -276,7 +285,10 @@ def _choices(art: Artifact) -> dict[str, Any]:
         out["kv_cache_dtype"] = _ast.literal_values(cassign["CacheDType"])
     if art.has(QUANT_CONFIG):
         qc = _ast.module_assignments(art.tree(QUANT_CONFIG))
-        for key, name in (("_ONLINE_SHORTHANDS", "quantization_online_shorthands"), ("QUANT_KEY_NAMES", "quant_key_names")):
+        for key, name in (
+            ("_ONLINE_SHORTHANDS", "quantization_online_shorthands"),
+            ("QUANT_KEY_NAMES", "quant_key_names"),
+        ):
             node = qc.get(key)
             if isinstance(node, ast.Dict):
                 out[name] = [k.value for k in node.keys if isinstance(k, ast.Constant)]
@@ -329,7 +341,11 @@ def _raw_env_default(name: str, getter: ast.AST) -> Any:
                 return None
             return _ast.literal(default, _ast.unparse(default))
     for c in ast.walk(getter):
-        if isinstance(c, ast.Call) and _ast.unparse(c.func).split(".")[-1].startswith("env_") and len(c.args) >= 2:
+        if (
+            isinstance(c, ast.Call)
+            and _ast.unparse(c.func).split(".")[-1].startswith("env_")
+            and len(c.args) >= 2
+        ):
             if _ast.literal(c.args[0], None) == name:
                 return _ast.literal(c.args[1], _ast.unparse(c.args[1]))
     return _ast.MISSING
@@ -337,7 +353,10 @@ def _raw_env_default(name: str, getter: ast.AST) -> Any:
 
 def _env_choices(getter: ast.AST) -> list[Any] | None:
     for c in ast.walk(getter):
-        if isinstance(c, ast.Call) and _ast.unparse(c.func).split(".")[-1] in ("env_with_choices", "env_list_with_choices"):
+        if isinstance(c, ast.Call) and _ast.unparse(c.func).split(".")[-1] in (
+            "env_with_choices",
+            "env_list_with_choices",
+        ):
             if len(c.args) >= 3:
                 vals = _ast.literal(c.args[2], None)
                 if isinstance(vals, list):

@@ -34,8 +34,10 @@ class InputCode:
 def input_codes() -> dict[str, InputCode]:
     with open(_FILE, encoding="utf-8") as fh:
         data = YAML(typ="safe").load(fh)
-    return {code: InputCode(code, e["name"], e["summary"], " ".join(e["why"].split()), e["fix"])
-            for code, e in sorted(data.items())}
+    return {
+        code: InputCode(code, e["name"], e["summary"], " ".join(e["why"].split()), e["fix"])
+        for code, e in sorted(data.items())
+    }
 
 
 def input_code(code: str) -> Optional[InputCode]:

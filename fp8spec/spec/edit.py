@@ -20,7 +20,7 @@ def with_values(spec: Spec, changes: Mapping[str, Any]) -> Spec:
     data = spec.model_dump(mode="python")
     for dotted, value in changes.items():
         *parents, last = dotted.split(".")
-        node = data
+        node: Any = data
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or last not in node:

@@ -7,7 +7,7 @@ import hashlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ValidationError
 
@@ -60,8 +60,11 @@ def _drop_union_noise(diags: list[Diagnostic]) -> list[Diagnostic]:
     """A value checked against a union (str or list) fails once per branch; keep the most specific message."""
     # a union's other branch failing on the whole value, when the items themselves are reported
     deeper = {d.path for d in diags}
-    diags = [d for d in diags if "Input should be a valid" not in d.message
-             or not any(p.startswith(d.path + ".") for p in deeper)]
+    diags = [
+        d
+        for d in diags
+        if "Input should be a valid" not in d.message or not any(p.startswith(d.path + ".") for p in deeper)
+    ]
     by_place: dict[tuple, list[Diagnostic]] = {}
     for d in diags:
         by_place.setdefault((d.line, d.col, d.path), []).append(d)
@@ -86,7 +89,7 @@ def _written_prefix(loc: tuple, positions: Positions) -> tuple:
     return best
 
 
-def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnostic:
+def _schema_diagnostic(err: Mapping[str, Any], positions: Positions, display: str) -> Diagnostic:
     loc = tuple(err.get("loc", ()))
     kind = err.get("type", "")
     if kind == "extra_forbidden":
@@ -94,23 +97,39 @@ def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnos
         key = str(loc[-1]) if loc else "?"
         allowed = sorted(_allowed_keys(loc[:-1]))
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-        hint = f"did you mean '{close[0]}'?" if close else (
-            f"allowed keys here: {', '.join(allowed)}" if allowed else None
+        hint = (
+            f"did you mean '{close[0]}'?"
+            if close
+            else (f"allowed keys here: {', '.join(allowed)}" if allowed else None)
         )
         where = _dotted(loc[:-1]) or "the top level"
-        return Diagnostic("error", "S001", f"unknown key '{key}' in {where}", display, line, col, _dotted(loc), hint)
+        return Diagnostic(
+            "error", "S001", f"unknown key '{key}' in {where}", display, line, col, _dotted(loc), hint
+        )
     if kind == "missing" and loc and isinstance(loc[-1], int):
         line, col = positions.locate(loc[:-1], prefer="value")
         return Diagnostic(
-            "error", "S002", f"{_dotted(loc[:-1])}: too few items (item {loc[-1]} is missing)", display, line, col,
-            _dotted(loc[:-1]), "block_size takes two numbers, e.g. [128, 128]" if loc[-2:-1] == ("block_size",) else None,
+            "error",
+            "S002",
+            f"{_dotted(loc[:-1])}: too few items (item {loc[-1]} is missing)",
+            display,
+            line,
+            col,
+            _dotted(loc[:-1]),
+            "block_size takes two numbers, e.g. [128, 128]" if loc[-2:-1] == ("block_size",) else None,
         )
     if kind == "missing":
         parent = loc[:-1]
         line, col = positions.locate(parent, prefer="key") if parent else (1, 1)
         where = _dotted(parent) or "the spec"
         return Diagnostic(
-            "error", "S003", f"missing required key '{loc[-1]}' in {where}", display, line, col, _dotted(loc),
+            "error",
+            "S003",
+            f"missing required key '{loc[-1]}' in {where}",
+            display,
+            line,
+            col,
+            _dotted(loc),
             _missing_hint(loc),
         )
     written = _written_prefix(loc, positions)
@@ -124,7 +143,9 @@ def _schema_diagnostic(err: dict, positions: Positions, display: str) -> Diagnos
     path = _dotted(written or loc)
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
-    hint = _value_hint(loc) or _quote_hint(kind, value, written or loc, written_text) or _type_hint(kind, value)
+    hint = (
+        _value_hint(loc) or _quote_hint(kind, value, written or loc, written_text) or _type_hint(kind, value)
+    )
     return Diagnostic("error", code, text, display, line, col, path, hint)
 
 
@@ -172,8 +193,11 @@ def _type_hint(kind: str, value: Any) -> Optional[str]:
         if isinstance(value, bool):
             return "a boolean is not a number: write the number"
         if isinstance(value, float) and kind == "int_type":
-            return f"write a whole number ({int(value)}, not {value!r})" if value.is_integer() else \
-                "write a whole number"
+            return (
+                f"write a whole number ({int(value)}, not {value!r})"
+                if value.is_integer()
+                else "write a whole number"
+            )
         digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
         if digits.isdigit() and digits.startswith("0"):
             return "write the number in decimal without leading zeros (YAML 1.1 reads 017 as octal 15)"

@@ -24,7 +24,9 @@ Schema for editors: `specs/fp8spec.schema.json` (`fp8spec schema`).
 """
 
 
-def fields(model: type[BaseModel] = Spec, prefix: str = "") -> Iterator[tuple[str, FieldInfo, type | None]]:
+def fields(
+    model: type[BaseModel] = Spec, prefix: str = ""
+) -> Iterator[tuple[str, FieldInfo, type[BaseModel] | None]]:
     """(dotted path, field, section model or None) for every field, depth first in declaration order."""
     for name, info in model.model_fields.items():
         section = _model_of(info.annotation)
@@ -43,17 +45,24 @@ def reference_markdown() -> str:
         out.append("| field | type | default | description |")
         out.append("|---|---|---|---|")
         for name, sub in section.model_fields.items():
-            kind = "section" if _model_of(sub.annotation) is not None else _type_text(sub.annotation,
-                                                                                      sub.metadata)
-            out.append(f"| `{path}.{name}` | {_cell(kind)} | {_cell(_default_text(sub))} | "
-                       f"{_cell(sub.description or '')} |")
+            kind = (
+                "section"
+                if _model_of(sub.annotation) is not None
+                else _type_text(sub.annotation, sub.metadata)
+            )
+            out.append(
+                f"| `{path}.{name}` | {_cell(kind)} | {_cell(_default_text(sub))} | "
+                f"{_cell(sub.description or '')} |"
+            )
     top = [(p, i) for p, i, s in fields() if "." not in p and s is None]
     out.append("\n## Top level\n")
     out.append("| field | type | default | description |")
     out.append("|---|---|---|---|")
     for path, info in top:
-        out.append(f"| `{path}` | {_cell(_type_text(info.annotation, info.metadata))} | "
-                   f"{_cell(_default_text(info))} | {_cell(info.description or '')} |")
+        out.append(
+            f"| `{path}` | {_cell(_type_text(info.annotation, info.metadata))} | "
+            f"{_cell(_default_text(info))} | {_cell(info.description or '')} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -61,7 +70,7 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _model_of(annotation: Any):
+def _model_of(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in typing.get_args(annotation):
@@ -124,7 +133,7 @@ def _default_text(info: FieldInfo) -> str:
     if info.default_factory is not None:
         if _model_of(info.annotation) is not None:
             return "(section)"
-        value = info.default_factory()
+        value = info.default_factory()  # type: ignore[call-arg]  # the spec's factories take no argument
     else:
         value = info.default
     return f"`{_yaml_value(value)}`"

@@ -47,8 +47,15 @@ def describe(ch: str) -> str:
     return f"U+{ord(ch):04X} ({name})" if name else f"U+{ord(ch):04X}"
 
 
-_CONTROL_NAMES = {"\x00": "NUL", "\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\x1b": "ESCAPE",
-                  "\x7f": "DELETE", "\x85": "NEXT LINE"}
+_CONTROL_NAMES = {
+    "\x00": "NUL",
+    "\t": "TAB",
+    "\n": "LINE FEED",
+    "\r": "CARRIAGE RETURN",
+    "\x1b": "ESCAPE",
+    "\x7f": "DELETE",
+    "\x85": "NEXT LINE",
+}
 
 
 def check_value(value: str) -> str:
@@ -57,7 +64,8 @@ def check_value(value: str) -> str:
     if index is not None:
         raise ValueError(
             f"character {describe(value[index])} at position {index + 1} is not allowed: control, "
-            "line/paragraph separator, bidi and other invisible format characters are refused in spec values")
+            "line/paragraph separator, bidi and other invisible format characters are refused in spec values"
+        )
     if "${" in value:
         raise ValueError("'${' is not allowed: OmegaConf would interpolate it on the cluster")
     return value

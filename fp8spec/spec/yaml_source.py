@@ -79,7 +79,9 @@ class Positions:
         return tuple(path) in self.keys or tuple(path) in self.values
 
 
-def _error(file: str, code: str, message: str, line: int = 1, col: int = 1, hint: str | None = None) -> InputError:
+def _error(
+    file: str, code: str, message: str, line: int = 1, col: int = 1, hint: str | None = None
+) -> InputError:
     return InputError(Diagnostic("error", code, message, file, line, col, "", hint))
 
 
@@ -103,9 +105,13 @@ def read_text(path: Path, display: str) -> str:
     except UnicodeDecodeError as exc:
         before = raw[: exc.start]
         line = before.count(b"\n") + 1
-        col = len(before[before.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
+        col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
         raise _error(
-            display, "E002", f"not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded", line, col,
+            display,
+            "E002",
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} cannot be decoded",
+            line,
+            col,
             "save the spec as UTF-8",
         ) from None
 
@@ -137,8 +143,14 @@ def _check_characters(text: str, display: str) -> None:
         why = "a NUL byte: is this a text file?"
     else:
         why = "invisible and control characters can make a spec read differently from how it looks"
-    raise _error(display, "E008", f"character {describe(ch)} is not allowed in a spec file: {why}", line, col,
-                 "delete it (a spec's values never need it)")
+    raise _error(
+        display,
+        "E008",
+        f"character {describe(ch)} is not allowed in a spec file: {why}",
+        line,
+        col,
+        "delete it (a spec's values never need it)",
+    )
 
 
 # --- scanning and parsing -----------------------------------------------------------------------------------
@@ -163,8 +175,11 @@ def _position(mark) -> tuple[int, int]:
     return (mark.line + 1, mark.column + 1)
 
 
-_OPENERS = {"while scanning a quoted scalar": "a quoted string", "while parsing a flow sequence": "a '['",
-            "while parsing a flow mapping": "a '{'"}
+_OPENERS = {
+    "while scanning a quoted scalar": "a quoted string",
+    "while parsing a flow sequence": "a '['",
+    "while parsing a flow mapping": "a '{'",
+}
 
 
 def _syntax_error(err: MarkedYAMLError, text: str, display: str) -> InputError:
@@ -179,15 +194,23 @@ def _syntax_error(err: MarkedYAMLError, text: str, display: str) -> InputError:
         if "end of stream" in str(problem) or "<stream end>" in str(problem):
             problem = f"{opener} opened here is never closed"
         else:
-            problem = f"{opener} opened here is not closed where expected ({problem} at line {found[0]}, " \
-                      f"column {found[1]})"
+            problem = (
+                f"{opener} opened here is not closed where expected ({problem} at line {found[0]}, "
+                f"column {found[1]})"
+            )
         line, col = _position(mark)
         return _error(display, "E003", f"YAML syntax error: {problem}", line, col)
     line, col = _position(mark) if mark is not None else (1, 1)
     lines = text.splitlines()
     if 0 < line <= len(lines) and "\t" in lines[line - 1][: max(col, 1)] or "'\\t'" in str(problem):
-        return _error(display, "E003", "tab character in indentation; YAML indents with spaces", line, col,
-                      "replace the tab with spaces")
+        return _error(
+            display,
+            "E003",
+            "tab character in indentation; YAML indents with spaces",
+            line,
+            col,
+            "replace the tab with spaces",
+        )
     return _error(display, "E003", f"YAML syntax error: {problem}", line, col)
 
 
@@ -198,8 +221,14 @@ def _events(text: str, display: str):
         yield from yaml.parse(text)
     except _TooDeep as deep:
         line, col = _position(deep.mark)
-        raise _error(display, "E010", f"nested more than {MAX_DEPTH} levels deep", line, col,
-                     "a spec nests a few levels; is this the right file?") from None
+        raise _error(
+            display,
+            "E010",
+            f"nested more than {MAX_DEPTH} levels deep",
+            line,
+            col,
+            "a spec nests a few levels; is this the right file?",
+        ) from None
     except MarkedYAMLError as err:
         raise _syntax_error(err, text, display) from None
     except (YAMLError, RecursionError, ValueError) as err:
@@ -212,8 +241,9 @@ _NULLS = ("", "~", "null", "Null", "NULL")
 _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
 _INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 _FLOAT = re.compile(r"[-+]?((0|[1-9][0-9]*)(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
-_SPECIAL_FLOATS = {f"{sign}.{word}": float(f"{sign}inf")
-                   for sign in ("", "+", "-") for word in ("inf", "Inf", "INF")}
+_SPECIAL_FLOATS = {
+    f"{sign}.{word}": float(f"{sign}inf") for sign in ("", "+", "-") for word in ("inf", "Inf", "INF")
+}
 _SPECIAL_FLOATS.update({f".{word}": float("nan") for word in ("nan", "NaN", "NAN")})
 
 
@@ -261,26 +291,40 @@ class _Builder:
     def feed(self, event) -> None:
         if isinstance(event, DocumentStartEvent):
             if getattr(event, "version", None) not in (None, (1, 2)):
-                raise self.fail("E003", "%YAML directives are not allowed: a spec is YAML 1.2",
-                                event.start_mark)
+                raise self.fail(
+                    "E003", "%YAML directives are not allowed: a spec is YAML 1.2", event.start_mark
+                )
             return
         if isinstance(event, CollectionEndEvent):
             self.stack.pop()
             return
         if isinstance(event, AliasEvent) or (
-                getattr(event, "anchor", None) and isinstance(event, (ScalarEvent, MappingStartEvent,
-                                                                      SequenceStartEvent))):
-            raise self.fail("E005", "YAML anchors and aliases are not allowed in a spec", event.start_mark,
-                            "write the value out in full")
+            getattr(event, "anchor", None)
+            and isinstance(event, (ScalarEvent, MappingStartEvent, SequenceStartEvent))
+        ):
+            raise self.fail(
+                "E005",
+                "YAML anchors and aliases are not allowed in a spec",
+                event.start_mark,
+                "write the value out in full",
+            )
         if not isinstance(event, (ScalarEvent, MappingStartEvent, SequenceStartEvent)):
             return
         if event.tag:
-            raise self.fail("E007", f"YAML tags ({event.tag}) are not allowed in a spec", event.start_mark,
-                            "remove the tag; write plain values")
+            raise self.fail(
+                "E007",
+                f"YAML tags ({event.tag}) are not allowed in a spec",
+                event.start_mark,
+                "remove the tag; write plain values",
+            )
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise self.fail("E010", f"more than {MAX_NODES} keys and values", event.start_mark,
-                            "a spec has a few dozen; is this the right file?")
+            raise self.fail(
+                "E010",
+                f"more than {MAX_NODES} keys and values",
+                event.start_mark,
+                "a spec has a few dozen; is this the right file?",
+            )
         top = self.stack[-1] if self.stack else None
         if top is not None and isinstance(top.out, dict) and top.key is None:
             self.key(top, event)
@@ -301,25 +345,38 @@ class _Builder:
         container: Any = {} if isinstance(event, MappingStartEvent) else []
         self.attach(top, container, event)
         if len(self.stack) >= MAX_DEPTH:
-            raise self.fail("E010", f"nested more than {MAX_DEPTH} levels deep", event.start_mark,
-                            "a spec nests a few levels; is this the right file?")
+            raise self.fail(
+                "E010",
+                f"nested more than {MAX_DEPTH} levels deep",
+                event.start_mark,
+                "a spec nests a few levels; is this the right file?",
+            )
         self.stack.append(_Frame(path, container))
 
     def key(self, frame: _Frame, event) -> None:
         if not isinstance(event, ScalarEvent):
-            raise self.fail("E006", "mapping keys must be plain scalars, not lists or mappings",
-                            event.start_mark)
+            raise self.fail(
+                "E006", "mapping keys must be plain scalars, not lists or mappings", event.start_mark
+            )
         name = event.value
         if event.style is None and name == "<<":
-            raise self.fail("E009", "YAML merge keys ('<<') are not allowed in a spec", event.start_mark,
-                            "write the keys out in full")
+            raise self.fail(
+                "E009",
+                "YAML merge keys ('<<') are not allowed in a spec",
+                event.start_mark,
+                "write the keys out in full",
+            )
         if event.style is None and name in _NULLS:
             raise self.fail("E006", "a mapping key is empty or null", event.start_mark)
         line, _ = _position(event.start_mark)
         if name in frame.first_seen:
             first = frame.first_seen[name]
-            raise self.fail("E004", f"duplicate key '{name}' (first written on line {first})",
-                            event.start_mark, "each key may appear once in a mapping")
+            raise self.fail(
+                "E004",
+                f"duplicate key '{name}' (first written on line {first})",
+                event.start_mark,
+                "each key may appear once in a mapping",
+            )
         frame.first_seen[name] = line
         frame.key = name
         self.positions.keys[frame.path + (name,)] = _position(event.start_mark)
@@ -352,7 +409,9 @@ def parse_yaml(text: str, display: str) -> tuple[dict, Positions]:
         builder.feed(event)
     docs = [(root, where) for root, where in builder.documents if root is not None]
     if not docs:
-        raise _error(display, "E006", "empty spec: expected a mapping with version, name, model, hardware, data")
+        raise _error(
+            display, "E006", "empty spec: expected a mapping with version, name, model, hardware, data"
+        )
     if len(docs) > 1:
         raise _error(display, "E006", "several YAML documents in one spec file; keep one", *docs[1][1])
     root, (line, col) = docs[0]

@@ -40,7 +40,7 @@ from typing import Any, Optional
 from ruamel.yaml import YAML
 
 from fp8spec.profiles import load_profile
-from fp8spec.rules.context import STACK_KINDS
+from fp8spec.targets import STACK_KINDS
 from fp8spec.snapshots import Fact, Snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,8 +103,8 @@ def compile_path(path: Path, backend: str, display: Optional[str] = None, label:
     display = display or str(path)
     validation, choice = validate_for(path, display, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
-    plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, display)
+    plan = build_plan(validation.valid(), choice)
+    files = bundle_files(validation.valid(), choice, plan, display)
     return Compiled(label or f"{Path(display).stem}:{choice.name}", choice.name, validation, plan, files)
 
 
@@ -557,14 +557,37 @@ def _manifest_consts() -> dict[str, str]:
 _MANIFEST_CONSTS = _manifest_consts()
 
 
+class _RecordingEnv(dict):
+    """An empty environment that records every name looked up in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
 @lru_cache(maxsize=None)
 def fp8spec_runtime_env() -> frozenset[str]:
-    """Environment variables fp8spec.runtime reads (static scan of its source)."""
+    """Environment variables fp8spec.runtime reads: a static scan of its source for direct reads, and the names
+    its settings objects (fp8spec/runtime/settings.py, where the patches' variables are read) look up in an
+    environment, with every patch active."""
+    from fp8spec.runtime.settings import KVSettings, QuantSettings
+
     root = REPO / "fp8spec" / "runtime"
     names: set[str] = set()
     for path in sorted(root.rglob("*.py")):
         names |= _env_reads_in(path.read_text(encoding="utf-8"))
-    return frozenset(names)
+    env = _RecordingEnv()
+    KVSettings.from_env(env)
+    QuantSettings.from_env(frozenset(("ue8m0_scales", "fast_block_quant")), env)
+    return frozenset(names | env.read)
 
 
 @lru_cache(maxsize=None)

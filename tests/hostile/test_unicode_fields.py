@@ -102,8 +102,8 @@ def test_any_text_in_any_field(backend, field, value, launcher):
     spec = validation.loaded.spec
     assert _field_value(spec, path, shape) == value, "the reader changed the value"
     choice = choose_backend(backend, validation)
-    plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, "spec.yaml")
+    plan = build_plan(validation.valid(), choice)
+    files = bundle_files(validation.valid(), choice, plan, "spec.yaml")
     assert check_bundle(spec, plan, choice, files) == []
 
 
@@ -118,8 +118,8 @@ def test_examples_read_back_exactly(backend):
         validation = validate_path(spec_file)
     assert not validation.errors, [d.render() for d in validation.errors]
     choice = choose_backend(backend, validation)
-    plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, "spec.yaml")
+    plan = build_plan(validation.valid(), choice)
+    files = bundle_files(validation.valid(), choice, plan, "spec.yaml")
     assert check_bundle(validation.loaded.spec, plan, choice, files) == []
 
 
@@ -150,6 +150,6 @@ def test_any_text_in_list_item_fields(list_path, name, value):
         assert all(d.line >= 1 and d.col >= 1 for d in validation.errors)
         return
     choice = choose_backend("fsdp+vllm", validation)
-    plan = build_plan(validation, choice)
-    files = bundle_files(validation, choice, plan, "spec.yaml")
+    plan = build_plan(validation.valid(), choice)
+    files = bundle_files(validation.valid(), choice, plan, "spec.yaml")
     assert check_bundle(validation.loaded.spec, plan, choice, files) == []

@@ -211,7 +211,7 @@ def test_long_spec_names_fit_kuberay_limits():
 def test_spec_rejects_bad_kubernetes_values():
     from pydantic import ValidationError
 
-    from fp8spec.spec.model import KubeRaySettings
+    from fp8spec.spec.cluster import KubeRaySettings
 
     for field, value in (("namespace", "rl_team"), ("namespace", "RL"), ("worker_memory", "lots"),
                          ("head_cpus", "4 cores"), ("image", "x\ny"), ("image", "${oops}")):
@@ -249,7 +249,7 @@ def test_no_rayjob_without_a_known_image(write_spec, tmp_path):
 def test_spec_rejects_bad_volumes_and_secrets():
     from pydantic import ValidationError
 
-    from fp8spec.spec.model import KubeRaySettings
+    from fp8spec.spec.cluster import KubeRaySettings
 
     for bad in ({"volumes": [{"name": "m", "mount_path": "/m"}]},  # no source
                 {"volumes": [{"name": "m", "mount_path": "/m", "pvc": "a", "host_path": "/x"}]},  # two sources

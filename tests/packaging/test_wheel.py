@@ -32,6 +32,43 @@ def test_wheel_contains_runtime_data(wheel):
     assert any(n.startswith("fp8spec/catalog/models/") for n in names)
 
 
+def test_wheel_metadata_is_complete(wheel):
+    """License (SPDX expression and the full text), the one version (fp8spec/__init__.py), typed marker."""
+    from email.parser import Parser
+
+    from fp8spec import __version__
+
+    zf = zipfile.ZipFile(wheel)
+    names = set(zf.namelist())
+    (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    meta = Parser().parsestr(zf.read(meta_name).decode("utf-8"))
+    assert meta["Version"] == __version__
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta.get_all("License-File") == ["LICENSE"]
+    for field in ("Summary", "Author", "Keywords", "Requires-Python"):
+        assert meta[field], field
+    assert "Typing :: Typed" in meta.get_all("Classifier")
+    assert "fp8spec/py.typed" in names
+    (license_name,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    text = zf.read(license_name).decode("utf-8")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    assert text == (REPO / "LICENSE").read_text(encoding="utf-8")
+
+
+def test_one_version_literal():
+    """fp8spec's version is written once (fp8spec/__init__.py): hatch reads it there and the runtime manifest
+    imports it (PATCHSET_VERSION), so the bundle and the installed package cannot disagree."""
+    from fp8spec import __version__
+
+    quoted = (f'"{__version__}"', f"'{__version__}'")
+    holders = [str(p.relative_to(REPO)) for p in sorted((REPO / "fp8spec").rglob("*.py"))
+               if any(q in p.read_text(encoding="utf-8") for q in quoted)]
+    assert holders == ["fp8spec/__init__.py"], holders
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'dynamic = ["version"]' in pyproject and 'path = "fp8spec/__init__.py"' in pyproject
+    assert __version__ not in pyproject
+
+
 def test_installed_wheel_compiles_outside_checkout(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],

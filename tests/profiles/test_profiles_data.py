@@ -43,7 +43,8 @@ REQUIRED = {
         "key.dapo_overlong_len", "key.dapo_overlong_penalty_factor", "key.dapo_overlong_log", "key.dapo_max_resp_len",
         "key.ppo_max_token_len_per_gpu", "key.rollout_log_prob_max_token_len_per_gpu",
         "key.ref_log_prob_max_token_len_per_gpu", "key.megatron_router_replay_mode", "values.router_replay",
-        "key.rollout_routing_replay",
+        "key.rollout_routing_replay", "key.rollout_engine_kwargs_vllm", "key.rollout_engine_kwargs_sglang",
+        "env.external_modules", "package.distributions",
     ],
     "vllm": [
         "cli.serve", "flag.model", "flag.quantization", "values.quantization", "block_fp8.mode",
@@ -56,6 +57,10 @@ REQUIRED = {
         "capability.calculate_kv_scales", "capability.pads_block_shards",
         "capability.router_is_linear_layer", "capability.kv_scales_loadable",
         "plugin.general_entry_point_group", "block.tp_divisibility", "capability.return_routed_experts",
+        "engine_arg.kv_cache_dtype", "engine_arg.hf_overrides", "engine_arg.calculate_kv_scales",
+        "hf_config.quantization_config", "quantization_config.fp8_ignored_layers_key",
+        "quantization_config.fp8_block_size_key", "quantization_config.linear_key", "quantization_config.moe_key",
+        "package.distributions", "verified.fast_block_quant_in_engine",
     ],
     "sglang": [
         "cli.serve", "flag.model_path", "flag.quantization", "values.quantization",
@@ -63,7 +68,8 @@ REQUIRED = {
         "flag.mem_fraction_static", "flag.context_length", "flag.load_format",
         "flag.quantization_param_path", "env.fp8_ignored_layers", "capability.online_block_fp8",
         "capability.kv_q_scale", "capability.deepgemm_ue8m0_hopper", "capability.kv_scales_loadable",
-        "block.tp_divisibility", "capability.return_routed_experts",
+        "block.tp_divisibility", "capability.return_routed_experts", "engine_arg.kv_cache_dtype",
+        "engine_arg.custom_weight_loader", "package.distributions", "verified.fast_block_quant_in_engine",
     ],
     "megatron-core": [
         "field.fp8", "field.fp8_recipe", "field.fp8_param", "field.first_last_layers_bf16",
@@ -72,10 +78,11 @@ REQUIRED = {
         "field.num_layers_in_first_pipeline_stage", "field.num_layers_in_last_pipeline_stage",
         "field.expert_tensor_parallel_size", "rule.layout_world_divisible", "rule.layout_heads_vs_tp",
         "rule.layout_ep_needs_experts", "rule.layout_experts_vs_ep", "rule.layout_layers_vs_pp",
+        "package.distributions",
     ],
     "transformer-engine": [
         "env.block_scaling_fp32_scales", "recipe.classes", "requirement.blockwise", "requirement.mxfp8",
-        "requirement.blackwell_blockwise_pow2", "format.values",
+        "requirement.blackwell_blockwise_pow2", "format.values", "package.distributions",
     ],
 }
 
@@ -124,7 +131,8 @@ def test_required_facts_present(kind, version):
     assert not missing, f"{kind} {version} lacks {missing}"
 
 
-def test_default_stack_has_profiles():
+def test_verls_pins_are_profiled():
+    """What the newest verl pins or pairs with has a profile (the default stack itself: tests/quality)."""
     verl = load_profile("verl", available_versions("verl")[-1])
     assert verl.value("supports.vllm") in available_versions("vllm")
     assert verl.value("supports.sglang") in available_versions("sglang")

@@ -16,7 +16,9 @@ def _run(code: str, env_extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FP8SPEC_")}
     env.update(env_extra)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -62,16 +64,16 @@ def test_manifest_contract():
     assert set(manifest.PATCHES) == {"kv_scales", "ue8m0_scales", "fast_block_quant"}
     for name, p in manifest.PATCHES.items():
         assert p["description"] and set(p["engines"]) == {"vllm", "sglang"}, name
-        assert set(p["hydra_overrides"]) == {"vllm", "sglang"}
-    ov = manifest.bundle_overrides(["kv_scales", "fast_block_quant"], "sglang")
-    assert ov[0] == "+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='kv_scales,fast_block_quant'"
-    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=fp8spec.runtime" in ov
-    assert any("custom_weight_loader" in o and manifest.SGLANG_KV_LOADER in o for o in ov)
-    assert manifest.bundle_overrides([], "vllm") == []
-    with pytest.raises(KeyError):
-        manifest.bundle_overrides(["nope"], "vllm")
+        assert set(p["engine_args"]) == {"vllm", "sglang"}, name
+    # what an engine must be told is named by profile fact ids, never by the engine's own key names
+    assert manifest.PATCHES["kv_scales"]["engine_args"]["sglang"] == {
+        "engine_arg.custom_weight_loader": [manifest.SGLANG_KV_LOADER]
+    }
     # the manifest is plain data: importing it must not pull torch
-    r = _run("import sys, json; import fp8spec.runtime.manifest; print(json.dumps({'t': 'torch' in sys.modules}))", {})
+    r = _run(
+        "import sys, json; import fp8spec.runtime.manifest; print(json.dumps({'t': 'torch' in sys.modules}))",
+        {},
+    )
     assert r == {"t": False}
 
 
@@ -153,31 +155,6 @@ def test_vllm_plugin_register_activates_from_env(monkeypatch):
     assert rt.active_patches() == frozenset({"ue8m0_scales"})
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_bundle_overrides_compose_with_verl_config(engine):
-    """The emitted Hydra overrides are accepted by verl 0.9.1's own ppo_trainer config."""
-    import importlib.util
-
-    hydra = pytest.importorskip("hydra")
-    from omegaconf import OmegaConf
-
-    spec = importlib.util.find_spec("verl")  # locates the package without running verl/__init__
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("verl is not installed")
-    cfgdir = os.path.join(list(spec.submodule_search_locations)[0], "trainer", "config")
-    patches = ["kv_scales", "ue8m0_scales", "fast_block_quant"]
-    ov = manifest.bundle_overrides(patches, engine)
-    with hydra.initialize_config_dir(config_dir=cfgdir, version_base=None):
-        cfg = hydra.compose(
-            config_name="ppo_trainer",
-            overrides=ov + [f"actor_rollout_ref.rollout.name={engine}", "actor_rollout_ref.rollout.quantization=fp8"],
-        )
-    env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env)["env_vars"]
-    assert env == {"FP8SPEC_RUNTIME_PATCHES": ",".join(patches), "VERL_USE_EXTERNAL_MODULES": "fp8spec.runtime"}
-    ek = OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs)
-    assert ek[engine] == manifest.PATCHES["kv_scales"]["engine_args"][engine]
-
-
 LOG_LINE = """
 import logging, json
 import fp8spec.runtime
@@ -204,7 +181,12 @@ def test_active_patch_set_logs_at_info_on_stderr():
 
 
 def test_log_level_comes_from_the_environment():
-    err = _stderr({"FP8SPEC_RUNTIME_PATCHES": "kv_scales", "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS": "1",
-                   "FP8SPEC_LOG_LEVEL": "debug"})
+    err = _stderr(
+        {
+            "FP8SPEC_RUNTIME_PATCHES": "kv_scales",
+            "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS": "1",
+            "FP8SPEC_LOG_LEVEL": "debug",
+        }
+    )
     assert "detail seen" in err
     assert "sync seen" not in _stderr({})  # patch set inactive: no handler, Python's default (WARNING)

@@ -1,4 +1,5 @@
 import math
+import zlib
 
 import pytest
 import torch
@@ -33,7 +34,7 @@ def _rand(shape, gen, dtype=torch.bfloat16):
 @pytest.mark.parametrize("shape,block", CASES)
 @pytest.mark.parametrize("fmt", FMTS)
 def test_quantize_within_e4m3_bound(shape, block, fmt):
-    gen = torch.Generator().manual_seed(hash((shape, block, fmt)) % 2**31)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((shape, block, fmt)).encode()))  # same seed every run
     x = _rand(shape, gen)
     q, s = bq.quantize_blockwise(x, block, fmt)
     check_quantization(x, q, s, *block, fmt)

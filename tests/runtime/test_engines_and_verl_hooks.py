@@ -13,6 +13,7 @@ import torch
 
 from fp8spec.runtime import blockquant as bq
 from fp8spec.runtime import verl_patch
+from fp8spec.runtime.settings import QuantSettings
 from fp8spec.runtime.engines import sglang_kv, vllm_kv
 
 # ----------------------------------------------------------------------------------------- vLLM
@@ -231,7 +232,7 @@ def _fake_vllm_quant_utils():
 def test_vllm_quant_weights_replacement(fmt_patch, monkeypatch):
     monkeypatch.setenv("FP8SPEC_QUANT_CHUNK_MB", "1")  # force several launches
     mod = _fake_vllm_quant_utils()
-    settings = verl_patch.quant_settings(fmt_patch)
+    settings = QuantSettings.from_env(fmt_patch)
     verl_patch.patch_vllm_quant(mod, settings)
     g = torch.Generator().manual_seed(0)
     ws = [
@@ -255,7 +256,7 @@ def test_vllm_quant_weights_replacement(fmt_patch, monkeypatch):
         "model.layers.0.mlp.experts.gate_up_proj.weight_scale_inv",
     ]
     d = dict(out)
-    fmt = settings["scale_fmt"]
+    fmt = settings.scale_fmt
     for k, v in ws:
         if k.endswith("proj.weight"):
             rq, rs = bq.quantize_blockwise(v, (128, 128), fmt)
@@ -287,7 +288,7 @@ def test_sglang_quant_weights_by_name_replacement(monkeypatch):
             yield x
 
     mod = types.SimpleNamespace(FP8QuantizerHelper=FP8QuantizerHelper, ensure_async_iterator=ensure_async_iterator)
-    verl_patch.patch_fp8_utils(mod, verl_patch.quant_settings({"fast_block_quant"}))
+    verl_patch.patch_fp8_utils(mod, QuantSettings.from_env({"fast_block_quant"}))
     g = torch.Generator().manual_seed(1)
     ws = [(f"model.layers.{i}.mlp.up_proj.weight", torch.randn(640, 600, generator=g).bfloat16()) for i in range(3)]
     ws.insert(1, ("model.norm.weight", torch.randn(600, generator=g).bfloat16()))
@@ -311,14 +312,14 @@ def test_sglang_quant_weights_by_name_replacement(monkeypatch):
 
 
 def test_quant_settings_env(monkeypatch):
-    assert verl_patch.quant_settings({"fast_block_quant"})["scale_fmt"] == "fp32"
-    assert verl_patch.quant_settings({"fast_block_quant"})["backend"] == "auto"
-    assert verl_patch.quant_settings({"ue8m0_scales"})["backend"] == "reference"
+    assert QuantSettings.from_env({"fast_block_quant"}).scale_fmt == "fp32"
+    assert QuantSettings.from_env({"fast_block_quant"}).backend == "auto"
+    assert QuantSettings.from_env({"ue8m0_scales"}).backend == "reference"
     monkeypatch.setenv("FP8SPEC_UE8M0_RULE", "ue8m0_fixed")
-    assert verl_patch.quant_settings({"ue8m0_scales"})["scale_fmt"] == "ue8m0_fixed"
+    assert QuantSettings.from_env({"ue8m0_scales"}).scale_fmt == "ue8m0_fixed"
     monkeypatch.setenv("FP8SPEC_UE8M0_RULE", "e8m0")
     with pytest.raises(ValueError):
-        verl_patch.quant_settings({"ue8m0_scales"})
+        QuantSettings.from_env({"ue8m0_scales"})
 
 
 # ----------------------------------------------------------------------- verl trainer kv_scales

@@ -175,37 +175,37 @@ def _observed(cal, value):
 
 
 def test_sync_scales_per_step_follow_each_step(monkeypatch):
-    from fp8spec.runtime import verl_patch
+    from fp8spec.runtime import kv_hooks
 
     monkeypatch.delenv("FP8SPEC_KV_RECALIBRATE", raising=False)
     cal = kc.KVScaleCalibrator(2, divisors=(1.0, 1.0, 1.0))
     _observed(cal, 2.0)
-    first = verl_patch._scales_for_sync(cal)
+    first = kv_hooks.scales_for_sync(cal)
     _observed(cal, 5.0)
-    second = verl_patch._scales_for_sync(cal)
+    second = kv_hooks.scales_for_sync(cal)
     assert [float(t) for _, t in first] == [2.0] * 6
     assert [float(t) for _, t in second] == [5.0] * 6
 
 
 def test_sync_scales_once_keep_the_first_real_calibration(monkeypatch):
-    from fp8spec.runtime import verl_patch
+    from fp8spec.runtime import kv_hooks
 
     monkeypatch.setenv("FP8SPEC_KV_RECALIBRATE", "once")
     cal = kc.KVScaleCalibrator(2, divisors=(1.0, 1.0, 1.0))
-    assert verl_patch._scales_for_sync(cal) == []  # nothing observed yet (first rollout): nothing frozen
+    assert kv_hooks.scales_for_sync(cal) == []  # nothing observed yet (first rollout): nothing frozen
     _observed(cal, 2.0)
-    first = verl_patch._scales_for_sync(cal)
+    first = kv_hooks.scales_for_sync(cal)
     _observed(cal, 5.0)
-    later = verl_patch._scales_for_sync(cal)
+    later = kv_hooks.scales_for_sync(cal)
     assert [n for n, _ in later] == [n for n, _ in first]
     assert [float(t) for _, t in later] == [2.0] * 6
 
 
 def test_sync_scales_recalibrate_env_is_checked(monkeypatch):
-    from fp8spec.runtime import verl_patch
+    from fp8spec.runtime import kv_hooks
 
     monkeypatch.setenv("FP8SPEC_KV_RECALIBRATE", "sometimes")
     cal = kc.KVScaleCalibrator(1, divisors=(1.0, 1.0, 1.0))
     _observed(cal, 1.0)
     with pytest.raises(ValueError, match="per_step or once"):
-        verl_patch._scales_for_sync(cal)
+        kv_hooks.scales_for_sync(cal)

@@ -1,3 +1,5 @@
+import zlib
+
 import pytest
 import torch
 
@@ -91,7 +93,7 @@ def _poison_allocator(nbytes):
 def test_triton_bucket_bit_identical(fmt, block):
     if not tbq.triton_available():
         pytest.skip("triton not available")
-    gen = torch.Generator().manual_seed(hash((fmt, block)) % 2**31)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((fmt, block)).encode()))  # same seed every run
     for trial in range(3):  # fresh inputs each time
         ts = _bucket(gen, "cuda")
         ts.append(torch.randn(512, 1024, generator=gen).to("cuda", torch.bfloat16)[:, 3:771])  # strided rows

@@ -27,7 +27,9 @@ import torch
 
 from fp8spec.runtime import blockquant as bq
 from fp8spec.runtime import triton_blockquant as tbq
-from fp8spec.runtime import verl_patch
+from fp8spec.runtime import flat_bucket, verl_patch
+from fp8spec.runtime.flat_bucket import ENGINE
+from fp8spec.runtime.settings import FLAT_KNOBS, QuantSettings
 
 FMTS = ("fp32", "ue8m0", "ue8m0_fixed")
 
@@ -150,7 +152,7 @@ def run_round(mod, stream, fmt, flat=True, device="cpu", check=None, bucket=BUCK
         meta, weights = receive(buffer, raw, ipc)
         params = [(n, t) for n, t in weights if not n.endswith("_buffer")]  # split_buffer_updates
         if flat:
-            with verl_patch.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
+            with ENGINE.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
                 out = list(mod.quant_weights(list(params), object(), qc, dtype=torch.bfloat16))
                 if check is not None:
                     check(out, params)
@@ -159,7 +161,7 @@ def run_round(mod, stream, fmt, flat=True, device="cpu", check=None, bucket=BUCK
             if check is not None:
                 check(out, params)
         per_bucket.append([n for n, _ in out])
-    verl_patch.release_outputs()
+    ENGINE.release_outputs()
     return per_bucket
 
 
@@ -180,9 +182,9 @@ def check_against_reference(fmt):
 
 @pytest.fixture
 def hook(monkeypatch):
-    verl_patch.clear_flat_cache()
-    for k in list(verl_patch.FLAT_STATS):
-        verl_patch.FLAT_STATS[k] = 0
+    ENGINE.clear()
+    for k in list(ENGINE.stats):
+        ENGINE.stats[k] = 0
 
     def make(fmt="fp32", **env):
         for k, v in env.items():
@@ -191,12 +193,12 @@ def hook(monkeypatch):
         if fmt != "fp32":
             monkeypatch.setenv("FP8SPEC_UE8M0_RULE", fmt)
         mod = fake_quant_module()
-        verl_patch.patch_vllm_quant(mod, verl_patch.quant_settings(patches))
+        verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(patches))
         return mod
 
     yield make
-    verl_patch.clear_flat_cache()
-    verl_patch.set_output_policy({})
+    ENGINE.clear()
+    ENGINE.set_output_policy(QuantSettings())
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -205,7 +207,7 @@ def test_flat_bucket_bit_identical_and_same_stream_as_list_path(hook, fmt):
     stream = model_stream(gen)
     mod = hook(fmt)
     flat_names = run_round(mod, stream, fmt, flat=True, check=check_against_reference(fmt))
-    st = dict(verl_patch.FLAT_STATS)
+    st = dict(ENGINE.stats)
     # every bucket with a selected tensor in the flat buffer took one launch; the tensor larger than a
     # bucket (own IPC handle) and the buckets with nothing to quantize did not
     metas = [pickle.loads(raw)["bucket_meta"] for _, raw, _ in send_buckets(stream, BUCKET)]
@@ -219,10 +221,10 @@ def test_flat_bucket_bit_identical_and_same_stream_as_list_path(hook, fmt):
 
 def _current_layout(params):
     """The cached layout the hook used for this bucket (None when it took the list path)."""
-    ctx = verl_patch._TLS.bucket
+    ctx = ENGINE.bucket
     lay = None
     for lean in (True, False):  # the key the hook used depends on FP8SPEC_QUANT_LEAN_PRELAUNCH
-        lay = lay or verl_patch._LAYOUTS.get((ctx.layout_key(lean), len(params), torch.bfloat16, (128, 128)))
+        lay = lay or ENGINE.layouts.get((ctx.layout_key(lean), len(params), torch.bfloat16, (128, 128)))
     if lay is not None:
         assert lay.sel == tuple(i for i, (n, _) in enumerate(params) if n.endswith("proj.weight"))
     return lay, ctx
@@ -321,20 +323,20 @@ def test_layout_cache_hit_next_step_reuses_plan_and_outputs(hook):
         return check
 
     run_round(mod, stream1, "fp32", check=keep(first))
-    builds = verl_patch.FLAT_STATS["plan_builds"]
-    assert builds > 0 and verl_patch.FLAT_STATS["cache_hits"] == 0
-    layouts = list(verl_patch._LAYOUTS.values())
+    builds = ENGINE.stats["plan_builds"]
+    assert builds > 0 and ENGINE.stats["cache_hits"] == 0
+    layouts = list(ENGINE.layouts.values())
     # released after the round: no memory held between weight syncs
-    arena = verl_patch._ARENAS[torch.device("cpu")]
+    arena = ENGINE.arenas[torch.device("cpu")]
     held = arena.y.untyped_storage().nbytes()  # an int: a failing assert prints no released tensor
     assert held == 0
     # next step: same layout, new values, freshly built metadata (new dicts, new pickle)
     stream2 = [(n, t + 0.5 * torch.randn(t.shape, generator=gen).to(t.dtype)) for n, t in stream1]
     second = {}
     run_round(mod, stream2, "fp32", check=keep(second))
-    assert verl_patch.FLAT_STATS["plan_builds"] == builds  # nothing rebuilt
-    assert verl_patch.FLAT_STATS["cache_hits"] == builds
-    assert list(verl_patch._LAYOUTS.values()) == layouts
+    assert ENGINE.stats["plan_builds"] == builds  # nothing rebuilt
+    assert ENGINE.stats["cache_hits"] == builds
+    assert list(ENGINE.layouts.values()) == layouts
     # the same output view objects (no per-tensor work); compare ids only: the first round's views
     # point at released memory between rounds, reading them would be a use-after-free
     assert sorted(second) == sorted(first)
@@ -350,7 +352,7 @@ def test_changed_layout_is_a_miss(hook):
     mod = hook()
     stream = model_stream(gen, layers=1)
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
-    builds = verl_patch.FLAT_STATS["plan_builds"]
+    builds = ENGINE.stats["plan_builds"]
     # one tensor's shape changes (same names, same byte count): the offsets of the bucket are the
     # same but the layout is not
     i = next(i for i, (n, _) in enumerate(stream) if n.endswith("k_proj.weight"))
@@ -358,7 +360,7 @@ def test_changed_layout_is_a_miss(hook):
     assert t.shape[0] != t.shape[1]
     stream[i] = (n, t.reshape(t.shape[1], t.shape[0]).clone())
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
-    assert verl_patch.FLAT_STATS["plan_builds"] == builds + 1
+    assert ENGINE.stats["plan_builds"] == builds + 1
 
 
 def test_selection_change_under_same_metadata(hook):
@@ -368,7 +370,7 @@ def test_selection_change_under_same_metadata(hook):
     mod = hook()
     stream = model_stream(gen, layers=1)
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
-    builds, launches = verl_patch.FLAT_STATS["plan_builds"], verl_patch.FLAT_STATS["flat_launches"]
+    builds, launches = ENGINE.stats["plan_builds"], ENGINE.stats["flat_launches"]
     orig = mod._classify_quant_weight
     mod._classify_quant_weight = lambda n, m, a: None if "up_proj" in n else orig(n, m, a)
 
@@ -384,9 +386,9 @@ def test_selection_change_under_same_metadata(hook):
     run_round(mod, stream, "fp32", check=check)
     n_up = sum(any("up_proj" in n for n in pickle.loads(raw)["bucket_meta"]) for _, raw, _ in send_buckets(stream, BUCKET))
     assert n_up >= 2
-    assert verl_patch.FLAT_STATS["plan_builds"] == builds + n_up  # re-planned for the new selection
+    assert ENGINE.stats["plan_builds"] == builds + n_up  # re-planned for the new selection
     # every cached bucket launched once ahead of the selection, those with an up_proj once more
-    assert verl_patch.FLAT_STATS["flat_launches"] == launches + builds + n_up
+    assert ENGINE.stats["flat_launches"] == launches + builds + n_up
     mod._classify_quant_weight = orig
 
 
@@ -395,7 +397,7 @@ def test_fallback_mixed_dtypes(hook):
     mod = hook()
     stream = model_stream(gen, fp32_proj=torch.float32)  # v_proj arrives in fp32: cast needed
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
-    st = verl_patch.FLAT_STATS
+    st = ENGINE.stats
     assert st["list_path"] >= 2 and st["not_flat"] >= 2  # both v_proj buckets took the list path
     assert st["flat_launches"] >= 1  # the other buckets did not
 
@@ -409,33 +411,33 @@ def test_fallback_not_a_flat_buffer(hook):
     # (1) no received bucket (e.g. another caller of load_quanted_weights): list path
     params = [(n, t) for n, t in stream[:6]]
     check(list(mod.quant_weights(params, object(), qc)), params)
-    assert verl_patch.FLAT_STATS["list_path"] == 1 and verl_patch.FLAT_STATS["flat_launches"] == 0
+    assert ENGINE.stats["list_path"] == 1 and ENGINE.stats["flat_launches"] == 0
     # (2) use_shm-like: every tensor copied on its own (bucketed_weight_transfer.py 296-297)
     for buffer, raw, ipc in send_buckets(stream, BUCKET):
         meta, weights = receive(buffer, raw, ipc)
         copied = [(n, t.clone()) for n, t in weights]
-        with verl_patch.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
+        with ENGINE.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
             check(list(mod.quant_weights(copied, object(), qc)), copied)
-    assert verl_patch.FLAT_STATS["flat_launches"] == 0
+    assert ENGINE.stats["flat_launches"] == 0
     # (3) a cached layout, then a tensor replaced on the way: the identity check refuses the cache
     run_round(mod, stream, "fp32", check=check)
-    hits_before = verl_patch.FLAT_STATS["not_flat"]
+    hits_before = ENGINE.stats["not_flat"]
     for buffer, raw, ipc in send_buckets(stream, BUCKET):
         meta, weights = receive(buffer, raw, ipc)
         params = list(weights)
         j = next((i for i, (n, _) in enumerate(params) if n.endswith("o_proj.weight")), None)
         if j is not None:
             params[j] = (params[j][0], params[j][1].clone())
-        with verl_patch.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
+        with ENGINE.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
             check(list(mod.quant_weights(params, object(), qc)), params)
     # +1 for the bucket whose o_proj was replaced, +1 for the IPC-handle bucket (never flat)
-    assert verl_patch.FLAT_STATS["not_flat"] == hits_before + 2
+    assert ENGINE.stats["not_flat"] == hits_before + 2
     # (4) the flat path switched off
-    verl_patch.clear_flat_cache()
+    ENGINE.clear()
     mod2 = hook(FP8SPEC_QUANT_FLAT_BUCKETS="0")
-    launches = verl_patch.FLAT_STATS["flat_launches"]
+    launches = ENGINE.stats["flat_launches"]
     run_round(mod2, stream, "fp32", check=check)
-    assert verl_patch.FLAT_STATS["flat_launches"] == launches
+    assert ENGINE.stats["flat_launches"] == launches
 
 
 def test_without_output_reuse(hook):
@@ -453,7 +455,7 @@ def test_without_output_reuse(hook):
 
     run_round(mod, stream, "fp32", check=keep(a))
     run_round(mod, stream, "fp32", check=keep(b))
-    assert verl_patch.FLAT_STATS["cache_hits"] > 0 and not verl_patch._ARENAS
+    assert ENGINE.stats["cache_hits"] > 0 and not ENGINE.arenas
     assert all(b[n] is not a[n] and _same(b[n], a[n]) for n in a)  # fresh outputs, same values
 
 
@@ -570,7 +572,7 @@ def test_receiver_patch_feeds_quant_weights(hook):
         def on_bucket(weights, is_last):
             out = list(mod.quant_weights(list(weights), object(), qc))
             check_against_reference("fp32")(out, weights)
-            seen.append(verl_patch.FLAT_STATS["flat_launches"])
+            seen.append(ENGINE.stats["flat_launches"])
 
         transfer.BucketedWeightReceiver("ipc:///tmp/x", torch.device("cpu"), use_shm=use_shm).receive_weights(on_bucket)
         assert events == ["cleanup"] and len(seen) == n_buckets
@@ -578,11 +580,11 @@ def test_receiver_patch_feeds_quant_weights(hook):
 
     n_flat = sum(has_sel)
     assert run(False) == launches(0)  # one launch per bucket that has something to quantize
-    held = verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage().nbytes()
+    held = ENGINE.arenas[torch.device("cpu")].y.untyped_storage().nbytes()
     assert held == 0  # released
-    assert getattr(verl_patch._TLS, "bucket", None) is None
+    assert ENGINE.bucket is None
     assert run(False) == launches(n_flat)
-    assert verl_patch.FLAT_STATS["cache_hits"] == n_flat  # second round: all cached
+    assert ENGINE.stats["cache_hits"] == n_flat  # second round: all cached
     assert run(True) == [2 * n_flat] * n_buckets  # shared memory: copies, list path
 
 
@@ -592,10 +594,11 @@ def test_patch_vllm_quant_registers_receiver_hook(hook, monkeypatch):
 
     monkeypatch.setattr(_importhook, "when_imported", lambda name, cb: calls.append((name, cb)))
     hook()
-    assert calls == [(verl_patch.MOD_BUCKET_TRANSFER, verl_patch.patch_bucket_receiver)]
+    assert [(name, cb.func, cb.keywords) for name, cb in calls] == [
+        (verl_patch.MOD_BUCKET_TRANSFER, verl_patch.patch_bucket_receiver, {"engine": ENGINE})]
     calls.clear()
     mod = fake_quant_module()
-    verl_patch.patch_vllm_quant(mod, verl_patch.quant_settings(set()))  # reference backend: no flat path
+    verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(set()))  # reference backend: no flat path
     assert calls == []
 
 
@@ -616,7 +619,7 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
         p = torch.empty(1 << 26, dtype=torch.uint8, device="cuda").fill_(0xFF)  # poison freed memory
         del p
         run_round(mod, stream, fmt, device="cuda", check=check_against_reference(fmt))
-    st = verl_patch.FLAT_STATS
+    st = ENGINE.stats
     assert st["flat_launches"] > 0 and st["cache_hits"] == st["plan_builds"]
     if knobs == "all_on":  # the second step went through the compiled kernel's runner
         assert tbq.FAST_STATS["fast"] == st["cache_hits"] and tbq.FAST_STATS["fallbacks"] == 0
@@ -634,18 +637,18 @@ KNOB_ENV = {
 def test_knob_table_and_defaults(monkeypatch):
     for env in KNOB_ENV.values():
         monkeypatch.delenv(env, raising=False)
-    assert {k: verl_patch.FLAT_KNOBS[k][0] for k in KNOB_ENV} == KNOB_ENV
-    st = verl_patch.quant_settings({"fast_block_quant"})
+    assert {k: FLAT_KNOBS[k] for k in KNOB_ENV} == KNOB_ENV
+    st = QuantSettings.from_env({"fast_block_quant"})
     # defaults: what BENCHMARKS.md section 3 says (no memory held between syncs by default)
-    assert st["flat_buckets"] and st["reuse_outputs"] and st["lean_prelaunch"] and st["fast_launch"]
-    assert not st["prealloc_outputs"] and not st["keep_outputs"]
+    assert st.flat_buckets and st.reuse_outputs and st.lean_prelaunch and st.fast_launch
+    assert not st.prealloc_outputs and not st.keep_outputs
     monkeypatch.setenv("FP8SPEC_QUANT_KEEP_OUTPUTS", "yes")
     monkeypatch.setenv("FP8SPEC_QUANT_LEAN_PRELAUNCH", "0")
-    st = verl_patch.quant_settings({"fast_block_quant"})
-    assert st["keep_outputs"] and not st["lean_prelaunch"]
+    st = QuantSettings.from_env({"fast_block_quant"})
+    assert st.keep_outputs and not st.lean_prelaunch
     monkeypatch.setenv("FP8SPEC_QUANT_FAST_LAUNCH", "maybe")
     with pytest.raises(ValueError, match="FP8SPEC_QUANT_FAST_LAUNCH"):
-        verl_patch.quant_settings({"fast_block_quant"})
+        QuantSettings.from_env({"fast_block_quant"})
 
 
 def _combo_env(bits):
@@ -657,15 +660,15 @@ def test_every_knob_combination_bit_identical_over_two_rounds(hook, bits):
     gen = torch.Generator().manual_seed(30)
     stream = model_stream(gen, layers=1)
     mod = hook(**_combo_env(bits))
-    assert verl_patch.OUTPUT_POLICY == {"keep_outputs": bool(bits[3]), "prealloc_outputs": bool(bits[2])}
+    assert ENGINE.output_policy == {"keep_outputs": bool(bits[3]), "prealloc_outputs": bool(bits[2])}
     names = [run_round(mod, stream, "fp32", check=check_against_reference("fp32")) for _ in range(2)]
-    st = verl_patch.FLAT_STATS
+    st = ENGINE.stats
     assert st["plan_builds"] > 0 and st["cache_hits"] == st["plan_builds"] and st["spec_discarded"] == 0
     assert names[0] == names[1] == run_round(mod, stream, "fp32", flat=False)
-    held = verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage().nbytes()
+    held = ENGINE.arenas[torch.device("cpu")].y.untyped_storage().nbytes()
     assert (held > 0) == bool(bits[3])  # memory kept between rounds only with KEEP_OUTPUTS
-    verl_patch.release_outputs(force=True)
-    held = verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage().nbytes()
+    ENGINE.release_outputs(force=True)
+    held = ENGINE.arenas[torch.device("cpu")].y.untyped_storage().nbytes()
     assert held == 0
 
 
@@ -676,11 +679,11 @@ def test_fast_launch_uses_one_launcher_per_layout_and_format(hook):
     for _ in range(2):
         for fmt, mod in mods.items():
             run_round(mod, stream, fmt, check=check_against_reference(fmt))
-    lays = list(verl_patch._LAYOUTS.values())
+    lays = list(ENGINE.layouts.values())
     assert lays and all(sorted(lay.launchers) == ["fp32", "ue8m0_fixed"] for lay in lays)
     for lay in lays:  # bound to the shared output memory
         for la in lay.launchers.values():
-            assert la.y.untyped_storage() is verl_patch._ARENAS[torch.device("cpu")].y.untyped_storage()
+            assert la.y.untyped_storage() is ENGINE.arenas[torch.device("cpu")].y.untyped_storage()
 
 
 @pytest.mark.parametrize("lean", ["0", "1"])
@@ -689,25 +692,25 @@ def test_changed_layout_is_a_miss_with_either_key(hook, lean):
     mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH=lean)
     stream = model_stream(gen, layers=1)
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
-    builds = verl_patch.FLAT_STATS["plan_builds"]
+    builds = ENGINE.stats["plan_builds"]
     i = next(i for i, (n, _) in enumerate(stream) if n.endswith("k_proj.weight"))
     n, t = stream[i]
     stream[i] = (n, t.reshape(t.shape[1], t.shape[0]).clone())
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
-    assert verl_patch.FLAT_STATS["plan_builds"] == builds + 1
-    assert verl_patch.FLAT_STATS["spec_discarded"] == 0
+    assert ENGINE.stats["plan_builds"] == builds + 1
+    assert ENGINE.stats["spec_discarded"] == 0
 
 
 def test_raw_key_compares_every_byte():
     raw = pickle.dumps({"bucket_meta": {f"w{i}": {"offset": i} for i in range(200)}, "is_last": False})
-    k = verl_patch._RawKey(raw)
-    same = verl_patch._RawKey(bytes(bytearray(raw)))
+    k = flat_bucket.RawKey(raw)
+    same = flat_bucket.RawKey(bytes(bytearray(raw)))
     assert k == same and hash(k) == hash(same) and {k: 1}[same] == 1
     mid = len(raw) // 2
     other = raw[:mid] + bytes([raw[mid] ^ 1]) + raw[mid + 1 :]  # same length, same ends
-    ko = verl_patch._RawKey(other)
+    ko = flat_bucket.RawKey(other)
     assert hash(ko) == hash(k) and ko != k and {k: 1}.get(ko) is None
-    assert k != ("raw", raw) and verl_patch._RawKey(raw + b"x") != k
+    assert k != ("raw", raw) and flat_bucket.RawKey(raw + b"x") != k
 
 
 def test_lean_replaced_tensor_discards_the_speculative_launch(hook):
@@ -719,7 +722,7 @@ def test_lean_replaced_tensor_discards_the_speculative_launch(hook):
     qc = types.SimpleNamespace(weight_block_size=[128, 128])
     check = check_against_reference("fp32")
     run_round(mod, stream, "fp32", check=check)
-    st = verl_patch.FLAT_STATS
+    st = ENGINE.stats
     before = dict(st)
     n_replaced = 0
     for buffer, raw, ipc in send_buckets(stream, BUCKET):
@@ -729,7 +732,7 @@ def test_lean_replaced_tensor_discards_the_speculative_launch(hook):
         if j is not None:
             params[j] = (params[j][0], params[j][1].clone() * 3)  # replaced, and different values
             n_replaced += 1
-        with verl_patch.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
+        with ENGINE.received_bucket(buffer, meta["bucket_meta"], weights, raw=raw):
             check(list(mod.quant_weights(params, object(), qc)), params)
     assert n_replaced >= 1
     assert st["spec_discarded"] == before["spec_discarded"] + n_replaced
@@ -745,12 +748,12 @@ def test_lean_refuses_a_buffer_shorter_than_the_plan(hook):
     qc = types.SimpleNamespace(weight_block_size=[128, 128])
     check = check_against_reference("fp32")
     run_round(mod, stream, "fp32", check=check)
-    st = verl_patch.FLAT_STATS
+    st = ENGINE.stats
     launches, lists = st["flat_launches"], st["list_path"]
     buffer, raw, ipc = next(iter(send_buckets(stream, BUCKET)))
     meta, weights = receive(buffer, raw, ipc)
     short = buffer[: 1024]
-    with verl_patch.received_bucket(short, meta["bucket_meta"], weights, raw=raw):
+    with ENGINE.received_bucket(short, meta["bucket_meta"], weights, raw=raw):
         check(list(mod.quant_weights(list(weights), object(), qc)), weights)
     assert st["flat_launches"] == launches and st["list_path"] == lists + 1
 
@@ -767,7 +770,7 @@ def test_prealloc_outputs_before_the_first_bucket(hook, prealloc):
     held_at_first_bucket = []
 
     def arena_bytes():
-        a = verl_patch._ARENAS.get(torch.device("cpu"))
+        a = ENGINE.arenas.get(torch.device("cpu"))
         return 0 if a is None else a.y.untyped_storage().nbytes()
 
     messages = [(pickle.dumps("handle-0"), lambda: None)]
@@ -813,12 +816,12 @@ def test_keep_outputs_through_the_receiver(hook):
     transfer = fake_transfer_module(messages, {"handle-0": shared}, [])
     verl_patch.patch_bucket_receiver(transfer)
     transfer.BucketedWeightReceiver("ipc:///tmp/x", torch.device("cpu")).receive_weights(on_bucket)
-    arena = verl_patch._ARENAS[torch.device("cpu")]
-    plans = [lay.plan for lay in verl_patch._LAYOUTS.values()]
+    arena = ENGINE.arenas[torch.device("cpu")]
+    plans = [lay.plan for lay in ENGINE.layouts.values()]
     # held after the round: the largest bucket's fp8 output (1 byte per element) and its scales
     # (plain ints compared: a failing assert must not print tensors whose memory was given back)
     held_y, held_s = arena.y.untyped_storage().nbytes(), arena.s.untyped_storage().nbytes()
     assert held_y == max(p.y_total for p in plans)
     assert held_s == 4 * max(p.s_total for p in plans)
-    verl_patch.clear_flat_cache()
-    assert not verl_patch._ARENAS
+    ENGINE.clear()
+    assert not ENGINE.arenas

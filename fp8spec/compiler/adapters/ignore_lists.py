@@ -6,14 +6,13 @@ import re
 from collections import defaultdict
 
 from fp8spec.module_names import shape_pattern
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-
-def engine_module_names(ctx: RuleContext) -> list[str]:
+def engine_module_names(ctx: ValidSpec) -> list[str]:
     """Engine-side names of the linears kept in BF16 (routed experts collapse into their fused 'experts')."""
     model = ctx.model
-    if model is None or not ctx.spec.linear.quantize:
+    if not ctx.spec.linear.quantize:
         return []
     quantized = {m.name for m in ctx.exclusions.quantized}
     names: list[str] = []
@@ -21,7 +20,7 @@ def engine_module_names(ctx: RuleContext) -> list[str]:
     for m in model.linear_modules():
         if m.name in quantized or m.kind == "lm_head":
             continue  # lm_head is never quantized by the engines (not a LinearBase / quantizable layer)
-        name = m.fused_name if m.group == "experts" else m.name
+        name = (m.fused_name or m.name) if m.group == "experts" else m.name
         if name not in seen:
             seen.add(name)
             names.append(name)
@@ -36,7 +35,7 @@ def compress(names: list[str], all_names: list[str], style: str) -> list[str]:
     """
     if style == "exact":
         return list(names)
-    total = defaultdict(int)
+    total: defaultdict[str, int] = defaultdict(int)
     for n in all_names:
         total[shape_pattern(n)] += 1
     chosen = defaultdict(list)
@@ -54,10 +53,11 @@ def compress(names: list[str], all_names: list[str], style: str) -> list[str]:
     return out
 
 
-def all_engine_names(ctx: RuleContext) -> list[str]:
-    seen, out = set(), []
+def all_engine_names(ctx: ValidSpec) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
     for m in ctx.model.linear_modules():
-        name = m.fused_name if m.group == "experts" else m.name
+        name = (m.fused_name or m.name) if m.group == "experts" else m.name
         if name not in seen:
             seen.add(name)
             out.append(name)

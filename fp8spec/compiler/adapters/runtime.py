@@ -5,10 +5,10 @@ from __future__ import annotations
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan
 from fp8spec.patchset import manifest, shipped_fileset
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def needed_patches(ctx: RuleContext) -> dict[str, str]:
+def needed_patches(ctx: ValidSpec) -> dict[str, str]:
     """Patch name -> the spec field that needs it."""
     spec = ctx.spec
     needed: dict[str, str] = {}
@@ -22,18 +22,18 @@ def needed_patches(ctx: RuleContext) -> dict[str, str]:
     return needed
 
 
-def sync_quantizer(ctx: RuleContext) -> str | None:
+def sync_quantizer(ctx: ValidSpec) -> str | None:
     """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', or None without FP8 linears."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None
     if spec.linear.sync_quantizer != "auto":
         return spec.linear.sync_quantizer
-    proven = manifest().PATCHES["fast_block_quant"].get("proven_in_engine", {})
-    return "fp8spec" if ctx.engine_version in proven.get(ctx.engine, ()) else "verl"
+    # auto: the fast quantizer only where it was run through verl's receiver into the real engine (profile fact)
+    return "fp8spec" if ctx.fact(ctx.engine, "verified.fast_block_quant_in_engine", False) is True else "verl"
 
 
-def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> None:
+def build_runtime(plan: Plan, ctx: ValidSpec, engine: str, keys: VerlKeys) -> None:
     """Activate the needed patches in a verl bundle (standalone serving has no weight sync to patch)."""
     needed = needed_patches(ctx)
     if not needed:
@@ -42,28 +42,55 @@ def build_runtime(plan: Plan, ctx: RuleContext, engine: str, keys: VerlKeys) -> 
     names = sorted(needed)
     sources = ", ".join(needed[n] for n in names)
     for name in names:
-        plan.add("patch", name, f"{m.PATCHSET_NAME}=={m.PATCHSET_VERSION}", needed[name],
-                 m.PATCHES[name]["description"])
-    plan.add("env", m.ENV_PATCHES, ",".join(names), sources,
-             f"activates {m.PATCHSET_NAME} patches in every Ray worker")
+        plan.add(
+            "patch",
+            name,
+            f"{m.PATCHSET_NAME}=={m.PATCHSET_VERSION}",
+            needed[name],
+            m.PATCHES[name]["description"],
+        )
+    plan.add(
+        "env",
+        m.ENV_PATCHES,
+        ",".join(names),
+        sources,
+        f"activates {m.PATCHSET_NAME} patches in every Ray worker",
+    )
     if "kv_scales" in needed and ctx.spec.kv_cache.recalibrate == "once":
-        plan.add("env", m.ENV_KV_RECALIBRATE, "once", "kv_cache.recalibrate",
-                 "keep the first q/k/v scales computed from real rollout data and push them at every sync "
-                 "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)")
-    plan.add("env", m.ENV_VERL_EXTERNAL_MODULES, m.MODULE, sources,
-             "verl imports the listed modules in every process that imports verl (verl/__init__.py), vLLM's "
-             "worker processes included; the bundle's activation does not use vLLM's plugin entry point",
-             ctx.profile("verl").evidence("env.external_modules"))
+        plan.add(
+            "env",
+            m.ENV_KV_RECALIBRATE,
+            "once",
+            "kv_cache.recalibrate",
+            "keep the first q/k/v scales computed from real rollout data and push them at every sync "
+            "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)",
+        )
+    verl = ctx.profile("verl")
+    plan.add(
+        "env",
+        verl.value("env.external_modules"),
+        m.MODULE,
+        sources,
+        "verl imports the listed modules in every process that imports verl (verl/__init__.py), vLLM's "
+        "worker processes included; the bundle's activation does not use vLLM's plugin entry point",
+        verl.evidence("env.external_modules"),
+    )
     # The patch set travels with the bundle (lib/fp8spec), never through pip on the nodes.
     shipped = shipped_fileset()
     plan.py_modules = [shipped["py_module"]]
     plan.py_modules_key = keys.key("key.ray_runtime_env_py_modules")
-    base = keys.key("key.rollout_engine_kwargs") + "." + engine
+    base = keys.key(f"key.rollout_engine_kwargs_{engine}")
+    engine_profile = ctx.profile(engine)
     for name in names:
         extra = (m.PATCHES[name].get("engine_args") or {}).get(engine) or {}
-        for arg, value in extra.items():
-            if arg == "kv_cache_dtype":
-                continue  # the engine adapter sets it from kv_cache.dtype
-            key = f"{base}.{arg}"
-            plan.add("hydra", key, list(value) if isinstance(value, tuple) else value, needed[name],
-                     f"registers patch {name} in {engine}", "", keys.needs_plus(key))
+        for fact_id, value in extra.items():
+            key = f"{base}.{engine_profile.value(fact_id)}"
+            plan.add(
+                "hydra",
+                key,
+                list(value) if isinstance(value, tuple) else value,
+                needed[name],
+                f"registers patch {name} in {engine}",
+                "",
+                keys.needs_plus(key),
+            )

@@ -5,23 +5,30 @@ from __future__ import annotations
 from fp8spec.compiler.adapters.ignore_lists import engine_module_names
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def _ignored_layers_env(plan: Plan, ctx: RuleContext) -> None:
+def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
     """Exclusions beyond the router go to SGLANG_FP8_IGNORED_LAYERS, read both by verl's trainer-side
     quantizer and by SGLang's Fp8Config (verl/utils/sglang/sglang_fp8_utils.py)."""
     routers = set(ctx.model.symbolic_groups().get("router", ()))
     extra = [n for n in engine_module_names(ctx) if n not in routers]
     if extra:
         prof = ctx.profile("sglang")
-        plan.add("env", prof.value("env.fp8_ignored_layers"), ",".join(extra), "linear.exclude",
-                 f"{len(extra)} linear modules kept in BF16 beyond the router", prof.evidence("env.fp8_ignored_layers"))
+        plan.add(
+            "env",
+            prof.value("env.fp8_ignored_layers"),
+            ",".join(extra),
+            "linear.exclude",
+            f"{len(extra)} linear modules kept in BF16 beyond the router",
+            prof.evidence("env.fp8_ignored_layers"),
+        )
 
 
-def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
+def build_sglang_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
-    base = keys.key("key.rollout_engine_kwargs") + ".sglang"
+    base = keys.key("key.rollout_engine_kwargs_sglang")
+    prof = ctx.profile("sglang")
     if spec.linear.quantize:
         _ignored_layers_env(plan, ctx)
         if ctx.model.is_moe:
@@ -35,21 +42,33 @@ def build_sglang_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
             "quantization_config."
         )
     if spec.kv_cache.dtype != "bf16":
-        key = base + ".kv_cache_dtype"
-        plan.add("hydra", key, spec.kv_cache.dtype, "kv_cache.dtype",
-                 "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)",
-                 ctx.profile("sglang").evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
+        key = f"{base}.{prof.value('engine_arg.kv_cache_dtype')}"
+        plan.add(
+            "hydra",
+            key,
+            spec.kv_cache.dtype,
+            "kv_cache.dtype",
+            "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)",
+            prof.evidence("flag.kv_cache_dtype"),
+            keys.needs_plus(key),
+        )
 
 
-def build_sglang_serve(plan: Plan, ctx: RuleContext) -> list[str]:
+def build_sglang_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
     spec, prof = ctx.spec, ctx.profile("sglang")
     argv = prof.value("cli.serve").split()
     args: list[tuple[str, object, str, str]] = [
         ("flag.model_path", spec.model.path, "model.path", "the FP8 policy's BF16 checkpoint"),
     ]
     if spec.linear.quantize:
-        args.append(("flag.quantization", "fp8", "linear.quantize",
-                     "SGLang's online FP8 is per-channel; block FP8 needs an FP8-serialized checkpoint"))
+        args.append(
+            (
+                "flag.quantization",
+                "fp8",
+                "linear.quantize",
+                "SGLang's online FP8 is per-channel; block FP8 needs an FP8-serialized checkpoint",
+            )
+        )
         _ignored_layers_env(plan, ctx)
         plan.notes.append(
             "Standalone SGLang quantizes a BF16 checkpoint per output channel, not in 128x128 blocks "
@@ -59,8 +78,20 @@ def build_sglang_serve(plan: Plan, ctx: RuleContext) -> list[str]:
     if spec.kv_cache.dtype != "bf16":
         args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
     args.append(("flag.tp_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
-    args.append(("flag.mem_fraction_static", spec.rollout.gpu_memory_utilization,
-                 "rollout.gpu_memory_utilization", "GPU memory share"))
-    args.append(("flag.context_length", spec.rollout.max_prompt_length + spec.rollout.max_response_length,
-                 "rollout.max_prompt_length", "prompt + response length"))
+    args.append(
+        (
+            "flag.mem_fraction_static",
+            spec.rollout.gpu_memory_utilization,
+            "rollout.gpu_memory_utilization",
+            "GPU memory share",
+        )
+    )
+    args.append(
+        (
+            "flag.context_length",
+            spec.rollout.max_prompt_length + spec.rollout.max_response_length,
+            "rollout.max_prompt_length",
+            "prompt + response length",
+        )
+    )
     return argv + serve_flags(plan, prof, args)

@@ -7,7 +7,7 @@ release that renames a key is a new profile, not a code change.
 from __future__ import annotations
 
 from fp8spec.compiler.plan import Plan
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 _CORRECTION = {  # method -> (rollout_is level, threshold kind)
     "tis": ("token", "clip"),
@@ -35,7 +35,7 @@ class VerlKeys:
         are not declared and must be added with '+'; declared ones must not."""
         for prefix, declared in self._plus_under.items():
             if key.startswith(prefix + "."):
-                first = key[len(prefix) + 1:].split(".", 1)[0]
+                first = key[len(prefix) + 1 :].split(".", 1)[0]
                 return first not in declared
         return False
 
@@ -45,13 +45,19 @@ def add(plan: Plan, keys: VerlKeys, fact_id: str, value, source: str, why: str, 
     plan.add("hydra", key, value, source, why, keys.evidence(fact_id), keys.needs_plus(key))
 
 
-def build_verl(plan: Plan, ctx: RuleContext, trainer: str, engine: str) -> VerlKeys:
+def build_verl(plan: Plan, ctx: ValidSpec, trainer: str, engine: str) -> VerlKeys:
     spec = ctx.spec
     keys = VerlKeys(ctx.profile("verl"))
     plan.entrypoint = keys.key("entrypoint").split()
     if trainer == "megatron":
-        plan.add("hydra", keys.key("key.model_engine"), "megatron", "training.backend",
-                 "select verl's Megatron engine (model_engine defaults group)", keys.evidence("key.model_engine"))
+        plan.add(
+            "hydra",
+            keys.key("key.model_engine"),
+            "megatron",
+            "training.backend",
+            "select verl's Megatron engine (model_engine defaults group)",
+            keys.evidence("key.model_engine"),
+        )
     add(plan, keys, "key.model_path", spec.model.path, "model.path", "weights on the cluster")
     add(plan, keys, "key.rollout_name", engine, "rollout.engine", "rollout engine")
     _rollout(plan, keys, ctx)
@@ -64,95 +70,206 @@ def build_verl(plan: Plan, ctx: RuleContext, trainer: str, engine: str) -> VerlK
     return keys
 
 
-def _attention(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _attention(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     attention = ctx.spec.training.attention
     if attention == "flash_attention_2":  # verl's default: nothing to set
         return
-    add(plan, keys, "key.model_attn_implementation", attention, "training.attention",
-        f"the trainer's Hugging Face model runs {attention} attention (no flash-attn package needed)")
-    add(plan, keys, "key.model_use_remove_padding", False, "training.attention",
+    add(
+        plan,
+        keys,
+        "key.model_attn_implementation",
+        attention,
+        "training.attention",
+        f"the trainer's Hugging Face model runs {attention} attention (no flash-attn package needed)",
+    )
+    add(
+        plan,
+        keys,
+        "key.model_use_remove_padding",
+        False,
+        "training.attention",
         "padded micro-batches: packed rows without flash-attn's variable-length kernels would attend across "
-        "sequences")
+        "sequences",
+    )
 
 
-def _rollout(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _rollout(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     r = spec.rollout
     add(plan, keys, "key.rollout_tp", r.tp, "rollout.tp", "tensor parallel size of each rollout replica")
     if r.ep > 1:
         add(plan, keys, "key.rollout_ep", r.ep, "rollout.ep", "expert parallel size of each rollout replica")
-    add(plan, keys, "key.rollout_gpu_memory_utilization", r.gpu_memory_utilization,
-        "rollout.gpu_memory_utilization", "share of GPU memory the engine takes (weights + KV cache)")
+    add(
+        plan,
+        keys,
+        "key.rollout_gpu_memory_utilization",
+        r.gpu_memory_utilization,
+        "rollout.gpu_memory_utilization",
+        "share of GPU memory the engine takes (weights + KV cache)",
+    )
     add(plan, keys, "key.rollout_n", r.n, "rollout.n", "responses per prompt")
-    add(plan, keys, "key.calculate_log_probs", r.calculate_log_probs, "rollout.calculate_log_probs",
-        "the engine returns its own log-probs; every mismatch correction divides by them")
+    add(
+        plan,
+        keys,
+        "key.calculate_log_probs",
+        r.calculate_log_probs,
+        "rollout.calculate_log_probs",
+        "the engine returns its own log-probs; every mismatch correction divides by them",
+    )
     if spec.linear.quantize:
-        add(plan, keys, "key.rollout_quantization", "fp8", "linear.quantize",
+        add(
+            plan,
+            keys,
+            "key.rollout_quantization",
+            "fp8",
+            "linear.quantize",
             "verl builds a 128x128 block FP8 quantization config for the engine and re-quantizes the BF16 "
-            "weights at every weight sync")
+            "weights at every weight sync",
+        )
 
 
-def _correction(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _correction(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     c = ctx.spec.correction
     if c.method == "none":
         add(plan, keys, "key.rollout_is", None, "correction.method", "no importance-sampling correction")
     else:
         level, kind = _CORRECTION[c.method]
-        add(plan, keys, "key.rollout_is", level, "correction.method",
-            f"{c.method}: importance weights per {level}")
+        add(
+            plan,
+            keys,
+            "key.rollout_is",
+            level,
+            "correction.method",
+            f"{c.method}: importance weights per {level}",
+        )
         if kind == "clip":
-            add(plan, keys, "key.rollout_is_threshold", float(c.clip), "correction.clip",
-                f"truncate the importance ratio at C = {c.clip:g}")
+            add(
+                plan,
+                keys,
+                "key.rollout_is_threshold",
+                float(c.clip),
+                "correction.clip",
+                f"truncate the importance ratio at C = {c.clip:g}",
+            )
         else:
+            assert c.bounds is not None  # mask / seq_mask need bounds (the spec model checks)
             low, high = c.bounds
             # verl parses "low_high" strings as IcePop bounds; quoted so Hydra keeps it a string.
-            add(plan, keys, "key.rollout_is_threshold", f"{low:g}_{high:g}", "correction.bounds",
-                f"mask tokens whose ratio is outside [{low:g}, {high:g}]")
+            add(
+                plan,
+                keys,
+                "key.rollout_is_threshold",
+                f"{low:g}_{high:g}",
+                "correction.bounds",
+                f"mask tokens whose ratio is outside [{low:g}, {high:g}]",
+            )
     if c.rejection:
         add(plan, keys, "key.rollout_rs", c.rejection, "correction.rejection", "rejection sampling options")
         if c.rejection_threshold:
-            add(plan, keys, "key.rollout_rs_threshold", c.rejection_threshold, "correction.rejection_threshold",
-                "rejection sampling threshold")
+            add(
+                plan,
+                keys,
+                "key.rollout_rs_threshold",
+                c.rejection_threshold,
+                "correction.rejection_threshold",
+                "rejection sampling threshold",
+            )
 
 
-def _algorithm(plan: Plan, keys: VerlKeys, ctx: RuleContext) -> None:
+def _algorithm(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     a = ctx.spec.algorithm
-    add(plan, keys, "key.adv_estimator", "grpo", "algorithm.name",
-        "group-relative advantages (GRPO; DAPO uses the same estimator)")
+    add(
+        plan,
+        keys,
+        "key.adv_estimator",
+        "grpo",
+        "algorithm.name",
+        "group-relative advantages (GRPO; DAPO uses the same estimator)",
+    )
     add(plan, keys, "key.actor_lr", float(a.lr), "algorithm.lr", "actor learning rate")
-    add(plan, keys, "key.data_train_batch_size", a.train_batch_size, "algorithm.train_batch_size",
-        "prompts per step")
-    add(plan, keys, "key.ppo_mini_batch_size", a.ppo_mini_batch_size, "algorithm.ppo_mini_batch_size",
-        "prompts per optimizer step")
+    add(
+        plan,
+        keys,
+        "key.data_train_batch_size",
+        a.train_batch_size,
+        "algorithm.train_batch_size",
+        "prompts per step",
+    )
+    add(
+        plan,
+        keys,
+        "key.ppo_mini_batch_size",
+        a.ppo_mini_batch_size,
+        "algorithm.ppo_mini_batch_size",
+        "prompts per optimizer step",
+    )
     if a.name == "dapo":
         add(plan, keys, "key.use_kl_loss", False, "algorithm.name", "DAPO trains without a KL loss")
         add(plan, keys, "key.clip_ratio_low", 0.2, "algorithm.name", "DAPO clip-higher: lower clip 0.2")
         add(plan, keys, "key.clip_ratio_high", 0.28, "algorithm.name", "DAPO clip-higher: upper clip 0.28")
         add(plan, keys, "key.loss_agg_mode", "token-mean", "algorithm.name", "DAPO token-level loss")
-        add(plan, keys, "key.dapo_filter_groups", True, "algorithm.name",
-            "DAPO dynamic sampling: drop prompt groups whose responses all score the same")
+        add(
+            plan,
+            keys,
+            "key.dapo_filter_groups",
+            True,
+            "algorithm.name",
+            "DAPO dynamic sampling: drop prompt groups whose responses all score the same",
+        )
 
 
-def _offload(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None:
+def _offload(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
     offload = ctx.spec.training.offload
-    for field, on, why in (("params", offload.params, "trainer parameters leave the GPU while the rollout runs"),
-                           ("optimizer", offload.optimizer, "optimizer state stays on CPU outside the step")):
+    for field, on, why in (
+        ("params", offload.params, "trainer parameters leave the GPU while the rollout runs"),
+        ("optimizer", offload.optimizer, "optimizer state stays on CPU outside the step"),
+    ):
         if on:  # verl's default is false: set only what the spec turns on
-            add(plan, keys, f"key.{trainer}_{'param' if field == 'params' else field}_offload", True,
-                f"training.offload.{field}", why)
+            add(
+                plan,
+                keys,
+                f"key.{trainer}_{'param' if field == 'params' else field}_offload",
+                True,
+                f"training.offload.{field}",
+                why,
+            )
 
 
-def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: RuleContext, trainer: str) -> None:
+def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
     spec = ctx.spec
     add(plan, keys, "key.data_train_files", spec.data.train_files, "data.train_files", "training data")
     if spec.data.val_files is not None:
         add(plan, keys, "key.data_val_files", spec.data.val_files, "data.val_files", "validation data")
-    add(plan, keys, "key.data_max_prompt_length", spec.rollout.max_prompt_length, "rollout.max_prompt_length",
-        "longest prompt in tokens")
-    add(plan, keys, "key.data_max_response_length", spec.rollout.max_response_length,
-        "rollout.max_response_length", "longest response in tokens")
+    add(
+        plan,
+        keys,
+        "key.data_max_prompt_length",
+        spec.rollout.max_prompt_length,
+        "rollout.max_prompt_length",
+        "longest prompt in tokens",
+    )
+    add(
+        plan,
+        keys,
+        "key.data_max_response_length",
+        spec.rollout.max_response_length,
+        "rollout.max_response_length",
+        "longest response in tokens",
+    )
     add(plan, keys, "key.trainer_nnodes", spec.hardware.nodes, "hardware.nodes", "nodes in the Ray cluster")
-    add(plan, keys, "key.trainer_n_gpus_per_node", spec.hardware.gpus_per_node, "hardware.gpus_per_node",
-        "GPUs per node")
-    add(plan, keys, "key.trainer_total_epochs", spec.algorithm.total_epochs, "algorithm.total_epochs",
-        "passes over the training data")
+    add(
+        plan,
+        keys,
+        "key.trainer_n_gpus_per_node",
+        spec.hardware.gpus_per_node,
+        "hardware.gpus_per_node",
+        "GPUs per node",
+    )
+    add(
+        plan,
+        keys,
+        "key.trainer_total_epochs",
+        spec.algorithm.total_epochs,
+        "algorithm.total_epochs",
+        "passes over the training data",
+    )

@@ -7,28 +7,38 @@ import json
 from fp8spec.compiler.adapters.ignore_lists import all_engine_names, compress, engine_module_names
 from fp8spec.compiler.adapters.verl import VerlKeys
 from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.rules.context import RuleContext
+from fp8spec.resolve.valid import ValidSpec
 
 
-def _deep_gemm_env(plan: Plan, ctx: RuleContext) -> None:
+def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
     prof = ctx.profile("vllm")
     env = prof.value("env.deep_gemm_e8m0")
     value = "0" if ctx.spec.linear.scale_dtype == "fp32" else "1"
-    why = ("keep FP32 block scales: DeepGEMM would otherwise re-quantize them to UE8M0 (a second rounding)"
-           if value == "0" else "UE8M0 block scales for DeepGEMM")
+    why = (
+        "keep FP32 block scales: DeepGEMM would otherwise re-quantize them to UE8M0 (a second rounding)"
+        if value == "0"
+        else "UE8M0 block scales for DeepGEMM"
+    )
     plan.add("env", env["name"], value, "linear.scale_dtype", why, prof.evidence("env.deep_gemm_e8m0"))
     if ctx.spec.linear.deep_gemm is not None:
         use = prof.value("env.use_deep_gemm")
         on = ctx.spec.linear.deep_gemm
-        plan.add("env", use["name"], "1" if on else "0", "linear.deep_gemm",
-                 "block-FP8 linears on DeepGEMM (its kernels compile at engine start)" if on else
-                 "block-FP8 linears on CUTLASS/Triton: no DeepGEMM kernel compilation at engine start",
-                 prof.evidence("env.use_deep_gemm"))
+        plan.add(
+            "env",
+            use["name"],
+            "1" if on else "0",
+            "linear.deep_gemm",
+            "block-FP8 linears on DeepGEMM (its kernels compile at engine start)"
+            if on
+            else "block-FP8 linears on CUTLASS/Triton: no DeepGEMM kernel compilation at engine start",
+            prof.evidence("env.use_deep_gemm"),
+        )
 
 
-def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
+def build_vllm_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
-    base = keys.key("key.rollout_engine_kwargs") + ".vllm"
+    base = keys.key("key.rollout_engine_kwargs_vllm")
+    prof = ctx.profile("vllm")
     if spec.linear.quantize:
         _deep_gemm_env(plan, ctx)
         ignored = engine_module_names(ctx)
@@ -42,47 +52,88 @@ def build_vllm_in_verl(plan: Plan, ctx: RuleContext, keys: VerlKeys) -> None:
             # verl's own config ignores only model.layers.{i}.mlp.gate; engine_kwargs.hf_overrides replaces it
             # (vllm_async_server.py builds args {..., "hf_overrides": ..., **engine_kwargs}).
             config = dict(ctx.profile("verl").value("rollout.vllm_fp8_quant_config"))
-            config.update(weight_block_size=list(spec.linear.block_size), ignored_layers=ignored)
-            key = base + ".hf_overrides"
-            plan.add("hydra", key, {"quantization_config": config}, "linear.exclude",
-                     f"{len(ignored)} linear modules kept in BF16 (exclusions and BF16 first/last layers)",
-                     keys.evidence("key.rollout_engine_kwargs"), keys.needs_plus(key))
+            config[prof.value("quantization_config.fp8_block_size_key")] = list(spec.linear.block_size)
+            config[prof.value("quantization_config.fp8_ignored_layers_key")] = ignored
+            key = f"{base}.{prof.value('engine_arg.hf_overrides')}"
+            plan.add(
+                "hydra",
+                key,
+                {prof.value("hf_config.quantization_config"): config},
+                "linear.exclude",
+                f"{len(ignored)} linear modules kept in BF16 (exclusions and BF16 first/last layers)",
+                keys.evidence("key.rollout_engine_kwargs"),
+                keys.needs_plus(key),
+            )
     if spec.kv_cache.dtype != "bf16":
-        key = base + ".kv_cache_dtype"
-        plan.add("hydra", key, spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache",
-                 ctx.profile("vllm").evidence("flag.kv_cache_dtype"), keys.needs_plus(key))
+        key = f"{base}.{prof.value('engine_arg.kv_cache_dtype')}"
+        plan.add(
+            "hydra",
+            key,
+            spec.kv_cache.dtype,
+            "kv_cache.dtype",
+            "FP8 KV cache",
+            prof.evidence("flag.kv_cache_dtype"),
+            keys.needs_plus(key),
+        )
         if spec.kv_cache.recalibrate == "once" and ctx.native_kv_calibration():
-            key = base + ".calculate_kv_scales"
-            plan.add("hydra", key, True, "kv_cache.recalibrate",
-                     "vLLM calibrates q/k/v scales on its first forward (never re-armed)",
-                     ctx.profile("vllm").evidence("flag.calculate_kv_scales"), keys.needs_plus(key))
+            key = f"{base}.{prof.value('engine_arg.calculate_kv_scales')}"
+            plan.add(
+                "hydra",
+                key,
+                True,
+                "kv_cache.recalibrate",
+                "vLLM calibrates q/k/v scales on its first forward (never re-armed)",
+                prof.evidence("flag.calculate_kv_scales"),
+                keys.needs_plus(key),
+            )
 
 
-def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
+def build_vllm_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
     """argv of a standalone `vllm serve` for evaluating the FP8 policy (online block quantization)."""
     spec, prof = ctx.spec, ctx.profile("vllm")
     argv = prof.value("cli.serve").split() + [spec.model.path]
     args: list[tuple[str, object, str, str]] = []
     if spec.linear.quantize:
         method = prof.value("block_fp8.quantization")
-        args.append(("flag.quantization", method, "linear.quantize",
-                     "online 128x128 block FP8: vLLM quantizes the BF16 checkpoint at load"))
+        args.append(
+            (
+                "flag.quantization",
+                method,
+                "linear.quantize",
+                "online 128x128 block FP8: vLLM quantizes the BF16 checkpoint at load",
+            )
+        )
         match = prof.value("ignore.match")
         style = "fnmatch" if "fnmatch" in match else "regex" if "re:" in match else "exact"
         ignore = compress(engine_module_names(ctx), all_engine_names(ctx), style)
         if ignore:
-            config = {"linear": method, prof.value("quantization_config.ignore_key"): ignore}
+            config = {
+                prof.value("quantization_config.linear_key"): method,
+                prof.value("quantization_config.ignore_key"): ignore,
+            }
             if ctx.model.is_moe:
-                config["moe"] = method
-            args.append(("flag.quantization_config", json.dumps(config, separators=(",", ":")), "linear.exclude",
-                         f"keep {len(ignore)} module pattern(s) in BF16 ({style} matching in vLLM {prof.version})"))
+                config[prof.value("quantization_config.moe_key")] = method
+            args.append(
+                (
+                    "flag.quantization_config",
+                    json.dumps(config, separators=(",", ":")),
+                    "linear.exclude",
+                    f"keep {len(ignore)} module pattern(s) in BF16 ({style} matching in vLLM {prof.version})",
+                )
+            )
         _deep_gemm_env(plan, ctx)
     if spec.kv_cache.dtype != "bf16":
         args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
         if spec.kv_cache.recalibrate != "none" and prof.value("flag.calculate_kv_scales"):
-            args.append(("flag.calculate_kv_scales", None, "kv_cache.recalibrate",
-                         "calibrate q/k/v scales once; vLLM does it on the profiling dummy run at start "
-                         "(capability.calculate_kv_scales), not on real prompts"))
+            args.append(
+                (
+                    "flag.calculate_kv_scales",
+                    None,
+                    "kv_cache.recalibrate",
+                    "calibrate q/k/v scales once; vLLM does it on the profiling dummy run at start "
+                    "(capability.calculate_kv_scales), not on real prompts",
+                )
+            )
         elif spec.kv_cache.recalibrate != "none":
             plan.notes.append(
                 f"vLLM {prof.version} has no calculate_kv_scales and a BF16 checkpoint carries no KV scales, so this "
@@ -90,8 +141,20 @@ def build_vllm_serve(plan: Plan, ctx: RuleContext) -> list[str]:
                 "inside a training run, through the kv_scales runtime patch). Compare against a BF16 KV server."
             )
     args.append(("flag.tensor_parallel_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
-    args.append(("flag.gpu_memory_utilization", spec.rollout.gpu_memory_utilization,
-                 "rollout.gpu_memory_utilization", "GPU memory share"))
-    args.append(("flag.max_model_len", spec.rollout.max_prompt_length + spec.rollout.max_response_length,
-                 "rollout.max_prompt_length", "prompt + response length"))
+    args.append(
+        (
+            "flag.gpu_memory_utilization",
+            spec.rollout.gpu_memory_utilization,
+            "rollout.gpu_memory_utilization",
+            "GPU memory share",
+        )
+    )
+    args.append(
+        (
+            "flag.max_model_len",
+            spec.rollout.max_prompt_length + spec.rollout.max_response_length,
+            "rollout.max_prompt_length",
+            "prompt + response length",
+        )
+    )
     return argv + serve_flags(plan, prof, args)

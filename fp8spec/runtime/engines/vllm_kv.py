@@ -34,6 +34,7 @@ Layer lookup: the pushed name minus ``.{q,k,v}_scale`` is the attention module's
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
@@ -92,13 +93,17 @@ def keep_across_kv_wake(model_runner, named_scales) -> None:
     if model_runner.__dict__.get("_fp8spec_kv_wake_wrapped"):
         return
     original = getattr(model_runner, "post_kv_cache_wake_up", None)
-    if original is None:  # vLLM 0.33's runners have no KV wake-up hook and reset nothing (gpu_worker.py 341-367)
+    if (
+        original is None
+    ):  # vLLM 0.33's runners have no KV wake-up hook and reset nothing (gpu_worker.py 341-367)
         return
 
     def post_kv_cache_wake_up(*args, **kwargs):
         out = original(*args, **kwargs)
         n = apply_kv_scales(model_runner.model, list(model_runner._fp8spec_kv_scales.items()))
-        logger.info("fp8spec kv_scales: re-applied q/k/v scales to %d attention layers after KV-cache wake-up", n)
+        logger.info(
+            "fp8spec kv_scales: re-applied q/k/v scales to %d attention layers after KV-cache wake-up", n
+        )
         return out
 
     model_runner.post_kv_cache_wake_up = post_kv_cache_wake_up
@@ -139,6 +144,8 @@ class Fp8specKVScaleWorkerExtension:
         llm.collective_rpc("fp8spec_set_kv_scales", args=([(name, float), ...],))
     """
 
+    model_runner: Any  # the vLLM worker's, which this class extends
+
     def fp8spec_set_kv_scales(self, named_scales) -> int:
         return apply_and_keep(self.model_runner, named_scales)
 
@@ -172,12 +179,16 @@ def patch_verl_worker_extension(module) -> None:
             n = apply_and_keep(self.model_runner, scales)
             for model in list(self._iter_all_models())[1:]:  # an MTP drafter: same layer names
                 apply_kv_scales(model, scales)
-            logger.info("fp8spec kv_scales: applied %d q/k/v scales to %d attention layers (%s)", len(scales), n,
-                        scale_summary(scales))
+            logger.info(
+                "fp8spec kv_scales: applied %d q/k/v scales to %d attention layers (%s)",
+                len(scales),
+                n,
+                scale_summary(scales),
+            )
         return out
 
-    _update_weights.__wrapped__ = orig_update
-    update_weights_from_ipc.__wrapped__ = orig_ipc
+    _update_weights.__wrapped__ = orig_update  # type: ignore[attr-defined]
+    update_weights_from_ipc.__wrapped__ = orig_ipc  # type: ignore[attr-defined]
     cls._update_weights = _update_weights
     cls.update_weights_from_ipc = update_weights_from_ipc
     cls._fp8spec_kv_patched = True

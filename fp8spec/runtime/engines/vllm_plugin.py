@@ -1,4 +1,5 @@
-"""vLLM general plugin: ``[project.entry-points."vllm.general_plugins"] fp8spec_runtime = "fp8spec.runtime.engines.vllm_plugin:register"``.
+"""vLLM general plugin, the entry point ``fp8spec_runtime = "fp8spec.runtime.engines.vllm_plugin:register"``
+of ``[project.entry-points."vllm.general_plugins"]``.
 
 vLLM calls every ``vllm.general_plugins`` entry point in each of its processes (front end, engine
 core, workers) before building the model (``vllm/plugins/__init__.py``: ``DEFAULT_PLUGINS_GROUP`` 0.24.0 line 14 / 0.33.0 line 18,

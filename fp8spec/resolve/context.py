@@ -1,4 +1,9 @@
-"""What every rule sees: the typed spec, the resolved model facts, the backend profiles and the target GPU."""
+"""The resolved spec: the typed spec with the model's facts, the loaded backend profiles and the target GPU.
+
+Rules read it (findings may come from what could not be resolved: an unknown model, a missing profile); the
+planner reads it; the compiler gets a ``ValidSpec`` (fp8spec.resolve.valid), its non-optional form once
+the spec has no errors.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,11 @@ from typing import Any, Optional
 
 from fp8spec.hardware import Gpu, gpu
 from fp8spec.spec.model import Spec
-
-# Spec stack field -> backend profile kind.
-STACK_KINDS = {
-    "verl": "verl",
-    "vllm": "vllm",
-    "sglang": "sglang",
-    "megatron_core": "megatron-core",
-    "transformer_engine": "transformer-engine",
-}
+from fp8spec.targets import STACK_KINDS
 
 
 @dataclass
-class RuleContext:
+class ResolvedSpec:
     spec: Spec
     spec_dir: Path
     model: Any = None  # fp8spec.catalog.ModelFacts, or None when it could not be resolved
@@ -93,27 +90,41 @@ class RuleContext:
 
         return resolve_exclusions(self.spec, self.model)
 
+    def kuberay_image(self) -> str | None:
+        """The pods' image: the spec's, else verl's published image for the pinned engine version."""
+        image = self.spec.cluster.kuberay.image
+        if image:
+            return image
+        return (self.fact("verl", "images.kuberay") or {}).get(f"{self.engine}=={self.engine_version}")
 
-def build_context(spec: Spec, spec_dir: Path) -> RuleContext:
+
+def build_context(spec: Spec, spec_dir: Path) -> ResolvedSpec:
     from fp8spec.resolve.reward import load_reward_file
 
-    ctx = RuleContext(spec=spec, spec_dir=spec_dir)
+    ctx = ResolvedSpec(spec=spec, spec_dir=spec_dir)
     _resolve_model(ctx)
     _resolve_profiles(ctx)
     ctx.reward_file, ctx.reward_problem = load_reward_file(spec, spec_dir)
     return ctx
 
 
-def derived_context(ctx: RuleContext, spec: Spec) -> RuleContext:
+def derived_context(ctx: ResolvedSpec, spec: Spec) -> ResolvedSpec:
     """A probing context for ``spec``, a variant of ``ctx.spec`` with the same model and reward file."""
-    new = RuleContext(spec=spec, spec_dir=ctx.spec_dir, model=ctx.model, model_error=ctx.model_error,
-                      model_error_path=ctx.model_error_path, reward_file=ctx.reward_file,
-                      reward_problem=ctx.reward_problem, probing=True)
+    new = ResolvedSpec(
+        spec=spec,
+        spec_dir=ctx.spec_dir,
+        model=ctx.model,
+        model_error=ctx.model_error,
+        model_error_path=ctx.model_error_path,
+        reward_file=ctx.reward_file,
+        reward_problem=ctx.reward_problem,
+        probing=True,
+    )
     _resolve_profiles(new)
     return new
 
 
-def _resolve_model(ctx: RuleContext) -> None:
+def _resolve_model(ctx: ResolvedSpec) -> None:
     from fp8spec.catalog import CatalogError, get_model, model_from_config
 
     section = ctx.spec.model
@@ -130,7 +141,7 @@ def _resolve_model(ctx: RuleContext) -> None:
         ctx.model_error = str(err)
 
 
-def _resolve_profiles(ctx: RuleContext) -> None:
+def _resolve_profiles(ctx: ResolvedSpec) -> None:
     from fp8spec.profiles import ProfileNotFound, load_profile
 
     for stack_field in used_stack_fields(ctx.spec):

@@ -1,0 +1,60 @@
+"""What the fp8spec commands share: the --backend and --format options with their completions, and the
+one-line error exit."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import typer
+
+from fp8spec.diagnostics import EXIT_BAD_INPUT, printable
+from fp8spec.targets import BACKENDS
+
+BACKEND_HELP = (
+    f"{', '.join(BACKENDS[:-2])} (a verl run), or {' / '.join(BACKENDS[-2:])} (a "
+    "standalone server for evaluation). Default: the spec's training.backend + rollout.engine; "
+    "another backend retargets the spec: every rule checks it as if it said so."
+)
+
+
+def complete_backend(incomplete: str) -> list[str]:
+    return [b for b in BACKENDS if b.startswith(incomplete)]
+
+
+def complete_code(incomplete: str) -> list[str]:
+    from fp8spec.rules.registry import all_rules
+    from fp8spec.spec.codes import input_codes
+
+    codes = [r.code for r in all_rules()] + list(input_codes())
+    return [c for c in codes if c.startswith(incomplete.upper())]
+
+
+def _complete_format(incomplete: str) -> list[str]:
+    return [f for f in ("text", "json") if f.startswith(incomplete)]
+
+
+def backend_option(help_text: str = BACKEND_HELP) -> Any:
+    return typer.Option(
+        None, "--backend", "-b", metavar="BACKEND", help=help_text, autocompletion=complete_backend
+    )
+
+
+def format_option() -> Any:
+    return typer.Option(
+        "text",
+        "--format",
+        "-f",
+        metavar="[text|json]",
+        help="Output format.",
+        autocompletion=_complete_format,
+    )
+
+
+def fail(code: int, message: str) -> NoReturn:
+    """Print one located line (``fp8spec: error: ...``) and exit with ``code``."""
+    typer.echo(f"fp8spec: error: {printable(message)}", err=True)
+    raise typer.Exit(code)
+
+
+def usage_error(message: str) -> NoReturn:
+    fail(EXIT_BAD_INPUT, message)

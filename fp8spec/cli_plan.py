@@ -1,0 +1,137 @@
+"""`fp8spec plan`: per-GPU memory, KV capacity and what FP8 buys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from fp8spec.cli_options import backend_option, fail, format_option, usage_error
+from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable, summary_line
+
+
+def plan(
+    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
+    format: str = format_option(),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        metavar="DIR",
+        help="Also write plan.png (needs matplotlib: pip install "
+        "'fp8spec[plot]') and plan.svg into this folder.",
+    ),
+    backend: Optional[str] = backend_option(),
+    gpu_memory_gib: Optional[float] = typer.Option(
+        None,
+        "--gpu-memory-gib",
+        min=1.0,
+        max=4096.0,
+        metavar="GIB",
+        help="GPU memory as CUDA reports it (default: recorded for hardware.gpu).",
+    ),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        min=0.01,
+        max=1.0,
+        metavar="FRACTION",
+        help="Default: rollout.gpu_memory_utilization.",
+    ),
+    tp: Optional[int] = typer.Option(
+        None, "--tp", min=1, max=1024, metavar="N", help="Rollout tensor parallel size."
+    ),
+    ep: Optional[int] = typer.Option(
+        None, "--ep", min=1, max=1024, metavar="N", help="Rollout expert parallel size."
+    ),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        max=10_000_000,
+        metavar="N",
+        help="Default: verl's rollout default.",
+    ),
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", min=1, max=1_000_000, metavar="N", help="Default: verl's rollout default."
+    ),
+    max_model_len: Optional[int] = typer.Option(
+        None,
+        "--max-model-len",
+        min=1,
+        max=100_000_000,
+        metavar="N",
+        help="Default: the model's max_position_embeddings (what verl passes).",
+    ),
+    cuda_graphs: Optional[bool] = typer.Option(
+        None, "--cuda-graphs/--no-cuda-graphs", help="Default: on (verl's enforce_eager false)."
+    ),
+) -> None:
+    """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
+    spec has errors; the plan is still printed, files are not written)."""
+    from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
+    from fp8spec.plan import Overrides, PlanInputError, build_plan
+    from fp8spec.plan.render import render_json, render_text
+    from fp8spec.spec.loader import InputError
+
+    if format not in ("text", "json"):
+        usage_error(f"--format must be text or json, not {format!r}")
+    try:
+        validation, choice = validate_for(spec, str(spec), backend)
+    except BackendChoiceError as err:
+        fail(EXIT_BAD_INPUT, str(err))
+    except InputError as err:
+        typer.echo(err.diagnostic.render(), err=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if validation.retargeted:
+        typer.echo(f"{printable(str(spec))}: {retarget_note(validation, choice)}", err=True)
+    ctx = validation.context
+    if ctx is None or ctx.model is None or ctx.profile("verl") is None:
+        for d in validation.diagnostics:
+            typer.echo(d.render(), err=True)
+        typer.echo(
+            f"{spec}: {summary_line(validation.diagnostics)}; no plan without a valid spec, model and "
+            "verl profile",
+            err=True,
+        )
+        raise typer.Exit(EXIT_RULE_ERRORS)
+    overrides = Overrides(
+        gpu_memory_gib,
+        gpu_memory_utilization,
+        tp,
+        ep,
+        max_num_batched_tokens,
+        max_num_seqs,
+        max_model_len,
+        cuda_graphs,
+    )
+    try:
+        result = build_plan(ctx, overrides)
+    except PlanInputError as err:
+        fail(EXIT_BAD_INPUT, f"{spec}: {err}")
+    typer.echo(render_json(result) if format == "json" else render_text(result), nl=format == "json")
+    for d in validation.diagnostics:
+        typer.echo(d.render(), err=True)
+    if validation.errors:
+        typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS)
+    if output is not None:
+        _write_plan_pictures(result, output)
+
+
+def _write_plan_pictures(result: Any, output: Path) -> None:
+    from fp8spec.plan.svg import plan_svg
+
+    try:
+        from fp8spec.plan.figure import plan_png
+    except ImportError:
+        fail(EXIT_BAD_INPUT, "-o needs matplotlib for the PNG: pip install 'fp8spec[plot]'")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        png = plan_png(result)
+        (output / "plan.png").write_bytes(png)
+        (output / "plan.svg").write_text(plan_svg(result), encoding="utf-8")
+    except OSError as err:
+        fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
+    typer.echo(f"wrote {output / 'plan.png'}, {output / 'plan.svg'}", err=True)

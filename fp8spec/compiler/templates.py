@@ -1,0 +1,31 @@
+"""Rendering the bundle's templates (templates/*.j2) with strict undefined variables and quoting filters."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from fp8spec.compiler.quoting import json_scalar, shell_word
+from fp8spec.resources import data_dir
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["sh"] = shell_word
+    env.filters["json"] = json_scalar
+    env.filters["mdcell"] = lambda v: str(v).replace("|", "\\|")
+    return env
+
+
+def render(template: str, **values: Any) -> str:
+    return _env().get_template(template).render(**values)

@@ -1,0 +1,193 @@
+"""Spec sections of the launch: Ray job submission, Slurm and KubeRay settings."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
+
+from fp8spec.spec.fields import NonEmpty, Section, Version, plain_text
+
+# Each is NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
+
+
+# Written into #SBATCH lines (sbatch parses them itself): no blanks, quotes, '$' or backslashes.
+SlurmName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.,:+-]+$"),
+    AfterValidator(plain_text),
+]
+SbatchOption = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=200, pattern=r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%&|!*\[\]-]+)?$"
+    ),
+    AfterValidator(plain_text),
+]
+K8sLabel = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+    AfterValidator(plain_text),
+]
+K8sQuantity = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=32, pattern=r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$"
+    ),
+    AfterValidator(plain_text),
+]
+
+
+class SlurmSettings(Section):
+    partition: Optional[SlurmName] = Field(
+        None, description="Slurm partition (#SBATCH --partition). Default: the cluster's default partition."
+    )
+    account: Optional[SlurmName] = Field(
+        None, description="Slurm account (#SBATCH --account). Default: the user's default account."
+    )
+    time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = Field(
+        "24:00:00",
+        description="Wall-clock limit of the job (#SBATCH --time), e.g. 48:00:00 or 2-00:00:00. "
+        "Default 24:00:00.",
+    )
+    extra_sbatch: list[SbatchOption] = Field(
+        default_factory=list,
+        description="More #SBATCH options, one '--name=value' each, names in full (e.g. --qos=high, "
+        "--mem=0). Nodes, GPUs, tasks, --exclusive, partition, account, time and job name come from the spec; "
+        "options that change that layout are refused (rule LCH001).",
+    )
+
+
+AbsPath = Annotated[
+    str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/[^\\]*$"), AfterValidator(plain_text)
+]
+K8sName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+    AfterValidator(plain_text),
+]  # DNS-1123 subdomain (PVC, Secret names)
+EnvName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
+    AfterValidator(plain_text),
+]
+SecretKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$"),
+    AfterValidator(plain_text),
+]
+# One Hydra override appended to launch.sh in the RayJob entrypoint ([+|++|~]dotted.key=value).
+HydraOverride = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=4096, pattern=r"^(\+{1,2}|~)?[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$"
+    ),
+    AfterValidator(plain_text),
+]
+
+
+class KubeRayVolume(Section):
+    """A volume mounted at the same path in the head and every worker pod (model, data, checkpoints)."""
+
+    name: K8sLabel = Field(description="Volume name in the pod spec (a DNS-1123 label).")
+    mount_path: AbsPath = Field(
+        description="Where the pods see it, e.g. /models (spec paths under it resolve)."
+    )
+    host_path: Optional[AbsPath] = Field(None, description="A folder on the Kubernetes node (hostPath).")
+    pvc: Optional[K8sName] = Field(None, description="A PersistentVolumeClaim name in the namespace.")
+    read_only: bool = Field(False, description="Mount it read-only (model and data folders). Default false.")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.host_path is None) == (self.pvc is None):
+            raise ValueError("set exactly one of host_path and pvc")
+        return self
+
+
+class SecretEnv(Section):
+    """An environment variable of the head and worker pods read from a Kubernetes Secret (HF token, logger keys)."""
+
+    env: EnvName = Field(
+        description="The environment variable's name in the pods, e.g. HF_TOKEN or WANDB_API_KEY."
+    )
+    secret: K8sName = Field(description="Secret name in the namespace.")
+    key: SecretKey = Field(description="Key inside the Secret.")
+
+
+class KubeRaySettings(Section):
+    image: Optional[NonEmpty] = Field(
+        None,
+        description="Image of the head, worker and submitter pods. Default: verl's published image for the "
+        "pinned rollout engine version (backends/verl/<version>.yaml, images.kuberay); an engine version with "
+        "no published image needs this field.",
+    )
+    volumes: list[KubeRayVolume] = Field(
+        default_factory=list,
+        description="Volumes (hostPath or PVC) mounted in the head and worker pods: the "
+        "folders holding model.path, the data files and the checkpoint folder.",
+    )
+    secret_env: list[SecretEnv] = Field(
+        default_factory=list,
+        description="Environment variables of the head and worker pods from Kubernetes "
+        "Secrets, by name (e.g. HF_TOKEN, WANDB_API_KEY); never written into the bundle.",
+    )
+    extra_overrides: list[HydraOverride] = Field(
+        default_factory=list,
+        description="Hydra overrides appended to launch.sh in the RayJob entrypoint "
+        "(after fp8spec's, so they win), e.g. trainer.default_local_dir=/checkpoints/run1.",
+    )
+    namespace: K8sLabel = Field("default", description="Kubernetes namespace (a DNS-1123 label).")
+    ray_version: Optional[Version] = Field(
+        None, description="Ray version inside the image (rayClusterSpec.rayVersion); left out when unset."
+    )
+    head_cpus: K8sQuantity = Field(
+        "4", description="CPU request and limit of the head pod (it runs no Ray work)."
+    )
+    head_memory: K8sQuantity = Field("16Gi", description="Memory request and limit of the head pod.")
+    worker_cpus: Optional[K8sQuantity] = Field(
+        None, description="CPU request and limit of each GPU worker pod."
+    )
+    worker_memory: Optional[K8sQuantity] = Field(
+        None, description="Memory request and limit of each GPU worker pod."
+    )
+
+    @field_validator("volumes")
+    @classmethod
+    def _distinct_volumes(cls, volumes: list[KubeRayVolume]) -> list[KubeRayVolume]:
+        for attr in ("name", "mount_path"):
+            values = [getattr(v, attr) for v in volumes]
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"volume {attr} {twice[0]!r} is used twice")
+        return volumes
+
+    @field_validator("secret_env")
+    @classmethod
+    def _distinct_env(cls, items: list[SecretEnv]) -> list[SecretEnv]:
+        names = [i.env for i in items]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"env {twice[0]!r} is set twice")
+        return items
+
+
+class ClusterSection(Section):
+    launcher: Literal["ray", "slurm", "kuberay"] = Field(
+        "ray",
+        description="The launcher the bundle README tells you to run: ray (submit.sh, `ray job submit`), "
+        "slurm (slurm.sbatch) or kuberay (rayjob.yaml); all three are generated. Default ray.",
+    )
+    address: NonEmpty = Field(
+        "http://127.0.0.1:8265",
+        description="Ray dashboard address submit.sh passes to "
+        "`ray job submit --address`. Default http://127.0.0.1:8265.",
+    )
+    working_dir: NonEmpty = Field(
+        ".",
+        description="Folder uploaded as the Ray job's working_dir (runtime_env.yaml), "
+        "relative to the bundle. Default '.', the bundle itself.",
+    )
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings, description="Job options of slurm.sbatch.")
+    kuberay: KubeRaySettings = Field(
+        default_factory=KubeRaySettings, description="Pods and image of the KubeRay RayJob (rayjob.yaml)."
+    )
