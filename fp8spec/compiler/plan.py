@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from fp8spec.compiler.quoting import hydra_override
+
+if TYPE_CHECKING:
+    from fp8spec.profiles import Profile
 
 # ray_init: Hydra overrides launch.sh passes only outside a Ray job (run by hand on a Ray head), where verl's
 # own ray.init must carry the bundle's runtime environment to the workers; inside a job the job carries it.
@@ -77,7 +80,7 @@ class Plan:
         return sorted(s.key for s in self.of("patch"))
 
 
-def serve_flags(plan: Plan, profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
+def serve_flags(plan: Plan, profile: Profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
     """Engine flags for a standalone serve command: (fact id of the flag, value or None for a bare switch,
     spec source, why). Flag spellings come from the engine profile; each flag is recorded in the plan."""
     argv: list[str] = []

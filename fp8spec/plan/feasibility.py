@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import estimate
+
+if TYPE_CHECKING:
+    from fp8spec.plan.plan import Plan
 
 GIB = 1 << 30
 #: below this share of the running sequences fitting at full length, preemption is "heavy"
@@ -29,7 +32,7 @@ class Verdict:
     numbers: dict = field(default_factory=dict)
 
 
-def trainer_state(plan) -> Optional[Verdict]:
+def trainer_state(plan: Plan) -> Optional[Verdict]:
     """MEM001: the optimizer step needs parameters, gradients and optimizer state on the GPU at once."""
     t = plan.trainer
     if t is None:
@@ -61,13 +64,13 @@ def trainer_state(plan) -> Optional[Verdict]:
     return Verdict("MEM001", ok, msg, fix, {"state": t.state, "usable": usable, "min_gpus": min_gpus})
 
 
-def rollout_weights(plan) -> Optional[Verdict]:
+def rollout_weights(plan: Plan) -> Optional[Verdict]:
     """MEM002: the engine must keep KV memory for at least one max_model_len request at its utilisation."""
     r = plan.spec_rollout
     problem = {
         "no_kv_memory": "no memory left for the KV cache",
         "below_one_request": "the KV cache cannot hold one request of max_model_len tokens",
-    }.get(r.kv_shortfall)
+    }.get(r.kv_shortfall or "")
     if problem is None:
         return Verdict("MEM002", True)
     m = r.memory
@@ -92,7 +95,7 @@ def rollout_weights(plan) -> Optional[Verdict]:
     )
 
 
-def colocation(plan) -> Optional[Verdict]:
+def colocation(plan: Plan) -> Optional[Verdict]:
     """MEM003: what the trainer keeps on the GPU during rollout plus the engine's share must fit the GPU."""
     t = plan.trainer
     if t is None:
@@ -128,7 +131,7 @@ def colocation(plan) -> Optional[Verdict]:
     return Verdict("MEM003", ok, msg, "; or ".join(fixes), {"used": used, "max_utilization": max_util})
 
 
-def preemption(plan) -> Optional[Verdict]:
+def preemption(plan: Plan) -> Optional[Verdict]:
     """MEM004: the KV cache holds fewer than half of the running sequences at full length."""
     r = plan.spec_rollout
     if r.kv_shortfall is not None or r.running == 0:
@@ -153,7 +156,7 @@ def preemption(plan) -> Optional[Verdict]:
     return Verdict("MEM004", ok, msg, "; or ".join(fixes), {"share": share})
 
 
-def trainer_activations(plan) -> Optional[Verdict]:
+def trainer_activations(plan: Plan) -> Optional[Verdict]:
     """MEM005: the training peak, activations included (an estimate), exceeds the GPU."""
     t = plan.trainer
     if t is None:
@@ -170,7 +173,7 @@ def trainer_activations(plan) -> Optional[Verdict]:
     return Verdict("MEM005", ok, msg, fix, {"peak": t.peak})
 
 
-def verdicts(plan) -> list[Verdict]:
+def verdicts(plan: Plan) -> list[Verdict]:
     return [
         v
         for v in (

@@ -6,6 +6,7 @@ Byte-identical for identical plans: Agg backend, fixed size and dpi, no 'Softwar
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -14,10 +15,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from fp8spec.plan.plan import curves  # noqa: E402
 
+if TYPE_CHECKING:
+    from fp8spec.plan.plan import Plan
+
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
 
 
-def plan_png(plan) -> bytes:
+def plan_png(plan: Plan) -> bytes:
     series, running = curves(plan)
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)

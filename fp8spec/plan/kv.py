@@ -9,15 +9,22 @@ blocks across all layers, and vLLM reports capacity as max concurrency x max_mod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def kv_bytes_per_token_layer(model, tp: int, dtype_bytes: int) -> int:
+def kv_bytes_per_token_layer(model: ModelFacts, tp: int, dtype_bytes: int) -> int:
     """Bytes of KV cache one token needs in one attention layer on one GPU."""
     if model.attention == "mla":
+        assert (
+            model.kv_lora_rank is not None and model.qk_rope_head_dim is not None
+        )  # set for every MLA model
         return (model.kv_lora_rank + model.qk_rope_head_dim) * dtype_bytes
     return 2 * max(1, model.num_key_value_heads // tp) * model.head_dim * dtype_bytes
 

@@ -13,6 +13,8 @@ from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.plan.feasibility import Verdict
+    from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.spec.model import Spec
 
 
@@ -68,7 +70,7 @@ class Plan:
             - self.spec_rollout.memory.requested
         )
 
-    def verdicts(self):
+    def verdicts(self) -> list[Verdict]:
         from fp8spec.plan.feasibility import verdicts
 
         return verdicts(self)
@@ -85,7 +87,7 @@ class Plan:
         return sorted(set(points))
 
 
-def build_plan(ctx, overrides: Overrides = Overrides()) -> Plan:
+def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
     notes = []
@@ -134,7 +136,7 @@ def curves(plan: Plan) -> tuple[list[Curve], int]:
     return out, plan.spec_rollout.running
 
 
-def cached_plan(ctx) -> Optional[Plan]:
+def cached_plan(ctx: ResolvedSpec) -> Optional[Plan]:
     """The spec's plan with verl's defaults, built once per context (rules and compiler share it); None
     when the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
     from fp8spec.plan.setup import PlanInputError

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from fp8spec.plan.facts import estimate_basis
 from fp8spec.plan.gain import gain_source
 
+if TYPE_CHECKING:
+    from fp8spec.plan.plan import Plan
+
 GIB = 1 << 30
 
 
-def q(value, unit: str, status: str | None = None) -> dict:
+def q(value: Any, unit: str, status: str | None = None) -> dict:
     out = {"value": value, "unit": unit}
     if status:
         out["status"] = status
@@ -95,7 +99,7 @@ def _trainer_json(t) -> dict | None:
     }
 
 
-def plan_json(plan) -> dict:
+def plan_json(plan: Plan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
     headroom = None if plan.trainer is None else plan.headroom(plan.trainer)
@@ -158,7 +162,7 @@ def plan_json(plan) -> dict:
     }
 
 
-def render_json(plan) -> str:
+def render_json(plan: Plan) -> str:
     return json.dumps(plan_json(plan), indent=2, sort_keys=True)
 
 
@@ -174,7 +178,7 @@ def _step_word(r) -> str:
     return "fits" if r.fits_without_preemption else "preempts"
 
 
-def render_text(plan) -> str:
+def render_text(plan: Plan) -> str:
     s, rs = plan.setup, plan.rollout
     spec_r = plan.spec_rollout
     out = [

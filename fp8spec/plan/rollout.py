@@ -4,7 +4,7 @@ concurrency and whether the step's sequences fit without preemption."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import MEMORY_MODEL_VLLM, ProfileFacts, profile_facts
 from fp8spec.plan.kv import KVCapacity, kv_bytes_per_token_layer, kv_capacity
@@ -12,6 +12,10 @@ from fp8spec.plan.setup import EngineSetup
 from fp8spec.plan.sglang_memory import sglang_engine_memory
 from fp8spec.plan.vllm_memory import EngineMemory, vllm_engine_memory
 from fp8spec.plan.weights import Sharding, WeightBytes, rollout_weight_bytes
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def memory_facts(setup: EngineSetup) -> ProfileFacts:
     return profile_facts("vllm", version, MEMORY_MODEL_VLLM, "memory.available_kv")
 
 
-def choices(ctx) -> list[tuple[Choice, bool]]:
+def choices(ctx: ResolvedSpec) -> list[tuple[Choice, bool]]:
     """BF16, FP8 W8A8, FP8 W8A8 + FP8 KV, and the spec's own choice if it is none of these."""
     spec, model = ctx.spec, ctx.model
     if spec.linear.quantize:
@@ -78,7 +82,13 @@ def choices(ctx) -> list[tuple[Choice, bool]]:
 
 
 def plan_choice(
-    model, setup: EngineSetup, choice: Choice, *, seq_len: int, sequences: int, is_spec: bool = False
+    model: ModelFacts,
+    setup: EngineSetup,
+    choice: Choice,
+    *,
+    seq_len: int,
+    sequences: int,
+    is_spec: bool = False,
 ) -> RolloutResult:
     facts = memory_facts(setup)
     shard = Sharding(setup.tp, setup.ep)
@@ -100,7 +110,7 @@ def plan_choice(
     )
 
 
-def rollout_plan(ctx, setup: EngineSetup) -> list[RolloutResult]:
+def rollout_plan(ctx: ResolvedSpec, setup: EngineSetup) -> list[RolloutResult]:
     spec = ctx.spec
     replicas = max(1, spec.world_size // setup.gpus_per_replica)
     total = spec.algorithm.train_batch_size * spec.rollout.n

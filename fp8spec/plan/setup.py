@@ -7,9 +7,12 @@ configuration a measurement used (tests/data/vllm024_h200_kv_capacity.json) as w
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import MEMORY_MODEL_VLLM, gpu_memory, profile_facts
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 class PlanInputError(ValueError):
@@ -56,7 +59,7 @@ class Overrides:
     cuda_graphs: Optional[bool] = None
 
 
-def setup_from_spec(ctx, overrides: Overrides = Overrides()) -> EngineSetup:
+def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> EngineSetup:
     """The engine of one rollout replica as verl 0.9.1 starts it for this spec (rollout defaults from the
     verl profile's memory.rollout_engine_defaults), with ``overrides`` applied."""
     spec, model = ctx.spec, ctx.model

@@ -12,12 +12,16 @@ the pool. ``free_before_load`` is the total minus an estimated CUDA context.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from fp8spec.plan.facts import estimate
 from fp8spec.plan.vllm_memory import EngineMemory
 
+if TYPE_CHECKING:
+    from fp8spec.plan.setup import EngineSetup
 
-def sglang_engine_memory(s, weights: int) -> EngineMemory:
+
+def sglang_engine_memory(s: EngineSetup, weights: int) -> EngineMemory:
     context = int(estimate("sglang", "context_bytes"))
     free_before = s.total_bytes - context
     share = math.floor(free_before * s.utilization)

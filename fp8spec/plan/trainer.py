@@ -19,8 +19,13 @@ log-probabilities and the bf16 logit gradient of one micro-batch (8 bytes per to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fp8spec.plan.facts import estimate
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
+    from fp8spec.resolve.context import ResolvedSpec
 
 BF16 = 2
 LOGIT_BYTES = 8  # bf16 logits + fp32 log-probs + bf16 gradient, per token and vocab entry
@@ -45,7 +50,7 @@ class ParamSplit:
         return sum(self.per_layer_dense) + sum(self.per_layer_expert) + self.embedding + self.lm_head
 
 
-def split_params(model) -> ParamSplit:
+def split_params(model: ModelFacts) -> ParamSplit:
     layers = model.num_hidden_layers
     dense = [0] * layers
     expert = [0] * layers
@@ -58,6 +63,7 @@ def split_params(model) -> ParamSplit:
             lm_head = 0 if m.tied else n
             continue
         linear_total += n
+        assert m.layer is not None  # only lm_head is outside the layers
         if m.group == "experts":
             expert[m.layer] += n
         else:
@@ -171,7 +177,7 @@ def _stage_layers(spec, layers: int, pp: int) -> list[int]:
     return stages
 
 
-def trainer_memory(ctx, precision: str | None = None) -> TrainerMemory:
+def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMemory:
     """The spec's trainer; ``precision`` ("bf16" / "fp8") plans the same layout in the other precision
     (FP8 training exists on the Megatron trainer only)."""
     spec, model = ctx.spec, ctx.model
@@ -188,7 +194,7 @@ def trainer_memory(ctx, precision: str | None = None) -> TrainerMemory:
     return _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
 
 
-def trainer_precisions(ctx) -> list[TrainerMemory]:
+def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:
     """BF16 and FP8 side by side for the Megatron trainer (the spec's own first), else the spec's only."""
     own = trainer_memory(ctx)
     if ctx.spec.training.backend != "megatron":

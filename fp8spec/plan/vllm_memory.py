@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fp8spec.plan.facts import estimate
 from fp8spec.plan.setup import EngineSetup
 from fp8spec.plan.weights import padded_vocab_rows
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
+    from fp8spec.plan.facts import ProfileFacts
 
 ACT = 2  # activation bytes (bf16)
 
@@ -45,7 +50,7 @@ class EngineMemory:
         return self.requested - self.weights - self.activation_peak - self.non_torch - self.cudagraph
 
 
-def runner_of(model, facts) -> str:
+def runner_of(model: ModelFacts, facts: ProfileFacts) -> str:
     """vLLM 0.24 runs these architectures on its V2 model runner (profile fact memory.v2_runner_architectures)."""
     return "v2" if model.architecture in facts.value("memory.v2_runner_architectures") else "v1"
 
@@ -121,7 +126,9 @@ def _cudagraph_estimate(model, s: EngineSetup, runner: str, facts, fp8: bool) ->
     }
 
 
-def vllm_engine_memory(model, s: EngineSetup, weights: int, facts, *, fp8_linear: bool) -> EngineMemory:
+def vllm_engine_memory(
+    model: ModelFacts, s: EngineSetup, weights: int, facts: ProfileFacts, *, fp8_linear: bool
+) -> EngineMemory:
     runner = runner_of(model, facts)
     requested = math.ceil(s.total_bytes * s.utilization)  # the same float arithmetic as vLLM
     tokens = s.max_num_batched_tokens

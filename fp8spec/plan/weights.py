@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
 
 BF16 = 2
 FP8 = 1
@@ -80,7 +83,7 @@ def _local_experts(model, shard: Sharding) -> int:
 
 
 def rollout_weight_bytes(
-    model,
+    model: ModelFacts,
     shard: Sharding,
     quantized: Optional[Iterable[str]],
     *,
@@ -145,7 +148,7 @@ def _other_bytes(model) -> int:
     return rest * BF16 + rotary
 
 
-def quantized_linear_params(model, quantized: Iterable[str]) -> int:
+def quantized_linear_params(model: ModelFacts, quantized: Iterable[str]) -> int:
     """Parameters of the linears in ``quantized`` (whole model, not per GPU)."""
     names = frozenset(quantized)
     return sum(m.numel for m in model.linear_modules() if m.name in names)

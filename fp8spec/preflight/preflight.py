@@ -210,7 +210,7 @@ def _text(value) -> str:
     return str(value)
 
 
-def same_version(found, pin: str) -> bool:
+def same_version(found: str | None, pin: str) -> bool:
     """Installed ``found`` satisfies ``pin`` when equal, ignoring a local label ('0.24.0+cu129')."""
     if not found:
         return False
@@ -352,7 +352,7 @@ def run_local(expected: dict, skip_gpu: bool) -> list:
             (label, check_node(expected, facts, skip_gpu))]
 
 
-def run_ray(expected: dict, skip_gpu: bool, address, timeout: float) -> list:
+def run_ray(expected: dict, skip_gpu: bool, address: str | None, timeout: float) -> list:
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -455,7 +455,7 @@ def load_expected(path: str) -> dict:
     return data
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--expected", default=os.path.join(here, "preflight.json"),

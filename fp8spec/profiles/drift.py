@@ -15,6 +15,7 @@ extracted from, so both describe the same bytes.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -95,7 +96,7 @@ class ProfileReport:
 class _Snapshots:
     """Loads each snapshot once; a missing or unreadable one is remembered as the reason."""
 
-    def __init__(self, directory=None):
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = directory
         self._cache: dict[str, Any] = {}
 
@@ -145,7 +146,9 @@ def check_clause(clause: Confirm, fact_value: Any, spec: str, snapshots: _Snapsh
     return ClauseResult(clause, target, False, "; ".join(d for d in details if d) or "not confirmed")
 
 
-def check_profile(profile: Profile, directory=None, snapshots: Optional[_Snapshots] = None) -> ProfileReport:
+def check_profile(
+    profile: Profile, directory: str | os.PathLike[str] | None = None, snapshots: Optional[_Snapshots] = None
+) -> ProfileReport:
     """Check one profile's confirm clauses and source against the snapshots in ``directory``
     (default backends/snapshots)."""
     from fp8spec.snapshots import check_source
@@ -172,7 +175,7 @@ def check_profile(profile: Profile, directory=None, snapshots: Optional[_Snapsho
 
 def drift_report(
     selection: Optional[Iterable[str]] = None,
-    directory=None,
+    directory: str | os.PathLike[str] | None = None,
 ) -> list[ProfileReport]:
     """One report per profiled version, in kind then version order.
 

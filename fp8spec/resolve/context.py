@@ -10,11 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from fp8spec.hardware import Gpu, gpu
 from fp8spec.spec.model import Spec
 from fp8spec.targets import STACK_KINDS
+
+if TYPE_CHECKING:
+    from fp8spec.exclusions import ExclusionPlan
+    from fp8spec.profiles import Profile
+    from fp8spec.resolve.batching import Batching
+    from fp8spec.resolve.megatron import MegatronLayout
 
 
 @dataclass
@@ -37,7 +43,7 @@ class ResolvedSpec:
     def gpu(self) -> Gpu:
         return gpu(self.spec.hardware.gpu)
 
-    def profile(self, kind: str):
+    def profile(self, kind: str) -> Profile | None:
         return self.profiles.get(kind)
 
     def fact(self, kind: str, fact_id: str, default: Any = None) -> Any:
@@ -71,21 +77,21 @@ class ResolvedSpec:
         return True
 
     @cached_property
-    def megatron(self):
+    def megatron(self) -> MegatronLayout:
         """The Megatron layout with its resolved defaults (fp8spec.resolve.megatron.MegatronLayout)."""
         from fp8spec.resolve.megatron import megatron_layout
 
         return megatron_layout(self.spec, self.model)
 
     @cached_property
-    def batching(self):
+    def batching(self) -> Batching:
         """Micro-batch sizes and token budgets with their resolved defaults (fp8spec.resolve.batching)."""
         from fp8spec.resolve.batching import batching
 
         return batching(self.spec)
 
     @cached_property
-    def exclusions(self):
+    def exclusions(self) -> ExclusionPlan:
         from fp8spec.exclusions import resolve_exclusions
 
         return resolve_exclusions(self.spec, self.model)

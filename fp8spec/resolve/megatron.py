@@ -9,9 +9,12 @@ proof that the port agrees with the real functions is tests/conformance/test_meg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.spec.model import Spec
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class MegatronLayout:
         return self.first_stage_layers is not None or self.last_stage_layers is not None
 
 
-def default_etp(spec: Spec, model) -> Optional[int]:
+def default_etp(spec: Spec, model: Optional[ModelFacts]) -> Optional[int]:
     """etp 1 for an MoE model with expert parallelism: verl's null means etp = tp, and then etp*ep*pp is the
     whole world or more for any useful tp (tp 4, ep 8 on 16 GPUs needs 64). Otherwise leave Megatron's default."""
     p = spec.training.parallel
@@ -55,7 +58,7 @@ def default_etp(spec: Spec, model) -> Optional[int]:
     return None
 
 
-def megatron_layout(spec: Spec, model) -> MegatronLayout:
+def megatron_layout(spec: Spec, model: Optional[ModelFacts]) -> MegatronLayout:
     p = spec.training.parallel
     return MegatronLayout(
         world=spec.world_size,

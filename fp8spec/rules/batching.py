@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.resolve.batching import explicit_budgets
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -19,7 +24,7 @@ from fp8spec.rules.registry import Finding, rule
     "raise the budget to at least the number in the message, or leave it unset (it then defaults to that)",
     needs_model=False,
 )
-def budget_below_sequence(ctx):
+def budget_below_sequence(ctx: ResolvedSpec) -> Iterator[Finding]:
     b = ctx.batching
     if not b.dynamic:
         return
@@ -57,7 +62,7 @@ def budget_below_sequence(ctx):
     "set algorithm.use_dynamic_bsz: true, or remove the budgets",
     needs_model=False,
 )
-def budget_ignored(ctx):
+def budget_ignored(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.batching.dynamic:
         return
     for field, value in explicit_budgets(ctx.spec):

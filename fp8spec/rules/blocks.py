@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from fp8spec.module_names import shape_pattern
 from fp8spec.patchset import patch_supports
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import LinearModule, ModelFacts
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
@@ -20,7 +25,9 @@ def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
     return module.out_features // tp, module.out_features % tp == 0
 
 
-def misaligned_shards(quantized, model, block: tuple[int, int], tp: int, ep: int, engine: str):
+def misaligned_shards(
+    quantized: Iterable[LinearModule], model: ModelFacts, block: Sequence[int], tp: int, ep: int, engine: str
+) -> OrderedDict[tuple, list]:
     """Group the quantized modules whose per-rank shard is not on the block grid.
 
     Mirrors vLLM's validate_fp8_block_shape / validate_fp8_block_shape_moe
@@ -98,7 +105,7 @@ def candidate_tps(world: int) -> list[int]:
     Example: Qwen3-30B-A3B's experts have 768 rows, so rollout tp 4 gives 192-row shards.""",
     "set rollout.tp to a value the hint lists (each passes every rule), or exclude the module in linear.exclude",
 )
-def shard_not_block_aligned(ctx):
+def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, model = ctx.spec, ctx.model
     if not spec.linear.quantize:
         return
@@ -143,7 +150,7 @@ def shard_not_block_aligned(ctx):
     "use linear.block_size: [128, 128]",
     needs_model=False,
 )
-def block_size_unsupported(ctx):
+def block_size_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     supported = ctx.fact("verl", "capability.vllm_fp8_weight_block_size", [128, 128])
     if spec.linear.quantize and list(spec.linear.block_size) != list(supported):
@@ -167,7 +174,7 @@ def block_size_unsupported(ctx):
     "use linear.sync_quantizer: auto (fp8spec where proven, verl elsewhere) or verl",
     needs_model=False,
 )
-def sync_quantizer_unsupported(ctx):
+def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if not spec.linear.quantize or spec.linear.sync_quantizer != "fp8spec":
         return
@@ -191,7 +198,7 @@ def sync_quantizer_unsupported(ctx):
     "remove linear.deep_gemm, or roll out with vLLM: rollout.engine: vllm",
     needs_model=False,
 )
-def deep_gemm_is_vllm_only(ctx):
+def deep_gemm_is_vllm_only(ctx: ResolvedSpec) -> Iterator[Finding]:
     lin = ctx.spec.linear
     if lin.deep_gemm is not None and ctx.engine != "vllm":
         yield Finding(f"linear.deep_gemm has no effect on {ctx.engine}", "linear.deep_gemm")

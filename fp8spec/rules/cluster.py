@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import posixpath
 import re
+from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -22,7 +26,7 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
     "set cluster.kuberay.image to an image with the pinned stack, or pin the engine version verl's image has",
     needs_model=False,
 )
-def kuberay_image_unknown(ctx):
+def kuberay_image_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.cluster.launcher != "kuberay" or ctx.profile("verl") is None:
         return
     if ctx.kuberay_image() is None:
@@ -51,7 +55,7 @@ def _under(path: str, mounts: list[str]) -> bool:
     acknowledgeable=True,
     needs_model=False,
 )
-def kuberay_path_not_mounted(ctx):
+def kuberay_path_not_mounted(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.cluster.launcher != "kuberay":
         return

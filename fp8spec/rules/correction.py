@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 _MASKED = ("mask", "seq_mask")
 
@@ -20,7 +25,7 @@ _MASKED = ("mask", "seq_mask")
     acknowledgeable=True,
     needs_model=False,
 )
-def fp8_rollout_without_correction(ctx):
+def fp8_rollout_without_correction(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.fp8_rollout and spec.correction.method == "none":
         what = "quantized linear layers" if spec.linear.quantize else f"an {spec.kv_cache.dtype} KV cache"
@@ -38,7 +43,7 @@ def fp8_rollout_without_correction(ctx):
     "set rollout.calculate_log_probs: true",
     needs_model=False,
 )
-def correction_needs_logprobs(ctx):
+def correction_needs_logprobs(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.correction.method != "none" and not spec.rollout.calculate_log_probs:
         yield Finding(
@@ -59,7 +64,7 @@ def correction_needs_logprobs(ctx):
     "set correction.clip to a positive number; 2.0 is the paper's value",
     needs_model=False,
 )
-def clip_not_positive(ctx):
+def clip_not_positive(ctx: ResolvedSpec) -> Iterator[Finding]:
     c = ctx.spec.correction
     if c.method in ("tis", "seq_tis") and c.clip <= 0:
         yield Finding(f"correction.clip is {c.clip:g}; it must be > 0", "correction.clip")
@@ -76,7 +81,7 @@ def clip_not_positive(ctx):
     "set correction.bounds: [0.5, 5.0] (or your band) with low < high",
     needs_model=False,
 )
-def mask_bounds_invalid(ctx):
+def mask_bounds_invalid(ctx: ResolvedSpec) -> Iterator[Finding]:
     c = ctx.spec.correction
     if c.method not in _MASKED:
         return
@@ -103,7 +108,7 @@ def mask_bounds_invalid(ctx):
     "use one of the options listed in the message (comma-separated for several)",
     needs_model=False,
 )
-def rejection_option_unknown(ctx):
+def rejection_option_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     option = ctx.spec.correction.rejection
     allowed = ctx.fact("verl", "values.rollout_rs")
     if not option or not allowed:

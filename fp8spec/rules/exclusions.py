@@ -6,9 +6,13 @@ import difflib
 import re
 from collections import Counter
 from functools import lru_cache
+from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.module_names import shape_pattern
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 _PARTIAL_WILDCARD = re.compile(r"[^.*]\*|\*[^.*]")
 
@@ -45,7 +49,7 @@ def _suggestions(model, text: str) -> list[str]:
     the module the user meant to keep in BF16 would silently run in FP8.""",
     "fix the pattern (see the did-you-mean) or remove it",
 )
-def exclusion_matches_nothing(ctx):
+def exclusion_matches_nothing(ctx: ResolvedSpec) -> Iterator[Finding]:
     for entry in ctx.exclusions.entries:
         if entry.kind == "symbolic":
             continue
@@ -69,7 +73,7 @@ def exclusion_matches_nothing(ctx):
     verl #7519). fp8spec flags such a pattern when its matches span several module kinds.""",
     "anchor the pattern on whole components, e.g. '*.mlp.gate' for the router only",
 )
-def exclusion_too_broad(ctx):
+def exclusion_too_broad(ctx: ResolvedSpec) -> Iterator[Finding]:
     cats = _categories(ctx.model)
     for entry in ctx.exclusions.entries:
         if entry.kind != "glob" or not entry.matched or not _PARTIAL_WILDCARD.search(entry.text):
@@ -93,7 +97,7 @@ def exclusion_too_broad(ctx):
     shards of fused layers to have the same precision", is_layer_skipped in vLLM's quant_utils).""",
     "exclude all members of the group (e.g. q_proj, k_proj and v_proj together) or none",
 )
-def fused_group_split(ctx):
+def fused_group_split(ctx: ResolvedSpec) -> Iterator[Finding]:
     plan = ctx.exclusions
     if not ctx.spec.linear.quantize:
         return
@@ -126,7 +130,7 @@ def fused_group_split(ctx):
     ignored_layers for the same reason (verl #5107, #5122).""",
     "add 'router' to linear.exclude",
 )
-def router_quantized(ctx):
+def router_quantized(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not ctx.model.is_moe or not ctx.spec.linear.quantize:
         return
     routers = set(ctx.model.symbolic_groups().get("router", ()))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.hardware import version_tuple
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 _SCALINGS = ("blockwise", "tensorwise", "delayed", "mxfp8")
 
@@ -35,7 +40,7 @@ def _fp8_training(spec) -> bool:
     "use the training.fp8_scaling the hint names for this GPU (blockwise on Hopper), or training.precision: bf16",
     needs_model=False,
 )
-def mxfp8_needs_blackwell(ctx):
+def mxfp8_needs_blackwell(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     if _fp8_training(spec) and spec.training.fp8_scaling == "mxfp8" and not (10, 0) <= gpu.cc < (12, 0):
         hint, ok = _training_fix(ctx, "HW001", "training.fp8_scaling")
@@ -60,7 +65,7 @@ def mxfp8_needs_blackwell(ctx):
     "rule on this GPU",
     needs_model=False,
 )
-def blockwise_needs_sm90(ctx):
+def blockwise_needs_sm90(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     cuda = version_tuple(spec.hardware.cuda)
     if _fp8_training(spec) and spec.training.fp8_scaling == "blockwise":
@@ -117,7 +122,7 @@ def blockwise_needs_sm90(ctx):
     "set linear.scale_dtype: ue8m0 on Blackwell",
     needs_model=False,
 )
-def blackwell_training_fp32(ctx):
+def blackwell_training_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     if (
         _fp8_training(spec)
@@ -145,7 +150,7 @@ def blackwell_training_fp32(ctx):
     "use linear.scale_dtype: fp32 with SGLang on Hopper",
     needs_model=False,
 )
-def sglang_ue8m0(ctx):
+def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     if (
         spec.linear.quantize
@@ -172,7 +177,7 @@ def sglang_ue8m0(ctx):
     "set linear.scale_dtype: ue8m0 on Blackwell",
     needs_model=False,
 )
-def vllm_blackwell_fp32(ctx):
+def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     if (
         spec.linear.quantize
@@ -198,7 +203,7 @@ def vllm_blackwell_fp32(ctx):
     "set training.precision: bf16, or target a GPU with compute capability >= 8.9",
     needs_model=False,
 )
-def fp8_training_needs_fp8_cores(ctx):
+def fp8_training_needs_fp8_cores(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     need = ctx.fact("transformer-engine", "requirement.fp8")
     if not _fp8_training(spec) or need is None or spec.training.backend != "megatron":

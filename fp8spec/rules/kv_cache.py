@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.patchset import patch_attention, patch_supports
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -18,7 +23,7 @@ from fp8spec.rules.registry import Finding, rule, rule_hint
     "use kv_cache.dtype: fp8_e4m3",
     needs_model=False,
 )
-def kv_e5m2(ctx):
+def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.kv_cache.dtype != "fp8_e5m2" or ctx.engine != "vllm" or ctx.gpu.arch != "hopper":
         return
@@ -44,7 +49,7 @@ def kv_e5m2(ctx):
     "use an engine version the runtime patch supports (listed in the message), or kv_cache.recalibrate: none",
     needs_model=False,
 )
-def kv_recalibration_unrealisable(ctx):
+def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.kv_cache.dtype == "bf16" or spec.kv_cache.recalibrate == "none":
         return
@@ -72,7 +77,7 @@ def kv_recalibration_unrealisable(ctx):
     "accept it, or use vLLM (FA3 applies the q scale), or kv_cache.dtype: bf16",
     needs_model=False,
 )
-def sglang_q_scale(ctx):
+def sglang_q_scale(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.engine == "sglang" and ctx.spec.kv_cache.dtype != "bf16":
         yield Finding("SGLang applies k/v scales only; the query is cast to FP8 unscaled", "kv_cache.dtype")
 
@@ -88,7 +93,7 @@ def sglang_q_scale(ctx):
     "set kv_cache.recalibrate: per_step",
     needs_model=False,
 )
-def kv_uncalibrated(ctx):
+def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.kv_cache.dtype != "bf16" and spec.kv_cache.recalibrate == "none":
         yield Finding(
@@ -112,7 +117,7 @@ def kv_uncalibrated(ctx):
     "calibrator to take amax of the latent vLLM writes (kv_a_layernorm output concatenated with the RoPE'd k_pe) "
     "and push it as the MLA attention layer's k_scale",
 )
-def kv_recalibration_mla(ctx):
+def kv_recalibration_mla(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if (
         ctx.model.attention != "mla"
@@ -160,7 +165,7 @@ def _recalibrating(spec) -> bool:
     "scales are proven on Hopper (FLASH_ATTN)",
     needs_model=False,
 )
-def kv_scales_flashinfer_vllm(ctx):
+def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if ctx.engine != "vllm" or not _recalibrating(spec):
         return
@@ -192,7 +197,7 @@ def kv_scales_flashinfer_vllm(ctx):
     "on Hopper, where per-step scales were run in the real engine (BENCHMARKS.md 4.2)",
     needs_model=False,
 )
-def kv_scales_flashinfer_sglang(ctx):
+def kv_scales_flashinfer_sglang(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if ctx.engine != "sglang" or not _recalibrating(spec):
         return

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.profiles.sbatch import SBATCH_VERSION, judge
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -22,7 +27,7 @@ from fp8spec.rules.registry import Finding, rule
     "remove the option, set it through the spec field named in the message, or write its full name",
     needs_model=False,
 )
-def sbatch_option_not_allowed(ctx):
+def sbatch_option_not_allowed(ctx: ResolvedSpec) -> Iterator[Finding]:
     for index, option in enumerate(ctx.spec.cluster.slurm.extra_sbatch):
         problem = judge(option)
         if problem is not None:

@@ -7,9 +7,14 @@ refused here iff megatron-core refuses it. Messages carry the arithmetic and the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.resolve.megatron import divisors, stage_layers, uneven_split
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 _P = "training.parallel."
 
@@ -33,7 +38,7 @@ def _join(values) -> str:
     the first too. verl leaves expert_tensor_parallel_size null, which megatron-core reads as etp = tp.""",
     "set the training.parallel values the hint lists (each passes every rule; etp 1 for MoE models)",
 )
-def trainer_layout(ctx):
+def trainer_layout(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
     m = ctx.megatron
@@ -88,7 +93,7 @@ def trainer_layout(ctx):
     pp 1 is accepted but builds only the last stage's layers, a wrong model.""",
     "set the pp, or the first_stage_layers / last_stage_layers, the hint lists (each passes every rule)",
 )
-def pipeline_layers(ctx):
+def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
     m, layers = ctx.megatron, ctx.model.num_hidden_layers
@@ -129,7 +134,7 @@ def pipeline_layers(ctx):
     num_moe_experts % expert_model_parallel_size == 0 when it builds each MoE layer (moe/moe_layer.py:185).""",
     "set training.parallel.ep to a value the hint lists (each passes every rule)",
 )
-def experts_by_ep(ctx):
+def experts_by_ep(ctx: ResolvedSpec) -> Iterator[Finding]:
     model = ctx.model
     if not _megatron(ctx) or not model.is_moe:
         return
@@ -156,7 +161,7 @@ def experts_by_ep(ctx):
     when expert_model_parallel_size > 1 and the model has no MoE layers.""",
     "set training.parallel.ep: 1 for a dense model",
 )
-def ep_without_experts(ctx):
+def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
     if _megatron(ctx) and not ctx.model.is_moe and ctx.spec.training.parallel.ep > 1:
         hint, ok = proposal(
             ctx,
@@ -183,7 +188,7 @@ def ep_without_experts(ctx):
     tensor_model_parallel_size (T)" (KV heads are Megatron's query groups).""",
     "set training.parallel.tp to a value the hint lists (each passes every rule)",
 )
-def trainer_heads(ctx):
+def trainer_heads(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
     m, model = ctx.megatron, ctx.model

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 _GMU = "rollout.gpu_memory_utilization"
 
@@ -49,7 +54,7 @@ def _bigger_tps(plan) -> list[dict]:
     end-to-end run on 4x8 H200 needs about twice the cluster's HBM for this alone.""",
     "use more GPUs or a layout that shards the state further (the message gives the lower bound)",
 )
-def trainer_state_exceeds_gpu(ctx):
+def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_state
 
     yield from _check(ctx, trainer_state, "training")
@@ -68,7 +73,7 @@ def trainer_state_exceeds_gpu(ctx):
     max_position_embeddings.""",
     "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (linear.quantize: true)",
 )
-def rollout_no_kv_memory(ctx):
+def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import rollout_weights
 
     def candidates(plan, verdict):
@@ -94,7 +99,7 @@ def rollout_no_kv_memory(ctx):
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
     "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
 )
-def rollout_beside_trainer(ctx):
+def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import colocation
 
     def candidates(plan, verdict):
@@ -126,7 +131,7 @@ def rollout_beside_trainer(ctx):
     "responses",
     acknowledgeable=True,
 )
-def heavy_preemption(ctx):
+def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import preemption
 
     def candidates(plan, verdict):
@@ -152,7 +157,7 @@ def heavy_preemption(ctx):
     "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
     "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
 )
-def trainer_activations_exceed_gpu(ctx):
+def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_activations
 
     def candidates(plan, verdict):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -20,7 +25,7 @@ from fp8spec.rules.registry import Finding, rule
     "convert the checkpoint to BF16 first (for DeepSeek-V3 its inference/fp8_cast_bf16.py), point model.path "
     "at the copy and model.config_path at its config.json, which has no quantization_config",
 )
-def quantized_checkpoint(ctx):
+def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
     model = ctx.model
     if model.quantization:
         where = "model.config_path" if ctx.spec.model.config_path else "model.name"
@@ -43,7 +48,7 @@ def quantized_checkpoint(ctx):
     "lower rollout.max_prompt_length / max_response_length to fit the number in the message, or use a "
     "checkpoint whose config.json allows longer contexts",
 )
-def context_too_long(ctx):
+def context_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
     model, r = ctx.model, ctx.spec.rollout
     limit = model.max_position_embeddings
     total = r.max_prompt_length + r.max_response_length

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from math import gcd
+from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 def _divisors(n: int) -> list[int]:
@@ -29,7 +33,7 @@ def _value_finding(ctx, code: str, message: str, field: str, candidates, what: s
     "set rollout.tp (or rollout.ep) to a value the hint lists: each passes every rule",
     needs_model=False,
 )
-def rollout_tp(ctx):
+def rollout_tp(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     r = spec.rollout
     gpn = spec.hardware.gpus_per_node
@@ -86,7 +90,7 @@ def rollout_tp(ctx):
     "set rollout.pp: 1 and use rollout.tp / rollout.ep",
     needs_model=False,
 )
-def rollout_pp(ctx):
+def rollout_pp(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.rollout.pp > 1:
         yield Finding(f"rollout.pp {ctx.spec.rollout.pp} is not supported", "rollout.pp")
 
@@ -103,7 +107,7 @@ def rollout_pp(ctx):
     "set the batch size the hint names (each value passes every rule), or algorithm.use_dynamic_bsz: true",
     needs_model=False,
 )
-def batch_indivisible(ctx):
+def batch_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     a = spec.algorithm
     if a.use_dynamic_bsz:
@@ -164,7 +168,7 @@ def batch_indivisible(ctx):
     leave at least one FP8 layer, or FP8 does nothing.""",
     "lower linear.bf16_first_layers / bf16_last_layers",
 )
-def bf16_layers(ctx):
+def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, model = ctx.spec, ctx.model
     first, last = spec.linear.bf16_first_layers, spec.linear.bf16_last_layers
     layers = model.num_hidden_layers
@@ -189,7 +193,7 @@ def bf16_layers(ctx):
     tp % kv_heads == 0 (then KV heads are replicated); SGLang has the same checks.""",
     "set rollout.tp to a value the hint lists: each passes every rule",
 )
-def heads_indivisible(ctx):
+def heads_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     model, tp = ctx.model, ctx.spec.rollout.tp
     gpn = ctx.spec.hardware.gpus_per_node
     heads, kv = model.num_attention_heads, model.num_key_value_heads
@@ -231,7 +235,7 @@ def heads_indivisible(ctx):
     "remove training.parallel, or use training.backend: megatron (--backend megatron+<engine>)",
     needs_model=False,
 )
-def fsdp_ignores_parallel(ctx):
+def fsdp_ignores_parallel(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     p = spec.training.parallel
     if spec.training.backend != "fsdp":

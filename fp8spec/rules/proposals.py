@@ -8,7 +8,10 @@ broader problem, another field), but none at the fields it changes and no new on
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 Changes = Mapping[str, Any]
 ErrorKey = tuple[str, str]  # (code, spec path)
@@ -22,7 +25,7 @@ def _inside(path: str, field: str) -> bool:
     return path == field or path.startswith(field + ".") or ("." in path and field.startswith(path + "."))
 
 
-def findings_of(ctx) -> frozenset[Found]:
+def findings_of(ctx: ResolvedSpec) -> frozenset[Found]:
     """(code, path, severity) of every finding a validation of ``ctx.spec`` reports (acknowledged: info)."""
     from fp8spec.rules.engine import run_rules
 
@@ -37,7 +40,7 @@ def findings_of(ctx) -> frozenset[Found]:
     return frozenset(out)
 
 
-def _probe(ctx, changes: Changes):
+def _probe(ctx: ResolvedSpec, changes: Changes):
     """Findings of the spec with ``changes`` applied; None when a changed value is not one the field takes."""
     from fp8spec.resolve.context import derived_context
     from fp8spec.spec.edit import EditError, with_values
@@ -53,7 +56,7 @@ def _probe(ctx, changes: Changes):
     return ctx.probes[key]
 
 
-def _verdict(ctx, changes: Changes, fixes: ErrorKey | None):
+def _verdict(ctx: ResolvedSpec, changes: Changes, fixes: ErrorKey | None):
     """(passes, errors left after the change, new errors) for one candidate."""
     after = _probe(ctx, changes)
     if after is None:
@@ -67,7 +70,7 @@ def _verdict(ctx, changes: Changes, fixes: ErrorKey | None):
     return not new and not at_changed, left, new
 
 
-def passes(ctx, changes: Changes, fixes: ErrorKey | None = None) -> bool:
+def passes(ctx: ResolvedSpec, changes: Changes, fixes: ErrorKey | None = None) -> bool:
     """Whether ``changes`` remove ``fixes`` (the finding they are proposed for), add no error, and leave none
     at the changed fields."""
     if ctx.probing:
@@ -75,7 +78,9 @@ def passes(ctx, changes: Changes, fixes: ErrorKey | None = None) -> bool:
     return _verdict(ctx, changes, fixes)[0]
 
 
-def working(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> list[dict[str, Any]]:
+def working(
+    ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | None = None
+) -> list[dict[str, Any]]:
     """The candidates (each a set of field changes) that pass every rule, in the order given, deduplicated.
     Of those, only the ones that leave the fewest of the spec's other errors are kept: a candidate after
     which an error remains that another candidate removes too is not proposed."""
@@ -92,7 +97,7 @@ def working(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -
     return [c for c, left in passing if not any(other < left for _, other in passing)]
 
 
-def blocked(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> str:
+def blocked(ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> str:
     """For a hint when no candidate passes: the candidates that would fix the finding, and the codes of the
     errors each would add ('' when none fixes it)."""
     if ctx.probing:
@@ -120,7 +125,9 @@ def blocked(ctx, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -
     )
 
 
-def working_values(ctx, field: str, values: Iterable[Any], fixes: ErrorKey | None = None) -> list[Any]:
+def working_values(
+    ctx: ResolvedSpec, field: str, values: Iterable[Any], fixes: ErrorKey | None = None
+) -> list[Any]:
     """The values of one field that pass every rule."""
     return [c[field] for c in working(ctx, ({field: v} for v in values), fixes)]
 
@@ -149,7 +156,9 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def proposal(ctx, code: str, path: str, candidates: Iterable[Changes], otherwise: str) -> tuple[str, tuple]:
+def proposal(
+    ctx: ResolvedSpec, code: str, path: str, candidates: Iterable[Changes], otherwise: str
+) -> tuple[str, tuple]:
     """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule, or
     ``otherwise`` when none does (with the candidates that fix this finding and the rules that then refuse
     the spec)."""

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -17,7 +22,7 @@ from fp8spec.rules.registry import Finding, rule
     "supported architecture",
     needs_model=False,
 )
-def model_unresolved(ctx):
+def model_unresolved(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not ctx.model_error:
         return
     if ctx.model_error_path == "model.config_path":
@@ -44,7 +49,7 @@ def model_unresolved(ctx):
     "pin a profiled version (listed in the message), or add a profile for the new release",
     needs_model=False,
 )
-def stack_unprofiled(ctx):
+def stack_unprofiled(ctx: ResolvedSpec) -> Iterator[Finding]:
     for stack_field, message in sorted(ctx.missing_profiles.items()):
         yield Finding(message, f"stack.{stack_field}")
 
@@ -60,7 +65,7 @@ def stack_unprofiled(ctx):
     "pin the engine version verl supports, or accept the risk",
     needs_model=False,
 )
-def engine_not_pinned(ctx):
+def engine_not_pinned(ctx: ResolvedSpec) -> Iterator[Finding]:
     pinned = ctx.fact("verl", f"supports.{ctx.engine}")
     if pinned and str(pinned) != ctx.engine_version:
         yield Finding(

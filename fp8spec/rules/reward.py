@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import difflib
+from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -18,7 +22,7 @@ from fp8spec.rules.registry import Finding, rule
     "use a reward manager from the list in the message",
     needs_model=False,
 )
-def manager_unknown(ctx):
+def manager_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     known = ctx.fact("verl", "values.reward_manager")
     name = ctx.spec.reward.manager
     if known and name not in known:
@@ -41,7 +45,7 @@ def manager_unknown(ctx):
     "set reward.manager: dapo, or remove reward.overlong_buffer",
     needs_model=False,
 )
-def overlong_needs_dapo(ctx):
+def overlong_needs_dapo(ctx: ResolvedSpec) -> Iterator[Finding]:
     r = ctx.spec.reward
     if r.overlong_buffer is not None and r.manager != "dapo":
         yield Finding(
@@ -59,7 +63,7 @@ def overlong_needs_dapo(ctx):
     "make reward.overlong_buffer at most rollout.max_response_length (DAPO used 4096 of 20480)",
     needs_model=False,
 )
-def overlong_too_long(ctx):
+def overlong_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
     r, max_resp = ctx.spec.reward, ctx.spec.rollout.max_response_length
     if r.overlong_buffer is not None and r.overlong_buffer > max_resp:
         yield Finding(
@@ -80,7 +84,7 @@ def overlong_too_long(ctx):
     "fix the file or reward.custom_function.name as the message says",
     needs_model=False,
 )
-def reward_file_unusable(ctx):
+def reward_file_unusable(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.reward_problem is not None:
         yield Finding(ctx.reward_problem.message, ctx.reward_problem.path)
 
@@ -96,7 +100,7 @@ def reward_file_unusable(ctx):
     "set cluster.working_dir: '.' (the default)",
     needs_model=False,
 )
-def reward_file_outside_working_dir(ctx):
+def reward_file_outside_working_dir(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.reward.custom_function is not None and spec.cluster.working_dir != ".":
         yield Finding(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -17,7 +22,7 @@ from fp8spec.rules.registry import Finding, rule
     "megatron+<engine>)",
     needs_model=False,
 )
-def replay_needs_megatron(ctx):
+def replay_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
     if t.router_replay != "disabled" and t.backend != "megatron":
         yield Finding(
@@ -36,7 +41,7 @@ def replay_needs_megatron(ctx):
     cannot produce.""",
     "set training.router_replay: disabled for a dense model",
 )
-def replay_dense(ctx):
+def replay_dense(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.training.router_replay != "disabled" and not ctx.model.is_moe:
         yield Finding(
             f"{ctx.model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
@@ -58,7 +63,7 @@ def replay_dense(ctx):
     "set correction.method: tis, or training.router_replay: R3 (Megatron), or acknowledge MOE003",
     acknowledgeable=True,
 )
-def moe_fp8_uncorrected(ctx):
+def moe_fp8_uncorrected(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if (
         ctx.model.is_moe

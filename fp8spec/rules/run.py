@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import difflib
+from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -19,7 +23,7 @@ from fp8spec.rules.registry import Finding, rule
     "set trainer.checkpoint_dir to an absolute folder every node shares, e.g. /shared/checkpoints/<spec name>",
     needs_model=False,
 )
-def no_checkpoint_folder(ctx):
+def no_checkpoint_folder(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.trainer.checkpoint_dir is None:
         yield Finding(
             "trainer.checkpoint_dir is not set: checkpoints would land in the Ray job's temporary "
@@ -39,7 +43,7 @@ def no_checkpoint_folder(ctx):
     "set data.val_files to the evaluation parquet file(s) on the cluster",
     needs_model=False,
 )
-def no_validation_files(ctx):
+def no_validation_files(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.data.val_files is None:
         yield Finding(
             "data.val_files is not set: verl would read ~/data/rlhf/gsm8k/test.parquet", "data.val_files"
@@ -57,7 +61,7 @@ def no_validation_files(ctx):
     "use loggers from the list in the message",
     needs_model=False,
 )
-def logger_unknown(ctx):
+def logger_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     known = ctx.fact("verl", "values.trainer_logger")
     if not known:
         return
@@ -82,7 +86,7 @@ def logger_unknown(ctx):
     "use resume: resume_path with resume_from: /shared/.../global_step_N, or drop resume_from",
     needs_model=False,
 )
-def resume_path(ctx):
+def resume_path(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.trainer
     if t.resume == "resume_path" and t.resume_from is None:
         yield Finding("trainer.resume is resume_path but trainer.resume_from is not set", "trainer.resume")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Iterator
+
 from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
 
 
 @rule(
@@ -17,7 +22,7 @@ from fp8spec.rules.registry import Finding, rule
     "training.backend: megatron (or --backend megatron+<engine>)",
     needs_model=False,
 )
-def fp8_training_needs_megatron(ctx):
+def fp8_training_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
     if t.precision == "fp8" and t.backend != "megatron":
         yield Finding(
@@ -36,7 +41,7 @@ def fp8_training_needs_megatron(ctx):
     "set training.fp8_recipe: hybrid",
     needs_model=False,
 )
-def pure_e4m3(ctx):
+def pure_e4m3(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
     if t.precision == "fp8" and t.fp8_recipe == "e4m3":
         moe = " on an MoE model" if ctx.model is not None and ctx.model.is_moe else ""
@@ -56,7 +61,7 @@ def pure_e4m3(ctx):
     "use training.fp8_scaling: blockwise, or set linear.bf16_first_layers/bf16_last_layers to 0",
     needs_model=False,
 )
-def bf16_layers_with_delayed(ctx):
+def bf16_layers_with_delayed(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if (
         spec.training.precision == "fp8"
@@ -79,7 +84,7 @@ def bf16_layers_with_delayed(ctx):
     moe_router_dtype unset for this reason.""",
     "keep training.router_dtype: bf16 unless the engine also routes in FP32",
 )
-def router_dtype_mismatch(ctx):
+def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if ctx.model.is_moe and spec.training.backend == "megatron" and spec.training.router_dtype == "fp32":
         yield Finding(
@@ -99,7 +104,7 @@ def router_dtype_mismatch(ctx):
     "remove training.attention, or train with training.backend: fsdp",
     needs_model=False,
 )
-def attention_is_fsdp_only(ctx):
+def attention_is_fsdp_only(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
     if t.backend == "megatron" and t.attention != "flash_attention_2":
         yield Finding(

@@ -9,8 +9,12 @@ patch verl / engine modules when (and only in the processes where) they are impo
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .manifest import ENV_PATCHES, PATCHES, PATCHSET_NAME, PATCHSET_VERSION
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __version__ = PATCHSET_VERSION
 __all__ = ["PATCHSET_NAME", "PATCHSET_VERSION", "activate", "active_patches", "requested_patches"]
@@ -32,7 +36,7 @@ def active_patches() -> frozenset:
     return frozenset(_ACTIVE)
 
 
-def activate(patches=None) -> frozenset:
+def activate(patches: Iterable[str] | None = None) -> frozenset:
     """Install the requested patches' import hooks (idempotent). Returns the active set."""
     names = requested_patches() if patches is None else requested_patches(",".join(patches))
     new = [p for p in names if p not in _ACTIVE]

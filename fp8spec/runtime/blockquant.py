@@ -94,7 +94,9 @@ def _div(a, b) -> torch.Tensor:
     return torch.div(a, b)
 
 
-def compute_scales(amax: torch.Tensor, scale_fmt: str = "fp32", amax_floor: float = DEFAULT_AMAX_FLOOR):
+def compute_scales(
+    amax: torch.Tensor, scale_fmt: str = "fp32", amax_floor: float = DEFAULT_AMAX_FLOOR
+) -> torch.Tensor:
     """Block scales (``weight_scale_inv``) from float32 block amax values.
 
     ``ue8m0`` is ``2**ceil(log2(amax/448))``: a power of two, never below the fp32 scale.
@@ -158,7 +160,9 @@ def quantize_blockwise(
     return q, s.reshape(*lead, gm, gn).contiguous()
 
 
-def expand_scales(scale_inv: torch.Tensor, shape: Sequence[int], block: Sequence[int] = DEFAULT_BLOCK):
+def expand_scales(
+    scale_inv: torch.Tensor, shape: Sequence[int], block: Sequence[int] = DEFAULT_BLOCK
+) -> torch.Tensor:
     """Per-element scales: each block scale repeated over its block, cropped to ``shape``."""
     bm, bn = int(block[0]), int(block[1])
     m, n = int(shape[-2]), int(shape[-1])
@@ -167,7 +171,10 @@ def expand_scales(scale_inv: torch.Tensor, shape: Sequence[int], block: Sequence
 
 
 def dequantize_blockwise(
-    q: torch.Tensor, scale_inv: torch.Tensor, block: Sequence[int] = DEFAULT_BLOCK, dtype=torch.float32
+    q: torch.Tensor,
+    scale_inv: torch.Tensor,
+    block: Sequence[int] = DEFAULT_BLOCK,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """q * scale_inv, computed in float32 (as the engines dequantize), returned as ``dtype``."""
     return (q.to(torch.float32) * expand_scales(scale_inv.to(torch.float32), q.shape, block)).to(dtype)
@@ -206,7 +213,7 @@ def quantize_fused(
     scale_fmt: str = "fp32",
     amax_floor: float = DEFAULT_AMAX_FLOOR,
     split: bool = True,
-):
+) -> tuple[torch.Tensor, torch.Tensor] | list[tuple[torch.Tensor, torch.Tensor]]:
     """Quantize parts (q/k/v or gate/up) on the grid of their fused tensor (concatenated on dim -2).
 
     With ``split=True`` returns per-part ``[(q_i, scale_i), ...]`` cut from the fused result; this needs
@@ -232,7 +239,9 @@ def quantize_fused(
     return out
 
 
-def requant_ue8m0_like_engine(q: torch.Tensor, scale_inv: torch.Tensor, block: Sequence[int] = DEFAULT_BLOCK):
+def requant_ue8m0_like_engine(
+    q: torch.Tensor, scale_inv: torch.Tensor, block: Sequence[int] = DEFAULT_BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
     """What vLLM's ``requant_weight_ue8m0_inplace`` does to a pushed block-FP8 weight, re-derived.
 
     Dequantize with the given scales in float32, then quantize again with power-of-two scales computed

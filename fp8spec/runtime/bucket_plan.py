@@ -91,7 +91,9 @@ class BucketPlan:
             self.aligned = aligned(full)
             self.meta_dev = full.to(self.device)
 
-    def meta_with_inputs(self, x_offsets, row_strides=None) -> torch.Tensor:
+    def meta_with_inputs(
+        self, x_offsets: Sequence[int] | torch.Tensor, row_strides: Sequence[int] | torch.Tensor | None = None
+    ) -> torch.Tensor:
         """META with the input columns filled: per-tensor element offsets from the base pointer."""
         meta = self.meta_cpu.clone()
         xo = torch.as_tensor(x_offsets, dtype=torch.int64).reshape(-1)[self.mat_tensor]
@@ -101,7 +103,7 @@ class BucketPlan:
             meta[:, 5] = torch.as_tensor(row_strides, dtype=torch.int64).reshape(-1)[self.mat_tensor]
         return meta
 
-    def outputs(self, y: torch.Tensor, s: torch.Tensor):
+    def outputs(self, y: torch.Tensor, s: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-tensor ``(q, scale_inv)`` views of the flat output buffers, in input order."""
         qs = _split_views(y, self.y_groups, len(self.shapes))
         ss = _split_views(s, self.s_groups, len(self.shapes))
@@ -160,7 +162,12 @@ def plan_for(shapes: Sequence[Sequence[int]], block: tuple[int, int], device: An
     return plan
 
 
-def make_flat_plan(shapes, offsets, block=_ref.DEFAULT_BLOCK, device="cuda") -> BucketPlan:
+def make_flat_plan(
+    shapes: Sequence[Sequence[int]],
+    offsets: Sequence[int],
+    block: Sequence[int] = _ref.DEFAULT_BLOCK,
+    device: torch.device | str = "cuda",
+) -> BucketPlan:
     """Plan for ``quantize_flat``: tensors of ``shapes`` stored contiguously at element ``offsets`` of a
     flat buffer (the layout a weight-sync bucket arrives in). Build once per layout, reuse every step."""
     return BucketPlan(shapes, (int(block[0]), int(block[1])), device, x_offsets=offsets)

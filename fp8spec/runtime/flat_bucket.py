@@ -31,7 +31,7 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -426,7 +426,7 @@ class FlatBucketEngine:
         fmt = settings.scale_fmt
         self.stats["flat_launches"] += 1
         if lay.outs is None:
-            return _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt)
+            return cast(list, _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt))  # views=True: a list
         arena = self.arenas[flat.device]
         arena.ensure()
         if settings.fast_launch:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -112,7 +112,7 @@ class KVScaleCalibrator:
         self.observed_calls += 1
 
     @contextlib.contextmanager
-    def calibrating(self):
+    def calibrating(self) -> Iterator[KVScaleCalibrator]:
         """Arm the hooks for the duration of the block (re-entrant)."""
         prev, self.armed = self.armed, True
         try:
@@ -129,7 +129,7 @@ class KVScaleCalibrator:
         return self.amax is not None
 
     # ---------------------------------------------------------------- results
-    def reduce(self, group=None, device=None) -> None:
+    def reduce(self, group: Any = None, device: torch.device | str | None = None) -> None:
         """all-reduce(MAX) the running amax over ``group`` (all ranks must call it, observed or not)."""
         import torch.distributed as dist
 
@@ -149,7 +149,7 @@ class KVScaleCalibrator:
         div = torch.tensor(self.divisors, dtype=torch.float32, device=self.amax.device)
         return self.amax / div
 
-    def named_scales(self, device=None) -> list[tuple[str, torch.Tensor]]:
+    def named_scales(self, device: torch.device | str | None = None) -> list[tuple[str, torch.Tensor]]:
         """``[(name, 0-d float32 tensor), …]`` for every observed layer, q/k/v order, layer order."""
         s = self.scales()
         if device is not None:
@@ -164,7 +164,9 @@ class KVScaleCalibrator:
         return out
 
     # ---------------------------------------------------------------- attach / detach
-    def attach(self, model_or_modules) -> int:
+    def attach(
+        self, model_or_modules: torch.nn.Module | list[torch.nn.Module] | tuple[torch.nn.Module, ...]
+    ) -> int:
         """Attach to a HF model or Megatron model chunk(s); returns the number of attention layers hooked."""
         mods = list(model_or_modules) if isinstance(model_or_modules, (list, tuple)) else [model_or_modules]
         n = 0
@@ -216,7 +218,7 @@ class KVScaleCalibrator:
         self._modules.clear()
 
     # ---------------------------------------------------------------- fresh pass
-    def calibrate_with(self, model: torch.nn.Module, batches: Iterable, **forward_kwargs) -> None:
+    def calibrate_with(self, model: torch.nn.Module, batches: Iterable, **forward_kwargs: Any) -> None:
         """A fresh calibration pass: reset, run ``model(**batch)`` (or ``model(batch)``) under no_grad."""
         self.reset()
         with torch.no_grad(), self.calibrating():
@@ -236,7 +238,7 @@ def _is_hf_attention(mod) -> bool:
     )
 
 
-def num_layers_of(model) -> int | None:
+def num_layers_of(model: torch.nn.Module | list[torch.nn.Module] | tuple[torch.nn.Module, ...]) -> int | None:
     """Number of decoder layers from a HF model config or a Megatron TransformerConfig."""
     models = model if isinstance(model, (list, tuple)) else [model]
     for m in models:

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .kv_calibration import KVScaleCalibrator, num_layers_of
 from .manifest import SGLANG_KV_LOADER
 from .settings import KVSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +39,7 @@ def _wrap_armed(obj, method: str, cal: KVScaleCalibrator) -> None:
     setattr(obj, method, armed)
 
 
-def attach_kv_calibration(worker) -> KVScaleCalibrator | None:
+def attach_kv_calibration(worker: Any) -> KVScaleCalibrator | None:
     """Attach a calibrator to ``worker.actor`` (an ActorRolloutRefWorker after init_model)."""
     actor = getattr(worker, "actor", None)
     if actor is None or getattr(worker, "_fp8spec_kv_calibrator", None) is not None:
@@ -127,7 +131,7 @@ def _wrap_sglang_update(rollout, cal: KVScaleCalibrator) -> None:
     rollout.update_weights = update_weights
 
 
-async def send_sglang_kv_scales(rollout, named) -> None:
+async def send_sglang_kv_scales(rollout: Any, named: Iterable[tuple[str, torch.Tensor]]) -> None:
     """Post the scales to every TP worker of the replica through the fp8spec custom loader.
 
     Same transport as verl 0.9.1's ``ServerAdapter._update_weights_delta_flush``

@@ -49,7 +49,7 @@ def triton_available() -> bool:
     return get_kernel() is not None and torch.cuda.is_available()
 
 
-def get_kernel():
+def get_kernel() -> Any:
     global _kernel, _triton_error
     if _kernel is not None or _triton_error is not None:
         return _kernel
@@ -203,9 +203,10 @@ def quantize_bucket(
         delta = ptrs - ptrs[0]
         if bool((delta % esize).any()):
             raise ValueError("input is not aligned to its element size")
+        strides = None
         if row_strides is not None:
-            row_strides = [r if r is not None else sh[-1] for r, sh in zip(row_strides, plan.shapes)]
-        meta_cpu = plan.meta_with_inputs(delta // esize, row_strides)
+            strides = [r if r is not None else sh[-1] for r, sh in zip(row_strides, plan.shapes)]
+        meta_cpu = plan.meta_with_inputs(delta // esize, strides)
         # pinned + non_blocking: a copy from pageable memory would wait for the previous bucket's
         # kernel, serializing host preparation and GPU work across buckets
         meta = meta_cpu.pin_memory().to(device, non_blocking=True)
@@ -223,7 +224,7 @@ def quantize_flat(
     num_warps: int = 4,
     views: bool = True,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
-):
+) -> list[tuple[torch.Tensor, torch.Tensor]] | tuple[torch.Tensor, torch.Tensor]:
     """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1).
 
     Returns per-tensor ``[(q, scale_inv), …]`` views, or with ``views=False`` the two flat output
@@ -324,7 +325,7 @@ def _runner_for(compiled, grid, convention):
     return compiled[grid]
 
 
-def fast_launch_convention(kernel=None, device=None):
+def fast_launch_convention(kernel: Any = None, device: torch.device | str | None = None) -> str | None:
     """``"all"`` (runner takes every parameter, Triton >= 3.3), ``"runtime"`` (run-time parameters
     only) or None (no usable runner: every launch goes through ``kernel[grid](...)``). Decided once
     per process: a small bucket is quantized through ``kernel[grid](...)`` and through the runner of

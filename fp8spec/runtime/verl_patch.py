@@ -71,7 +71,7 @@ Named = tuple[str, torch.Tensor]
 
 
 # ------------------------------------------------------------------------------- kv_scales trainer
-def patch_engine_workers(module) -> None:
+def patch_engine_workers(module: ModuleType) -> None:
     """kv_scales, trainer side: wrap ``ActorRolloutRefWorker.init_model`` (keeps verl's dispatch attrs)."""
     cls = module.ActorRolloutRefWorker
     if getattr(cls, "_fp8spec_kv_patched", False):

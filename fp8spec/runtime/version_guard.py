@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import os
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from .manifest import ENV_ALLOW_UNKNOWN_VERSIONS, KNOWN_VERSIONS, PATCHSET_NAME, PATCHSET_VERSION
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class UnsupportedVersionError(RuntimeError):
@@ -30,7 +34,7 @@ def _norm(v: str) -> str:
     return v.split("+", 1)[0].strip()
 
 
-def check(dist: str, version: str | None, patch: str = "", known=None) -> None:
+def check(dist: str, version: str | None, patch: str = "", known: Iterable[str] | None = None) -> None:
     """Raise UnsupportedVersionError unless ``version`` of ``dist`` is one the patch set knows."""
     known = tuple(known if known is not None else KNOWN_VERSIONS.get(dist, ()))
     what = f"{PATCHSET_NAME} {PATCHSET_VERSION}" + (f" patch '{patch}'" if patch else "")

@@ -14,9 +14,12 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from . import _ast
+
+if TYPE_CHECKING:
+    import ast
 
 
 class ArtifactError(RuntimeError):
@@ -192,7 +195,7 @@ class Artifact:
         except KeyError:
             raise ArtifactError(f"{self.filename} has no member {member!r}") from None
 
-    def tree(self, member: str):
+    def tree(self, member: str) -> ast.Module:
         """Parsed (cached) syntax tree of a Python member."""
         if member not in self._trees:
             self._trees[member] = _ast.parse(self.read_text(member), member)

@@ -18,11 +18,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fp8spec.targets import KINDS
 
 from . import artifacts as _art
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 FORMAT = 1
 MAX_DIFFERENCES = 200
@@ -39,7 +42,7 @@ class PackageInfo:
     python_versions: tuple[str, ...] = ("3.11", "3.12")
     extra_pip_args: tuple[str, ...] = ()
 
-    def extractor(self):
+    def extractor(self) -> ModuleType:
         return importlib.import_module(f"fp8spec.snapshots.{self.module}")
 
     def pip_args(self, python_version: str) -> list[str]:
@@ -97,7 +100,9 @@ def snapshot_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     return data_dir("backends") / "snapshots"
 
 
-def snapshot_path(spec_or_name: str, version: str | None = None, directory=None) -> Path:
+def snapshot_path(
+    spec_or_name: str, version: str | None = None, directory: str | os.PathLike[str] | None = None
+) -> Path:
     """Path of the snapshot for ``"vllm==0.33.0"`` (or ``("vllm", "0.33.0")``); underscores in the name
     are accepted (``megatron_core``)."""
     if version is None:
@@ -107,7 +112,7 @@ def snapshot_path(spec_or_name: str, version: str | None = None, directory=None)
     return snapshot_dir(directory) / f"{name}-{version}.json"
 
 
-def list_snapshots(directory=None) -> list[Path]:
+def list_snapshots(directory: str | os.PathLike[str] | None = None) -> list[Path]:
     d = snapshot_dir(directory)
     return sorted(d.glob("*.json")) if d.is_dir() else []
 
@@ -143,7 +148,11 @@ def build_snapshot(
 
 
 def download(
-    spec: str, cache_dir=None, *, expected_sha256: str | None = None, pip_args=None
+    spec: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    expected_sha256: str | None = None,
+    pip_args: Sequence[str] | None = None,
 ) -> tuple[Path, list[str]]:
     """Download (or find in the cache) the artifact for ``spec``; return its path and the pip args used."""
     name, version = _art.parse_spec(spec)
@@ -162,7 +171,12 @@ def download(
     raise _art.ArtifactError("\n\n".join(errors))
 
 
-def refresh(spec: str, cache_dir: str | os.PathLike[str] | None = None, *, out_dir=None) -> Path:
+def refresh(
+    spec: str,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    out_dir: str | os.PathLike[str] | None = None,
+) -> Path:
     """Download ``spec`` (e.g. ``"vllm==0.33.0"``) through pip into the cache and (re)write its snapshot.
 
     Returns the path written (``backends/snapshots/<package>-<version>.json`` unless ``out_dir``)."""
@@ -180,7 +194,12 @@ def refresh(spec: str, cache_dir: str | os.PathLike[str] | None = None, *, out_d
     return out
 
 
-def refresh_all(cache_dir=None, *, out_dir=None, specs: Sequence[str] | None = None) -> list[Path]:
+def refresh_all(
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    out_dir: str | os.PathLike[str] | None = None,
+    specs: Sequence[str] | None = None,
+) -> list[Path]:
     """Rewrite ``specs`` (default: every committed snapshot)."""
     return [refresh(s, cache_dir, out_dir=out_dir) for s in (committed_specs() if specs is None else specs)]
 
@@ -191,7 +210,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         return json.load(f)
 
 
-def artifact_for(snapshot: dict[str, Any], cache_dir=None) -> Path:
+def artifact_for(snapshot: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The cached artifact a snapshot names, downloaded (pip, hash-pinned) when it is not cached."""
     art = snapshot["artifact"]
     cache = _art.wheel_cache(cache_dir)
@@ -204,7 +223,7 @@ def artifact_for(snapshot: dict[str, Any], cache_dir=None) -> Path:
     return path
 
 
-def verify(path: str | os.PathLike[str], cache_dir=None) -> list[str]:
+def verify(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """Recompute the snapshot at ``path`` from its artifact; return the differences (empty = confirmed).
 
     The artifact is taken from the cache when a file there has the recorded sha256; otherwise pip
@@ -255,7 +274,7 @@ def _rebuild(recorded: dict[str, Any], artifact_path: Path) -> dict[str, Any]:
         return build_snapshot(recorded["package"], recorded["version"], art, pip_args)
 
 
-def rebuild(path: str | os.PathLike[str], cache_dir=None) -> str:
+def rebuild(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> str:
     """The exact text ``refresh`` would write for the snapshot at ``path`` (artifact from the cache or pip)."""
     recorded = read_snapshot(path)
     return dumps(_rebuild(recorded, artifact_for(recorded, cache_dir)))
@@ -282,6 +301,8 @@ def _short(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def verify_all(directory=None, cache_dir=None) -> dict[Path, list[str]]:
+def verify_all(
+    directory: str | os.PathLike[str] | None = None, cache_dir: str | os.PathLike[str] | None = None
+) -> dict[Path, list[str]]:
     """``verify`` every snapshot in ``directory`` (default backends/snapshots); path -> differences."""
     return {p: verify(p, cache_dir) for p in list_snapshots(directory)}

@@ -82,7 +82,9 @@ class Snapshot:
     _flag_cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, path_or_spec: str | os.PathLike[str], directory=None) -> "Snapshot":
+    def load(
+        cls, path_or_spec: str | os.PathLike[str], directory: str | os.PathLike[str] | None = None
+    ) -> "Snapshot":
         p = Path(path_or_spec)
         if not p.suffix == ".json":
             p = core.snapshot_path(str(path_or_spec), directory=directory)
@@ -256,7 +258,7 @@ class Snapshot:
 
 def check(
     facts: Mapping[str, Iterable[Fact | Mapping[str, Any]]],
-    directory=None,
+    directory: str | os.PathLike[str] | None = None,
 ) -> list[FactResult]:
     """Confirm each fact against the snapshot of its spec.
 
@@ -276,12 +278,15 @@ def check(
     return results
 
 
-def load(path_or_spec: str | os.PathLike[str], directory=None) -> Snapshot:
+def load(path_or_spec: str | os.PathLike[str], directory: str | os.PathLike[str] | None = None) -> Snapshot:
     return Snapshot.load(path_or_spec, directory)
 
 
 def check_source(
-    spec: str, artifact: str | None = None, sha256: str | None = None, directory=None
+    spec: str,
+    artifact: str | None = None,
+    sha256: str | None = None,
+    directory: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Compare a profile's ``source`` (artifact file name, sha256) with the snapshot of ``spec``.
 

@@ -6,6 +6,8 @@ release that renames a key is a new profile, not a code change.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fp8spec.compiler.plan import Plan
 from fp8spec.resolve.valid import ValidSpec
 
@@ -40,7 +42,9 @@ class VerlKeys:
         return False
 
 
-def add(plan: Plan, keys: VerlKeys, fact_id: str, value, source: str, why: str, suffix: str = "") -> None:
+def add(
+    plan: Plan, keys: VerlKeys, fact_id: str, value: Any, source: str, why: str, suffix: str = ""
+) -> None:
     key = keys.key(fact_id) + suffix
     plan.add("hydra", key, value, source, why, keys.evidence(fact_id), keys.needs_plus(key))
 

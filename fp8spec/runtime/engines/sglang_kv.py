@@ -21,10 +21,14 @@ SGLang facts relied on (wheel sources, paths relative to the package root):
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..kv_calibration import split_kv_scale_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 _checked = False
@@ -39,7 +43,11 @@ def _fnuz_factor() -> float:
         return 1.0
 
 
-def apply_kv_scales(model: torch.nn.Module, named_scales, fnuz_factor: float | None = None) -> int:
+def apply_kv_scales(
+    model: torch.nn.Module,
+    named_scales: Iterable[tuple[str, torch.Tensor | float]],
+    fnuz_factor: float | None = None,
+) -> int:
     """Write k/v scales into SGLang ``RadixAttention`` layers; returns the number of layers updated."""
     factor = _fnuz_factor() if fnuz_factor is None else fnuz_factor
     layers = set()
@@ -70,7 +78,7 @@ def apply_kv_scales(model: torch.nn.Module, named_scales, fnuz_factor: float | N
     return len(layers)
 
 
-def load_kv_scales(model: torch.nn.Module, named_tensors) -> None:
+def load_kv_scales(model: torch.nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
     """SGLang custom weight loader (``--custom-weight-loader fp8spec.runtime.engines.sglang_kv.load_kv_scales``)."""
     global _checked
     if not _checked:

@@ -34,11 +34,15 @@ Layer lookup: the pushed name minus ``.{q,k,v}_scale`` is the attention module's
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..kv_calibration import is_kv_scale_name, split_kv_scale_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import ModuleType
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +56,11 @@ def _fnuz_factor() -> float:
         return 1.0
 
 
-def apply_kv_scales(model: torch.nn.Module, named_scales, fnuz_factor: float | None = None) -> int:
+def apply_kv_scales(
+    model: torch.nn.Module,
+    named_scales: Iterable[tuple[str, torch.Tensor | float]],
+    fnuz_factor: float | None = None,
+) -> int:
     """Write ``[(name, scale), …]`` into vLLM ``Attention`` layers of ``model``; returns layers updated.
 
     ``scale`` may be a float or a 1-element tensor. Unknown names raise KeyError (a silent miss would
@@ -82,7 +90,7 @@ def apply_kv_scales(model: torch.nn.Module, named_scales, fnuz_factor: float | N
     return len(per_layer)
 
 
-def keep_across_kv_wake(model_runner, named_scales) -> None:
+def keep_across_kv_wake(model_runner: Any, named_scales: Iterable[tuple[str, torch.Tensor | float]]) -> None:
     """Remember ``named_scales`` on the model runner and write them again after every KV-cache wake-up.
 
     Wraps the runner's ``post_kv_cache_wake_up`` once per runner (instance attribute, so other engines in
@@ -110,7 +118,7 @@ def keep_across_kv_wake(model_runner, named_scales) -> None:
     model_runner._fp8spec_kv_wake_wrapped = True
 
 
-def apply_and_keep(model_runner, named_scales) -> int:
+def apply_and_keep(model_runner: Any, named_scales: Iterable[tuple[str, torch.Tensor | float]]) -> int:
     """Write the scales into the runner's model now and after every later KV-cache wake-up."""
     named_scales = list(named_scales)
     n = apply_kv_scales(model_runner.model, named_scales)
@@ -118,7 +126,7 @@ def apply_and_keep(model_runner, named_scales) -> int:
     return n
 
 
-def scale_summary(named_scales) -> str:
+def scale_summary(named_scales: Iterable[tuple[str, torch.Tensor | float]]) -> str:
     """'q [min, max] k [min, max] v [min, max]' over the layers: one log line per sync shows what was pushed."""
     by_kind: dict[str, list[float]] = {}
     for name, value in named_scales:
@@ -126,7 +134,9 @@ def scale_summary(named_scales) -> str:
     return " ".join(f"{k} [{min(v):.6g}, {max(v):.6g}]" for k, v in sorted(by_kind.items()))
 
 
-def split_scales(weights):
+def split_scales(
+    weights: Iterable[tuple[str, torch.Tensor]],
+) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, float]]]:
     """Split a weight list into (weights without kv scales, kv scales as floats)."""
     kept, scales = [], []
     for name, t in weights:
@@ -146,11 +156,11 @@ class Fp8specKVScaleWorkerExtension:
 
     model_runner: Any  # the vLLM worker's, which this class extends
 
-    def fp8spec_set_kv_scales(self, named_scales) -> int:
+    def fp8spec_set_kv_scales(self, named_scales: Iterable[tuple[str, torch.Tensor | float]]) -> int:
         return apply_and_keep(self.model_runner, named_scales)
 
 
-def patch_verl_worker_extension(module) -> None:
+def patch_verl_worker_extension(module: ModuleType) -> None:
     """Patch verl 0.9.1's ``vLLMColocateWorkerExtension`` (``verl/workers/rollout/vllm_rollout/utils.py``).
 
     verl delivers weights in buckets to ``_update_weights(weights, peft_config, base_sync_done)``
