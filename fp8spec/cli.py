@@ -25,6 +25,7 @@ from fp8spec.cli_options import (
     fail,
     format_option,
     usage_error,
+    validate_on_backend,
 )
 from fp8spec.cli_plan import plan
 from fp8spec.diagnostics import (
@@ -200,19 +201,7 @@ def rules(
 def _validated(spec: Path, backend: Optional[str]):
     """Validate a spec for compile/explain/diff (retargeted to ``backend``): errors print located diagnostics
     and exit non-zero."""
-    from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
-    from fp8spec.spec.loader import InputError
-
-    try:
-        validation, choice = validate_for(spec, str(spec), backend)
-    except BackendChoiceError as err:
-        fail(EXIT_BAD_INPUT, str(err))
-    except InputError as err:
-        typer.echo(err.diagnostic.render(), err=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    note = retarget_note(validation, choice)
-    if note:
-        typer.echo(f"{printable(str(spec))}: {note}", err=True)
+    validation, choice = validate_on_backend(spec, backend)
     if validation.errors:
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)

@@ -3,7 +3,8 @@ one-line error exit."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any, NoReturn, Optional
 
 import typer
 
@@ -58,3 +59,23 @@ def fail(code: int, message: str) -> NoReturn:
 
 def usage_error(message: str) -> NoReturn:
     fail(EXIT_BAD_INPUT, message)
+
+
+def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
+    """Validate ``spec`` as compiled for ``backend`` (its own when None) and say on stderr how it was
+    retargeted; unreadable input or an unknown backend exits EXIT_BAD_INPUT with one line.
+    Returns (Validation, BackendChoice); the caller decides what errors in the spec mean for it."""
+    from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
+    from fp8spec.spec.loader import InputError
+
+    try:
+        validation, choice = validate_for(spec, str(spec), backend)
+    except BackendChoiceError as err:
+        fail(EXIT_BAD_INPUT, str(err))
+    except InputError as err:
+        typer.echo(err.diagnostic.render(), err=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    note = retarget_note(validation, choice)
+    if note:
+        typer.echo(f"{printable(str(spec))}: {note}", err=True)
+    return validation, choice

@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from fp8spec.cli_options import backend_option, fail, format_option, usage_error
-from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable, summary_line
+from fp8spec.cli_options import backend_option, fail, format_option, usage_error, validate_on_backend
+from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, summary_line
 
 
 def plan(
@@ -70,22 +70,12 @@ def plan(
 ) -> None:
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
-    from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
     from fp8spec.plan import Overrides, PlanInputError, build_plan
     from fp8spec.plan.render import render_json, render_text
-    from fp8spec.spec.loader import InputError
 
     if format not in ("text", "json"):
         usage_error(f"--format must be text or json, not {format!r}")
-    try:
-        validation, choice = validate_for(spec, str(spec), backend)
-    except BackendChoiceError as err:
-        fail(EXIT_BAD_INPUT, str(err))
-    except InputError as err:
-        typer.echo(err.diagnostic.render(), err=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    if validation.retargeted:
-        typer.echo(f"{printable(str(spec))}: {retarget_note(validation, choice)}", err=True)
+    validation, _ = validate_on_backend(spec, backend)
     ctx = validation.context
     if ctx is None or ctx.model is None or ctx.profile("verl") is None:
         for d in validation.diagnostics:

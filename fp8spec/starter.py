@@ -14,10 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import jinja2
-
-from fp8spec.compiler.quoting import json_scalar
-from fp8spec.resources import data_dir
+from fp8spec.compiler.templates import template_environment
 
 TEMPLATES = {
     "dense-vllm": "FSDP + vLLM: FP8 linears, FP8 KV cache recalibrated per step, TIS (the paper's dense run)",
@@ -96,7 +93,7 @@ def starter_spec(
         model_path=f"/models/{model_id.rsplit('/', 1)[-1]}",
         file=file,
     )
-    text = _env().get_template(f"init/{template}.yaml.j2").render(**values)
+    text = template_environment().get_template(f"init/{template}.yaml.j2").render(**values)
     return _repair(text, file, spec_dir)
 
 
@@ -194,21 +191,3 @@ def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else str(value)
-
-
-_ENV: Optional[jinja2.Environment] = None
-
-
-def _env() -> jinja2.Environment:
-    global _ENV
-    if _ENV is None:
-        _ENV = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-            undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True,
-            autoescape=False,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        _ENV.filters["json"] = json_scalar
-    return _ENV

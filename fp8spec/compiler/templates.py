@@ -12,7 +12,8 @@ from fp8spec.resources import data_dir
 
 
 @lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def template_environment() -> jinja2.Environment:
+    """The one Jinja environment of the package's templates (bundle files and `fp8spec init` specs)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,
@@ -28,4 +29,4 @@ def _env() -> jinja2.Environment:
 
 
 def render(template: str, **values: Any) -> str:
-    return _env().get_template(template).render(**values)
+    return template_environment().get_template(template).render(**values)
