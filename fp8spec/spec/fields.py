@@ -85,3 +85,14 @@ class Section(BaseModel):
         for text in _strings_in(value):
             check_value(text)
         return value
+
+
+def nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field's annotation holds (directly, or inside Optional/Union/list), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = nested_model(arg)
+        if found is not None:
+            return found
+    return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -12,6 +11,7 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel, ValidationError
 
 from fp8spec.diagnostics import Diagnostic
+from fp8spec.spec.fields import nested_model
 from fp8spec.spec.model import Spec
 from fp8spec.spec.yaml_source import InputError, Positions, parse_yaml, read_text
 
@@ -217,17 +217,7 @@ def _allowed_keys(loc: tuple) -> set[str]:
         info = model.model_fields.get(str(part))
         if info is None:
             return set()
-        model = _model_of(info.annotation)
+        model = nested_model(info.annotation)
     if isinstance(model, type) and issubclass(model, BaseModel):
         return set(model.model_fields)
     return set()
-
-
-def _model_of(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None

@@ -10,6 +10,7 @@ from typing import Any, Iterator, Literal, Union
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from fp8spec.spec.fields import nested_model
 from fp8spec.spec.model import Spec
 
 HEADER = """# Spec field reference
@@ -29,7 +30,7 @@ def fields(
 ) -> Iterator[tuple[str, FieldInfo, type[BaseModel] | None]]:
     """(dotted path, field, section model or None) for every field, depth first in declaration order."""
     for name, info in model.model_fields.items():
-        section = _model_of(info.annotation)
+        section = nested_model(info.annotation)
         yield prefix + name, info, section
         if section is not None:
             yield from fields(section, f"{prefix}{name}.")
@@ -47,7 +48,7 @@ def reference_markdown() -> str:
         for name, sub in section.model_fields.items():
             kind = (
                 "section"
-                if _model_of(sub.annotation) is not None
+                if nested_model(sub.annotation) is not None
                 else _type_text(sub.annotation, sub.metadata)
             )
             out.append(
@@ -68,16 +69,6 @@ def reference_markdown() -> str:
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def _bounds(metadata) -> str:
@@ -131,7 +122,7 @@ def _default_text(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     if info.default_factory is not None:
-        if _model_of(info.annotation) is not None:
+        if nested_model(info.annotation) is not None:
             return "(section)"
         value = info.default_factory()  # type: ignore[call-arg]  # the spec's factories take no argument
     else:
