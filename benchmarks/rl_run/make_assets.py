@@ -5,8 +5,13 @@
 * model/: Qwen3 architecture with the shape in specs/models/tiny-qwen3/config.json (hidden 1024, intermediate
   3072, 8 heads / 4 KV heads of 128, 4 layers: every linear is a whole number of 128x128 blocks, so vLLM
   quantizes each one), random weights from transformers' own initialiser (seed 0), saved as safetensors, BF16.
-* model/tokenizer.json etc.: a byte-level BPE trained here with `tokenizers` on the dataset's own text, saved in
-  Hugging Face format with Qwen's ChatML chat template (verl applies the tokenizer's chat template to each prompt).
+* model/tokenizer.json etc.: a byte-level BPE trained here with `tokenizers` on the dataset's own text, padded
+  with reserved special tokens to exactly the model's vocab_size, saved in Hugging Face format with Qwen's
+  ChatML chat template (verl applies the tokenizer's chat template to each prompt). The padding matters: verl's
+  vLLM server sets every logit at or past len(tokenizer) to -inf (vllm_async_server.py 503,
+  vllm_rollout/utils.py 106-126) and the trainer does not, so with a shorter tokenizer the rollout samples
+  from fewer tokens than the trainer scores, and on a random model that alone reads as a mismatch KL of
+  log(vocab_size / len(tokenizer)) (2.03 in the fourth H200 attempt, BENCHMARKS.md section 5).
 * data/*.parquet: arithmetic word problems in verl's RL format (`data_source` openai/gsm8k, chat `prompt`,
   `reward_model.ground_truth`), scored by verl's shipped GSM8K rule (`#### <answer>` in the response).
 
@@ -55,6 +60,7 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
+    tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(vocab_size - tok.get_vocab_size())])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None)
     fast.chat_template = CHAT_TEMPLATE
@@ -76,8 +82,8 @@ def main() -> int:
     for row in test:
         row["extra_info"]["split"] = "test"
     texts = [r["prompt"][0]["content"] + " " + r["extra_info"]["answer"] for r in train + test]
-    tokenizer = build_tokenizer(texts, config["vocab_size"] - 128)
-    assert len(tokenizer) <= config["vocab_size"], (len(tokenizer), config["vocab_size"])
+    tokenizer = build_tokenizer(texts, config["vocab_size"])
+    assert len(tokenizer) == config["vocab_size"], (len(tokenizer), config["vocab_size"])
     model_dir = a.out / "model"
     tokenizer.save_pretrained(model_dir)
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})

@@ -62,7 +62,8 @@ else
 fi
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 for name in tiny-qwen3-h200-fp8 tiny-qwen3-h200-bf16; do
-  echo "== $name"; grep -E "step:[0-9]|Traceback|Error|fp8spec" "$OUT/rl/$name.log" | cut -c1-400 | tail -n 25
+  echo "== $name"; grep -E "Traceback|Error" "$OUT/rl/$name.log" | cut -c1-300 | tail -n 8
 done
+python3 benchmarks/rl_run/summarize.py "$OUT/rl" --json "$OUT/rl/summary.json"
 echo "total $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/rl.tgz" -C "$OUT" rl && rm -rf "${OUT:?}/rl"

@@ -125,6 +125,7 @@ def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
     # (runtime_env.yaml); Ray refuses the same key again in ray.init's runtime_env (ray/_private/worker.py), so
     # these ray.init overrides are passed by launch.sh only outside a Ray job (verl merges
     # ray_kwargs.ray_init.runtime_env over its defaults, main_ppo.py).
+    plan.working_dir_key = keys.key("key.ray_runtime_env_working_dir")
     env_key = keys.key("key.ray_runtime_env_env_vars")
     for s in plan.of("env"):
         key = f"{env_key}.{s.key}"

@@ -112,18 +112,17 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
         files["overrides.yaml"] = (
             "# verl Hydra overrides, exactly as launch.sh passes them\n" + yaml_string_list(plan.overrides)
         )
-        if plan.ray_init_overrides:
-            files["overrides.yaml"] += (
-                "# and these only outside a Ray job (launch.sh run by hand on a Ray head), where verl's ray.init "
-                "carries\n# runtime_env.yaml to the workers"
-                + (
-                    f" (launch.sh then also adds +{plan.py_modules_key}=['<bundle>/{plan.py_modules[0]}'])"
-                    if plan.py_modules
-                    else ""
-                )
-                + "\n"
-                + yaml_string_list(plan.ray_init_overrides)
-            )
+        # outside a Ray job (launch.sh run by hand on a Ray head) verl's ray.init carries runtime_env.yaml
+        added = [f"+{plan.working_dir_key}='<bundle>/{spec.cluster.working_dir}'"] + [
+            f"+{plan.py_modules_key}=['<bundle>/{folder}']" for folder in plan.py_modules
+        ]
+        files["overrides.yaml"] += (
+            "# and these only outside a Ray job (launch.sh run by hand on a Ray head), where verl's ray.init "
+            "carries\n# runtime_env.yaml to the workers (launch.sh then also adds "
+            + ", ".join(added)
+            + ")\n"
+            + (yaml_string_list(plan.ray_init_overrides) if plan.ray_init_overrides else "")
+        )
         files["runtime_env.yaml"] = runtime_env_yaml(plan, spec.cluster.working_dir)
         if plan.py_modules:
             files.update({f"{BUNDLE_LIB}/{path}": text for path, text in shipped_files().items()})

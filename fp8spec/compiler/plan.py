@@ -40,6 +40,8 @@ class Plan:
     # Hydra key launch.sh uses for them outside a Ray job (its value, an absolute path, is known only there).
     py_modules: list[str] = field(default_factory=list)
     py_modules_key: str = ""
+    # The Hydra key launch.sh gives the job's working_dir outside a Ray job (an absolute path known only there).
+    working_dir_key: str = ""
 
     def add(
         self,

@@ -16,8 +16,9 @@ import re
 import shlex
 from typing import Any
 
-_SHELL_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-_DOUBLE_QUOTE_SAFE = re.compile(r'^[^$`\\"!\n]*$')
+# fullmatch, never ^...$: Python's $ also matches before a final newline ("0\n" would pass as plain).
+_SHELL_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+_DOUBLE_QUOTE_SAFE = re.compile(r'[^$`\\"!\n]*')
 
 
 def hydra_value(value: Any) -> str:
@@ -54,13 +55,13 @@ def hydra_override(key: str, value: Any, prefix: str = "") -> str:
 def shell_word(word: str) -> str:
     """One bash word: bare when plain, double-quoted when only single quotes need protecting, $'...' with
     byte escapes when it holds an unprintable character, else single-quoted."""
-    if _SHELL_PLAIN.match(word):
+    if _SHELL_PLAIN.fullmatch(word):
         return word
     if "\x00" in word:
         raise ValueError("a NUL character cannot be part of a shell word")
     if not word.isprintable():
         return "$'" + "".join(_ansi_c(ch) for ch in word) + "'"
-    if _DOUBLE_QUOTE_SAFE.match(word):
+    if _DOUBLE_QUOTE_SAFE.fullmatch(word):
         return '"' + word + '"'
     return shlex.quote(word)
 

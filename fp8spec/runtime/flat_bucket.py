@@ -20,6 +20,11 @@ receiver patch (``verl_patch.patch_bucket_receiver``) records the metadata messa
 (``FlatBucketEngine.received_bucket``); quant_weights then quantizes the selected tensors with ONE launch on
 that buffer, through a ``BucketPlan`` cached by layout (the metadata repeats every step).
 
+An FSDP trainer streams its float32 master weights, so its buckets hold float32 tensors while verl quantizes
+``v.to(bfloat16)`` (vllm_quant_utils.py 392). Such a bucket is cast to the quantization dtype in one
+elementwise op over the whole buffer (the same rounding as verl's per-tensor cast) and the cast copy is
+quantized with the same plan: element offsets do not change with the element size.
+
 All state (cached layouts, the reused output memory, counters, the output policy, the bucket being received)
 lives in one ``FlatBucketEngine``; the patches of a process share ``ENGINE``.
 """
@@ -41,6 +46,8 @@ from .bucket_plan import BucketPlan, make_flat_plan, same_device
 from .settings import QuantSettings
 
 FLAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# (bucket dtype, quantization dtype) pairs the flat path casts on the whole buffer, as verl casts each tensor
+CASTS = {(torch.float32, torch.bfloat16), (torch.float32, torch.float16)}
 _SECOND = operator.itemgetter(1)
 Named = tuple[str, torch.Tensor]
 
@@ -50,13 +57,14 @@ class ReceivedBucket:
     the receiver's order), the raw pickled metadata message when known (the layout key), and the
     receiver's ``[(name, view), …]`` list."""
 
-    __slots__ = ("_key", "_lean_key", "_typed", "buffer", "meta", "raw", "weights")
+    __slots__ = ("_cast", "_key", "_lean_key", "_typed", "buffer", "meta", "raw", "weights")
 
     def __init__(self, buffer: torch.Tensor, meta: dict, weights: list, raw: bytes | None = None):
         self.buffer, self.meta, self.weights, self.raw = buffer, meta, weights, raw
         self._key: tuple | None = None
         self._lean_key: RawKey | None = None
         self._typed: dict[torch.dtype, torch.Tensor] = {}
+        self._cast: dict[tuple[torch.dtype, torch.dtype], torch.Tensor] = {}
 
     def layout_key(self, lean: bool) -> Any:
         """``key``, or with ``lean`` the same bytes behind a hash of their length and ends (see RawKey)."""
@@ -86,6 +94,16 @@ class ReceivedBucket:
             es = dtype.itemsize
             n = self.buffer.numel()
             t = self._typed[dtype] = self.buffer[: n - n % es].view(dtype)
+        return t
+
+    def flat(self, src: torch.dtype, dtype: torch.dtype) -> torch.Tensor:
+        """The buffer as ``src`` elements, cast to ``dtype`` when they differ (once per bucket; the copy lives
+        as long as this bucket)."""
+        if src == dtype:
+            return self.typed(dtype)
+        t = self._cast.get((src, dtype))
+        if t is None:
+            t = self._cast[(src, dtype)] = self.typed(src).to(dtype)
         return t
 
 
@@ -118,7 +136,7 @@ def _picker(idx: Sequence[int]) -> Callable[[Sequence[Any]], tuple]:
 class FlatLayout:
     """The cached plan of one selection of one bucket layout, with its output views and launchers."""
 
-    __slots__ = ("launchers", "mask", "outs", "pick_items", "pick_views", "plan", "sel")
+    __slots__ = ("launchers", "mask", "outs", "pick_items", "pick_views", "plan", "sel", "src")
 
     def __init__(
         self,
@@ -127,6 +145,7 @@ class FlatLayout:
         mask: tuple[bool, ...],
         pick_items: Callable,
         pick_views: Callable,
+        src: torch.dtype = torch.bfloat16,
     ):
         self.sel, self.plan, self.mask, self.pick_items, self.pick_views = (
             sel,
@@ -135,6 +154,7 @@ class FlatLayout:
             pick_items,
             pick_views,
         )
+        self.src = src  # dtype of the selected tensors in the bucket (cast to the quantization dtype)
         self.outs: list | None = None
         self.launchers: dict[
             str, _tbq.FlatLauncher
@@ -295,7 +315,7 @@ class FlatBucketEngine:
             if not lay.same_tensors(items, ctx.weights):
                 return None
             return lay, self._launch(ctx, lay, dtype, settings)
-        flat = ctx.typed(dtype)
+        flat = ctx.flat(lay.src, dtype)
         if not lay.fits(flat):
             return None
         outs = self._launch(ctx, lay, dtype, settings, flat)
@@ -357,8 +377,12 @@ class FlatBucketEngine:
         settings: QuantSettings,
     ) -> FlatLayout | None:
         """The cached layout of ``items[sel]`` in the received bucket, or None when they are not views of
-        the bucket's one flat buffer, all of the quantization dtype, at the offsets the metadata gives."""
-        if dtype not in FLAT_DTYPES:
+        the bucket's one flat buffer, all of one dtype (the quantization dtype, or one ``CASTS`` casts to it),
+        at the offsets the metadata gives."""
+        if dtype not in FLAT_DTYPES or not sel:
+            return None
+        src = items[sel[0]][1].dtype
+        if src != dtype and (src, dtype) not in CASTS:
             return None
         buf = ctx.buffer
         if (
@@ -373,7 +397,7 @@ class FlatBucketEngine:
         if len(metas) != len(views):
             return None
         pos = {id(t): j for j, (_, t) in enumerate(views)}
-        es = dtype.itemsize
+        es = src.itemsize
         base, nbytes = buf.data_ptr(), buf.numel()
         shapes, offs, w_idx = [], [], []
         for i in sel:
@@ -385,8 +409,8 @@ class FlatBucketEngine:
             shape, off = tuple(m["shape"]), m["offset"]
             if (
                 m.get("handle") is not None  # sent alone through its own IPC handle
-                or m["dtype"] != dtype  # mixed dtypes / needs a cast: the list path casts like verl
-                or t.dtype != dtype
+                or m["dtype"] != src  # mixed dtypes: the list path casts each tensor like verl
+                or t.dtype != src
                 or len(shape) < 2
                 or tuple(t.shape) != shape
                 or off % es
@@ -403,7 +427,7 @@ class FlatBucketEngine:
         mask = [False] * len(items)
         for i in sel:
             mask[i] = True
-        lay = FlatLayout(sel, plan, tuple(mask), _picker(sel), _picker(w_idx))
+        lay = FlatLayout(sel, plan, tuple(mask), _picker(sel), _picker(w_idx), src)
         if settings.reuse_outputs:
             arena = self.arenas.get(buf.device)
             if arena is None:
@@ -422,7 +446,7 @@ class FlatBucketEngine:
         flat: torch.Tensor | None = None,
     ) -> list:
         if flat is None:
-            flat = ctx.typed(dtype)
+            flat = ctx.flat(lay.src, dtype)
         fmt = settings.scale_fmt
         self.stats["flat_launches"] += 1
         if lay.outs is None:

@@ -75,6 +75,17 @@ def test_yaml_scalar_reads_back_exactly_in_yaml_1_1_and_1_2(value):
     assert YAML(typ="safe", pure=True).load(text) == expected
 
 
+@pytest.mark.parametrize("value", ["0\n", "a.b\n", "x\n\n", "plain"])
+def test_shell_word_a_final_newline_is_not_plain(value):
+    """Found by the property below: Python's ``$`` matched before a final newline, so "0\n" went out bare
+    and split the generated script's line."""
+    word = shell_word(value)
+    assert word.isprintable() and (word == value) == value.isalnum()
+    out = subprocess.run(["bash", "-c", f"printf '%s' {word}"], capture_output=True, check=True,
+                         env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}).stdout
+    assert out == value.encode()
+
+
 @settings(max_examples=100, deadline=None)
 @given(ANY_TEXT.filter(lambda s: "\x00" not in s))
 def test_shell_word_reads_back_exactly_in_bash(value):

@@ -52,6 +52,14 @@ PROBE_MODULE = "fp8spec_launch_probe"
 PROBE = '''"""Test probe: imported by verl's HFModelConfig (external_lib); records what this process sees."""
 import json, os, sys
 
+def _reward():
+    """The bundle's reward file, opened as verl opens reward.custom_reward_function.path (relative: cwd)."""
+    if not os.path.exists("custom_reward.py"):
+        return None
+    from verl.utils.import_utils import load_extern_object
+    score = load_extern_object(module_path="custom_reward.py", object_name="compute_score")
+    return score(data_source="openai/gsm8k", solution_str="so #### 7", ground_truth="7")
+
 def _record():
     import ray
     rt = sys.modules.get("fp8spec.runtime")
@@ -61,6 +69,8 @@ def _record():
         "env": {{name: os.environ.get(name) for name in {names!r}}},
         "runtime_file": getattr(rt, "__file__", None),
         "active_patches": sorted(rt.active_patches()) if rt is not None else None,
+        "cwd": os.getcwd(),
+        "reward": _reward(),
     }}
     with open({out!r}, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\\n")
@@ -90,6 +100,9 @@ def launchable_bundle(example: Path, root: Path) -> tuple[Path, dict]:
         config = load_entry(data["model"]["name"])["config"]
     model = write_model(root / "model", config)
     data["model"]["path"] = str(model)
+    reward = (data.get("reward") or {}).get("custom_function")
+    if reward:  # relative to the example spec; the copied spec must still find it
+        reward["path"] = str(example.parent / reward["path"])
     data["data"] = {"train_files": str(write_parquet(root / "data" / "train.parquet")),
                     "val_files": str(write_parquet(root / "data" / "val.parquet", rows=8))}
     spec = root / example.name
@@ -204,26 +217,27 @@ def test_example_bundle_launches_through_ray_job(example, ray_head, tmp_path):
         assert record["active_patches"] == expected["runtime"]["patches"]
     else:
         assert record["runtime_file"] is None
+    # the job's working_dir is the bundle: verl finds a shipped reward file from the worker's cwd
+    assert "/runtime_resources/working_dir_files/" in record["cwd"]
+    assert record["reward"] == (1.0 if (data.get("reward") or {}).get("custom_function") else None)
     unchanged(bundle)
 
 
 def test_launch_sh_by_hand_on_a_ray_head(ray_head, tmp_path):
-    """launch.sh run by hand (outside any Ray job, RAY_ADDRESS pointing at the head): verl's own ray.init
-    carries the env vars and the patch set (py_modules) to the workers."""
-    (example,) = [p for p in trainer_examples() if p.stem == "qwen3-8b"]
-    bundle, _ = launchable_bundle(example, tmp_path)
+    """launch.sh run by hand (outside any Ray job, RAY_ADDRESS pointing at the head), as the H200 RL run runs
+    it: verl's own ray.init carries the env vars, the patch set (py_modules) and the bundle as working_dir, so
+    the workers find the shipped reward file where a Ray job would put it (the fifth H200 attempt would have
+    stopped there: the worker's cwd was not the bundle)."""
+    (example,) = [p for p in trainer_examples() if p.stem == "tiny-qwen3-h200"]
+    bundle, data = launchable_bundle(example, tmp_path)
     expected = json.loads((bundle / "preflight.json").read_text())
-    assert expected["env"] and expected["runtime"]
-    probe_dir = tmp_path / "probe"
-    probe_dir.mkdir()
+    assert expected["env"] and expected["runtime"] and (bundle / "custom_reward.py").is_file()
     probe_out = tmp_path / "probe.jsonl"
-    write_probe(probe_dir, list(expected["env"]), probe_out)
+    write_probe(bundle, list(expected["env"]), probe_out)  # beside the bundle's files, in its working_dir
     env = {k: v for k, v in ray_head.env.items() if k not in expected["env"]}
     env["RAY_ADDRESS"] = ray_head.gcs
-    # the probe reaches the worker through a working_dir of its own: outside a job, ray.init sets none
     proc = subprocess.run(
-        ["bash", str(bundle / "launch.sh"), f"actor_rollout_ref.model.external_lib={PROBE_MODULE}",
-         f"+ray_kwargs.ray_init.runtime_env.working_dir={probe_dir}"],
+        ["bash", str(bundle / "launch.sh"), f"actor_rollout_ref.model.external_lib={PROBE_MODULE}"],
         env=env, capture_output=True, text=True, timeout=400, cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -231,11 +245,14 @@ def test_launch_sh_by_hand_on_a_ray_head(ray_head, tmp_path):
     for name, value in expected["env"].items():
         assert f"'{name}': '{value}'" in init
     assert f"'py_modules': ['{bundle / 'lib' / 'fp8spec'}']" in init
+    assert f"'working_dir': '{bundle}'" in init
     assert_stopped_at_the_gpu_request(output, expected)
     (record,) = [r for r in probe_records(probe_out) if r["actor_id"]]
     assert record["env"] == expected["env"]
     assert "/runtime_resources/py_modules_files/" in record["runtime_file"]
     assert record["active_patches"] == expected["runtime"]["patches"]
+    assert "/runtime_resources/working_dir_files/" in record["cwd"] and record["reward"] == 1.0
+    unchanged(bundle)
 
 
 def test_launch_sh_refuses_a_job_without_the_bundle_env(ray_head, bundle_8b, bundle_copy):

@@ -54,7 +54,9 @@ def test_generation_stops_at_im_end(assets):
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert config["eos_token_id"] == im_end == tokenizer.eos_token_id
     assert len(tokenizer.encode("\n", add_special_tokens=False)) == 1
-    assert config["vocab_size"] >= len(tokenizer)
+    # verl's vLLM server masks every logit at or past len(tokenizer), the trainer does not: equal sizes
+    # keep the rollout and the trainer on one distribution (make_assets.py docstring)
+    assert config["vocab_size"] == len(tokenizer)
 
 
 def test_dataset_and_reward_are_verls(assets):
@@ -65,3 +67,30 @@ def test_dataset_and_reward_are_verls(assets):
     answer = row["reward_model"]["ground_truth"]
     assert default_compute_score(row["data_source"], f"so #### {answer}", answer) == 1.0
     assert default_compute_score(row["data_source"], "#### -1", answer) == 0.0
+
+
+def test_custom_reward_separates_the_random_models_responses(assets):
+    """The spec's reward, loaded by verl's own loader, gives a group of the random model's sampled responses
+    different scores, so GRPO's advantages (and the actor's gradient) are not all zero; verl's GSM8K rule
+    alone scores them all 0 (the fourth H200 attempt)."""
+    import pandas as pd
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from verl.utils.import_utils import load_extern_object
+    from verl.utils.reward_score import default_compute_score
+
+    score = load_extern_object(module_path=str(REPO / "specs/rewards/tiny_arith.py"), object_name="compute_score")
+    row = pd.read_parquet(assets / "data/train.parquet").iloc[0]
+    answer = row["reward_model"]["ground_truth"]
+    assert score(data_source=row["data_source"], solution_str=f"so #### {answer}", ground_truth=answer) == 1.0
+    tokenizer = AutoTokenizer.from_pretrained(assets / "model")
+    model = AutoModelForCausalLM.from_pretrained(assets / "model", dtype=torch.float32)
+    prompt = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, return_tensors="pt",
+                                           return_dict=True)
+    torch.manual_seed(0)
+    out = model.generate(**prompt, do_sample=True, max_new_tokens=48, num_return_sequences=8,
+                         pad_token_id=tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(out[:, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+    rewards = [score(data_source=row["data_source"], solution_str=t, ground_truth=answer) for t in texts]
+    assert all(0.0 <= r <= 1.0 for r in rewards) and len(set(rewards)) > 1, rewards
+    assert {default_compute_score(row["data_source"], t, answer) for t in texts} == {0.0}

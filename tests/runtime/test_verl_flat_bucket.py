@@ -402,6 +402,32 @@ def test_fallback_mixed_dtypes(hook):
     assert st["flat_launches"] >= 1  # the other buckets did not
 
 
+@pytest.mark.parametrize("fmt", FMTS)
+def test_fp32_buckets_of_an_fsdp_trainer_are_cast_once_and_quantized_flat(hook, fmt):
+    """FSDP streams float32 master weights (H200 RL run, BENCHMARKS.md 5: every sync took the list path).
+    A bucket of float32 tensors is cast to bf16 once and quantized flat; bits as verl's ``v.to(bf16)``."""
+    gen = torch.Generator().manual_seed(19)
+    stream = [(n, t.float()) for n, t in model_stream(gen)]
+    mod = hook(fmt)
+    for _ in range(2):  # second round: cached plans
+        run_round(mod, stream, fmt, check=check_against_reference(fmt))
+    st = dict(ENGINE.stats)
+    metas = [pickle.loads(raw)["bucket_meta"] for _, raw, _ in send_buckets(stream, BUCKET)]
+    n_flat = sum(any(n.endswith("proj.weight") and m["handle"] is None for n, m in meta.items()) for meta in metas)
+    assert n_flat >= 4 and st["plan_builds"] == n_flat and st["flat_launches"] == 2 * n_flat
+    assert all(lay.src == torch.float32 for lay in ENGINE.layouts.values())
+
+
+def test_fp32_bucket_into_fp8_dtype_is_not_cast(hook):
+    """Only the casts verl makes (float32 to bf16/fp16) are done on the whole buffer."""
+    assert (torch.float32, torch.bfloat16) in flat_bucket.CASTS
+    assert (torch.bfloat16, torch.float32) not in flat_bucket.CASTS
+    gen = torch.Generator().manual_seed(20)
+    stream = [(n, t.half()) for n, t in model_stream(gen, layers=1)]  # fp16 bucket, bf16 quantization
+    run_round(hook(), stream, "fp32", check=check_against_reference("fp32"))
+    assert ENGINE.stats["flat_launches"] == 0 and ENGINE.stats["list_path"] >= 1
+
+
 def test_fallback_not_a_flat_buffer(hook):
     gen = torch.Generator().manual_seed(17)
     mod = hook()
@@ -616,6 +642,8 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
     tbq.reset_fast_launch()
     for step in range(2):  # second step: cached plans and reused output views
         stream = model_stream(gen, device="cuda")
+        if knobs == "all_on":  # an FSDP trainer's float32 buckets (cast once on the device)
+            stream = [(n, t.float()) for n, t in stream]
         p = torch.empty(1 << 26, dtype=torch.uint8, device="cuda").fill_(0xFF)  # poison freed memory
         del p
         run_round(mod, stream, fmt, device="cuda", check=check_against_reference(fmt))

@@ -9,9 +9,11 @@
 #   job carries it; Ray marks the job's driver with RAY_JOB_CONFIG_JSON_ENV_VAR, and this script only checks
 #   that the job has the bundle's values;
 # - run by hand on a Ray head (RAY_ADDRESS set, or a local Ray), verl's own ray.init carries it: the
-#   +ray_kwargs.ray_init.runtime_env overrides below are added only then.
+#   +ray_kwargs.ray_init.runtime_env overrides below are added only then, with the job's working_dir
+#   (cluster.working_dir, the folder verl opens a relative reward file from); override it with '++'.
 set -euo pipefail
 
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
@@ -21,6 +23,11 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
 else
   export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'")
+  wd=$(cd "$here" && cd -- . && pwd -P) \
+    || die "cluster.working_dir "." is not a folder next to the bundle"
+  # Hydra quotes these absolute paths: refuse what it would read as syntax.
+  [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")
 fi
 
 exec python3 -m verl.trainer.main_ppo \

@@ -10,7 +10,8 @@
 #   job carries it; Ray marks the job's driver with RAY_JOB_CONFIG_JSON_ENV_VAR, and this script only checks
 #   that the job has the bundle's values;
 # - run by hand on a Ray head (RAY_ADDRESS set, or a local Ray), verl's own ray.init carries it: the
-#   +ray_kwargs.ray_init.runtime_env overrides below are added only then.
+#   +ray_kwargs.ray_init.runtime_env overrides below are added only then, with the job's working_dir
+#   (cluster.working_dir, the folder verl opens a relative reward file from); override it with '++'.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -35,8 +36,11 @@ else
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
-  # Hydra quotes the absolute path of the shipped patch set: refuse what it would read as syntax.
-  [[ $here != *[\'\\$]* ]] || die "the bundle path $here holds a quote, backslash or '\$'; move the bundle"
+  wd=$(cd "$here" && cd -- . && pwd -P) \
+    || die "cluster.working_dir "." is not a folder next to the bundle"
+  # Hydra quotes these absolute paths: refuse what it would read as syntax.
+  [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.py_modules=['$here/lib/fp8spec']")
 fi
 # The driver imports the patch set too (verl imports fp8spec.runtime in every process).

@@ -10,7 +10,8 @@
 #   job carries it; Ray marks the job's driver with RAY_JOB_CONFIG_JSON_ENV_VAR, and this script only checks
 #   that the job has the bundle's values;
 # - run by hand on a Ray head (RAY_ADDRESS set, or a local Ray), verl's own ray.init carries it: the
-#   +ray_kwargs.ray_init.runtime_env overrides below are added only then.
+#   +ray_kwargs.ray_init.runtime_env overrides below are added only then, with the job's working_dir
+#   (cluster.working_dir, the folder verl opens a relative reward file from); override it with '++'.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -35,8 +36,11 @@ else
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM='0'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant,kv_scales'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
-  # Hydra quotes the absolute path of the shipped patch set: refuse what it would read as syntax.
-  [[ $here != *[\'\\$]* ]] || die "the bundle path $here holds a quote, backslash or '\$'; move the bundle"
+  wd=$(cd "$here" && cd -- . && pwd -P) \
+    || die "cluster.working_dir "." is not a folder next to the bundle"
+  # Hydra quotes these absolute paths: refuse what it would read as syntax.
+  [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.py_modules=['$here/lib/fp8spec']")
 fi
 # The driver imports the patch set too (verl imports fp8spec.runtime in every process).
@@ -53,7 +57,7 @@ exec python3 -m verl.trainer.main_ppo \
   "algorithm.rollout_correction.rollout_is='token'" \
   algorithm.rollout_correction.rollout_is_threshold=2.0 \
   "algorithm.adv_estimator='grpo'" \
-  actor_rollout_ref.actor.optim.lr=1e-05 \
+  actor_rollout_ref.actor.optim.lr=0.0001 \
   data.train_batch_size=16 \
   actor_rollout_ref.actor.ppo_mini_batch_size=16 \
   "data.train_files='/tmp/fp8spec-rl/data/train.parquet'" \
@@ -73,16 +77,18 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=512 \
   actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=512 \
   "trainer.default_local_dir='/tmp/fp8spec-rl/checkpoints/tiny-qwen3-h200-fp8'" \
-  trainer.save_freq=3 \
+  trainer.save_freq=5 \
   trainer.max_actor_ckpt_to_keep=5 \
   "trainer.resume_mode='auto'" \
-  trainer.test_freq=3 \
+  trainer.test_freq=5 \
   trainer.val_before_train=true \
-  trainer.total_training_steps=3 \
+  trainer.total_training_steps=5 \
   "trainer.logger=['console']" \
   "trainer.project_name='fp8spec'" \
   "trainer.experiment_name='tiny-qwen3-h200-fp8'" \
   "reward.reward_manager.name='naive'" \
+  "reward.custom_reward_function.path='custom_reward.py'" \
+  "reward.custom_reward_function.name='compute_score'" \
   "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype='fp8_e4m3'" \
   ${ray_init[@]+"${ray_init[@]}"} \
   "$@"

@@ -1,0 +1,57 @@
+"""benchmarks/rl_run/summarize.py reads the real logs of the fourth H200 attempt (committed) back correctly."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "benchmarks/rl_run/summarize.py"
+ATTEMPT4 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt4_rl.tgz"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("rl_summarize", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_attempt4_read_back():
+    runs = _module().read_runs(ATTEMPT4)
+    fp8, bf16 = runs["tiny-qwen3-h200-fp8"], runs["tiny-qwen3-h200-bf16"]
+    assert fp8["rc"] == bf16["rc"] == "0"
+    for run in (fp8, bf16):
+        assert sorted(run["steps"]) == [0, 1, 2, 3]
+        assert "global_step_3/actor:" in run["checkpoint"]
+        for step in (1, 2, 3):
+            m = run["steps"][step]
+            assert all(math.isfinite(m[k]) for k in m if k.startswith("rollout_corr/"))
+            # that run's tokenizer had 535 tokens, the model 4096 logits; verl's rollout masks the tail, the
+            # trainer does not: the mismatch KL is log(4096/535) whatever the precision (make_assets.py)
+            assert abs(m["rollout_corr/kl"] - math.log(4096 / 535)) < 0.01
+            assert m["actor/grad_norm"] == 0.0 and m["critic/score/mean"] == 0.0  # GSM8K rule alone: no signal
+    # the FP8 engine: one receive per sync (init + 3 steps), all on the list path; scales after each step
+    assert len(fp8["syncs"]) == 4 and all(s["flat_launches"] == 0 for s in fp8["syncs"])
+    assert fp8["syncs"][-1]["stats"]["list_path"] == 4
+    assert len(fp8["kv_scales"]) == 3 and all(a["scales"] == 12 and a["layers"] == 4 for a in fp8["kv_scales"])
+    assert fp8["kv_scales"][1]["k"] == [0.023125, 0.0273438]
+    assert bf16["syncs"] == [] and bf16["kv_scales"] == []
+    # BF16 rollout follows the trainer more closely than FP8 (probability correlation)
+    corr = "training/rollout_actor_probs_pearson_corr"
+    assert all(bf16["steps"][s][corr] > 0.999 > 0.99 > fp8["steps"][s][corr] > 0.98 for s in (1, 2, 3))
+
+
+def test_cli_table_and_errors(tmp_path):
+    out = tmp_path / "runs.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(ATTEMPT4), "--json", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "### tiny-qwen3-h200-fp8 (rc 0, 344 s)" in proc.stdout and "checkpoint: global_step_3" in proc.stdout
+    assert out.read_text().startswith("{")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "missing.tgz")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("summarize: ") and "Traceback" not in proc.stderr
