@@ -7,6 +7,7 @@
 #   bash benchmarks/engine/run_h200_engine.sh bench GPU ITEMS...   rollout throughput (run_configs.py) on GPU
 #   bash benchmarks/engine/run_h200_engine.sh kvprobe GPU    KV-scale probe (kv_scales_probe.py) on GPU
 #   bash benchmarks/engine/run_h200_engine.sh wsprobe GPU [CASES]   weight-sync probe on GPU
+#                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).
 set -uo pipefail
@@ -48,7 +49,7 @@ case $step in
   wsprobe)
     mkdir -p "$OUT/wsprobe"
     CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 benchmarks/engine/weight_sync_probe.py --out "$OUT/wsprobe" \
-      ${2:+--cases "$2"} 2>&1 | tee "$OUT/wsprobe/driver.log"
+      ${2:+--cases "$2"} ${WS_PATHS:+--paths "$WS_PATHS"} 2>&1 | tee "$OUT/wsprobe/driver.log"
     pack wsprobe ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

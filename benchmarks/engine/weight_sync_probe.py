@@ -2,6 +2,7 @@
 ``fast_block_quant``, checked against a fresh engine, and timed.
 
     python benchmarks/engine/weight_sync_probe.py --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b]
+    WS_DTYPE=fp32 python benchmarks/engine/weight_sync_probe.py ...   # an FSDP trainer's float32 weights
 
 Per case, one process per engine (``--one``):
 
@@ -82,14 +83,21 @@ def checkpoint_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
+def weight_dtype():
+    """What the trainer streams: BF16 (Megatron's params) or, with WS_DTYPE=fp32, FSDP's float32 master weights."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[os.environ.get("WS_DTYPE", "bf16")]
+
+
 def make_weights(cfg: dict, step: int):
-    """Seeded BF16 weights on the GPU (norms near 1, the rest N(0, 0.02); lm_head x8 for clear greedy margins)."""
+    """Seeded weights on the GPU (norms near 1, the rest N(0, 0.02); lm_head x8 for clear greedy margins)."""
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(1000 + step)
     weights = []
     for name, shape in checkpoint_shapes(cfg):
-        t = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        t = torch.empty(shape, dtype=weight_dtype(), device="cuda")
         if name.endswith("norm.weight"):
             t.uniform_(0.9, 1.1, generator=gen)
         else:
@@ -116,6 +124,7 @@ def write_fp8_checkpoint(cfg: dict, weights, folder: Path, quantizer: str = "ver
     tensors, stats = {}, {"codes": 0, "codes_differ": 0, "scales": 0, "scales_differ": 0,
                           "max_scale_rel_diff": 0.0}
     for name, t in weights:
+        t = t.to(torch.bfloat16)  # verl quantizes v.to(bfloat16); vLLM's BF16 params hold the rest the same way
         if is_quantized(name, cfg):
             qv, sv = scaled_fp8_blockwise(t, weight_block_size=[128, 128])
             sv = sv.squeeze(-1)
@@ -154,7 +163,8 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         (folder / "dummy" / "config.json").write_text(json.dumps(cfg, indent=1), encoding="utf-8")
         llm = LLM(model=str(folder / "dummy"), load_format="dummy", quantization="fp8",
                   hf_overrides={"quantization_config": verl_fp8_quantization(cfg["num_hidden_layers"])}, **kw)
-    record = {"case": case, "path": path, "patched": llm.collective_rpc("probe_patched")[0]}
+    record = {"case": case, "path": path, "patched": llm.collective_rpc("probe_patched")[0],
+              "dtype": os.environ.get("WS_DTYPE", "bf16")}
     if not path.startswith("fresh"):
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
 
