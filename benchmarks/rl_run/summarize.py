@@ -108,7 +108,11 @@ def _cell(value: float | None) -> str:
 def markdown(runs: dict) -> str:
     lines = []
     for name, run in runs.items():
-        lines.append(f"### {name} (rc {run['rc']}, {run['wall_s']} s)\n")
+        ended = f"rc {run['rc']}, {run['wall_s']} s" if run["rc"] is not None else "did not end: no summary line"
+        lines.append(f"### {name} ({ended})\n")
+        if not any(step > 0 for step in run["steps"]):
+            lines.append("no training step logged\n")
+            continue
         lines.append("| step | " + " | ".join(h for _, h in COLUMNS) + " |")
         lines.append("|---" * (len(COLUMNS) + 1) + "|")
         for step, metrics in sorted(run["steps"].items()):

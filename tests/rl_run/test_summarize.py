@@ -55,3 +55,39 @@ def test_cli_table_and_errors(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "missing.tgz")], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("summarize: ") and "Traceback" not in proc.stderr
+
+
+ATTEMPT5 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt5_rl.tgz"
+ATTEMPT6 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt6_fp8_repeat_rl.tgz"
+
+
+def test_attempt5_is_what_benchmarks_md_reports():
+    """The figures BENCHMARKS.md section 5 quotes, read back from the committed logs of the fifth attempt."""
+    runs = _module().read_runs(ATTEMPT5)
+    fp8, bf16 = runs["tiny-qwen3-h200-fp8"], runs["tiny-qwen3-h200-bf16"]
+    assert fp8["rc"] == bf16["rc"] == "0"
+    for run in (fp8, bf16):
+        assert sorted(run["steps"]) == [0, 1, 2, 3, 4, 5] and "global_step_5/actor:" in run["checkpoint"]
+        assert all(run["steps"][s]["actor/grad_norm"] > 0.5 for s in range(1, 6))  # the policy moves
+        assert run["steps"][5]["critic/score/mean"] > run["steps"][1]["critic/score/mean"] > 0.19
+    kl = "rollout_corr/kl"
+    assert all(fp8["steps"][s][kl] > 10 * abs(bf16["steps"][s][kl]) for s in range(1, 6))
+    assert fp8["steps"][1][kl] > fp8["steps"][5][kl] > 0.001  # 0.0068 -> 0.0011
+    assert all(abs(bf16["steps"][s][kl]) < 1e-4 for s in range(1, 6))
+    # one sync at init and one after each step, each one flat launch (float32 buckets, cast once)
+    assert len(fp8["syncs"]) == 6 and all(s["flat_launches"] == 1 for s in fp8["syncs"])
+    assert fp8["syncs"][-1]["stats"] == {"flat_launches": 6, "plan_builds": 2, "cache_hits": 4, "not_flat": 0,
+                                         "list_path": 0, "spec_discarded": 0}
+    assert max(s["receive_s"] for s in fp8["syncs"][1:]) < 0.02
+    # new q/k/v scales after every step, from the trainer's forward passes
+    assert len(fp8["kv_scales"]) == 5 and len({str(a) for a in fp8["kv_scales"]}) == 5
+
+
+def test_attempt6_repeats_the_fp8_run_and_reports_the_cut_bf16_run():
+    runs = _module().read_runs(ATTEMPT6)
+    fp8, bf16 = runs["tiny-qwen3-h200-fp8"], runs["tiny-qwen3-h200-bf16"]
+    assert fp8["rc"] == "0" and sorted(fp8["steps"]) == [0, 1, 2, 3, 4, 5]
+    assert 0.001 < fp8["steps"][5]["rollout_corr/kl"] < fp8["steps"][1]["rollout_corr/kl"] < 0.01
+    assert bf16["rc"] is None and not bf16["steps"]
+    assert "### tiny-qwen3-h200-bf16 (did not end: no summary line)\n\nno training step logged" in \
+        _module().markdown(runs)
