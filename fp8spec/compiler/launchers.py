@@ -103,6 +103,8 @@ def preflight_expected(valid: ValidSpec, choice: BackendChoice, plan: Plan) -> d
                 "distributions": valid.profile(name).value("package.distributions"),
             }
         )
+    if choice.trainer == "fsdp" and spec.training.attention == "flash_attention_2":
+        packages.append(dict(valid.profile("verl").value("package.flash_attention_2")))
     model = valid.model
     config = {
         "hidden_size": model.hidden_size,

@@ -9,11 +9,11 @@ needs the Python standard library, torch for the GPU facts and ray for the clust
     python3 preflight.py --local             # this machine only, in-process, without Ray
     eval "$(python3 preflight.py --print-env)"   # export the bundle's environment into this shell
 
-On every node it checks: the GPUs (count, name and compute capability against hardware.gpu), the CUDA
-version torch was built with, the installed versions of the pinned packages, the runtime patch set the
-workers import (the exact file set the bundle ships in lib/, by sha256), every environment variable the
-bundle sets (as the worker sees it), the model folder and its config.json (unless the spec names a hub
-id), and every data file. It prints one table, node by node, and exits 1 on any mismatch (2 when it could not run at all).
+On every node it checks: the GPUs (count, name and compute capability against hardware.gpu), the CUDA version
+torch was built with, the installed versions of the pinned packages (and flash-attn when the FSDP trainer asks for
+flash_attention_2), the runtime patch set the workers import (the files the bundle ships in lib/, by sha256),
+every environment variable the bundle sets (as the worker sees it), the model folder and its config.json (unless a
+hub id), and every data file. One table, node by node; exit 1 on any mismatch, 2 when it could not run.
 """
 
 from __future__ import annotations
@@ -205,15 +205,16 @@ def _row(check: str, expected, found, status: str) -> dict:
 
 
 def _text(value) -> str:
-    if value is None:
-        return "(unset)"
-    return str(value)
+    return "(unset)" if value is None else str(value)
 
 
 def same_version(found: str | None, pin: str) -> bool:
-    """Installed ``found`` satisfies ``pin`` when equal, ignoring a local label ('0.24.0+cu129')."""
+    """Installed ``found`` satisfies ``pin`` when equal, ignoring a local label ('0.24.0+cu129'); a '>=X.Y.Z'
+    pin (a package the run needs at some version, e.g. flash-attn) when its release is at least X.Y.Z."""
     if not found:
         return False
+    if pin.startswith(">="):
+        return _release(found, 3) >= _release(pin[2:], 3)
     return found == pin or found.split("+", 1)[0] == pin
 
 
@@ -251,8 +252,8 @@ def check_node(expected: dict, facts: dict, skip_gpu: bool) -> list:
         rows.append(_row("gpu count", hw["gpus_per_node"], seen_count,
                          PASS if len(devices) == hw["gpus_per_node"] else FAIL))
         cuda = torch_facts.get("cuda")
-        rows.append(_row("torch cuda", hw["cuda"], seen_cuda, PASS if cuda and _major_minor(cuda) ==
-                         _major_minor(hw["cuda"]) else FAIL))
+        rows.append(_row("torch cuda", hw["cuda"], seen_cuda, PASS if cuda and _release(cuda) ==
+                         _release(hw["cuda"]) else FAIL))
     if torch_facts.get("installed"):
         rows.append(_row("torch", "(any)", torch_facts.get("version"), INFO))
     else:
@@ -302,9 +303,8 @@ def _runtime_row(runtime: dict, seen: dict) -> dict:
     return _row(f"runtime {module}", want, found, PASS if good else FAIL)
 
 
-def _major_minor(text: str) -> tuple:
-    parts = re.findall(r"[0-9]+", str(text))[:2]
-    return tuple(int(p) for p in parts)
+def _release(text: str, n: int = 2) -> tuple:
+    return tuple(int(p) for p in re.findall(r"[0-9]+", str(text).split("+", 1)[0])[:n])
 
 
 def _model_text(values: dict) -> str:

@@ -43,7 +43,8 @@ def h200_facts(expected: dict, **changes) -> dict:
         "hostname": "gpu-node-1", "ip": "10.0.0.1", "python": "3.12.3", "skip_gpu": False,
         "torch": {"installed": True, "version": "2.11.0+cu130", "cuda": "13.0", "available": True,
                   "devices": [{"name": "NVIDIA H200", "cc": "9.0"}] * expected["hardware"]["gpus_per_node"]},
-        "packages": {p["name"]: {"distribution": p["name"], "version": p["version"]} for p in expected["packages"]},
+        "packages": {p["name"]: {"distribution": p["name"], "version": p["version"].removeprefix(">=")}
+                     for p in expected["packages"]},
         "env": dict(expected["env"]),
         "model": {"status": "read", "path": "/models/x/config.json", "values": dict(expected["model"]["config"])},
         "runtime": {"path": "/tmp/ray/py_modules_files/_ray_pkg_1/fp8spec", "files": dict(expected["runtime"]["files"]),
@@ -62,7 +63,9 @@ def statuses(rows) -> dict[str, str]:
 def test_bundle_expectations_for_h200(expected):
     assert expected["hardware"] == {"gpu": "h200", "device_name": "H200", "compute_capability": "9.0",
                                     "arch": "hopper", "nodes": 1, "gpus_per_node": 1, "cuda": "13.0"}
-    assert {p["name"]: p["version"] for p in expected["packages"]} == {"verl": "0.9.1", "vllm": "0.24.0"}
+    # flash-attn: verl's FSDP model asks transformers for flash_attention_2 unless training.attention says otherwise
+    assert {p["name"]: p["version"] for p in expected["packages"]} == {"verl": "0.9.1", "vllm": "0.24.0",
+                                                                       "flash-attn": ">=2.3.3"}
     from fp8spec.patchset import shipped_fileset
 
     assert expected["runtime"] == {**shipped_fileset(), "patches": ["fast_block_quant", "kv_scales"]}
@@ -117,13 +120,32 @@ def test_cpu_node_with_skip_reports_and_does_not_judge(pf, expected):
     assert judged["gpu"] == judged["gpu count"] == judged["torch cuda"] == "FAIL"
 
 
+@pytest.mark.parametrize("spec, listed", [("qwen3-8b", True), ("tiny-qwen3-h200", False), ("qwen3-30b", False)])
+def test_flash_attn_is_expected_only_where_the_trainer_asks_for_it(spec, listed, tmp_path):
+    """FSDP with the default flash_attention_2 needs flash-attn on the node; training.attention sdpa (tiny spec)
+    does not, nor does the Megatron trainer (TransformerEngine attention, qwen3-30b)."""
+    from tests.conftest import SPECS
+
+    found = json.loads((compile_bundle(SPECS / f"{spec}.yaml", tmp_path) / "preflight.json").read_text())
+    assert ("flash-attn" in {p["name"] for p in found["packages"]}) is listed
+
+
 def test_versions_and_env(pf, expected):
     assert pf.same_version("0.24.0", "0.24.0") and pf.same_version("0.24.0+cu129", "0.24.0")
     assert not pf.same_version("0.24.1", "0.24.0") and not pf.same_version(None, "0.24.0")
     assert not pf.same_version("0.24.0rc1", "0.24.0")
+    assert pf.same_version("2.8.3", ">=2.3.3") and pf.same_version("2.3.3+cu12torch2.8", ">=2.3.3")
+    assert pf.same_version("3.0.0b1", ">=2.3.3") and pf.same_version("2.10.0", ">=2.3.3")
+    assert not pf.same_version("2.3.2", ">=2.3.3") and not pf.same_version(None, ">=2.3.3")
     packages = dict(h200_facts(expected)["packages"], vllm={"distribution": None, "version": None})
     rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, packages=packages), False)}
     assert rows["pkg vllm"]["status"] == "FAIL" and rows["pkg vllm"]["found"] == "not installed"
+    # the first H200 RL attempt's failure (BENCHMARKS.md 5.2), caught on the node before training starts
+    for version, status in ((None, "FAIL"), ("2.1.0", "FAIL"), ("2.8.3", "PASS")):
+        packages = dict(h200_facts(expected)["packages"], **{"flash-attn": {"distribution": "flash_attn",
+                                                                           "version": version}})
+        row = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, packages=packages), False)}
+        assert row["pkg flash-attn"]["status"] == status and row["pkg flash-attn"]["expected"] == ">=2.3.3"
     env = dict(expected["env"], VLLM_USE_DEEP_GEMM_E8M0="1")
     env.pop("FP8SPEC_RUNTIME_PATCHES")
     rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, env=env), False)}
@@ -265,6 +287,7 @@ def test_local_mode_on_this_cpu_machine(h200_bundle, tmp_path):
 
     shutil.copytree(h200_bundle, bundle)
     plant_distribution(bundle, "vllm", "0.24.0")
+    plant_distribution(bundle, "flash_attn", "2.3.3")
     env = json.loads((bundle / "preflight.json").read_text())["env"]
     printed = run_program(bundle, "--print-env")
     assert printed.returncode == 0, printed.stderr

@@ -66,6 +66,7 @@ def launchable(tmp_path_factory):
 def bundle(launchable, bundle_copy):
     copy = bundle_copy(launchable)
     plant_distribution(copy, "vllm", "0.24.0")
+    plant_distribution(copy, "flash_attn", "2.8.3")  # the FSDP model's flash_attention_2 needs it
     return copy
 
 
@@ -86,7 +87,7 @@ def test_preflight_passes_on_a_cpu_node(ray_head, bundle):
     assert rows["gpu"]["status"] == "SKIP" and "no CUDA device" in rows["gpu"]["found"]
     assert rows["gpu count"] == {"check": "gpu count", "expected": "8", "found": "0", "status": "SKIP"}
     assert rows["torch cuda"]["status"] == "SKIP" and rows["torch cuda"]["found"] == "none (CPU build of torch)"
-    assert rows["pkg verl"]["status"] == rows["pkg vllm"]["status"] == "PASS"
+    assert rows["pkg verl"]["status"] == rows["pkg vllm"]["status"] == rows["pkg flash-attn"]["status"] == "PASS"
     assert "pkg fp8spec" not in rows  # nothing of fp8spec is installed on the nodes: the patch set ships
     runtime = rows["runtime fp8spec.runtime"]
     assert runtime["status"] == "PASS" and "/runtime_resources/py_modules_files/" in runtime["found"]

@@ -127,12 +127,13 @@ def plant_pins(bundle: Path) -> list[str]:
     """.dist-info metadata for each pinned package this machine lacks at the pinned version."""
     planted = []
     for pkg in json.loads((bundle / "preflight.json").read_text())["packages"]:
+        version = pkg["version"].removeprefix(">=")  # a minimum (flash-attn): plant exactly that
         try:
-            if metadata.version(pkg["distributions"][0]).split("+")[0] == pkg["version"]:
+            if metadata.version(pkg["distributions"][0]).split("+")[0] == version:
                 continue
         except metadata.PackageNotFoundError:
             pass
-        plant_distribution(bundle, pkg["distributions"][0].replace("-", "_"), pkg["version"])
+        plant_distribution(bundle, pkg["distributions"][0].replace("-", "_"), version)
         planted.append(pkg["name"])
     return planted
 
