@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from ruamel.yaml import YAML
 
+from fp8spec.compiler.quoting import shell_word
 from fp8spec.profiles import load_profile
 from fp8spec.targets import STACK_KINDS
 from fp8spec.snapshots import Fact, Snapshot
@@ -126,6 +127,9 @@ def compile_variant(spec_path: Path, backend: str, patch: dict, tmp_dir: Path, l
     config_path = (data.get("model") or {}).get("config_path")
     if config_path and not Path(config_path).is_absolute():  # relative to the spec's folder, which moves here
         data["model"]["config_path"] = str(spec_path.parent / config_path)
+    reward = (data.get("reward") or {}).get("custom_function") or {}
+    if reward.get("path") and not Path(reward["path"]).is_absolute():  # the same for the reward file
+        reward["path"] = str(spec_path.parent / reward["path"])
     cluster = data.get("cluster") or {}
     if "stack" in patch and cluster.get("launcher") == "kuberay" and not (cluster.get("kuberay") or {}).get("image"):
         # verl publishes images only for the engine versions it pins (rule CLU001): a re-pinned KubeRay
@@ -699,9 +703,16 @@ def check_launch(c: Compiled) -> list[str]:
     entry = load_profile("verl", c.version("verl")).value("entrypoint").split()
     if words[1: 1 + len(entry)] != entry:
         problems.append(f"launch.sh runs {words[1:1 + len(entry)]}, verl's entry point is {entry}")
-    # always the exec line's overrides; outside a Ray job also the ray_init ones (py_modules: a runtime path)
+    # always the exec line's overrides; outside a Ray job also the ray_init ones (py_modules and working_dir:
+    # runtime paths, the working_dir the job's own, cluster.working_dir from the bundle folder)
     passed = [w for w in words[1 + len(entry):] if w not in ("$@", "${ray_init[@]+${ray_init[@]}}")]
-    by_hand = [w for w in launch_ray_init(script) if "runtime_env.py_modules=" not in w]
+    by_hand = [w for w in launch_ray_init(script)
+               if "runtime_env.py_modules=" not in w and "runtime_env.working_dir=" not in w]
+    working_dir = [w for w in launch_ray_init(script) if "runtime_env.working_dir=" in w]
+    if working_dir != ["+ray_kwargs.ray_init.runtime_env.working_dir='$wd'"] or \
+            f"cd -- {shell_word(c.spec.cluster.working_dir)} 2>/dev/null &&" not in script:
+        problems.append(f"launch.sh by hand gives Ray the working_dir {working_dir}, not cluster.working_dir "
+                        f"{c.spec.cluster.working_dir!r} from the bundle folder")
     if passed + by_hand != c.overrides:
         problems.append("launch.sh passes other overrides than overrides.yaml: "
                         f"{sorted(set(passed + by_hand) ^ set(c.overrides))[:4]}")

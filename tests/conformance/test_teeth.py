@@ -215,3 +215,8 @@ def test_launch_script_must_run_what_was_checked(bundles):
     extra = script.replace("export VLLM_USE_DEEP_GEMM_E8M0=0\n", "export VLLM_USE_DEEP_GEMM_E8M0=1\n")
     problems = checks.check_launch(dataclasses.replace(c, files={**c.files, "launch.sh": extra}))
     assert any(p.startswith("launch.sh exports") for p in problems), problems
+    # outside a Ray job the bundle must be Ray's working_dir (a shipped reward file is opened from there)
+    no_wd = "\n".join(line for line in script.splitlines() if "runtime_env.working_dir=" not in line) + "\n"
+    assert no_wd != script
+    problems = checks.check_launch(dataclasses.replace(c, files={**c.files, "launch.sh": no_wd}))
+    assert any("by hand gives Ray the working_dir []" in p for p in problems), problems

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -128,9 +129,17 @@ def _trainer(spec, plan, files, data, folder, choice) -> list[str]:
         parsed = parser.parse_override(setting.override)
         if parsed.value() != setting.value or parsed.key_or_group != setting.key:
             problems.append(f"Hydra reads {setting.override!r} as {parsed.key_or_group}={parsed.value()!r}")
+    # run outside a Ray job, launch.sh adds the ray.init runtime env, the job's working_dir (cluster.working_dir
+    # from the bundle folder, as bash resolves it) and the shipped patch set, both as absolute paths
+    found = _run_bash(f"cd -- {shlex.quote(spec.cluster.working_dir)} && pwd -P", folder)
+    wd = found.stdout.decode("utf-8", "surrogateescape").removesuffix("\n")
+    if found.returncode or any(ch in wd for ch in "'\\$"):  # no such folder, or one Hydra cannot quote
+        proc = _run_bash("source ./launch.sh", folder)
+        if proc.returncode != 2 or not proc.stderr.startswith(b"launch.sh: ") or proc.stderr.count(b"\n") != 1:
+            problems.append(f"launch.sh with working_dir {spec.cluster.working_dir!r}: no one-line refusal, exit 2")
+        return problems
     argv, env = exec_words("launch.sh", folder)
-    # run outside a Ray job, launch.sh adds the ray.init runtime env (and the shipped patch set's absolute path)
-    outside_job = plan.ray_init_overrides + (
+    outside_job = plan.ray_init_overrides + [f"+{plan.working_dir_key}='{wd}'"] + (
         [f"+{plan.py_modules_key}=['{folder.resolve() / plan.py_modules[0]}']"] if plan.py_modules else [])
     if argv != plan.entrypoint + plan.overrides + outside_job:
         problems.append("launch.sh runs other words than the entry point and overrides.yaml")

@@ -23,7 +23,7 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
 else
   export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'")
-  wd=$(cd "$here" && cd -- . && pwd -P) \
+  wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"

@@ -36,7 +36,7 @@ else
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
-  wd=$(cd "$here" && cd -- . && pwd -P) \
+  wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"

@@ -20,7 +20,7 @@ ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   :  # the bundle sets no environment variables
 else
-  wd=$(cd "$here" && cd -- . && pwd -P) \
+  wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
