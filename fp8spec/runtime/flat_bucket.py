@@ -96,14 +96,15 @@ class ReceivedBucket:
             t = self._typed[dtype] = self.buffer[: n - n % es].view(dtype)
         return t
 
-    def flat(self, src: torch.dtype, dtype: torch.dtype) -> torch.Tensor:
-        """The buffer as ``src`` elements, cast to ``dtype`` when they differ (once per bucket; the copy lives
-        as long as this bucket)."""
+    def flat(self, src: torch.dtype, dtype: torch.dtype, extent: int) -> torch.Tensor:
+        """The buffer as ``src`` elements, cast to ``dtype`` when they differ: only its first ``extent``
+        elements (what the plan reads; a bucket is often not full), once per bucket, the copy living as long as
+        this bucket."""
         if src == dtype:
             return self.typed(dtype)
         t = self._cast.get((src, dtype))
-        if t is None:
-            t = self._cast[(src, dtype)] = self.typed(src).to(dtype)
+        if t is None or t.numel() < extent:
+            t = self._cast[(src, dtype)] = self.typed(src)[:extent].to(dtype)
         return t
 
 
@@ -315,7 +316,7 @@ class FlatBucketEngine:
             if not lay.same_tensors(items, ctx.weights):
                 return None
             return lay, self._launch(ctx, lay, dtype, settings)
-        flat = ctx.flat(lay.src, dtype)
+        flat = ctx.flat(lay.src, dtype, lay.plan.x_extent)
         if not lay.fits(flat):
             return None
         outs = self._launch(ctx, lay, dtype, settings, flat)
@@ -446,7 +447,7 @@ class FlatBucketEngine:
         flat: torch.Tensor | None = None,
     ) -> list:
         if flat is None:
-            flat = ctx.flat(lay.src, dtype)
+            flat = ctx.flat(lay.src, dtype, lay.plan.x_extent)
         fmt = settings.scale_fmt
         self.stats["flat_launches"] += 1
         if lay.outs is None:

@@ -409,8 +409,19 @@ def test_fp32_buckets_of_an_fsdp_trainer_are_cast_once_and_quantized_flat(hook, 
     gen = torch.Generator().manual_seed(19)
     stream = [(n, t.float()) for n, t in model_stream(gen)]
     mod = hook(fmt)
+    reference = check_against_reference(fmt)
+    cast_sizes = []
+
+    def check(out, params):
+        reference(out, params)
+        ctx = ENGINE.bucket
+        for copy in ctx._cast.values():  # only what the plan reads was cast, not the whole bucket buffer
+            assert any(lay.plan.x_extent == copy.numel() for lay in ENGINE.layouts.values())
+            cast_sizes.append((copy.numel(), ctx.buffer.numel() // 4))
+
     for _ in range(2):  # second round: cached plans
-        run_round(mod, stream, fmt, check=check_against_reference(fmt))
+        run_round(mod, stream, fmt, check=check)
+    assert cast_sizes and all(n <= whole for n, whole in cast_sizes) and any(n < whole for n, whole in cast_sizes)
     st = dict(ENGINE.stats)
     metas = [pickle.loads(raw)["bucket_meta"] for _, raw, _ in send_buckets(stream, BUCKET)]
     n_flat = sum(any(n.endswith("proj.weight") and m["handle"] is None for n, m in meta.items()) for meta in metas)
