@@ -103,8 +103,15 @@ def preflight_expected(valid: ValidSpec, choice: BackendChoice, plan: Plan) -> d
                 "distributions": valid.profile(name).value("package.distributions"),
             }
         )
-    if choice.trainer == "fsdp" and spec.training.attention == "flash_attention_2":
-        packages.append(dict(valid.profile("verl").value("package.flash_attention_2")))
+    if spec.training.attention == "flash_attention_2":
+        # FSDP: transformers' flash_attention_2; Megatron: verl's default attention_backend flash, which makes TE
+        # use the flash-attn package (megatron language_module.py:128)
+        fact = "package.flash_attention_2" if choice.trainer == "fsdp" else "package.flash_attn_for_te"
+        profile = "verl" if choice.trainer == "fsdp" else "transformer-engine"
+        packages.append(dict(valid.profile(profile).value(fact)))
+    if choice.trainer == "megatron":
+        bridge = "package.mbridge" if spec.training.bridge == "mbridge" else "package.megatron_bridge"
+        packages.append(dict(valid.profile("verl").value(bridge)))
     model = valid.model
     config = {
         "hidden_size": model.hidden_size,

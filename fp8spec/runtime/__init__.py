@@ -64,6 +64,9 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _vllm_ext)
 
+    if "te_report" in new:
+        _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
+
     if {"fast_block_quant", "ue8m0_scales"} & set(new):
 
         def _vllm_quant(mod):

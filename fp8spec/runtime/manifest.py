@@ -107,4 +107,18 @@ PATCHES = {
         "env_notes": env_help("fast_block_quant"),
         "engine_args": {"vllm": {}, "sglang": {}},
     },
+    "te_report": {
+        "description": (
+            "End-to-end FP8 training made visible: after each old-log-prob and update call of the Megatron "
+            "actor, one log line says how many TransformerEngine module calls ran FP8 in the forward and the "
+            "backward, with which recipe and quantizers (read off the TE modules), and which modules the recipe "
+            "keeps in BF16 (router, embedding, output layer, norms) with their weight dtype."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("te_report"),
+        "engine_args": {"vllm": {}, "sglang": {}},
+    },
 }

@@ -159,7 +159,9 @@ CASES = {
     "BLK004": ([{"rollout": {"engine": "sglang"}, "linear": {"deep_gemm": False}}],
                [{"linear": {"deep_gemm": False}}], "no effect on sglang"),
     "TRN005": ([MEGATRON_FP8, {"training": {"attention": "sdpa"}}],
-               [{"training": {"attention": "sdpa"}}], "no effect on the Megatron trainer"),
+               [MEGATRON_FP8, {"training": {"attention": "fused"}}], "no effect on the Megatron trainer"),
+    "TRN006": ([{"training": {"attention": "fused"}}],
+               [{"training": {"attention": "sdpa"}}], "is a Megatron attention backend"),
 }
 # KV002 and BLK003 need an engine version the runtime patch does not know; every profiled version is known, so
 # their tests replace the patch set's answer (see test_kv002_*, test_blk003_*).

@@ -19,6 +19,8 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         needed["ue8m0_scales"] = "linear.scale_dtype"
     if sync_quantizer(ctx) == "fp8spec":
         needed["fast_block_quant"] = "linear.sync_quantizer"
+    if spec.training.precision == "fp8":
+        needed["te_report"] = "training.precision"
     return needed
 
 
