@@ -66,12 +66,13 @@ def build(model: str, precision: str, seqlen: int):
         num_query_groups=s["kv_heads"], kv_channels=s["head_dim"], normalization="RMSNorm", layernorm_epsilon=1e-6,
         qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
         add_qkv_bias=False, bf16=True, params_dtype=torch.bfloat16, attention_backend=AttnBackend.fused,
-        hidden_dropout=0.0, attention_dropout=0.0, variable_seq_lengths=True,
+        hidden_dropout=0.0, attention_dropout=0.0,
     )
     if moe:
         kw.update(num_moe_experts=s["experts"], moe_router_topk=s["topk"], moe_ffn_hidden_size=s["moe_ffn"],
                   moe_grouped_gemm=True, moe_token_dispatcher_type="alltoall",
-                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0)
+                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+                  variable_seq_lengths=True)  # as verl builds it (alltoall dispatcher needed for that)
     if recipe:
         kw.update(fp8="hybrid", fp8_recipe=recipe)
     config = TransformerConfig(**kw)

@@ -28,7 +28,7 @@ case $step in
   install-megatron)  # the megatron set into /tmp/site-megatron; TE's torch extension builds in the background
     bash benchmarks/engine/install_offline.sh /tmp/megatron /tmp/site-megatron || exit
     if [[ -n $(compgen -G "/tmp/site-megatron/.sdists/transformer_engine_torch-*") && ! -f /tmp/te-build.log ]]; then
-      setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-megatron > /tmp/te-build.log 2>&1 < /dev/null &
+      setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-megatron .whl > /tmp/te-build.log 2>&1 < /dev/null &
       echo "TE torch extension: building in the background (/tmp/te-build.log)"
     fi ;;
   install-engine)  # the engine + verl set into /tmp/site
@@ -38,8 +38,8 @@ case $step in
     mkdir -p "$OUT/bench"
     for _ in $(seq 240); do python3 -c "import transformer_engine.pytorch" 2> /dev/null && break; sleep 1; done
     cp /tmp/te-build.log "$OUT/bench/" 2> /dev/null
-    timeout 120 python3 -m pytest tests/runtime/test_te_report.py -q -p no:cacheprovider --noconftest 2>&1 |
-      tail -n 5 | tee "$OUT/bench/te_report_test.log"
+    timeout 120 python3 -m pytest tests/runtime/test_te_report.py -q -p no:cacheprovider --noconftest -x 2>&1 |
+      grep -E "^E |passed|failed|skipped" | cut -c1-400 | tail -n 8 | tee "$OUT/bench/te_report_test.log"
     cp /tmp/te-wheel/*.whl "$OUT/" 2> /dev/null  # the device-built extension, for the next offline set
     timeout "${BENCH_TIMEOUT_S:-300}" python3 benchmarks/megatron/bench_te_layer.py --out "$OUT/bench" "$@" 2>&1 |
       grep -v -E "Warning|warnings.warn" | tee "$OUT/bench/bench.log" | tail -n 20

@@ -64,6 +64,11 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _vllm_ext)
 
+    if "mbridge_compat" in new:
+        from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
+
+        _importhook.when_imported(MOD_MBRIDGE_UTIL, patch_mbridge_util)
+
     if "te_report" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
 

@@ -107,6 +107,19 @@ PATCHES = {
         "env_notes": env_help("fast_block_quant"),
         "engine_args": {"vllm": {}, "sglang": {}},
     },
+    "mbridge_compat": {
+        "description": (
+            "mbridge 0.15.1 (verl's vanilla_mbridge path) on megatron-core 0.16 and later: mbridge's model builder "
+            "compares with ModelType.encoder_and_decoder, which megatron-core removed; the patch gives mbridge a "
+            "ModelType whose encoder_and_decoder matches no model, so a decoder-only GPT builds as before."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("mbridge_compat"),
+        "engine_args": {"vllm": {}, "sglang": {}},
+    },
     "te_report": {
         "description": (
             "End-to-end FP8 training made visible: after each old-log-prob and update call of the Megatron "

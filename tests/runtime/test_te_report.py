@@ -87,6 +87,6 @@ def test_te_report_gpu():
         y = lin(x)
     y.float().sum().backward()
     line = report.line("update")
-    assert "fwd FP8 1/1 TE module calls (Linear x1)" in line
-    assert "Float8BlockScaling(HYBRID)" in line
-    assert "E4M3" in line and "bwd FP8 1 calls" in line and "E5M2" in line
+    assert "fwd FP8 1/1 TE module calls (Linear x1)" in line, line
+    assert "Float8BlockScaling(HYBRID)" in line, line
+    assert "E4M3" in line and "bwd FP8 1 calls" in line and "E5M2" in line, line

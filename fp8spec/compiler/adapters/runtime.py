@@ -21,6 +21,10 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         needed["fast_block_quant"] = "linear.sync_quantizer"
     if spec.training.precision == "fp8":
         needed["te_report"] = "training.precision"
+    if spec.training.backend == "megatron" and spec.training.bridge == "mbridge":
+        members = ctx.fact("megatron-core", "enum.model_type", {}).get("members", [])
+        if "encoder_and_decoder" not in members:
+            needed["mbridge_compat"] = "training.bridge"
     return needed
 
 
