@@ -65,7 +65,8 @@ case $step in
       CUDA_VISIBLE_DEVICES=0 RAY_ADDRESS="127.0.0.1:$p" timeout "${RUN_TIMEOUT_S:-420}" \
         bash ".rl/bundles/$bundle/launch.sh" "${parts[@]:1}" "${shared[@]}" > "$dir/$label.log" 2>&1
       echo "$label: bundle=$bundle rc=$? $(( $(date +%s) - start ))s" | tee -a "$dir/summary.txt"
-      RAY_ADDRESS="127.0.0.1:$p" python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
+      # only this run's head: 'ray stop' would stop every Ray process on the machine, the other runs' too
+      pkill -f -- "/tmp/ray-$label/" > /dev/null 2>&1
       cp -r "/tmp/ray-$label/session_latest/logs" "$dir/ray-logs-$label" 2> /dev/null
     }
     # A RUN of several runs joined by '>>' is a lane: its runs go one after the other (a resume after its start).
@@ -83,6 +84,7 @@ case $step in
     done
     sleep 60; nvidia-smi --query-gpu=memory.used,memory.total --format=csv > "$dir/gpu-mem.txt" 2>&1
     wait
+    python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
     { ls -lR /tmp/fp8spec-rl/checkpoints 2>&1 | head -n 300; du -sh /tmp/fp8spec-rl/checkpoints/* 2>&1; } \
       > "$dir/checkpoints.txt"
     for f in "$dir"/*.log; do

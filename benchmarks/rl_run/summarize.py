@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 RUNS = ("tiny-qwen3-h200-fp8", "tiny-qwen3-h200-bf16")  # run_h200_rl.sh; megatron runs are found by their logs
-NOT_RUNS = ("assets.log",)
+NOT_RUNS = ("assets.log", "driver.log")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(r"\bstep:(\d+) - (.*)$")
 METRIC = re.compile(r"^([\w/@.-]+):(?:np\.\w+\()?(-?[\d.eE+-]+|nan|inf)\)?$")

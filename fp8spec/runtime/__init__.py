@@ -69,6 +69,11 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         _importhook.when_imported(MOD_MBRIDGE_UTIL, patch_mbridge_util)
 
+    if "te_extra_state_compat" in new:
+        from .te_extra_state_compat import MOD_MEGATRON_TE, patch_megatron_te
+
+        _importhook.when_imported(MOD_MEGATRON_TE, patch_megatron_te)
+
     if "te_report" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
 

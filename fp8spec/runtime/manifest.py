@@ -120,6 +120,20 @@ PATCHES = {
         "env": env_defaults("mbridge_compat"),
         "engine_args": {"vllm": {}, "sglang": {}},
     },
+    "te_extra_state_compat": {
+        "description": (
+            "Checkpoints of Megatron MoE experts trained in FP8 with TransformerEngine's stateless recipes "
+            "(blockwise, current scaling, MXFP8): TE 2.20 saves an empty extra state for them, which "
+            "megatron-core 0.18.2's TEGroupedLinear cannot split; the patch returns one empty state per GEMM, as "
+            "megatron-core 0.19.2 does."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("te_extra_state_compat"),
+        "engine_args": {"vllm": {}, "sglang": {}},
+    },
     "te_report": {
         "description": (
             "End-to-end FP8 training made visible: after each old-log-prob and update call of the Megatron "

@@ -29,6 +29,9 @@ import torch
 logger = logging.getLogger(__name__)
 
 _TE_BASE = "TransformerEngineBaseModule"
+# TE's DType values of its FP8 formats (transformer_engine/transformer_engine.h: kNVTEFloat8E4M3 = 7,
+# kNVTEFloat8E5M2 = 8); the quantizers' dtype prints as the bare number in TE 2.20.
+_TE_FP8_DTYPES = {7: "E4M3", 8: "E5M2"}
 
 
 def _is_te_module(module: torch.nn.Module) -> bool:
@@ -56,7 +59,11 @@ def bf16_kind(name: str, module: torch.nn.Module) -> str | None:
 
 
 def _describe_quantizer(q: Any) -> str:
-    dtype = str(getattr(q, "dtype", "?")).rsplit(".", 1)[-1]
+    raw = getattr(q, "dtype", "?")
+    try:
+        dtype = _TE_FP8_DTYPES.get(int(raw), str(raw))
+    except (TypeError, ValueError):
+        dtype = str(raw).rsplit(".", 1)[-1]
     dim = getattr(q, "block_scaling_dim", None)
     block = {1: "1x128", 2: "128x128"}.get(dim, "")
     return f"{type(q).__name__}({dtype}{', ' + block if block else ''})"

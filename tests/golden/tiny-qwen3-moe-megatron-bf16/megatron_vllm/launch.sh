@@ -3,7 +3,8 @@
 # Do not edit: change the spec and run `fp8spec compile` again. Extra Hydra overrides may be appended
 # as arguments ("$@"); they come after fp8spec's and win.
 #
-# The bundle's Ray runtime environment (runtime_env.yaml: the FP8 environment variables) reaches the Ray workers one way, never twice (Ray
+# The bundle's Ray runtime environment (runtime_env.yaml: the FP8 environment variables and the
+# runtime patch set lib/fp8spec as py_modules) reaches the Ray workers one way, never twice (Ray
 # refuses a key set both in a job's runtime_env and in ray.init's):
 # - inside a Ray job (submit.sh, slurm.sbatch and rayjob.yaml submit this script with runtime_env.yaml), the
 #   job carries it; Ray marks the job's driver with RAY_JOB_CONFIG_JSON_ENV_VAR, and this script only checks
@@ -18,14 +19,24 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
-  :  # the bundle sets no environment variables
+  [[ ${FP8SPEC_RUNTIME_PATCHES-} == mbridge_compat ]] \
+    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "mbridge_compat": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
+  [[ ${VERL_USE_EXTERNAL_MODULES-} == fp8spec.runtime ]] \
+    || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs "fp8spec.runtime": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
+  export FP8SPEC_RUNTIME_PATCHES=mbridge_compat
+  export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='mbridge_compat'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
   ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.py_modules=['$here/lib/fp8spec']")
 fi
+# The driver imports the patch set too (verl imports fp8spec.runtime in every process).
+export PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}"
 
 exec python3 -m verl.trainer.main_ppo \
   "model_engine='megatron'" \

@@ -19,8 +19,8 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
-  [[ ${FP8SPEC_RUNTIME_PATCHES-} == fast_block_quant,kv_scales ]] \
-    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "fast_block_quant,kv_scales": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
+  [[ ${FP8SPEC_RUNTIME_PATCHES-} == fast_block_quant,kv_scales,mbridge_compat ]] \
+    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "fast_block_quant,kv_scales,mbridge_compat": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${VERL_USE_EXTERNAL_MODULES-} == fp8spec.runtime ]] \
     || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs "fp8spec.runtime": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${VLLM_USE_DEEP_GEMM-} == 0 ]] \
@@ -28,13 +28,13 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   [[ ${VLLM_USE_DEEP_GEMM_E8M0-} == 0 ]] \
     || die "the Ray job sets VLLM_USE_DEEP_GEMM_E8M0='${VLLM_USE_DEEP_GEMM_E8M0-(unset)}', this bundle needs "0": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
-  export FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales
+  export FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales,mbridge_compat
   export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
   export VLLM_USE_DEEP_GEMM=0
   export VLLM_USE_DEEP_GEMM_E8M0=0
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM='0'")
-  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant,kv_scales'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant,kv_scales,mbridge_compat'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
