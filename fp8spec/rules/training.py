@@ -134,3 +134,34 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
             "model has no such attention",
             "training.attention",
         )
+
+
+@rule(
+    "TRN007",
+    "fp8-training-measured-slower",
+    "warning",
+    "End-to-end FP8 training was measured slower than BF16 for this model class.",
+    """The layer benchmark in the real stack (megatron-core 0.18.2 + TransformerEngine 2.20.2 on an H200,
+    BENCHMARKS.md section 6.1) has a Qwen3-30B-A3B MoE layer 19-36 % slower in FP8 blockwise than in BF16
+    (small per-expert GEMMs do not pay for the quantization of activations, weights and gradients) while a dense
+    Qwen3-8B layer gains 19 % at 22.5K-token micro-batches. Users report both signs (the FP8-RL paper: about 20 %
+    less learner time; verl #7232: end-to-end FP8 slower for Qwen3-30B-A3B on H200). The FP8 rollout's gain does
+    not depend on the trainer's precision.""",
+    "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; keep fp8 if its lower "
+    "rollout/trainer mismatch is what you want (acknowledge TRN007)",
+    acknowledgeable=True,
+)
+def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
+    from fp8spec.plan.gain import trainer_gain
+
+    t = ctx.spec.training
+    if t.backend != "megatron" or t.precision != "fp8":
+        return
+    tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
+    g = trainer_gain(ctx.model.is_moe, t.fp8_scaling, tokens)
+    if g is not None and g.ratio < 1.0:
+        yield Finding(
+            f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "
+            f"model class ({g.workload}, BENCHMARKS.md 6.1)",
+            "training.precision",
+        )

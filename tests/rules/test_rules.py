@@ -162,6 +162,7 @@ CASES = {
                [MEGATRON_FP8, {"training": {"attention": "fused"}}], "no effect on the Megatron trainer"),
     "TRN006": ([{"training": {"attention": "fused"}}],
                [{"training": {"attention": "sdpa"}}], "is a Megatron attention backend"),
+    "TRN007": ([MOE, MEGATRON_FP8], [MEGATRON_FP8], "layer speed for this model class"),
 }
 # KV002 and BLK003 need an engine version the runtime patch does not know; every profiled version is known, so
 # their tests replace the patch set's answer (see test_kv002_*, test_blk003_*).
