@@ -50,4 +50,6 @@ def trainer_gain(is_moe: bool, recipe: str, tokens: int) -> Optional[TrainerGain
     if not rows:
         return None
     e = min(rows, key=lambda row: (abs(int(row["tokens"]) - tokens), int(row["tokens"])))
-    return TrainerGain(float(e["ratio"]), int(e["tokens"]), str(e["workload"]), " ".join(str(data["source"]).split()))
+    return TrainerGain(
+        float(e["ratio"]), int(e["tokens"]), str(e["workload"]), " ".join(str(data["source"]).split())
+    )

@@ -275,11 +275,14 @@ def render_text(plan: Plan) -> str:
         tg = plan.trainer_gain()
         if tg is not None:
             speed = [
-                "1.00x" if c.precision == "bf16" else f"{tg.ratio:.2f}x @ {tg.tokens // 1024}K tok" for c in cols
+                "1.00x" if c.precision == "bf16" else f"{tg.ratio:.2f}x @ {tg.tokens // 1024}K tok"
+                for c in cols
             ]
             out.append(row("layer fwd+bwd speed vs BF16 (measured)", speed))
             word = "slower" if tg.ratio < 1 else "faster"
-            out.append(f"  FP8 training {word} than BF16 for this model class: {tg.workload}; source: {tg.source}")
+            out.append(
+                f"  FP8 training {word} than BF16 for this model class: {tg.workload}; source: {tg.source}"
+            )
         for note in t.notes:
             out.append(f"  note: {note}")
     problems = [v for v in plan.verdicts() if not v.ok]

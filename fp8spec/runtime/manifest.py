@@ -109,9 +109,10 @@ PATCHES = {
     },
     "mbridge_compat": {
         "description": (
-            "mbridge 0.15.1 (verl's vanilla_mbridge path) on megatron-core 0.16 and later: mbridge's model builder "
-            "compares with ModelType.encoder_and_decoder, which megatron-core removed; the patch gives mbridge a "
-            "ModelType whose encoder_and_decoder matches no model, so a decoder-only GPT builds as before."
+            "mbridge (verl's vanilla_mbridge path) on a megatron-core without ModelType.encoder_and_decoder "
+            "(the megatron-core profile's enum.model_type fact): mbridge's model builder compares with it; the "
+            "patch gives mbridge a ModelType whose encoder_and_decoder matches no model, so a decoder-only GPT "
+            "builds as before."
         ),
         "side": ("trainer",),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
@@ -123,9 +124,10 @@ PATCHES = {
     "te_extra_state_compat": {
         "description": (
             "Checkpoints of Megatron MoE experts trained in FP8 with TransformerEngine's stateless recipes "
-            "(blockwise, current scaling, MXFP8): TE 2.20 saves an empty extra state for them, which "
-            "megatron-core 0.18.2's TEGroupedLinear cannot split; the patch returns one empty state per GEMM, as "
-            "megatron-core 0.19.2 does."
+            "(blockwise, current scaling, MXFP8): TransformerEngine saves an empty extra state for them, which "
+            "TEGroupedLinear cannot split in a megatron-core whose profile says so "
+            "(checkpoint.grouped_splits_stateless_extra_state); the patch returns one empty state per GEMM, as "
+            "later megatron-core releases do."
         ),
         "side": ("trainer",),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},

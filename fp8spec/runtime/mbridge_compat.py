@@ -33,7 +33,7 @@ def patch_mbridge_util(module: ModuleType) -> bool:
     if hasattr(real, "encoder_and_decoder"):
         return False
     members = {m.name: m for m in real}
-    module.ModelType = SimpleNamespace(**members, encoder_and_decoder=_NoSuchModelType())
+    setattr(module, "ModelType", SimpleNamespace(**members, encoder_and_decoder=_NoSuchModelType()))  # noqa: B010
     logger.info(
         "fp8spec mbridge_compat: megatron-core's ModelType has %s; mbridge.core.util sees encoder_and_decoder as "
         "a type no model has",

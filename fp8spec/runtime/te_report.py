@@ -64,8 +64,8 @@ def _describe_quantizer(q: Any) -> str:
         dtype = _TE_FP8_DTYPES.get(int(raw), str(raw))
     except (TypeError, ValueError):
         dtype = str(raw).rsplit(".", 1)[-1]
-    dim = getattr(q, "block_scaling_dim", None)
-    block = {1: "1x128", 2: "128x128"}.get(dim, "")
+    dim = getattr(q, "block_scaling_dim", 0)
+    block = {1: "1x128", 2: "128x128"}.get(dim if isinstance(dim, int) else 0, "")
     return f"{type(q).__name__}({dtype}{', ' + block if block else ''})"
 
 

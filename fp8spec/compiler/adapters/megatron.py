@@ -53,7 +53,7 @@ def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "key.megatron_vanilla_mbridge",
             True,
             "training.bridge",
-            "build the model and export its weights with mbridge (verl's default Megatron-Bridge 0.5.2 is not on PyPI)",
+            "build the model and export its weights with mbridge (verl's Megatron-Bridge pin is not on PyPI)",
         )
     if t.attention in ("fused", "unfused"):
         _mc(
