@@ -287,9 +287,9 @@ def test_missing_file(tmp_path):
 
 
 def test_too_large_file(tmp_path, monkeypatch):
-    import fp8spec.catalog._parse as parse
+    import fp8spec.catalog._files as files
 
-    monkeypatch.setattr(parse, "MAX_CONFIG_BYTES", 100)
+    monkeypatch.setattr(files, "MAX_CONFIG_BYTES", 100)
     p = _write(tmp_path, _cfg())
     assert "too large" in str(_error(p))
 
