@@ -114,7 +114,8 @@ ARCHITECTURES: dict[str, Arch] = {
             defaults=GEMMA3_TEXT_DEFAULTS,
         ),
         # modeling_glm4_moe.py: q/k/v bias = attention_bias, o_proj without; q_norm/k_norm iff use_qk_norm;
-        # Glm4MoeTopkRouter carries e_score_correction_bias
+        # Glm4MoeTopkRouter carries e_score_correction_bias. Its MTP layer (num_nextn_predict_layers) is not
+        # read: vLLM 0.24.0 glm4_moe_mtp.py reuses lm_head / embed_tokens, so DeepSeek's MTP layout may not hold
         Arch(
             "Glm4MoeForCausalLM",
             ("glm4_moe",),
@@ -123,7 +124,6 @@ ARCHITECTURES: dict[str, Arch] = {
             qk_norm="use_qk_norm",
             o_bias=False,
             router_bias=True,
-            mtp=True,
         ),
         Arch("DeepseekV2ForCausalLM", ("deepseek_v2",), "mla", moe="deepseek"),
         Arch("DeepseekV3ForCausalLM", ("deepseek_v3",), "mla", moe="deepseek", router_bias=True, mtp=True),
