@@ -330,3 +330,25 @@ def test_glm45_air_router_bias_and_shared_expert():
     q = f.linear_module("model.layers.1.self_attn.q_proj")
     o = f.linear_module("model.layers.1.self_attn.o_proj")
     assert q is not None and o is not None and q.bias and not o.bias
+
+
+@pytest.mark.parametrize(
+    "name, first",
+    [
+        # issue 25: REF001 suggested Qwen3-30B-A3B for Qwen3-235B
+        ("Qwen/Qwen3-235B", "Qwen/Qwen3-235B-A22B"),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B"),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B"),
+        ("meta-llama/Llama-3.3-70B", "meta-llama/Llama-3.3-70B-Instruct"),
+        ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mistralai/Mixtral-8x22B-v0.1"),
+        ("google/gemma-3-12b-pt", "google/gemma-3-12b-it"),
+        ("deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-ai/DeepSeek-V2-Lite"),
+        ("THUDM/GLM-4.5-Air", "zai-org/GLM-4.5-Air"),
+    ],
+)
+def test_unknown_release_suggests_its_family_and_size(name, first):
+    from fp8spec.catalog import UnknownModel
+
+    with pytest.raises(UnknownModel) as err:
+        get_model(name)
+    assert err.value.suggestions[0] == first
