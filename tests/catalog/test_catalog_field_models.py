@@ -352,3 +352,20 @@ def test_unknown_release_suggests_its_family_and_size(name, first):
     with pytest.raises(UnknownModel) as err:
         get_model(name)
     assert err.value.suggestions[0] == first
+
+
+def test_fp8_kv_qk_norm_fact_agrees_with_the_catalog():
+    """The verl profile's FP8-KV risk fact names architectures; the catalog's module-derived flag must agree."""
+    from fp8spec.catalog._arch import ARCHITECTURES
+    from fp8spec.profiles import load_profile
+
+    fact = load_profile("verl", "0.9.1").value("risk.fp8_kv_without_qk_norm")
+    for arch in fact["without_qk_norm"]:
+        assert ARCHITECTURES[arch].qk_norm is False, arch
+    for arch in fact["with_qk_norm"]:
+        assert ARCHITECTURES[arch].qk_norm is True, arch
+    by_arch = {get_model(m).architecture: get_model(m).qk_norm for m in catalog_ids()}
+    assert all(by_arch[a] is False for a in fact["without_qk_norm"] if a in by_arch)
+    assert all(by_arch[a] is True for a in fact["with_qk_norm"] if a in by_arch)
+    assert any(r["model"].startswith("Qwen/Qwen2.5") for r in fact["reported"])
+    assert not get_model("Qwen/Qwen2.5-7B").qk_norm  # the reported model's family
