@@ -318,7 +318,7 @@ def models() -> None:
     for model_id in catalog_ids():
         m = get_model(model_id)
         kind = f"MoE {m.num_experts} experts" if m.is_moe else "dense"
-        typer.echo(f"{model_id:<36} {m.architecture:<24} {m.num_hidden_layers:>3} layers  {kind}")
+        typer.echo(f"{model_id:<36} {m.architecture:<30} {m.num_hidden_layers:>3} layers  {kind}")
 
 
 app.add_typer(backends_app, name="backends", help="Backend releases: wheel snapshots, drift report.")
