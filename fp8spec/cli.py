@@ -24,6 +24,7 @@ from fp8spec.cli_options import (
     complete_code,
     fail,
     format_option,
+    output_folder,
     usage_error,
     validate_on_backend,
 )
@@ -217,21 +218,26 @@ def compile(
         ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
     ),
     backend: Optional[str] = backend_option(),
-    output: Path = typer.Option(
-        Path("bundles"),
+    output: str = typer.Option(
+        "bundles",
         "--output",
         "-o",
         metavar="DIR",
         help="Folder that receives the bundle folder.",
-        readable=False,
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an existing bundle of the same name."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Replace an existing bundle of the same name, if fp8spec wrote it and nobody changed it "
+        "since (anything else at that name is refused).",
+    ),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
     from fp8spec.compiler.build import build_plan
     from fp8spec.compiler.bundle import bundle_files
     from fp8spec.compiler.writer import WriteError, write_bundle
 
+    out_dir = output_folder(output)
     validation, choice = _validated(spec, backend)
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
@@ -239,7 +245,13 @@ def compile(
     plan = build_plan(valid, choice)
     files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     try:
-        target = write_bundle(output, valid.spec.name, files, force=force)
+        target = write_bundle(
+            out_dir,
+            valid.spec.name,
+            files,
+            force=force,
+            note=lambda text: typer.echo(printable(text), err=True),
+        )
     except WriteError as err:
         fail(EXIT_BAD_INPUT, str(err))
     top = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in files})

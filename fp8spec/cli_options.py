@@ -61,6 +61,14 @@ def usage_error(message: str) -> NoReturn:
     fail(EXIT_BAD_INPUT, message)
 
 
+def output_folder(text: str) -> Path:
+    """The folder ``-o`` names. An empty or blank name (an unset ``$OUT``) is refused: read as a path it would
+    be the current folder, and the command would write there unasked."""
+    if not text.strip():
+        usage_error(f"-o {text!r} names no folder (an unset variable?); give one, e.g. -o bundles")
+    return Path(text)
+
+
 def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
     """Validate ``spec`` as compiled for ``backend`` (its own when None) and say on stderr how it was
     retargeted; unreadable input or an unknown backend exits EXIT_BAD_INPUT with one line.
