@@ -235,6 +235,7 @@ def compile(
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
     from fp8spec.compiler.build import build_plan
     from fp8spec.compiler.bundle import bundle_files
+    from fp8spec.compiler.launchers import BundleError
     from fp8spec.compiler.writer import WriteError, write_bundle
 
     out_dir = output_folder(output)
@@ -243,7 +244,11 @@ def compile(
         typer.echo(d.render(), err=True)
     valid = validation.valid()
     plan = build_plan(valid, choice)
-    files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
+    try:
+        files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
+    except BundleError as err:
+        typer.echo(f"{printable(str(spec))}: error: {printable(str(err))}; nothing written", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS) from None
     try:
         target = write_bundle(
             out_dir,

@@ -224,15 +224,19 @@ def write_bundle(
             staging, staging_fd = _staging_dir(out_dir, name)
     except OSError as err:
         raise WriteError(f"cannot create a bundle in {out_dir}: {err.strerror or err}") from None
+    # The user's umask decides who may read the bundle (it can hold addresses, overrides, a reward file):
+    # folders and scripts 0777, other files 0666, less the umask, as any tool that writes files does.
+    mask = _umask()
     try:
         for rel, text in sorted(files.items()):
             path = staging / rel
             for folder in reversed(path.relative_to(staging).parents[:-1]):
-                (staging / folder).mkdir(mode=0o755, exist_ok=True)
+                (staging / folder).mkdir(mode=0o700, exist_ok=True)
+                os.chmod(staging / folder, 0o777 & ~mask)
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
-            os.chmod(path, 0o755 if rel in EXECUTABLE else 0o644)
-        os.chmod(staging, 0o755)
+            os.chmod(path, (0o777 if rel in EXECUTABLE else 0o666) & ~mask)
+        os.chmod(staging, 0o777 & ~mask)
         with _bundle_lock(out_dir, name):
             _refuse_existing(bundle_target(out_dir, name), force, while_running=True)
             _put_in_place(staging, target)
@@ -245,6 +249,20 @@ def write_bundle(
     finally:
         os.close(staging_fd)
     return target
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux shows it (/proc/self/status, 4.7+)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (fp8spec writes bundles from one thread)
+    os.umask(mask)
+    return mask
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h: renameat2 swaps the two paths atomically
