@@ -31,8 +31,10 @@ from fp8spec.compiler.templates import render
 from fp8spec.hardware import gpu as gpu_facts
 from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
+from fp8spec.profiles.kubernetes import kubernetes_limit
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
+from fp8spec.spec.cluster import POD_SHM_VOLUME
 from fp8spec.spec.model import Spec
 from fp8spec.targets import STACK_KINDS
 
@@ -64,15 +66,25 @@ def runtime_env_yaml(plan: Plan, working_dir: str, bundle_dir: str = "", comment
     return text + "env_vars:\n" + yaml_string_map(plan.env, indent=2)
 
 
+class BundleError(Exception):
+    """The spec compiles, but a launcher file would be refused by the system it is for (exit 1)."""
+
+
 def submission_id(spec_name: str, backend: str, spec_sha256: str) -> str:
     return f"fp8spec-{spec_name}-{backend.replace('+', '-')}-{spec_sha256[:12]}"
 
 
 def k8s_name(name: str) -> str:
-    """A DNS-1035 label of at most 47 characters (a KubeRay RayJob name) from a spec name."""
+    """A DNS-1035 label of at most 47 characters (a KubeRay RayJob name) from a spec name. A name that had to
+    change ('a_b', 'a.b' -> 'a-b') gets a digest of the spec name, so that two specs never map to one
+    RayJob (kubectl apply of one would replace the other)."""
     text = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     if not text or not text[0].isalpha():
         text = "fp8-" + text
+    if text != name and len(text) <= K8S_NAME_MAX:
+        text = (
+            text[: K8S_NAME_MAX - 7].rstrip("-") + "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
+        )
     if len(text) > K8S_NAME_MAX:
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
         text = text[: K8S_NAME_MAX - 7].rstrip("-") + "-" + digest
@@ -248,6 +260,14 @@ def _rayjob(
         # the custom reward file is loaded relative to the working_dir (this ConfigMap)
         **{path: files[path] for path in (REWARD_FILE,) if path in files},
     }
+    size = sum(len(text.encode("utf-8")) for text in bundle.values())
+    limit = kubernetes_limit("configmap_max_bytes")
+    if size > limit and spec.cluster.launcher == "kuberay":
+        raise BundleError(
+            f"rayjob.yaml: the ConfigMap of bundle files would hold {size} bytes and Kubernetes refuses more "
+            f"than {limit} (backends/kubernetes/limits.yaml); make reward.custom_function.path smaller "
+            f"(it is {len(files.get(REWARD_FILE, '').encode('utf-8'))} bytes) or use another launcher"
+        )
     launch = " ".join(["bash", "launch.sh", *(shell_word(o) for o in kuberay.extra_overrides)])
     return render(
         "rayjob.yaml.j2",
@@ -268,8 +288,8 @@ def _rayjob(
         worker_pod=_pod_yaml(
             kuberay,
             12,
-            ['{name: "dshm", mountPath: "/dev/shm"}'],
-            ['{name: "dshm", emptyDir: {medium: "Memory"}}'],
+            [f"{{name: {json_scalar(POD_SHM_VOLUME[0])}, mountPath: {json_scalar(POD_SHM_VOLUME[1])}}}"],
+            [f'{{name: {json_scalar(POD_SHM_VOLUME[0])}, emptyDir: {{medium: "Memory"}}}}'],
         ),
         **common,
     )

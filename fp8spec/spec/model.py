@@ -22,6 +22,7 @@ from fp8spec.spec.fields import (
     LayerCount,
     NonEmpty,
     NonNegLayers,
+    PathText,
     PositiveCount,
     Section,
     Slug,
@@ -40,10 +41,10 @@ class ModelSection(Section):
         description="Model id from fp8spec's catalog (`fp8spec models`), e.g. "
         "Qwen/Qwen3-30B-A3B-Base; with config_path, any name for the local model."
     )
-    config_path: Optional[NonEmpty] = Field(
+    config_path: Optional[PathText] = Field(
         None, description="Local Hugging Face config.json that replaces the catalog entry (read offline)."
     )
-    path: NonEmpty = Field(
+    path: PathText = Field(
         description="Where the BF16 weights live on the cluster: a Hugging Face model folder "
         "on every node (the preflight fails when it is missing), or a hub id with from_hub "
         "(actor_rollout_ref.model.path; the model argument of a standalone server)."

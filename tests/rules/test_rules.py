@@ -73,6 +73,8 @@ CASES = {
     "LCH001": ([{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--partitio=long"]}}}],
                [{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--mem-per-gpu=80G"]}}}],
                "sbatch reads it as --partition"),
+    "LCH002": ([{"cluster": {"slurm": {"time_limit": "1:2:3:4"}}}], [{"cluster": {"slurm": {"time_limit": "2-00:00:00"}}}],
+               "sbatch would refuse it"),
     "MEM001": ([DEEPSEEK_E2E], [MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 8}}}], "but a h200 holds"),
     "MEM002": ([{"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}, "linear": {"quantize": False}}],
                [{"rollout": {"tp": 1, "gpu_memory_utilization": 0.6}, "linear": {"quantize": False}}],
