@@ -70,6 +70,5 @@ exec python3 -m verl.trainer.main_ppo \
   "reward.reward_manager.name='naive'" \
   "reward.custom_reward_function.path='custom_reward.py'" \
   "reward.custom_reward_function.name='compute_score'" \
-  "+actor_rollout_ref.rollout.engine_kwargs.sglang.kv_cache_dtype='fp8_e4m3'" \
   ${ray_init[@]+"${ray_init[@]}"} \
   "$@"
