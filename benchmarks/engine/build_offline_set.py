@@ -15,9 +15,10 @@ cache as ``NAME-VERSION-*.whl``, that wheel instead) into one deterministic ``of
 of at most ``--part-mib`` MiB
 (``OUT/part01/offline.tar.xz.part01``, ...; one folder per part so each device call can carry one part).
 ``OUT/part01/offline.sha256`` holds the checksum of the whole archive and of each part; ``install_offline.sh``
-checks them on the device before it installs. ``--unpack DIR`` instead writes the selected sets as they would be
-installed (wheels unzipped, filters applied) into DIR, for reading them statically
-(``benchmarks/sglang/import_closure.py``).
+checks them on the device before it installs. ``--without NAME[==VERSION],...`` leaves wheels out (one archive
+for SGLang's path alone: the engine and verl sets without vLLM and the pins the sglang set replaces).
+``--unpack DIR`` instead writes the selected sets as they would be installed (wheels unzipped, filters applied)
+into DIR, for reading them statically (``benchmarks/sglang/import_closure.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ PLATFORMS += ["manylinux2014_x86_64", "manylinux1_x86_64", "any"]
 class OfflineSet:
     """What ``offline_set.txt`` says for the selected sets."""
 
-    def __init__(self, path: Path, sets: set[str]):
+    def __init__(self, path: Path, sets: set[str], without: list[str] | None = None):
         self.sets = sets
         self.wheels: list[str] = []  # requirements packed in these sets
         self.all_wheels: list[str] = []  # every wheel line of the file (split globs may take files from any)
@@ -76,6 +77,11 @@ class OfflineSet:
                     self.wheels.append(words[0])
             else:
                 sys.exit(f"{path}: cannot read line {raw!r}")
+        for drop in without or []:  # NAME (any version) or NAME==VERSION
+            hit = [w for w in self.wheels if w == drop or w.split("==")[0].lower() == drop.lower()]
+            if not hit:
+                sys.exit(f"--without {drop}: no such wheel in sets {', '.join(sorted(sets))}")
+            self.wheels = [w for w in self.wheels if w not in hit]
 
     def excluded(self) -> list[str]:
         """Globs left out of the wheels packed here: strip lines, and split lines of sets not built."""
@@ -249,9 +255,10 @@ def main() -> int:
     ap.add_argument("--sets", default="engine,verl", help="comma list of sets from offline_set.txt")
     ap.add_argument("--out", default=".engine", type=Path)
     ap.add_argument("--part-mib", default=48, type=int)
+    ap.add_argument("--without", default="", help="comma list of NAME or NAME==VERSION left out of the sets")
     ap.add_argument("--unpack", type=Path, help="write the sets' installed files here instead (no archive)")
     args = ap.parse_args()
-    chosen = OfflineSet(HERE / "offline_set.txt", set(args.sets.split(",")))
+    chosen = OfflineSet(HERE / "offline_set.txt", set(args.sets.split(",")), [w for w in args.without.split(",") if w])
     CACHE.mkdir(parents=True, exist_ok=True)
     if args.unpack:
         if args.unpack.exists():

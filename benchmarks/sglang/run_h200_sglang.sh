@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/sglang/run_h200_sglang.sh receive NN SET       the carried .SET/partNN into /tmp/SET
 #   bash benchmarks/sglang/run_h200_sglang.sh install-engine       the engine + verl set into /tmp/site (vLLM, verl)
-#   bash benchmarks/sglang/run_h200_sglang.sh install-sglang       the sglang set into /tmp/site-sglang (+ sglang-fa3
+#   bash benchmarks/sglang/run_h200_sglang.sh install-sglang [PARTS]  the sglang set into /tmp/site-sglang (+ sglang-fa3
 #                                                                  when its parts were received), the view of /tmp/site
 #                                                                  without vLLM, and an import check of both paths
 #   bash benchmarks/sglang/run_h200_sglang.sh bench GPU ITEMS...   SGLang engine throughput/KV (run_sglang_configs.py)
@@ -31,6 +31,13 @@ SGL_PATH="/tmp/site-sglang:/tmp/site-ev:$PWD:$PWD/benchmarks/sglang:$PWD/benchma
 if ! ldconfig -p 2> /dev/null | grep -q "libnuma.so.1 "; then
   export LD_LIBRARY_PATH="/tmp/site-sglang/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# torch-memory-saver's LD_PRELOAD hook (verl sets enable_memory_saver) needs libcudart.so.13 at exec time, before
+# torch loads its own copy, and has no RUNPATH: point the loader at torch's (nvidia/*/lib) when ldconfig lacks it
+if ! ldconfig -p 2> /dev/null | grep -q "libcudart.so.13 "; then
+  tsite=$(python3 -c "import importlib.util, os; print(os.path.dirname(os.path.dirname(importlib.util.find_spec('torch').origin)))" 2> /dev/null)
+  cudart=$(ls "$tsite"/nvidia/*/lib/libcudart.so.13 "$tsite"/nvidia/*/*/lib/libcudart.so.13 /usr/local/cuda/lib64/libcudart.so.13 2> /dev/null | head -n 1)
+  [[ -n $cudart ]] && export LD_LIBRARY_PATH="$(dirname "$cudart")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 step=${1:?step}
 shift
 pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
@@ -41,15 +48,17 @@ case $step in
     bash benchmarks/engine/install_offline.sh /tmp/engine /tmp/site || exit
     PYTHONPATH=/tmp/site python3 -c "import vllm, verl; print('vllm', vllm.__version__, 'verl', verl.__version__)" 2>&1 |
       tail -n 1 ;;
-  install-sglang)
-    bash benchmarks/engine/install_offline.sh /tmp/sglang /tmp/site-sglang || exit
+  install-sglang)  # [PARTS_DIR]: /tmp/sglang (set sglang, beside install-engine's /tmp/site) or /tmp/sglang-rl (the
+                   # one-archive build of everything SGLang's path needs, no vLLM: README.md "Builds")
+    bash benchmarks/engine/install_offline.sh "${1:-/tmp/sglang}" /tmp/site-sglang || exit
     if [[ -f /tmp/sglang-fa3/offline.sha256 ]]; then  # optional FA3 (set sglang-fa3): linked into sgl_kernel/
       bash benchmarks/engine/install_offline.sh /tmp/sglang-fa3 /tmp/site-fa3 &&
         ln -sf /tmp/site-fa3/sgl_kernel/flash_ops.abi3.so /tmp/site-sglang/sgl_kernel/flash_ops.abi3.so
     fi
-    [[ -d /tmp/site ]] || { echo "install-sglang: install the engine + verl set first (install-engine)" >&2; exit 2; }
     rm -rf /tmp/site-ev && mkdir -p /tmp/site-ev
+    [[ -d /tmp/site ]] || echo "install-sglang: no /tmp/site (install-engine): the sglang folder must hold verl too"
     for f in /tmp/site/*; do
+      [[ -e $f ]] || continue
       case ${f##*/} in
         vllm|vllm-*|xgrammar|xgrammar-*|llguidance|llguidance-*|openai_harmony|openai_harmony-*) ;;
         openai|openai-*|tvm_ffi|apache_tvm_ffi-*) ;;  # the sglang set's own pins
@@ -57,6 +66,9 @@ case $step in
       esac
     done
     ldconfig -p | grep -q "libnuma.so.1 " && echo "libnuma.so.1: the image's" || echo "libnuma.so.1: the set's copy"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    LD_PRELOAD=/tmp/site-sglang/torch_memory_saver_hook_mode_preload_cu13.abi3.so python3 -c \
+      "import torch; torch.zeros(1, device='cuda'); print('torch-memory-saver preload hook loads')" 2>&1 | tail -n 2
     PYTHONPATH=$SGL_PATH python3 - << 'EOF' 2>&1 | grep -v -i warn | tail -n 12
 import importlib.metadata as md
 import sglang, sgl_kernel, flashinfer, torch_memory_saver, tvm_ffi, torch  # noqa: F401 (import = the check)
