@@ -185,12 +185,16 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--backends", default="flashinfer,triton")
     ap.add_argument("--one", nargs=2, metavar=("BACKEND", "CKPT"))
+    ap.add_argument("--verdicts-only", action="store_true", help="recompute the verdicts from DIR's records")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.one:
         run_backend(a.one[0], a.one[1], a.out)
         return 0
     backends = [b for b in a.backends.split(",") if b]
+    if a.verdicts_only:
+        print(json.dumps(verdicts(a.out, backends), indent=1))
+        return 0
     for b in backends:
         if b not in BACKENDS:
             raise SystemExit(f"unknown backend {b!r} (choose from {', '.join(BACKENDS)})")
@@ -202,8 +206,8 @@ def main() -> int:
         with open(a.out / f"kv_probe_sglang_{b}.log", "w") as log:
             try:
                 r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--one", b, str(ckpt)], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, timeout=int(os.environ.get("KV_PROBE_TIMEOUT_S",
-                                                                                                     "300")))
+                                   stdout=log, stderr=subprocess.STDOUT,
+                                   timeout=int(os.environ.get("KV_PROBE_TIMEOUT_S", "420")))
                 code = r.returncode
             except subprocess.TimeoutExpired:
                 code = "timeout"
