@@ -89,6 +89,11 @@ def main() -> int:
     tokenizer = build_tokenizer(texts, config["vocab_size"])
     assert len(tokenizer) == config["vocab_size"], (len(tokenizer), config["vocab_size"])
     model_dir = a.out / a.model_dir
+    if (model_dir / "model.safetensors").is_file() and (a.out / "data" / "test.parquet").is_file():
+        # another run set of the same lease made them (same seed, same bytes); rewriting files that running
+        # trainers may still read is what must not happen
+        print(f"make_assets: {model_dir} exists, kept")
+        return 0
     tokenizer.save_pretrained(model_dir)
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
     cfg.architectures = config["architectures"]
