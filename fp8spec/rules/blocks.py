@@ -193,6 +193,32 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
 
 
 @rule(
+    "BLK005",
+    "sync-quantizer-unverified",
+    "warning",
+    "The fp8spec weight-sync quantizer was not shown byte-exact in this engine.",
+    """linear.sync_quantizer: auto turns fast_block_quant on only where the engine's profile records it as run
+    in the real engine and byte-exact against a fresh engine (verified.fast_block_quant_in_engine: vLLM 0.24.0,
+    BENCHMARKS.md 4.3). Elsewhere an explicit fp8spec still wins, but unproven: on SGLang 0.5.12 it synced in
+    the real engine (BENCHMARKS.md 7.4) and differs from verl's path on every quantized weight, because verl's
+    quantizer is not the reference quantization (0.22 % of the FP8 codes differ), and equality with a fresh
+    engine loaded from the reference quantization was not run.""",
+    "use linear.sync_quantizer: auto (verl's quantizer here), or keep fp8spec knowingly and acknowledge BLK005",
+    needs_model=False,
+)
+def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec = ctx.spec
+    if not spec.linear.quantize or spec.linear.sync_quantizer != "fp8spec":
+        return
+    if ctx.fact(ctx.engine, "verified.fast_block_quant_in_engine", False) is not True:
+        yield Finding(
+            f"linear.sync_quantizer fp8spec on {ctx.engine} {ctx.engine_version}: fast_block_quant was not shown "
+            "byte-exact against a fresh engine there",
+            "linear.sync_quantizer",
+        )
+
+
+@rule(
     "BLK004",
     "deep-gemm-is-vllm-only",
     "warning",

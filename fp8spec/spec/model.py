@@ -118,7 +118,8 @@ class LinearSection(Section):
         "verl's per-tensor scaled_fp8_blockwise. fp8spec: the runtime patch fast_block_quant (one launch per "
         "received bucket, IEEE-exact scales; Qwen3-30B-A3B sync 4.94 s -> 3.06 s on an H200, BENCHMARKS.md 4.3). "
         "auto (default): fp8spec on the stacks where it was run in the real engine (vLLM 0.24.0 under verl "
-        "0.9.1), verl elsewhere. Only with linear.quantize.",
+        "0.9.1), verl elsewhere; an explicit fp8spec where it was not shown byte-exact warns (BLK005). Only with "
+        "linear.quantize.",
     )
     deep_gemm: Optional[bool] = Field(
         None,
