@@ -205,6 +205,20 @@ def launcher_files(
     return out
 
 
+def _check_secret_env(spec: Spec, plan: Plan) -> None:
+    """A Secret may not supply a name the bundle sets for every Ray worker: a pod-level value would silently fight
+    the recipe's (names the process, Ray or the GPU assignment own are refused where typed: EnvName)."""
+    if spec.cluster.launcher != "kuberay":
+        return
+    bundle_env = {s.key for s in plan.of("env")}
+    for i, e in enumerate(spec.cluster.kuberay.secret_env):
+        if e.env in bundle_env:
+            owner = "the bundle sets it for every Ray worker (runtime_env.yaml)"
+            raise BundleError(
+                f"cluster.kuberay.secret_env[{i}].env {e.env}: {owner}; take the Secret under another name"
+            )
+
+
 def configmap_key(path: str) -> str:
     """A ConfigMap key for a bundle file (keys allow only [-._a-zA-Z0-9]; the mount restores the path)."""
     return path.replace("/", "--")
@@ -268,6 +282,7 @@ def _rayjob(
             f"than {limit} (backends/kubernetes/limits.yaml); make reward.custom_function.path smaller "
             f"(it is {len(files.get(REWARD_FILE, '').encode('utf-8'))} bytes) or use another launcher"
         )
+    _check_secret_env(spec, plan)
     launch = " ".join(["bash", "launch.sh", *(shell_word(o) for o in kuberay.extra_overrides)])
     return render(
         "rayjob.yaml.j2",

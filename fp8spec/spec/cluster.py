@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
+from fp8spec.profiles.kubernetes import reserved_pod_env
 from fp8spec.spec.fields import PathText, Section, Version, plain_text
 
 # The pod's own shared-memory volume (rayjob.yaml's worker pods): a spec volume may not take its name or path.
@@ -71,10 +72,22 @@ K8sName = Annotated[
     StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
     AfterValidator(plain_text),
 ]  # DNS-1123 subdomain (PVC, Secret names)
+
+
+def _not_reserved(name: str) -> str:
+    if reserved_pod_env(name):
+        raise ValueError(
+            f"{name} belongs to the process, Ray or the GPU assignment (backends/kubernetes/pod_env.yaml): a pod "
+            "value from a Secret would override it in every Ray worker; take the Secret under another name"
+        )
+    return name
+
+
 EnvName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
     AfterValidator(plain_text),
+    AfterValidator(_not_reserved),
 ]
 SecretKey = Annotated[
     str,
@@ -209,7 +222,9 @@ class KubeRaySettings(Section):
     secret_env: list[SecretEnv] = Field(
         default_factory=list,
         description="Environment variables of the head and worker pods from Kubernetes "
-        "Secrets, by name (e.g. HF_TOKEN, WANDB_API_KEY); never written into the bundle.",
+        "Secrets, by name (e.g. HF_TOKEN, WANDB_API_KEY); never written into the bundle. Names the process, Ray or "
+        "the GPU assignment own (PATH, PYTHONPATH, LD_*, HOME, RAY_*, CUDA_VISIBLE_DEVICES; "
+        "backends/kubernetes/pod_env.yaml) and names the bundle sets for every Ray worker are refused.",
     )
     extra_overrides: list[HydraOverride] = Field(
         default_factory=list,

@@ -152,6 +152,30 @@ def test_the_pods_shared_memory_volume_is_not_taken_twice(volume):
     assert [d for d in errors if "shared-memory volume" in d.message], errors
 
 
+def _secret(env: str) -> dict:
+    return {"cluster": {"launcher": "kuberay", "kuberay": {"secret_env": [{"env": env, "secret": "s", "key": "k"}]}}}
+
+
+@pytest.mark.parametrize("env", ["PATH", "PYTHONPATH", "RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR",
+                                 "CUDA_VISIBLE_DEVICES", "LD_PRELOAD"])
+def test_secrets_cannot_take_names_the_process_or_ray_own(env):
+    errors = _errors_at(_secret(env))
+    assert [d for d in errors if "pod_env.yaml" in d.message and env in d.message], errors
+
+
+def test_ordinary_secret_names_pass():
+    assert _errors_at(_secret("HF_TOKEN")) == []
+
+
+def test_a_secret_named_like_the_recipes_env_is_refused_at_compile(tmp_path, write_spec):
+    """The bundle sets FP8SPEC_RUNTIME_PATCHES (and the recipe's engine variables) for every Ray worker."""
+    spec = write_spec(patched(BASE_SPEC, _secret("FP8SPEC_RUNTIME_PATCHES")))
+    proc = run_cli("compile", str(spec), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 1, proc.stderr
+    assert "secret_env[0].env FP8SPEC_RUNTIME_PATCHES: the bundle sets it" in proc.stderr, proc.stderr
+    assert "nothing written" in proc.stderr and not (tmp_path / "out").exists()
+
+
 def test_a_configmap_over_the_kubernetes_limit_is_refused(tmp_path, write_spec):
     """R09: a 900 KB reward file made a 1,072,400-byte ConfigMap."""
     (tmp_path / "big.py").write_text("def compute_score(*a, **k):\n    return 0.0\n" + ("# " + "x" * 1021 + "\n") * 880)
