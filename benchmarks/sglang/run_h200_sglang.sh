@@ -40,7 +40,9 @@ if ! ldconfig -p 2> /dev/null | grep -q "libcudart.so.13 "; then
 fi
 step=${1:?step}
 # Two run sets (this script's and another's) may share one lease: each has its own folder, ports and Ray temp dirs.
-RL_TAG=${RL_TAG:-} RL_DIR=${RL_DIR:-/tmp/rl} PORT_BASE=${PORT_BASE:-30000}
+# SGLang sizes its KV pool from the free memory at its start: lanes start 45 s apart, one engine at a time.
+RL_TAG=${RL_TAG:-} RL_DIR=${RL_DIR:-/tmp/rl} PORT_BASE=${PORT_BASE:-30000} STAGGER_S=${STAGGER_S:-45}
+source benchmarks/rl_run/lanes.sh
 shift
 pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
 case $step in
@@ -122,62 +124,14 @@ EOF
     mkdir -p "$dir"
     export PYTHONPATH=$SGL_PATH
     python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl 2>&1 | tail -n 1 | tee "$dir/assets.log"
-    one_run() {  # PORT LABEL=BUNDLE[,OVERRIDE...]
-      local p=$1 run=$2 label rest bundle start parts
-      label=${run%%=*}; rest=${run#*=}; IFS=, read -r -a parts <<< "$rest"; bundle=${parts[0]}
-      start=$(date +%s)
-      python3 -m ray.scripts.scripts start --head --node-ip-address=127.0.0.1 --port="$p" \
-        --ray-client-server-port=$((p + 1)) --dashboard-agent-listen-port=$((p + 2)) \
-        --dashboard-agent-grpc-port=$((p + 3)) --metrics-export-port=$((p + 4)) --node-manager-port=$((p + 5)) \
-        --object-manager-port=$((p + 6)) --runtime-env-agent-port=$((p + 7)) --min-worker-port=$((p + 100)) \
-        --max-worker-port=$((p + 450)) --include-dashboard=false --num-gpus=1 --num-cpus=16 \
-        --temp-dir="/tmp/ray-$RL_TAG$label" --disable-usage-stats > "$dir/ray-head-$label.log" 2>&1
-      CUDA_VISIBLE_DEVICES=${RL_GPU:-0} RAY_ADDRESS="127.0.0.1:$p" timeout "${RUN_TIMEOUT_S:-420}" \
-        bash ".rl/bundles/$bundle/launch.sh" "${parts[@]:1}" > "$dir/$label.log" 2>&1
-      echo "$label: bundle=$bundle rc=$? $(( $(date +%s) - start ))s" | tee -a "$dir/summary.txt"
-      pkill -f -- "/tmp/ray-$RL_TAG$label/" > /dev/null 2>&1  # this run's Ray processes only (its own temp dir)
-      cp -r "/tmp/ray-$RL_TAG$label/session_latest/logs" "$dir/ray-logs-$label" 2> /dev/null
-    }
-    i=0
-    for lane in "$@"; do
-      (
-        j=0
-        while IFS= read -r run; do
-          [[ -n $run ]] && one_run $((PORT_BASE + 1000 * i + 500 * j)) "$run"
-          j=$((j + 1))
-        done < <(printf '%s\n' "${lane//>>/$'\n'}")
-      ) &
-      i=$((i + 1))
-      sleep "${STAGGER_S:-45}"  # SGLang sizes its pool from the free memory at its start: one engine at a time
-    done
-    sleep 30; nvidia-smi --query-gpu=memory.used,memory.total --format=csv > "$dir/gpu-mem.txt" 2>&1
-    wait
-    { ls -lR /tmp/fp8spec-rl/checkpoints 2>&1 | head -n 300; du -sh /tmp/fp8spec-rl/checkpoints/* 2>&1; } \
-      > "$dir/checkpoints.txt"
-    for f in "$dir"/*.log; do
-      echo "== $f"; grep -E "Traceback|Error|error:" "$f" | grep -v -E "Warning|warn" | cut -c1-300 | tail -n 6
-    done > "$dir/errors.txt"
-    python3 benchmarks/rl_run/summarize.py "$dir" --json "$dir/summary.json" > "$dir/tables.md" 2>&1
-    touch "$dir/DONE" ;;
-  rl)  # RUN...: in the foreground, logs back in $OUT/rl.tgz
-    bash "$0" rl-body "$OUT/rl$RL_TAG" "$@"
-    cat "$OUT/rl$RL_TAG/errors.txt" "$OUT/rl$RL_TAG/tables.md"
-    rm -f "$OUT/rl$RL_TAG/DONE"; tar czf "$OUT/rl$RL_TAG.tgz" -C "$OUT" "rl$RL_TAG" && rm -rf "${OUT:?}/rl$RL_TAG" ;;
-  rl-start)  # RUN...: detached (survives this call while the machine stays warm); collect with rl-wait
-    rm -rf "$RL_DIR" && mkdir -p "$RL_DIR"
-    setsid nohup bash "$0" rl-body "$RL_DIR" "$@" > "$RL_DIR/driver.log" 2>&1 < /dev/null &
-    echo "rl-start: $# lanes started" ;;
-  rl-wait)  # SECONDS
-    for _ in $(seq "${1:-500}"); do [[ -f $RL_DIR/DONE ]] && break; sleep 1; done
-    grep -h -o -E "step:[0-9]+ - " $RL_DIR/*.log 2> /dev/null | sort | uniq -c | tail -n 20
-    cat $RL_DIR/summary.txt 2> /dev/null
-    if [[ -f $RL_DIR/DONE ]]; then
-      cat $RL_DIR/errors.txt $RL_DIR/tables.md
-      rm -rf "$OUT/rl$RL_TAG" && cp -r "$RL_DIR" "$OUT/rl$RL_TAG" && rm -f "$OUT/rl$RL_TAG/DONE"
-      tar czf "$OUT/rl$RL_TAG.tgz" -C "$OUT" "rl$RL_TAG" && rm -rf "${OUT:?}/rl$RL_TAG"
-    else
-      echo "rl-wait: still running"; tail -n 3 $RL_DIR/*.log 2> /dev/null | cut -c1-200
-    fi ;;
+    RL_EXTRA=()
+    rl_lanes "$dir" "$@" ;;
+  rl)  # RUN...: in the foreground, logs back in $OUT/rl$RL_TAG.tgz
+    bash "$0" rl-body "$OUT/rl-fg" "$@"
+    cat "$OUT/rl-fg/errors.txt" "$OUT/rl-fg/tables.md"
+    rl_pack "$OUT/rl-fg" && rm -rf "$OUT/rl-fg" ;;
+  rl-start) rl_start "$0" "$@" ;;  # RUN...: detached; collect with rl-wait
+  rl-wait) rl_wait "${1:-500}" ;;  # SECONDS
   jit-save)  # the compiled JIT modules (FlashInfer, tvm-ffi: SGLang's jit_kernel) for a later session to carry
     mkdir -p "$OUT/jit"
     du -sh ~/.cache/flashinfer ~/.cache/tvm-ffi ~/.triton/cache 2> /dev/null | tee "$OUT/jit/sizes.txt"
