@@ -56,10 +56,7 @@ case $step in
     RL_EXTRA=()
     (( $# > 1 )) && RL_EXTRA=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=${KV_BYTES:-4294967296}")
     rl_lanes "$dir" "$@" ;;
-  rl)  # RUN...: in the foreground, logs back in $OUT/rl$RL_TAG.tgz
-    bash "$0" rl-body "$OUT/rl-fg" "$@"
-    cat "$OUT/rl-fg/errors.txt" "$OUT/rl-fg/tables.md"
-    rl_pack "$OUT/rl-fg" && rm -rf "$OUT/rl-fg" ;;
+  rl) rl_foreground "$0" "$@" ;;  # RUN...: in this call, logs back in $OUT/rl$RL_TAG.tgz
   rl-start) rl_start "$0" "$@" ;;  # RUN...: detached; collect with rl-wait
   rl-wait) rl_wait "${1:-500}" ;;  # SECONDS
   *) echo "unknown step $step" >&2; exit 2 ;;

@@ -59,6 +59,14 @@ rl_pack() {  # DIR: DIR's logs into $OUT/rl$RL_TAG.tgz (what comes back from the
   tar czf "$OUT/rl$RL_TAG.tgz" -C "$OUT" "rl$RL_TAG" && rm -rf "${OUT:?}/rl$RL_TAG"
 }
 
+rl_foreground() {  # SCRIPT RUN...: SCRIPT's rl-body in this call, logs back in $OUT/rl$RL_TAG.tgz
+  local script=$1
+  shift
+  bash "$script" rl-body "$OUT/rl-fg" "$@"
+  cat "$OUT/rl-fg/errors.txt" "$OUT/rl-fg/tables.md"
+  rl_pack "$OUT/rl-fg" && rm -rf "$OUT/rl-fg"
+}
+
 rl_start() {  # SCRIPT RUN...: SCRIPT's rl-body detached (it survives the call while the machine stays warm)
   local script=$1
   shift

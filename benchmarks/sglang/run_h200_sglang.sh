@@ -126,10 +126,7 @@ EOF
     python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl 2>&1 | tail -n 1 | tee "$dir/assets.log"
     RL_EXTRA=()
     rl_lanes "$dir" "$@" ;;
-  rl)  # RUN...: in the foreground, logs back in $OUT/rl$RL_TAG.tgz
-    bash "$0" rl-body "$OUT/rl-fg" "$@"
-    cat "$OUT/rl-fg/errors.txt" "$OUT/rl-fg/tables.md"
-    rl_pack "$OUT/rl-fg" && rm -rf "$OUT/rl-fg" ;;
+  rl) rl_foreground "$0" "$@" ;;  # RUN...: in this call, logs back in $OUT/rl$RL_TAG.tgz
   rl-start) rl_start "$0" "$@" ;;  # RUN...: detached; collect with rl-wait
   rl-wait) rl_wait "${1:-500}" ;;  # SECONDS
   jit-save)  # the compiled JIT modules (FlashInfer, tvm-ffi: SGLang's jit_kernel) for a later session to carry
