@@ -77,7 +77,7 @@ def validate(
 ) -> None:
     """Check specs: every mistake at once, each located like a compiler error, with the reason and the fix."""
     from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
-    from fp8spec.spec.loader import InputError
+    from fp8spec.specfile.loader import InputError
 
     if format not in ("text", "json"):
         usage_error(f"--format must be text or json, not {format!r}")
@@ -139,11 +139,11 @@ def schema(
     """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line), or
     write the field reference generated from it."""
     if docs is not None:
-        from fp8spec.spec.reference import reference_markdown
+        from fp8spec.specfile.reference import reference_markdown
 
         _write_text(docs, reference_markdown())
         return
-    from fp8spec.spec.schema import schema_text
+    from fp8spec.specfile.schema import schema_text
 
     text = schema_text()
     if output is None:
@@ -171,7 +171,7 @@ def rules(
 ) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
     from fp8spec.rules.registry import all_rules, get_rule
-    from fp8spec.spec.codes import input_code, input_codes
+    from fp8spec.specfile.codes import input_code, input_codes
 
     if code is None:
         for r in all_rules():

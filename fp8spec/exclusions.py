@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
 
-from fp8spec.spec.model import SYMBOLIC_EXCLUSIONS, Spec
+from fp8spec.specfile.model import SYMBOLIC_EXCLUSIONS, Spec
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from fp8spec.patchset import BUNDLE_LIB, shipped_fileset
 from fp8spec.preflight import program_text
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.plan.feasibility import Verdict
     from fp8spec.resolve.context import ResolvedSpec
-    from fp8spec.spec.model import Spec
+    from fp8spec.specfile.model import Spec
 
 
 @dataclass

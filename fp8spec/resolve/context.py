@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from fp8spec.hardware import Gpu, gpu
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:

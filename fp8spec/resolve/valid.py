@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fp8spec.diagnostics import Diagnostic
 from fp8spec.resolve.context import ResolvedSpec, used_stack_fields
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ def findings_of(ctx: ResolvedSpec) -> frozenset[Found]:
 def _probe(ctx: ResolvedSpec, changes: Changes):
     """Findings of the spec with ``changes`` applied; None when a changed value is not one the field takes."""
     from fp8spec.resolve.context import derived_context
-    from fp8spec.spec.edit import EditError, with_values
+    from fp8spec.specfile.edit import EditError, with_values
 
     key = tuple(sorted(changes.items(), key=lambda kv: kv[0]))
     if key not in ctx.probes:

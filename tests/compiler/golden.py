@@ -18,7 +18,7 @@ if REGEN and os.environ.get("CI"):
 
 
 def cases() -> list[tuple[Path, str]]:
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     out = []
     for path in EXAMPLE_SPECS:

@@ -8,7 +8,7 @@ import pytest
 
 from fp8spec.compiler.writer import WriteError, write_bundle
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 def test_write_and_force(tmp_path):

@@ -80,7 +80,7 @@ _record()
 
 
 def trainer_examples() -> list[Path]:
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     return [p for p in EXAMPLE_SPECS if load_spec(p).spec.training.backend]
 

@@ -76,7 +76,7 @@ def string_literals(path: Path) -> list[tuple[int, str]]:
 
 
 def spec_paths() -> set[str]:
-    from fp8spec.spec.reference import fields
+    from fp8spec.specfile.reference import fields
 
     return {path for path, _, _ in fields()}
 

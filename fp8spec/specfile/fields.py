@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from fp8spec.spec.text import check_value
+from fp8spec.specfile.text import check_value
 
 # Bounds keep absurd numbers (1e400, 2**80 GPUs) out of the arithmetic the rules do.
 PositiveCount = Annotated[int, Field(ge=1, le=1_000_000)]
@@ -18,7 +18,7 @@ Version = Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+){1,3}([a-z
 CudaVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]{2}\.[0-9]{1,2}$")]
 
 
-# Values flow into Hydra overrides, shell and YAML: fp8spec.spec.text says which characters are refused
+# Values flow into Hydra overrides, shell and YAML: fp8spec.specfile.text says which characters are refused
 # (controls, line separators, bidi and other invisible characters) and why; no OmegaConf interpolation.
 plain_text = check_value
 
@@ -65,7 +65,7 @@ def _is_tuple(annotation: Any) -> bool:
 
 class Section(BaseModel):
     """Every section is strict (no bool for a number, no text for a number, no number for text, booleans only
-    true/false) and every string in it, in any field added later too, follows fp8spec.spec.text's rule."""
+    true/false) and every string in it, in any field added later too, follows fp8spec.specfile.text's rule."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field
 
-from fp8spec.spec.fields import (
+from fp8spec.specfile.fields import (
     AbsolutePath,
     NonEmpty,
     PositiveCount,

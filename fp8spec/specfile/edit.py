@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 
 
 class EditError(ValueError):

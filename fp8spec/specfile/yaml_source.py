@@ -2,7 +2,7 @@
 
 Everything a user can put in a file ends as a located ``InputError`` (exit code 2), never a traceback or a
 hang: only a regular file is read, at most ``MAX_SPEC_BYTES`` of it whatever its size claims (a FIFO,
-/dev/zero or /dev/urandom is refused before a byte is read); refused characters (``fp8spec.spec.text``:
+/dev/zero or /dev/urandom is refused before a byte is read); refused characters (``fp8spec.specfile.text``:
 controls, NEL, U+2028/U+2029, bidi and other format characters) are reported where they stand, since
 YAML readers disagree about them; nesting deeper than ``MAX_DEPTH`` is refused while scanning, before the
 parser gets to it (the YAML parser's cost grows with the square of the depth); more than ``MAX_NODES``
@@ -37,7 +37,7 @@ from ruamel.yaml.scanner import Scanner
 
 from fp8spec.bounded_read import ReadError, read_regular
 from fp8spec.diagnostics import Diagnostic
-from fp8spec.spec.text import FILE_WHITESPACE, describe, first_refused
+from fp8spec.specfile.text import FILE_WHITESPACE, describe, first_refused
 
 MAX_SPEC_BYTES = 64 * 1024  # example specs are ~2 KiB; the YAML parser reads ~150 KiB/s on a slow core
 MAX_DEPTH = 32  # a spec nests 4 deep

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
-from fp8spec.spec.fields import NonEmpty, Section, Version, plain_text
+from fp8spec.specfile.fields import NonEmpty, Section, Version, plain_text
 
 # Each is NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
 

@@ -11,9 +11,9 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel, ValidationError
 
 from fp8spec.diagnostics import Diagnostic
-from fp8spec.spec.fields import nested_model
-from fp8spec.spec.model import Spec
-from fp8spec.spec.yaml_source import InputError, Positions, parse_yaml, read_text
+from fp8spec.specfile.fields import nested_model
+from fp8spec.specfile.model import Spec
+from fp8spec.specfile.yaml_source import InputError, Positions, parse_yaml, read_text
 
 __all__ = ["LoadedSpec", "InputError", "load_spec", "load_spec_text"]
 

@@ -15,8 +15,8 @@ from typing import Annotated, Literal, Optional
 from pydantic import BeforeValidator, Field, StringConstraints
 
 from fp8spec.hardware import GPU_NAMES
-from fp8spec.spec.cluster import ClusterSection
-from fp8spec.spec.fields import (
+from fp8spec.specfile.cluster import ClusterSection
+from fp8spec.specfile.fields import (
     CudaVersion,
     FiniteFloat,
     LayerCount,
@@ -29,7 +29,7 @@ from fp8spec.spec.fields import (
     Version,
     exactly_int,
 )
-from fp8spec.spec.run import AlgorithmSection, DataSection, RewardSection, TrainerSection
+from fp8spec.specfile.run import AlgorithmSection, DataSection, RewardSection, TrainerSection
 from fp8spec.targets import ENGINES, TRAINERS
 
 SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")

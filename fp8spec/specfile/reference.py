@@ -1,5 +1,5 @@
 """The field reference (docs/spec.md), generated from the spec model: every field with its type, default and
-description. `fp8spec schema --docs docs/spec.md` writes it; tests/spec/test_reference.py checks it is current
+description. `fp8spec schema --docs docs/spec.md` writes it; tests/specfile/test_reference.py checks it is current
 and that every field has a description."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, Iterator, Literal, Union
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from fp8spec.spec.fields import nested_model
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.fields import nested_model
+from fp8spec.specfile.model import Spec
 
 HEADER = """# Spec field reference
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from fp8spec import __version__
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 
 SCHEMA_ID = "https://fp8spec.dev/schema/spec-v1.json"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from fp8spec.spec.reference import fields, reference_markdown
+from fp8spec.specfile.reference import fields, reference_markdown
 from tests.conftest import REPO
 
 DOCS = REPO / "docs" / "spec.md"
@@ -30,7 +30,7 @@ def test_reference_lists_every_field():
 
 
 def test_cli_writes_the_reference(tmp_path):
-    from tests.spec.test_bad_inputs import run_cli
+    from tests.specfile.test_bad_inputs import run_cli
 
     out = tmp_path / "spec.md"
     proc = run_cli("schema", "--docs", str(out))
