@@ -36,7 +36,6 @@ from fp8spec.resolve.valid import ValidSpec
 from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
-LAUNCHER_FILES = ("preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml")
 PREFLIGHT_FORMAT = 2
 RAY_PORT = 6379
 DASHBOARD_PORT = 8265

@@ -125,13 +125,6 @@ def blocked(ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | 
     )
 
 
-def working_values(
-    ctx: ResolvedSpec, field: str, values: Iterable[Any], fixes: ErrorKey | None = None
-) -> list[Any]:
-    """The values of one field that pass every rule."""
-    return [c[field] for c in working(ctx, ({field: v} for v in values), fixes)]
-
-
 def join(values: Iterable[Any]) -> str:
     return ", ".join(map(str, values))
 
