@@ -9,21 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.compiler.golden import cases, compile_files
+from tests.compiler.verl_config import compose
 
 pytest.importorskip("hydra")
 if importlib.util.find_spec("verl") is None:
     pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
-VERL_CONFIG = Path(importlib.util.find_spec("verl").submodule_search_locations[0]) / "trainer" / "config"
 TRAINER_CASES = [c for c in cases() if "+" in c[1]]
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(VERL_CONFIG), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
 
 
 def overrides_of(files: dict[str, str]) -> list[str]:
