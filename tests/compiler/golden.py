@@ -94,7 +94,7 @@ def normalized(files: dict[str, str], shipped: dict[str, str]) -> dict[str, str]
     if "preflight.json" in out:
         out["preflight.json"] = _preflight(out["preflight.json"], shipped)
     if "rayjob.yaml" in out:
-        out["rayjob.yaml"] = _rayjob(out["rayjob.yaml"], shipped)
+        out["rayjob.yaml"] = _rayjob(out["rayjob.yaml"], files, shipped)
     return out
 
 
@@ -126,19 +126,27 @@ def _preflight(text: str, shipped: dict[str, str]) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-_CONFIGMAP_ENTRY = re.compile(r'^(  )("(?:lib--[^"]+|preflight\.py)"): (".*")$', re.MULTILINE)
+_CONFIGMAP_ENTRY = re.compile(r'^(  )("[^"]+"): (".*")$', re.MULTILINE)
 
 
-def _rayjob(text: str, shipped: dict[str, str]) -> str:
-    """The ConfigMap's copies of shipped files (one JSON-quoted line each, templates/rayjob.yaml.j2)."""
+def _rayjob(text: str, files: dict[str, str], shipped: dict[str, str]) -> str:
+    """The ConfigMap's copies of bundle files (one JSON-quoted line each, templates/rayjob.yaml.j2): each checked
+    against the file, then a placeholder (the files are pinned on their own, the shipped ones in shipped.json)."""
+    every_file = {**files, **shipped}
+    copies = 0
 
     def replace(match: re.Match) -> str:
+        nonlocal copies
         path = json.loads(match.group(2)).replace("--", "/")
-        assert json.loads(match.group(3)) == shipped[path], f"rayjob.yaml: the ConfigMap's {path} is not the file"
-        return f"{match.group(1)}{match.group(2)}: {json.dumps(COPY_PLACEHOLDER)}"
+        if path not in every_file:
+            return match.group(0)
+        assert json.loads(match.group(3)) == every_file[path], f"rayjob.yaml: the ConfigMap's {path} is not the file"
+        copies += 1
+        placeholder = COPY_PLACEHOLDER if path in shipped else f"<the bundle's {path}, checked against it>"
+        return f"{match.group(1)}{match.group(2)}: {json.dumps(placeholder)}"
 
-    out, count = _CONFIGMAP_ENTRY.subn(replace, text)
-    assert count == len(shipped), f"rayjob.yaml carries {count} of the {len(shipped)} shipped files"
+    out = _CONFIGMAP_ENTRY.sub(replace, text)
+    assert copies >= len(shipped), f"rayjob.yaml carries {copies} bundle files, fewer than the {len(shipped)} shipped"
     return out
 
 
