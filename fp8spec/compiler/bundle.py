@@ -80,7 +80,9 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
     """File name -> content of the bundle (manifest.json last, with every other file's sha256)."""
     spec = valid.spec
     ctx = valid
-    stack = {f: v for f, v in valid.used_stack().items() if choice.trainer or f == choice.engine}
+    stack = valid.used_stack()
+    if not choice.trainer:  # a standalone server runs the engine alone
+        stack = {choice.engine: stack[choice.engine]}
     common = {
         "fp8spec_version": __version__,
         "spec": spec,

@@ -12,6 +12,7 @@ from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
     from fp8spec.catalog import LinearModule, ModelFacts
+    from fp8spec.engines.base import Engine
     from fp8spec.resolve.context import ResolvedSpec
 
 
@@ -26,7 +27,12 @@ def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
 
 
 def misaligned_shards(
-    quantized: Iterable[LinearModule], model: ModelFacts, block: Sequence[int], tp: int, ep: int, engine: str
+    quantized: Iterable[LinearModule],
+    model: ModelFacts,
+    block: Sequence[int],
+    tp: int,
+    ep: int,
+    engine: Engine,
 ) -> OrderedDict[tuple, list]:
     """Group the quantized modules whose per-rank shard is not on the block grid.
 
@@ -58,10 +64,10 @@ def misaligned_shards(
                     )[0] += 1
             continue
         per, exact = _per_rank_out(m, model, split)
-        if m.group and split == 1 and engine == "vllm" and not experts:
+        if m.group and split == 1 and engine.ragged_last_partition and not experts:
             merged_groups.setdefault(m.fused_name or m.name, []).append((m, per))
             continue
-        if split > 1 or m.group or engine == "sglang":
+        if split > 1 or m.group or engine.checks_unsplit_shards:
             if not exact or per % block_n:
                 key = (shape_pattern(m.name), "out", m.out_features, split)
                 bad.setdefault(
@@ -178,10 +184,10 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if not spec.linear.quantize or spec.linear.sync_quantizer != "fp8spec":
         return
-    supported, versions = patch_supports("fast_block_quant", ctx.engine, ctx.engine_version)
+    supported, versions = patch_supports("fast_block_quant", ctx.engine.name, ctx.engine_version)
     if not supported:
         yield Finding(
-            f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine} "
+            f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine.name} "
             f"{', '.join(versions) or 'no version'}, not {ctx.engine_version}",
             "linear.sync_quantizer",
         )
@@ -200,5 +206,5 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def deep_gemm_is_vllm_only(ctx: ResolvedSpec) -> Iterator[Finding]:
     lin = ctx.spec.linear
-    if lin.deep_gemm is not None and ctx.engine != "vllm":
-        yield Finding(f"linear.deep_gemm has no effect on {ctx.engine}", "linear.deep_gemm")
+    if lin.deep_gemm is not None and not ctx.engine.deep_gemm_switch:
+        yield Finding(f"linear.deep_gemm has no effect on {ctx.engine.name}", "linear.deep_gemm")

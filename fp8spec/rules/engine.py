@@ -114,7 +114,7 @@ def validate_loaded(
 def run_rules(ctx: ResolvedSpec) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
     """Every applicable rule with its findings, or the exception it raised."""
     for rule in all_rules():
-        if rule.needs_model and ctx.model is None:
+        if not rule.applies(ctx):
             continue
         try:
             yield rule, list(rule.check(ctx))

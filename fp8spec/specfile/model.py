@@ -142,6 +142,16 @@ class KVCacheSection(Section):
         "with an FP8 dtype. Default per_step.",
     )
 
+    @property
+    def fp8(self) -> bool:
+        """An FP8 KV cache (either format)."""
+        return self.dtype != "bf16"
+
+    @property
+    def recalibrating(self) -> bool:
+        """An FP8 KV cache whose scales are computed from data (per_step or once), not left at 1.0."""
+        return self.fp8 and self.recalibrate != "none"
+
 
 class CorrectionSection(Section):
     method: Literal["none", "tis", "seq_tis", "mask", "seq_mask"] = Field(
@@ -423,4 +433,4 @@ class Spec(Section):
 
     @property
     def fp8_rollout(self) -> bool:
-        return self.linear.quantize or self.kv_cache.dtype != "bf16"
+        return self.linear.quantize or self.kv_cache.fp8

@@ -254,7 +254,7 @@ VERL_FP8_QUANT_KEYS = {"activation_scheme", "fmt", "quant_method", "weight_block
 
 
 def check_hf_quantization_config(c: Compiled, key: str, value: Any) -> list[str]:
-    from fp8spec.compiler.adapters.ignore_lists import all_engine_names, engine_module_names
+    from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
 
     problems: list[str] = []
     if set(value) != {"quantization_config"}:
@@ -476,7 +476,7 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
             except re.error as e:
                 problems.append(f"ignore pattern {p!r} is not a valid regex ({e})")
     if ctx is not None and ctx.model is not None:
-        from fp8spec.compiler.adapters.ignore_lists import all_engine_names, engine_module_names
+        from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
 
         wanted = set(engine_module_names(ctx))
         got = {n for n in all_engine_names(ctx) if any(ignored_by(p, n, styles) for p in patterns)}

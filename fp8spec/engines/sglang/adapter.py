@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from fp8spec.compiler.adapters.ignore_lists import engine_module_names
-from fp8spec.compiler.adapters.verl import VerlKeys
+from typing import TYPE_CHECKING, Any
+
+from fp8spec.compiler.adapters.verl import add_engine_arg
 from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.resolve.valid import ValidSpec
+from fp8spec.engines.ignore_lists import engine_module_names
+from fp8spec.patchset import manifest
+
+if TYPE_CHECKING:
+    from fp8spec.compiler.adapters.verl import VerlKeys
+    from fp8spec.resolve.valid import ValidSpec
 
 
 def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
@@ -25,9 +31,16 @@ def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
         )
 
 
-def build_sglang_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def patch_engine_args(patch: str) -> dict[str, Any]:
+    """SGLang imports fp8spec's KV-scale loader only when --custom-weight-loader lists it (kv_scales; the
+    loader's import path is the runtime manifest's)."""
+    if patch == "kv_scales":
+        return {"engine_arg.custom_weight_loader": [manifest().SGLANG_KV_LOADER]}
+    return {}
+
+
+def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
-    base = keys.key("key.rollout_engine_kwargs_sglang")
     prof = ctx.profile("sglang")
     if spec.linear.quantize:
         _ignored_layers_env(plan, ctx)
@@ -41,20 +54,20 @@ def build_sglang_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "on the trainer side at every weight sync and SGLang loads them through an injected FP8 "
             "quantization_config."
         )
-    if spec.kv_cache.dtype != "bf16":
-        key = f"{base}.{prof.value('engine_arg.kv_cache_dtype')}"
-        plan.add(
-            "hydra",
-            key,
+    if spec.kv_cache.fp8:
+        add_engine_arg(
+            plan,
+            keys,
+            ctx,
+            "engine_arg.kv_cache_dtype",
             spec.kv_cache.dtype,
             "kv_cache.dtype",
             "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)",
             prof.evidence("flag.kv_cache_dtype"),
-            keys.needs_plus(key),
         )
 
 
-def build_sglang_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
     spec, prof = ctx.spec, ctx.profile("sglang")
     argv = prof.value("cli.serve").split()
     args: list[tuple[str, object, str, str]] = [
@@ -75,7 +88,7 @@ def build_sglang_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
             "(block-wise online quantization is sglang PR #15440, open). For an exact block-FP8 evaluation, "
             "serve an FP8 checkpoint quantized with fp8spec.runtime.blockquant."
         )
-    if spec.kv_cache.dtype != "bf16":
+    if spec.kv_cache.fp8:
         args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
     args.append(("flag.tp_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
     args.append(

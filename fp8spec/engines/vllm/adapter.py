@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from fp8spec.compiler.adapters.ignore_lists import all_engine_names, compress, engine_module_names
-from fp8spec.compiler.adapters.verl import VerlKeys
+from fp8spec.compiler.adapters.verl import add_engine_arg
 from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.resolve.valid import ValidSpec
+from fp8spec.engines.ignore_lists import all_engine_names, compress, engine_module_names
+
+if TYPE_CHECKING:
+    from fp8spec.compiler.adapters.verl import VerlKeys
+    from fp8spec.resolve.valid import ValidSpec
 
 
 def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
@@ -35,9 +39,8 @@ def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
         )
 
 
-def build_vllm_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
-    base = keys.key("key.rollout_engine_kwargs_vllm")
     prof = ctx.profile("vllm")
     if spec.linear.quantize:
         _deep_gemm_env(plan, ctx)
@@ -54,41 +57,41 @@ def build_vllm_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             config = dict(ctx.profile("verl").value("rollout.vllm_fp8_quant_config"))
             config[prof.value("quantization_config.fp8_block_size_key")] = list(spec.linear.block_size)
             config[prof.value("quantization_config.fp8_ignored_layers_key")] = ignored
-            key = f"{base}.{prof.value('engine_arg.hf_overrides')}"
-            plan.add(
-                "hydra",
-                key,
+            add_engine_arg(
+                plan,
+                keys,
+                ctx,
+                "engine_arg.hf_overrides",
                 {prof.value("hf_config.quantization_config"): config},
                 "linear.exclude",
                 f"{len(ignored)} linear modules kept in BF16 (exclusions and BF16 first/last layers)",
                 keys.evidence("key.rollout_engine_kwargs"),
-                keys.needs_plus(key),
             )
-    if spec.kv_cache.dtype != "bf16":
-        key = f"{base}.{prof.value('engine_arg.kv_cache_dtype')}"
-        plan.add(
-            "hydra",
-            key,
+    if spec.kv_cache.fp8:
+        add_engine_arg(
+            plan,
+            keys,
+            ctx,
+            "engine_arg.kv_cache_dtype",
             spec.kv_cache.dtype,
             "kv_cache.dtype",
             "FP8 KV cache",
             prof.evidence("flag.kv_cache_dtype"),
-            keys.needs_plus(key),
         )
         if spec.kv_cache.recalibrate == "once" and ctx.native_kv_calibration():
-            key = f"{base}.{prof.value('engine_arg.calculate_kv_scales')}"
-            plan.add(
-                "hydra",
-                key,
+            add_engine_arg(
+                plan,
+                keys,
+                ctx,
+                "engine_arg.calculate_kv_scales",
                 True,
                 "kv_cache.recalibrate",
                 "vLLM calibrates q/k/v scales on its first forward (never re-armed)",
                 prof.evidence("flag.calculate_kv_scales"),
-                keys.needs_plus(key),
             )
 
 
-def build_vllm_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
     """argv of a standalone `vllm serve` for evaluating the FP8 policy (online block quantization)."""
     spec, prof = ctx.spec, ctx.profile("vllm")
     argv = prof.value("cli.serve").split() + [spec.model.path]
@@ -122,7 +125,7 @@ def build_vllm_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
                 )
             )
         _deep_gemm_env(plan, ctx)
-    if spec.kv_cache.dtype != "bf16":
+    if spec.kv_cache.fp8:
         args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
         if spec.kv_cache.recalibrate != "none" and prof.value("flag.calculate_kv_scales"):
             args.append(
