@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from fp8spec.compiler.adapters.verl import VerlKeys
     from fp8spec.compiler.plan import Plan
     from fp8spec.plan.facts import ProfileFacts
-    from fp8spec.plan.setup import EngineSetup
-    from fp8spec.plan.vllm_memory import EngineMemory
+    from fp8spec.plan.setup import EngineMemory, EngineSetup
     from fp8spec.resolve.valid import ValidSpec
 
 
@@ -34,10 +33,14 @@ class Engine:
     deep_gemm_switch: bool = False  # linear.deep_gemm compiles to one of its switches (rule BLK004)
 
     # ---------------------------------------------------------------------------------------------- the planner
-    memory_source: str = ""  # where the KV-memory model comes from (`fp8spec plan -f json` sources)
     # (row label, EngineMemory field) of the memory terms `fp8spec plan` shows for this engine
     memory_rows: tuple[tuple[str, str], ...] = ()
     runner_labels: dict[str, str] = {}  # EngineMemory.runner -> how `fp8spec plan` names it
+
+    @property
+    def memory_source(self) -> str:
+        """Where the engine's memory model comes from (`fp8spec plan -f json` sources)."""
+        return ""
 
     @property
     def start_refusal(self) -> str:

@@ -58,6 +58,9 @@ ALLOWED = {
     # a dict or an object with this attribute: code that patches verl names what it touches, and the version guard
     # refuses any verl but the one it was written against.
     ("fp8spec/runtime/verl_patch.py", "weight_block_size"): "verl's quant_config field, read by the patch",
+    # A citation, not a setting: the SGLang release whose source the pool formula was read from, named in the
+    # planner's JSON sources (`fp8spec plan -f json`); nothing is emitted from it.
+    ("fp8spec/engines/sglang/memory.py", "0.5.12"): "the memory model's source release (plan JSON sources)",
 }
 
 

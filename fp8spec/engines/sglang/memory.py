@@ -14,11 +14,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from fp8spec.plan.facts import estimate
-from fp8spec.plan.vllm_memory import EngineMemory
+from fp8spec.plan.facts import ProfileFacts, estimate
+from fp8spec.plan.setup import EngineMemory
 
 if TYPE_CHECKING:
     from fp8spec.plan.setup import EngineSetup
+
+# The SGLang release the pool's formula was read from (cited in `fp8spec plan -f json`'s sources).
+READ_FROM = "0.5.12"
 
 
 def sglang_engine_memory(s: EngineSetup, weights: int) -> EngineMemory:
@@ -28,3 +31,10 @@ def sglang_engine_memory(s: EngineSetup, weights: int) -> EngineMemory:
     return EngineMemory(
         share, weights, 0, 0, 0, "sglang", {"free_before_load": free_before, "context_estimate": context}
     )
+
+
+def memory_notes(setup: EngineSetup, facts: ProfileFacts) -> list[str]:
+    return [
+        f"SGLang {setup.engine_version}: KV pool = free memory x mem_fraction_static - weights "
+        "(SGLang 0.5's formula); the vLLM-specific terms do not apply"
+    ]

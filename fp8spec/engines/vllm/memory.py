@@ -13,18 +13,38 @@ graph cost are estimates (fp8spec/data/memory_estimates.yaml). Every term is rep
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import TYPE_CHECKING, Optional
 
-from fp8spec.plan.facts import estimate
-from fp8spec.plan.setup import EngineSetup
+from fp8spec.plan.facts import ProfileFacts, estimate, gpu_memory, profile_facts
+from fp8spec.plan.setup import EngineMemory, EngineSetup, PlanInputError
 from fp8spec.plan.weights import padded_vocab_rows
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
-    from fp8spec.plan.facts import ProfileFacts
 
 ACT = 2  # activation bytes (bf16)
+
+
+@lru_cache(maxsize=1)
+def memory_model_version() -> str:
+    """The vLLM release whose memory model is profiled (the newest profile with memory.* facts); the others fall
+    back to it, and the plan says so."""
+    from fp8spec.profiles import available_versions, load_profile
+
+    return [v for v in available_versions("vllm") if load_profile("vllm", v).has("memory.available_kv")][-1]
+
+
+def memory_facts(version: str) -> ProfileFacts:
+    return profile_facts("vllm", version, memory_model_version(), "memory.available_kv")
+
+
+def memory_notes(setup: EngineSetup, facts: ProfileFacts) -> list[str]:
+    if not facts.fallback:
+        return []
+    return [
+        f"vLLM {setup.engine_version} has no profiled memory model; vLLM {memory_model_version()}'s is used"
+    ]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -33,21 +53,6 @@ def _cdiv(a: int, b: int) -> int:
 
 def _round256(n: int) -> int:
     return _cdiv(n, 256) * 256
-
-
-@dataclass(frozen=True)
-class EngineMemory:
-    requested: int
-    weights: int
-    activation_peak: int
-    non_torch: int
-    cudagraph: int
-    runner: str
-    detail: dict = field(default_factory=dict)
-
-    @property
-    def available_kv(self) -> int:
-        return self.requested - self.weights - self.activation_peak - self.non_torch - self.cudagraph
 
 
 def runner_of(model: ModelFacts, facts: ProfileFacts) -> str:
@@ -155,3 +160,45 @@ def vllm_engine_memory(
         "cudagraph": cg_detail,
     }
     return EngineMemory(requested, weights, activation, non_torch, cudagraph, runner, detail)
+
+
+def vllm_llm_class_setup(
+    gpu: str,
+    *,
+    utilization: float,
+    max_model_len: int,
+    kv_dtype: str = "bf16",
+    tp: int = 1,
+    total_bytes: Optional[int] = None,
+    max_num_batched_tokens: Optional[int] = None,
+    max_num_seqs: Optional[int] = None,
+    cuda_graphs: bool = True,
+    version: Optional[str] = None,
+) -> EngineSetup:
+    """A standalone ``vllm.LLM(...)`` engine with vLLM's own batch defaults for this GPU
+    (profile fact memory.batch_defaults), as a measurement on one GPU runs it."""
+    mem = gpu_memory(gpu)
+    total = total_bytes if total_bytes is not None else mem.total_bytes
+    if total is None:
+        raise PlanInputError(f"the memory of GPU {gpu!r} is not recorded; give total_bytes")
+    version = version or memory_model_version()
+    facts = profile_facts("vllm", version, memory_model_version(), "memory.batch_defaults")
+    d = facts.value("memory.batch_defaults")
+    size = "large" if total >= d["large_gpu_min_gib"] * (1 << 30) and gpu != "a100" else "other"
+    batch = d[size]["llm_class"]
+    return EngineSetup(
+        engine="vllm",
+        engine_version=version,
+        gpu=gpu,
+        total_bytes=total,
+        sms=mem.sms,
+        utilization=utilization,
+        tp=tp,
+        ep=1,
+        max_num_batched_tokens=max_num_batched_tokens or int(batch["max_num_batched_tokens"]),
+        max_num_seqs=max_num_seqs or int(batch["max_num_seqs"]),
+        max_model_len=max_model_len,
+        cuda_graphs=cuda_graphs,
+        kv_dtype=kv_dtype,
+        defaults=f"vLLM {version} LLM-class defaults ({size} GPU)",
+    )
