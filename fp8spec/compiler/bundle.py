@@ -88,6 +88,7 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
         "spec": spec,
         "spec_file": spec_file,
         "backend": choice.name,
+        "serve_bundle": choice.trainer is None,
         "plan": plan,
         "stack": stack,
         "checks": _checks(valid),

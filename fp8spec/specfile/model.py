@@ -9,10 +9,10 @@ the model only says what a well-formed spec looks like.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Annotated, Literal, Optional
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
-from pydantic import BeforeValidator, Field, StringConstraints
+from pydantic import BeforeValidator, Field, StringConstraints, create_model
 
 from fp8spec.hardware import GPU_NAMES
 from fp8spec.specfile.cluster import ClusterSection
@@ -30,6 +30,7 @@ from fp8spec.specfile.fields import (
     exactly_int,
 )
 from fp8spec.specfile.run import AlgorithmSection, DataSection, RewardSection, TrainerSection
+from fp8spec.stack import default_stack
 from fp8spec.targets import ENGINES, TRAINERS
 
 SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
@@ -285,11 +286,16 @@ class TrainingSection(Section):
     )
 
 
+def _either(names: tuple[str, ...]) -> str:
+    """'vllm or sglang'; 'a, b or c'."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else list(names))
+
+
 class RolloutSection(Section):
     engine: Literal[ENGINES] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
-        "vllm",
-        description="Rollout engine: vllm or sglang (actor_rollout_ref.rollout.name); `--backend` "
-        "retargets it. Default vllm.",
+        ENGINES[0],
+        description=f"Rollout engine: {_either(ENGINES)} (actor_rollout_ref.rollout.name); `--backend` "
+        f"retargets it. Default {ENGINES[0]}.",
     )
     tp: SmallCount = Field(
         1,
@@ -324,39 +330,43 @@ class RolloutSection(Section):
     )
 
 
-@lru_cache(maxsize=1)
-def default_stack() -> dict[str, str]:
-    """The tested stack, kept as data in backends/stack.yaml."""
-    from ruamel.yaml import YAML
-
-    from fp8spec.resources import data_dir
-
-    with open(data_dir("backends") / "stack.yaml", encoding="utf-8") as fh:
-        return {str(k): str(v) for k, v in YAML(typ="safe").load(fh).items()}
+# The trainer side of the stack; each rollout engine describes its own field (fp8spec/engines/<name>/).
+_STACK_DESCRIPTIONS = {
+    "verl": "verl release the bundle is compiled for. Default: the tested stack.",
+    "megatron_core": "megatron-core release (used with training.backend megatron). Default: the tested stack.",
+    "transformer_engine": "TransformerEngine release (used with training.backend megatron). Default: the tested stack.",
+}
 
 
-class StackSection(Section):
-    verl: Version = Field(
-        default_factory=lambda: default_stack()["verl"],
-        description="verl release the bundle is compiled for. Default: the tested stack.",
-    )
-    vllm: Version = Field(
-        default_factory=lambda: default_stack()["vllm"],
-        description="vLLM release (used with rollout.engine vllm). Default: the one verl pins.",
-    )
-    sglang: Version = Field(
-        default_factory=lambda: default_stack()["sglang"],
-        description="SGLang release (used with rollout.engine sglang). Default: the one verl pins.",
-    )
-    megatron_core: Version = Field(
-        default_factory=lambda: default_stack()["megatron_core"],
-        description="megatron-core release (used with training.backend megatron). Default: the tested stack.",
-    )
-    transformer_engine: Version = Field(
-        default_factory=lambda: default_stack()["transformer_engine"],
-        description="TransformerEngine release (used with training.backend "
-        "megatron). Default: the tested stack.",
-    )
+def _default_version(field: str) -> str:
+    return default_stack()[field]
+
+
+def _stack_section() -> type[Section]:
+    """One version field per package of backends/stack.yaml, in its order (every engine folder brings its own)."""
+    from fp8spec.engines import get_engine
+
+    fields: dict = {}
+    for field in default_stack():
+        description = _STACK_DESCRIPTIONS.get(field) or get_engine(field).stack_description
+        fields[field] = (
+            Version,
+            Field(default_factory=partial(_default_version, field), description=description),
+        )
+    return create_model("StackSection", __base__=Section, __module__=__name__, **fields)
+
+
+if TYPE_CHECKING:
+
+    class StackSection(Section):  # what type checkers see; the class itself is made above, from the data
+        verl: str = ""
+        megatron_core: str = ""
+        transformer_engine: str = ""
+
+        def __getattr__(self, engine: str) -> str: ...  # each engine's version, under its name
+
+else:
+    StackSection = _stack_section()
 
 
 RuleCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2,4}[0-9]{3}$")]
