@@ -76,6 +76,10 @@ class Engine:
         return {}
 
     # ---------------------------------------------------------------------------------------------- the rules
+    def owns(self, rule_engine: str) -> bool:
+        """Whether a rule declared for ``rule_engine`` (rule(..., engine=...)) is this engine's."""
+        return rule_engine == self.name
+
     def load_rules(self) -> None:
         """Import the engine's own rule module (registering its rules), if it has one."""
 

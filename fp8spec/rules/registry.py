@@ -47,7 +47,7 @@ class Rule:
         is the rule's, if it belongs to one."""
         if self.needs_model and ctx.model is None:
             return False
-        return self.engine in (None, ctx.engine.name)
+        return self.engine is None or ctx.engine.owns(self.engine)
 
 
 REGISTRY: dict[str, Rule] = {}
