@@ -229,7 +229,7 @@ def compile(
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
     from fp8spec.compiler.build import build_plan
-    from fp8spec.compiler.bundle import bundle_files
+    from fp8spec.compiler.bundle import bundle_files, executable
     from fp8spec.compiler.writer import WriteError, write_bundle
 
     validation, choice = _validated(spec, backend)
@@ -239,7 +239,7 @@ def compile(
     plan = build_plan(valid, choice)
     files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     try:
-        target = write_bundle(output, valid.spec.name, files, force=force)
+        target = write_bundle(output, valid.spec.name, files, force=force, executable=executable(files))
     except WriteError as err:
         fail(EXIT_BAD_INPUT, str(err))
     top = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in files})

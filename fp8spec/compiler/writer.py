@@ -20,10 +20,9 @@ import secrets
 import shutil
 import stat
 import time
+from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
-
-from fp8spec.compiler.bundle import EXECUTABLE
 
 LOCK_TIMEOUT_S = 30.0  # the lock is held for a mkdir or a rename; waiting this long means a stuck process
 
@@ -141,7 +140,11 @@ def _staging_dir(out_dir: Path, name: str) -> tuple[Path, int]:
     return path, fd
 
 
-def write_bundle(out_dir: Path, name: str, files: dict[str, str], force: bool = False) -> Path:
+def write_bundle(
+    out_dir: Path, name: str, files: dict[str, str], force: bool = False, executable: Collection[str] = ()
+) -> Path:
+    """Write ``files`` (relative path -> text) as the bundle ``name`` in ``out_dir``; those in ``executable`` get the
+    executable bit (fp8spec.compiler.bundle.executable says which)."""
     target = bundle_target(out_dir, name)
     if os.path.lexists(target) and not force:
         raise WriteError(f"{target} already exists; use --force to replace it")
@@ -163,7 +166,7 @@ def write_bundle(out_dir: Path, name: str, files: dict[str, str], force: bool = 
                 (staging / folder).mkdir(mode=0o755, exist_ok=True)
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
-            os.chmod(path, 0o755 if rel in EXECUTABLE else 0o644)
+            os.chmod(path, 0o755 if rel in executable else 0o644)
         os.chmod(staging, 0o755)
         with _bundle_lock(out_dir, name):
             _put_in_place(staging, bundle_target(out_dir, name), force)

@@ -6,7 +6,10 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
-from fp8spec.specfile.fields import NonEmpty, Section, Version, plain_text
+from fp8spec.launchers import launcher_names, launchers
+from fp8spec.specfile.fields import NonEmpty, Section, Version, either, how_many, plain_text
+
+LAUNCHERS = launcher_names()  # the table in fp8spec/launchers/
 
 # Each is NonEmpty (no control characters, no '${') with a pattern; the pattern stays visible in the JSON Schema.
 
@@ -172,10 +175,11 @@ class KubeRaySettings(Section):
 
 
 class ClusterSection(Section):
-    launcher: Literal["ray", "slurm", "kuberay"] = Field(
-        "ray",
-        description="The launcher the bundle README tells you to run: ray (submit.sh, `ray job submit`), "
-        "slurm (slurm.sbatch) or kuberay (rayjob.yaml); all three are generated. Default ray.",
+    launcher: Literal[LAUNCHERS] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (the table)
+        LAUNCHERS[0],
+        description="The launcher the bundle README tells you to run: "
+        + either([f"{row.name} ({row.summary})" for row in launchers()])
+        + f"; all {how_many(len(LAUNCHERS))} are generated. Default {LAUNCHERS[0]}.",
     )
     address: NonEmpty = Field(
         "http://127.0.0.1:8265",

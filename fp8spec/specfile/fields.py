@@ -96,3 +96,13 @@ def nested_model(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+def either(choices: list[str] | tuple[str, ...]) -> str:
+    """Choices as a field description says them: 'a or b', 'a, b or c'."""
+    return " or ".join([", ".join(choices[:-1]), choices[-1]] if len(choices) > 1 else list(choices))
+
+
+def how_many(n: int) -> str:
+    """'both', 'three', ...: how a description counts a handful."""
+    return {2: "both", 3: "three", 4: "four", 5: "five", 6: "six"}.get(n, str(n))

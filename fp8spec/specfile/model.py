@@ -27,6 +27,7 @@ from fp8spec.specfile.fields import (
     Slug,
     SmallCount,
     Version,
+    either,
     exactly_int,
 )
 from fp8spec.specfile.run import AlgorithmSection, DataSection, RewardSection, TrainerSection
@@ -286,15 +287,10 @@ class TrainingSection(Section):
     )
 
 
-def _either(names: tuple[str, ...]) -> str:
-    """'vllm or sglang'; 'a, b or c'."""
-    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else list(names))
-
-
 class RolloutSection(Section):
     engine: Literal[ENGINES] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
         ENGINES[0],
-        description=f"Rollout engine: {_either(ENGINES)} (actor_rollout_ref.rollout.name); `--backend` "
+        description=f"Rollout engine: {either(ENGINES)} (actor_rollout_ref.rollout.name); `--backend` "
         f"retargets it. Default {ENGINES[0]}.",
     )
     tp: SmallCount = Field(

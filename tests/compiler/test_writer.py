@@ -13,9 +13,9 @@ from tests.specfile.test_bad_inputs import run_cli
 
 def test_write_and_force(tmp_path):
     out = tmp_path / "out"
-    target = write_bundle(out, "b", {"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"})
+    target = write_bundle(out, "b", {"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"}, executable={"launch.sh"})
     assert (target / "a.txt").read_text() == "1\n"
-    assert os.access(target / "launch.sh", os.X_OK)
+    assert os.access(target / "launch.sh", os.X_OK) and not os.access(target / "a.txt", os.X_OK)
     with pytest.raises(WriteError, match="--force"):
         write_bundle(out, "b", {"a.txt": "2\n"})
     assert (target / "a.txt").read_text() == "1\n"

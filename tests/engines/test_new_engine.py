@@ -10,10 +10,6 @@ the planner, and the compiler, which writes a trainer bundle and a serve bundle 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +17,7 @@ from ruamel.yaml import YAML
 
 from tests.conftest import REPO, SPECS
 from tests.engines.toy_engine import ENGINE_INIT, ENGINE_RULES, PROFILE
+from tests.extending import cli_in, copy_of_the_package, package_file_of
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     """The package and its data (as a source checkout lays them out), plus the toy engine's folder and data."""
-    root = tmp_path_factory.mktemp("with-toy")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("fp8spec", "backends", "templates", "specs"):
-        shutil.copytree(REPO / name, root / name, ignore=ignore)
+    root = copy_of_the_package(tmp_path_factory.mktemp("with-toy"))
     engine = root / "fp8spec" / "engines" / "toy"
     engine.mkdir()
     (engine / "__init__.py").write_text(ENGINE_INIT, encoding="utf-8")
@@ -43,17 +37,11 @@ def tree(tmp_path_factory) -> Path:
     return root
 
 
-def fp8spec(tree: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([sys.executable, "-m", "fp8spec.cli", *args], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=300)
-    return proc
+fp8spec = cli_in
 
 
 def test_the_copy_runs_its_own_package(tree):
-    proc = subprocess.run([sys.executable, "-c", "import fp8spec; print(fp8spec.__file__)"], cwd=tree,
-                          env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, timeout=60)
-    assert proc.stdout.strip() == str(tree / "fp8spec" / "__init__.py")
+    assert package_file_of(tree) == str(tree / "fp8spec" / "__init__.py")
 
 
 def test_the_spec_knows_the_engine(tree):

@@ -199,7 +199,7 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
 
 
 def test_long_spec_names_fit_kuberay_limits():
-    from fp8spec.compiler.launchers import k8s_name
+    from fp8spec.launchers.kuberay import k8s_name
 
     assert k8s_name("qwen3-8b-fp8-rollout") == "qwen3-8b-fp8-rollout"
     assert k8s_name("8b_run.v2") == "fp8-8b-run-v2"
