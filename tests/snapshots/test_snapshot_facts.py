@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fp8spec.snapshots import Fact, committed_specs, Snapshot, check, dumps, list_snapshots, snapshot_path
+from fp8spec.snapshots import Fact, Snapshot, check, committed_specs, dumps, list_snapshots, snapshot_path
 
 
 def snap(spec: str) -> Snapshot:
