@@ -7,11 +7,11 @@ Exit codes: 0 clean (warnings allowed unless --strict), 1 the spec has errors (s
 from __future__ import annotations
 
 import dataclasses
-import json
+import errno
 import os
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, NoReturn, Optional
 
 import typer
 
@@ -19,11 +19,14 @@ from fp8spec import __version__
 from fp8spec.cli_backends import backends_app
 from fp8spec.cli_init import init
 from fp8spec.cli_options import (
+    JSON_OUTPUT,
     backend_option,
     complete_backend,
     complete_code,
     fail,
     format_option,
+    json_failure,
+    output_folder,
     usage_error,
     validate_on_backend,
 )
@@ -217,29 +220,46 @@ def compile(
         ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
     ),
     backend: Optional[str] = backend_option(),
-    output: Path = typer.Option(
-        Path("bundles"),
+    output: str = typer.Option(
+        "bundles",
         "--output",
         "-o",
         metavar="DIR",
         help="Folder that receives the bundle folder.",
-        readable=False,
     ),
-    force: bool = typer.Option(False, "--force", help="Replace an existing bundle of the same name."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Replace an existing bundle of the same name, if fp8spec wrote it and nobody changed it "
+        "since (anything else at that name is refused).",
+    ),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
     from fp8spec.compiler.build import build_plan
     from fp8spec.compiler.bundle import bundle_files, executable
     from fp8spec.compiler.writer import WriteError, write_bundle
+    from fp8spec.launchers.base import BundleError
 
+    out_dir = output_folder(output)
     validation, choice = _validated(spec, backend)
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     valid = validation.valid()
     plan = build_plan(valid, choice)
-    files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     try:
-        target = write_bundle(output, valid.spec.name, files, force=force, executable=executable(files))
+        files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
+    except BundleError as err:
+        typer.echo(f"{printable(str(spec))}: error: {printable(str(err))}; nothing written", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS) from None
+    try:
+        target = write_bundle(
+            out_dir,
+            valid.spec.name,
+            files,
+            force=force,
+            executable=executable(files),
+            note=lambda text: typer.echo(printable(text), err=True),
+        )
     except WriteError as err:
         fail(EXIT_BAD_INPUT, str(err))
     top = sorted({name.split("/", 1)[0] + ("/" if "/" in name else "") for name in files})
@@ -318,15 +338,16 @@ def models() -> None:
     for model_id in catalog_ids():
         m = get_model(model_id)
         kind = f"MoE {m.num_experts} experts" if m.is_moe else "dense"
-        typer.echo(f"{model_id:<36} {m.architecture:<24} {m.num_hidden_layers:>3} layers  {kind}")
+        typer.echo(f"{model_id:<36} {m.architecture:<30} {m.num_hidden_layers:>3} layers  {kind}")
 
 
 app.add_typer(backends_app, name="backends", help="Backend releases: wheel snapshots, drift report.")
 
 
 def _wants_json(argv: list[str]) -> bool:
-    """Whether this command line asked `validate` for JSON: then even usage and internal errors are JSON."""
-    if "validate" not in argv:
+    """Whether this command line asked `validate` or `plan` for JSON: then every failure, usage and internal
+    errors included, prints JSON on stdout."""
+    if "validate" not in argv and "plan" not in argv:
         return False
     for i, arg in enumerate(argv):
         if arg in ("--format", "-f") and argv[i + 1 : i + 2] == ["json"]:
@@ -336,21 +357,41 @@ def _wants_json(argv: list[str]) -> bool:
     return False
 
 
-def _json_failure(kind: str, message: str) -> None:
-    failure = {"error": {"kind": kind, "message": message}, "files": []}
-    typer.echo(json.dumps(failure, indent=2, sort_keys=True))
+_json_failure = json_failure
+# Writing the output failed: a full disk (> /dev/full), a file too large, an I/O error, a closed pipe.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EPIPE}
+
+
+def _output_failed(err: OSError) -> NoReturn:
+    """stdout cannot be written: say so on stderr (no traceback, not even at exit) and exit 2."""
+    try:  # what is still buffered for stdout goes nowhere, so the interpreter's last flush cannot fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    if err.errno != errno.EPIPE:  # a reader that stopped reading (| head) needs no message
+        typer.echo(f"fp8spec: error: cannot write the output: {err.strerror or err}", err=True)
+    os._exit(EXIT_BAD_INPUT)
 
 
 def main() -> None:
     """Console entry point: users see one-line errors, never tracebacks (FP8SPEC_DEBUG=1 shows them)."""
     as_json = _wants_json(sys.argv[1:])
+    JSON_OUTPUT["on"] = as_json
     try:
         code = app(standalone_mode=False, prog_name="fp8spec")  # the same name however it is started
+        _flush_stdout()
         sys.exit(code if isinstance(code, int) else EXIT_OK)
     except typer.Exit as exc:
+        _flush_stdout()
         sys.exit(exc.exit_code)
     except SystemExit as exc:
+        _flush_stdout()
         sys.exit(exc.code)
+    except OSError as exc:
+        if exc.errno in _OUTPUT_ERRNOS and _stdout_broken():
+            _output_failed(exc)
+        _internal(exc, as_json)
     except KeyboardInterrupt:
         typer.echo("fp8spec: interrupted", err=True)
         sys.exit(130)
@@ -364,13 +405,36 @@ def main() -> None:
             sys.exit(EXIT_BAD_INPUT)
         if type(exc).__name__ == "Abort":
             sys.exit(130)
-        if os.environ.get("FP8SPEC_DEBUG"):
-            raise
-        message = f"internal error: {type(exc).__name__}: {exc} (set FP8SPEC_DEBUG=1 for details)"
-        if as_json:
-            _json_failure("internal", message)
-        typer.echo(f"fp8spec: {message}", err=True)
-        sys.exit(EXIT_INTERNAL)
+        _internal(exc, as_json)
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except OSError as err:
+        _output_failed(err)
+
+
+def _stdout_broken() -> bool:
+    """Whether stdout itself cannot take more output (the error came from writing it, not from a file)."""
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"")
+    except OSError:
+        return True
+    except ValueError:
+        return False
+    return False
+
+
+def _internal(exc: BaseException, as_json: bool) -> NoReturn:
+    if os.environ.get("FP8SPEC_DEBUG"):
+        raise exc
+    message = f"internal error: {type(exc).__name__}: {exc} (set FP8SPEC_DEBUG=1 for details)"
+    if as_json:
+        _json_failure("internal", message)
+    typer.echo(f"fp8spec: {message}", err=True)
+    sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

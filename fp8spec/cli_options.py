@@ -3,12 +3,13 @@ one-line error exit."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
 
-from fp8spec.diagnostics import EXIT_BAD_INPUT, printable
+from fp8spec.diagnostics import EXIT_BAD_INPUT, printable, render_json
 from fp8spec.targets import BACKENDS
 
 BACKEND_HELP = (
@@ -51,14 +52,34 @@ def format_option() -> Any:
     )
 
 
+# Set by the entry point when the command line asked for JSON (--format json): then every failure also
+# prints one JSON object on stdout, so a CI that parses stdout always gets JSON.
+JSON_OUTPUT = {"on": False}
+
+
+def json_failure(kind: str, message: str) -> None:
+    failure = {"error": {"kind": kind, "message": message}, "files": []}
+    typer.echo(json.dumps(failure, indent=2, sort_keys=True))
+
+
 def fail(code: int, message: str) -> NoReturn:
     """Print one located line (``fp8spec: error: ...``) and exit with ``code``."""
+    if JSON_OUTPUT["on"]:
+        json_failure("usage" if code == EXIT_BAD_INPUT else "error", printable(message))
     typer.echo(f"fp8spec: error: {printable(message)}", err=True)
     raise typer.Exit(code)
 
 
 def usage_error(message: str) -> NoReturn:
     fail(EXIT_BAD_INPUT, message)
+
+
+def output_folder(text: str) -> Path:
+    """The folder ``-o`` names. An empty or blank name (an unset ``$OUT``) is refused: read as a path it would
+    be the current folder, and the command would write there unasked."""
+    if not text.strip():
+        usage_error(f"-o {text!r} names no folder (an unset variable?); give one, e.g. -o bundles")
+    return Path(text)
 
 
 def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
@@ -73,6 +94,8 @@ def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
     except BackendChoiceError as err:
         fail(EXIT_BAD_INPUT, str(err))
     except InputError as err:
+        if JSON_OUTPUT["on"]:
+            typer.echo(render_json({str(spec): [err.diagnostic]}))
         typer.echo(err.diagnostic.render(), err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     note = retarget_note(validation, choice)

@@ -7,14 +7,21 @@ from typing import Any, Optional
 
 import typer
 
-from fp8spec.cli_options import backend_option, fail, format_option, usage_error, validate_on_backend
+from fp8spec.cli_options import (
+    backend_option,
+    fail,
+    format_option,
+    output_folder,
+    usage_error,
+    validate_on_backend,
+)
 from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, summary_line
 
 
 def plan(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
     format: str = format_option(),
-    output: Optional[Path] = typer.Option(
+    output: Optional[str] = typer.Option(
         None,
         "--output",
         "-o",
@@ -75,6 +82,7 @@ def plan(
 
     if format not in ("text", "json"):
         usage_error(f"--format must be text or json, not {format!r}")
+    out_dir = output_folder(output) if output is not None else None
     validation, _ = validate_on_backend(spec, backend)
     ctx = validation.context
     if ctx is None or ctx.model is None or ctx.profile("verl") is None:
@@ -106,8 +114,8 @@ def plan(
     if validation.errors:
         typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
         raise typer.Exit(EXIT_RULE_ERRORS)
-    if output is not None:
-        _write_plan_pictures(result, output)
+    if out_dir is not None:
+        _write_plan_pictures(result, out_dir)
 
 
 def _write_plan_pictures(result: Any, output: Path) -> None:

@@ -3,8 +3,9 @@
 #
 # PARTS_DIR holds offline.sha256 and offline.tar.xz.partNN, copied there by earlier device calls (one part per
 # call: each call carries .engine/partNN and copies it into PARTS_DIR). Checks every checksum, unpacks the
-# stripped vLLM tree into TARGET, installs the other wheels into TARGET with pip --no-index --no-deps, and
-# prints the PYTHONPATH to use. Idempotent: a TARGET that already holds this archive's install is kept.
+# filtered wheels (site/: vLLM, sglang-kernel, ... without their stripped files) into TARGET, installs the other
+# wheels into TARGET with pip --no-index --no-deps, keeps shared libraries in TARGET/.libs and source packages in
+# TARGET/.sdists, and prints the PYTHONPATH to use. Idempotent: a TARGET that already holds this archive's install is kept.
 set -euo pipefail
 parts=${1:?usage: install_offline.sh PARTS_DIR TARGET}
 target=${2:?usage: install_offline.sh PARTS_DIR TARGET}
@@ -21,8 +22,14 @@ echo "$want  /tmp/offline.tar.xz" | sha256sum -c --quiet -
 rm -rf "$target" /tmp/offline-unpacked && mkdir -p "$target" /tmp/offline-unpacked
 tar -xJf /tmp/offline.tar.xz -C /tmp/offline-unpacked
 if [[ -d /tmp/offline-unpacked/site ]]; then cp -a /tmp/offline-unpacked/site/. "$target/"; fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$target" \
-  /tmp/offline-unpacked/wheels/*.whl 2>&1 | grep -v -i "warning" || true
+if compgen -G "/tmp/offline-unpacked/wheels/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$target" \
+    /tmp/offline-unpacked/wheels/*.whl 2>&1 | grep -v -i "warning" || true
+fi
+# Shared libraries from Debian packages (deb lines of offline_set.txt): TARGET/.libs, for LD_LIBRARY_PATH.
+if [[ -d /tmp/offline-unpacked/libs ]]; then mkdir -p "$target/.libs" && cp -a /tmp/offline-unpacked/libs/. "$target/.libs/"; fi
+# Source-only packages (sdist lines of offline_set.txt) are built on the device by their own script.
+if [[ -d /tmp/offline-unpacked/sdists ]]; then mkdir -p "$target/.sdists" && cp -a /tmp/offline-unpacked/sdists/. "$target/.sdists/"; fi
 echo "$want" > "$target/.offline.sha256"
 rm -rf /tmp/offline.tar.xz /tmp/offline-unpacked
 echo "install_offline: installed into $target; export PYTHONPATH=$target\${PYTHONPATH:+:\$PYTHONPATH}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-engine runs on the H200 machine, one step per device call (see benchmarks/engine/README.md).
 #
-#   bash benchmarks/engine/run_h200_engine.sh receive NN     copy the carried .engine/partNN into /tmp/engine
+#   bash benchmarks/engine/run_h200_engine.sh receive NN [SET]  copy the carried .SET/partNN into /tmp/SET (SET: engine)
 #   bash benchmarks/engine/run_h200_engine.sh install        check + unpack the offline set into /tmp/site
 #   bash benchmarks/engine/run_h200_engine.sh gputests       the GPU test suite of fp8spec.runtime
 #   bash benchmarks/engine/run_h200_engine.sh bench GPU ITEMS...   rollout throughput (run_configs.py) on GPU
@@ -22,8 +22,9 @@ shift
 # $OUT comes back as at most 8 files: each step packs its folder into one archive.
 pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
 case $step in
-  receive)
-    mkdir -p /tmp/engine && cp -v ".engine/part$1"/* /tmp/engine/ && ls -la /tmp/engine | tail -n +2 ;;
+  receive)  # NN [SET]: the carried .SET/partNN (default SET engine) into /tmp/SET
+    set_dir=${2:-engine}
+    mkdir -p "/tmp/$set_dir" && cp -v ".$set_dir/part$1"/* "/tmp/$set_dir/" && ls -la "/tmp/$set_dir" | tail -n +2 ;;
   install)
     bash benchmarks/engine/install_offline.sh /tmp/engine "$SITE" &&
       python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" ;;

@@ -1,6 +1,8 @@
 """The three inputs of the one-H200 FP8 RL run, made offline: a tiny Qwen3 model, its tokenizer, a dataset.
 
     python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl     # model/, data/train.parquet, data/test.parquet
+    python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl \
+        --config specs/models/tiny-qwen3-moe/config.json --model-dir model-moe   # the MoE of the Megatron run
 
 * model/: Qwen3 architecture with the shape in specs/models/tiny-qwen3/config.json (hidden 1024, intermediate
   3072, 8 heads / 4 KV heads of 128, 4 layers: every linear is a whole number of 128x128 blocks, so vLLM
@@ -72,19 +74,26 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--train", type=int, default=512)
     ap.add_argument("--test", type=int, default=64)
+    ap.add_argument("--config", type=Path, default=CONFIG, help="the model's config.json (default: tiny-qwen3)")
+    ap.add_argument("--model-dir", default="model", help="folder under --out for the model (default: model)")
     a = ap.parse_args()
     import pandas as pd
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = json.loads(CONFIG.read_text(encoding="utf-8"))
+    config = json.loads(a.config.read_text(encoding="utf-8"))
     train, test = problems(a.train, 0), problems(a.test, 1)
     for row in test:
         row["extra_info"]["split"] = "test"
     texts = [r["prompt"][0]["content"] + " " + r["extra_info"]["answer"] for r in train + test]
     tokenizer = build_tokenizer(texts, config["vocab_size"])
     assert len(tokenizer) == config["vocab_size"], (len(tokenizer), config["vocab_size"])
-    model_dir = a.out / "model"
+    model_dir = a.out / a.model_dir
+    if (model_dir / "model.safetensors").is_file() and (a.out / "data" / "test.parquet").is_file():
+        # another run set of the same lease made them (same seed, same bytes); rewriting files that running
+        # trainers may still read is what must not happen
+        print(f"make_assets: {model_dir} exists, kept")
+        return 0
     tokenizer.save_pretrained(model_dir)
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
     cfg.architectures = config["architectures"]

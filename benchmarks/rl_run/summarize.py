@@ -18,12 +18,15 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-RUNS = ("tiny-qwen3-h200-fp8", "tiny-qwen3-h200-bf16")
+RUNS = ("tiny-qwen3-h200-fp8", "tiny-qwen3-h200-bf16")  # run_h200_rl.sh; megatron runs are found by their logs
+NOT_RUNS = ("assets.log", "driver.log")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(r"\bstep:(\d+) - (.*)$")
 METRIC = re.compile(r"^([\w/@.-]+):(?:np\.\w+\()?(-?[\d.eE+-]+|nan|inf)\)?$")
 SYNC = re.compile(r"fp8spec fast_block_quant: weight sync received in ([\d.]+) s, (\d+) flat-bucket launches, "
                   r"stats (\{.*\})")
+TE = re.compile(r"fp8spec te_report: (old_log_prob|update): fwd FP8 (\d+)/(\d+) TE module calls .*?; "
+                r"bwd FP8 (\d+) calls.*$")
 KV = re.compile(r"fp8spec kv_scales: applied (\d+) q/k/v scales to (\d+) attention layers "
                 r"\(k \[([\d.e-]+), ([\d.e-]+)\] q \[([\d.e-]+), ([\d.e-]+)\] v \[([\d.e-]+), ([\d.e-]+)\]\)")
 # the columns of the step table: (metric, header)
@@ -50,7 +53,7 @@ COLUMNS = (
 def parse_log(text: str) -> dict:
     """Steps (verl's metrics by step), weight syncs and KV-scale applications, in log order."""
     steps: dict[int, dict[str, float]] = {}
-    syncs, kv = [], []
+    syncs, kv, te = [], [], []
     for raw in text.splitlines():
         line = ANSI.sub("", raw)
         m = STEP.search(line)
@@ -67,23 +70,29 @@ def parse_log(text: str) -> dict:
             stats = json.loads(m.group(3).replace("'", '"'))
             syncs.append({"receive_s": float(m.group(1)), "flat_launches": int(m.group(2)), "stats": stats})
             continue
+        m = TE.search(line)
+        if m:
+            te.append({"phase": m.group(1), "fwd_fp8": int(m.group(2)), "fwd_te": int(m.group(3)),
+                       "bwd_fp8": int(m.group(4)), "line": m.group(0)})
+            continue
         m = KV.search(line)
         if m:
             k0, k1, q0, q1, v0, v1 = (float(x) for x in m.groups()[2:])
             kv.append({"scales": int(m.group(1)), "layers": int(m.group(2)), "k": [k0, k1], "q": [q0, q1],
                        "v": [v0, v1]})
-    return {"steps": steps, "syncs": syncs, "kv_scales": kv}
+    return {"steps": steps, "syncs": syncs, "kv_scales": kv, "te_report": te}
 
 
 def read_run_dir(folder: Path) -> dict:
     out = {}
     summary = (folder / "summary.txt").read_text(encoding="utf-8") if (folder / "summary.txt").exists() else ""
-    for name in RUNS:
+    names = [n for n in RUNS if (folder / f"{n}.log").exists()] or sorted(
+        p.stem for p in folder.glob("*.log") if p.name not in NOT_RUNS and not p.name.startswith("ray-head-")
+    )
+    for name in names:
         log = folder / f"{name}.log"
-        if not log.exists():
-            continue
         run = parse_log(log.read_text(encoding="utf-8", errors="replace"))
-        rc = re.search(rf"^{re.escape(name)}: gpu=\d+ rc=(\S+) (\d+)s$", summary, flags=re.MULTILINE)
+        rc = re.search(rf"^{re.escape(name)}: (?:gpu|bundle)=\S+ rc=(\S+) (\d+)s$", summary, flags=re.MULTILINE)
         run["rc"], run["wall_s"] = (rc.group(1), int(rc.group(2))) if rc else (None, None)
         ckpt = folder / f"{name}.checkpoint.txt"
         run["checkpoint"] = ckpt.read_text(encoding="utf-8") if ckpt.exists() else ""
@@ -126,6 +135,9 @@ def markdown(runs: dict) -> str:
             lines.append("\nKV scales applied (min-max over layers): " + "; ".join(
                 f"k {a['k'][0]:.4g}-{a['k'][1]:.4g} q {a['q'][0]:.4g}-{a['q'][1]:.4g} v {a['v'][0]:.4g}-{a['v'][1]:.4g}"
                 for a in run["kv_scales"]))
+        if run["te_report"]:
+            first = {r["phase"]: r["line"] for r in run["te_report"]}
+            lines.append("\nTransformerEngine (first call of each phase): " + " | ".join(first.values()))
         saved = re.findall(r"global_step_(\d+)/actor:", run["checkpoint"])
         lines.append(f"\ncheckpoint: global_step_{', global_step_'.join(saved)}" if saved else "\ncheckpoint: none")
         lines.append("")

@@ -11,7 +11,8 @@ Qwen3-MoE ``mlp_only_layers``, fused groups) are written down in ``fp8spec/catal
 
 from __future__ import annotations
 
-from ._parse import SUPPORTED_ARCHITECTURES, model_from_config
+from ._arch import SUPPORTED_ARCHITECTURES
+from ._files import model_from_config
 from ._store import catalog_ids, get_model
 from ._types import (
     LINEAR_KINDS,
@@ -21,6 +22,7 @@ from ._types import (
     LinearModule,
     ModelFacts,
     UnknownModel,
+    VisionTower,
 )
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "LinearModule",
     "ModelFacts",
     "UnknownModel",
+    "VisionTower",
     "catalog_ids",
     "get_model",
     "model_from_config",

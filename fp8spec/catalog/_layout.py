@@ -17,8 +17,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # template rows -----------------------------------------------------------------------------------------
 # linear: ("L", suffix, kind, out, in, parallel, group, fused_suffix, bias)
+# vision: ("V", ...)   a linear of the vision encoder (same fields; listed apart from the decoder's linears)
 # norm:   ("N", suffix, width)
-# embed:  ("E", suffix, rows)
+# embed:  ("E", suffix, rows)            rows x hidden_size
+# other:  ("X", suffix, numel, category) explicit parameter count; category "norms", "embeddings" or None
 
 
 class Layout:
@@ -32,6 +34,7 @@ class Layout:
         "norms",
         "num_parameters",
         "routers",
+        "vision_linears",
     )
 
     def __init__(self) -> None:
@@ -41,6 +44,7 @@ class Layout:
         self.embeddings: tuple[str, ...] = ()
         self.routers: tuple[str, ...] = ()
         self.lm_heads: tuple[str, ...] = ()
+        self.vision_linears: tuple[LinearModule, ...] = ()
         self.fused: dict[str, tuple[str, ...]] = {}
         self.num_parameters = 0
         self._by_name: dict[str, LinearModule] | None = None
@@ -60,7 +64,7 @@ def fused_groups(f: ModelFacts) -> dict[str, tuple[str, ...]]:
         groups["fused_qkv_a_proj"] = ("q_a_proj", "kv_a_proj_with_mqa")
     groups["gate_up_proj"] = ("gate_proj", "up_proj")
     if f.is_moe:
-        groups["experts"] = ("gate_proj", "up_proj", "down_proj")
+        groups["experts"] = f.expert_names
     return groups
 
 
@@ -186,6 +190,51 @@ def _shared_expert_rows(f: ModelFacts) -> list[tuple]:
     ]
 
 
+def _vision_rows(f: ModelFacts) -> list[tuple]:
+    """SigLIP encoder + Gemma 3 projector, under their released checkpoint names (transformers
+    modeling_siglip.py / modeling_gemma3.py; vLLM siglip.py fuses q/k/v into qkv_proj)."""
+    v = f.vision
+    if v is None:
+        return []
+    h, i = v.hidden_size, v.intermediate_size
+    p = "vision_tower.vision_model."
+    rows: list[tuple] = [
+        ("X", p + "embeddings.patch_embedding", h * v.num_channels * v.patch_size**2 + h, "embeddings"),
+        ("X", p + "embeddings.position_embedding", v.num_positions * h, "embeddings"),
+    ]
+    for n in range(v.num_hidden_layers):
+        lp = f"{p}encoder.layers.{n}."
+        fsuf = "self_attn.qkv_proj"
+        rows += [
+            ("X", lp + "layer_norm1", 2 * h, "norms"),
+            *(
+                (
+                    "V",
+                    f"{lp}self_attn.{x}_proj",
+                    "vision_attn_qkv",
+                    h,
+                    h,
+                    "column",
+                    "qkv_proj",
+                    lp + fsuf,
+                    True,
+                )
+                for x in "qkv"
+            ),
+            ("V", lp + "self_attn.out_proj", "vision_attn_out", h, h, "row", None, None, True),
+            ("X", lp + "layer_norm2", 2 * h, "norms"),
+            ("V", lp + "mlp.fc1", "vision_mlp_in", i, h, "column", None, None, True),
+            ("V", lp + "mlp.fc2", "vision_mlp_out", h, i, "row", None, None, True),
+        ]
+    rows += [
+        ("X", p + "post_layernorm", 2 * h, "norms"),
+        # a bare [vision hidden, text hidden] parameter (mm_input_projection_weight), not a Linear
+        ("X", "multi_modal_projector", h * f.hidden_size, None),
+        ("X", "multi_modal_projector.mm_soft_emb_norm", h, "norms"),
+    ]
+    return rows
+
+
 def build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     # Tens of thousands of small tuples: pausing the cyclic GC keeps generation linear (it would otherwise
     # rescan every live object of the process several times). Nothing built here forms a cycle.
@@ -204,13 +253,14 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     dense = _dense_mlp_rows(f)
     shared = _shared_expert_rows(f)
     moe_set = set(f.moe_layers)
-    router_bias = f.model_type == "deepseek_v3"  # V3 routers carry e_score_correction_bias [E] (noaux_tc)
     E, m = f.num_experts, f.moe_intermediate_size or 0  # read only for a MoE layer, where it is set
+    gate_name, up_name, down_name = f.expert_names
     expert_rows = (
-        ("gate_proj", "expert_in", m, h, "column"),
-        ("up_proj", "expert_in", m, h, "column"),
-        ("down_proj", "expert_out", h, m, "row"),
+        (gate_name, "expert_in", m, h, "column"),
+        (up_name, "expert_in", m, h, "column"),
+        (down_name, "expert_out", h, m, "row"),
     )
+    extra_norms = [("N", n, h) for n in f.extra_norms]
 
     linears: list[LinearModule] = []
     names: list[str] = []
@@ -218,6 +268,7 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     embeddings: list[str] = []
     routers: list[str] = []
     lm_heads: list[str] = []
+    vision: list[LinearModule] = []
     fused: dict[str, list[str]] = {}
     params = 0
     LM = LinearModule
@@ -235,16 +286,26 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
                 params += out * inn + (out if bias else 0)
                 if fsuf is not None:
                     fused.setdefault(prefix + fsuf, []).append(name)
+            elif tag == "V":
+                _, _, kind, out, inn, par, grp, _fsuf, bias = row
+                vision.append(LM(name, None, kind, out, inn, par, grp, None, False, bias))
+                params += out * inn + (out if bias else 0)
             elif tag == "N":
                 norms.append(name)
                 params += row[2]
-            else:  # "E"
+            elif tag == "E":
                 embeddings.append(name)
                 params += row[2] * h
+            else:  # "X"
+                params += row[2]
+                if row[3] == "norms":
+                    norms.append(name)
+                elif row[3] == "embeddings":
+                    embeddings.append(name)
 
     def emit_layer(i: int, *, mtp: bool) -> None:
         nonlocal params
-        prefix = f"model.layers.{i}."
+        prefix = f"{f.module_prefix}layers.{i}."
         if mtp:
             emit_rows(
                 prefix,
@@ -258,15 +319,15 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
             )
         emit_rows(prefix, i, [("N", "input_layernorm", h)])
         emit_rows(prefix, i, attn)
-        emit_rows(prefix, i, [("N", "post_attention_layernorm", h)])
+        emit_rows(prefix, i, [("N", "post_attention_layernorm", h), *extra_norms])
         # an MTP layer repeats the main model's (MoE) decoder layer: README_WEIGHTS.md "structure identical"
         if i in moe_set or (mtp and f.is_moe):
-            gate = prefix + "mlp.gate"
+            gate = f"{prefix}{f.moe_block}.gate"
             names.append(gate)
             routers.append(gate)
             linears.append(LM(gate, i, "router", E, h, "replicated", None, None, False, False))
-            params += E * h + (E if router_bias else 0)
-            ep = prefix + "mlp.experts."
+            params += E * h + (E if f.router_bias else 0)
+            ep = f"{prefix}{f.moe_block}.experts."
             block = [
                 new_lm(LM, (f"{ep}{j}.{suf}", i, kind, out, inn, par, "experts", j, False, False))
                 for j in range(E)
@@ -275,7 +336,7 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
             linears.extend(block)
             block_names = [m[0] for m in block]
             names.extend(block_names)
-            fused[prefix + "mlp.experts"] = block_names
+            fused[f"{prefix}{f.moe_block}.experts"] = block_names
             params += E * 3 * m * h
             emit_rows(prefix, i, shared)
         else:
@@ -291,17 +352,29 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
             )
             lm_heads.append(prefix + "shared_head.head")
 
-    emit_rows("model.", -1, [("E", "embed_tokens", f.vocab_size)])
+    emit_rows(f.module_prefix, -1, [("E", "embed_tokens", f.vocab_size)])
     for i in range(f.num_hidden_layers):
         emit_layer(i, mtp=False)
     if include_mtp:
         for k in range(f.num_mtp_layers):
             emit_layer(f.num_hidden_layers + k, mtp=True)
-    emit_rows("model.", -1, [("N", "norm", h)])
-    names.append("lm_head")
-    lm_heads.append("lm_head")
+    emit_rows(f.module_prefix, -1, [("N", "norm", h)])
+    emit_rows("", -1, _vision_rows(f))
+    names.append(f.lm_head_name)
+    lm_heads.append(f.lm_head_name)
     linears.append(
-        LM("lm_head", None, "lm_head", f.vocab_size, h, "column", None, None, f.tie_word_embeddings, False)
+        LM(
+            f.lm_head_name,
+            None,
+            "lm_head",
+            f.vocab_size,
+            h,
+            "column",
+            None,
+            None,
+            f.tie_word_embeddings,
+            False,
+        )
     )
     if not f.tie_word_embeddings:
         params += f.vocab_size * h
@@ -313,6 +386,7 @@ def _build_layout(f: ModelFacts, *, include_mtp: bool) -> Layout:
     lay.embeddings = tuple(embeddings)
     lay.routers = tuple(routers)
     lay.lm_heads = tuple(lm_heads)
+    lay.vision_linears = tuple(vision)
     lay.fused = {k: tuple(v) for k, v in fused.items()}
     lay.num_parameters = params
     return lay

@@ -27,6 +27,10 @@ LINEAR_KINDS: tuple[str, ...] = (
     "router",  # mlp.gate (expert router)
     "lm_head",  # output projection (also DeepSeek MTP shared_head.head)
     "mtp_eh_proj",  # DeepSeek MTP eh_proj (2*hidden -> hidden)
+    "vision_attn_qkv",  # vision encoder q_proj / k_proj / v_proj (vLLM fuses them into qkv_proj)
+    "vision_attn_out",  # vision encoder out_proj
+    "vision_mlp_in",  # vision encoder fc1
+    "vision_mlp_out",  # vision encoder fc2
 )
 
 #: how tensor parallelism splits a linear in vLLM / SGLang / Megatron
@@ -37,7 +41,7 @@ class LinearModule(NamedTuple):
     """One linear weight of the checkpoint.
 
     ``name`` is the checkpoint key without ``.weight``. ``layer`` is the decoder layer index (None for
-    ``lm_head``). ``out_features``/``in_features`` are the weight's ``[out, in]`` shape (as in
+    ``lm_head`` and a vision encoder's linears). ``out_features``/``in_features`` are the weight's ``[out, in]`` shape (as in
     ``nn.Linear``). ``parallel`` says how tensor parallelism splits it: ``column`` splits ``out_features``,
     ``row`` splits ``in_features``, ``replicated`` is not split. ``group`` is the fused module the serving
     engines build from it (``qkv_proj``, ``gate_up_proj``, ``fused_qkv_a_proj``, ``experts``) or None;

@@ -86,6 +86,21 @@ def suggest(name: object, ids: tuple[str, ...] | list[str], limit: int = 3) -> l
     for low, i in lower.items():
         if low.rpartition("/")[2] == tail:
             add(i)
+    for low in sorted((low for low in lower if low.startswith(want)), key=len):  # a name cut short
+        add(lower[low])
+    # the same family and size under another release name ("Qwen3-235B-A22B-Instruct-2507" -> "Qwen3-235B-A22B",
+    # "Llama-3.3-70B" -> "Llama-3.3-70B-Instruct"): most leading '-'-separated words in common first, at least two
+    words = tail.split("-")
+    related = []
+    for low, i in lower.items():
+        theirs = low.rpartition("/")[2].split("-")
+        shared = next(
+            (n for n, (a, b) in enumerate(zip(words, theirs)) if a != b), min(len(words), len(theirs))
+        )
+        if shared >= 2:
+            related.append((-shared, i))
+    for _, i in sorted(related):
+        add(i)
     for low in difflib.get_close_matches(want, list(lower), n=limit, cutoff=0.75):
         add(lower[low])
     if len(out) < limit:

@@ -19,6 +19,7 @@ __all__ = [
     "LinearModule",
     "ModelFacts",
     "UnknownModel",
+    "VisionTower",
 ]
 
 
@@ -68,6 +69,27 @@ class ConfigError(CatalogError, ValueError):
 
 
 @dataclass(frozen=True)
+class VisionTower:
+    """The SigLIP vision encoder of a multimodal checkpoint (Gemma 3), and the projector into the decoder.
+
+    Its linears (``ModelFacts.vision_linear_modules()``) sit under ``vision_tower.vision_model.``; vLLM 0.24
+    builds them with the model's quant_config (gemma3_mm.py), so an FP8 checkpoint quantizes them too.
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_channels: int
+    image_size: int
+    patch_size: int
+
+    @property
+    def num_positions(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     """Everything an FP8 check needs to know about one model, built from its config.json.
 
@@ -113,11 +135,24 @@ class ModelFacts:
     moe_layers: tuple[int, ...] = ()
     qkv_bias: bool = False
     o_proj_bias: bool = False
+    # q_norm/k_norm per head before RoPE (Qwen3, Gemma 3, GLM-4.5 with use_qk_norm); the layout lists
+    # self_attn.q_norm / k_norm exactly when it is True. False for MLA: kv_a_layernorm is a latent norm.
     qk_norm: bool = False
     num_mtp_layers: int = 0
     max_position_embeddings: int | None = None
     # quantization_config.quant_method of a checkpoint stored quantized (e.g. "fp8"); None for BF16/FP16 weights
     quantization: str | None = None
+    # checkpoint naming (see _arch.py): where the decoder sits, what the router and routed experts are called
+    module_prefix: str = "model."
+    lm_head_name: str = "lm_head"
+    moe_block: str = "mlp"  # Mixtral: block_sparse_moe
+    expert_names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")  # gate, up, down
+    router_bias: bool = False  # e_score_correction_bias [E] (DeepSeek-V3, GLM-4.5)
+    extra_norms: tuple[str, ...] = ()  # per-layer norms besides input_/post_attention_layernorm (Gemma 3)
+    # attention window: layers that attend over the last sliding_window tokens only (Gemma 3: 5 of every 6)
+    sliding_window: int | None = None
+    sliding_layers: tuple[int, ...] = ()
+    vision: VisionTower | None = None
     source: str = field(default="", compare=False)
 
     # -- derived ---------------------------------------------------------------------------------------
@@ -169,8 +204,15 @@ class ModelFacts:
         return build_layout(self, include_mtp=True)
 
     def linear_modules(self, include_mtp: bool = False) -> list[LinearModule]:
-        """Every linear weight of the checkpoint, in checkpoint order (layer by layer), ``lm_head`` last."""
+        """Every linear weight of the language model, in checkpoint order (layer by layer), ``lm_head`` last.
+
+        A multimodal checkpoint's vision encoder is not here (its linears have no decoder layer): see
+        :meth:`vision_linear_modules`."""
         return list(self._layout(include_mtp).linears)
+
+    def vision_linear_modules(self) -> list[LinearModule]:
+        """The vision encoder's linears (``kind`` ``vision_*``, ``layer`` None); empty for a text-only model."""
+        return list(self._layout_main.vision_linears)
 
     def module_names(self, include_mtp: bool = False) -> list[str]:
         """Every checkpoint module that owns weights: linears, embeddings and norms (no containers)."""
@@ -226,7 +268,12 @@ class ModelFacts:
             "intermediate_size": self.intermediate_size,
             "vocab_size": self.vocab_size,
             "tie_word_embeddings": self.tie_word_embeddings,
+            "qk_norm": self.qk_norm,
         }
+        if self.sliding_window is not None and self.sliding_layers:
+            out.update(sliding_window=self.sliding_window, sliding_layers=len(self.sliding_layers))
+        if self.vision is not None:
+            out["vision_layers"] = self.vision.num_hidden_layers
         if self.is_moe:
             out.update(
                 experts=self.num_experts,

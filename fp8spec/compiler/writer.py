@@ -1,28 +1,40 @@
-"""Write a bundle safely: into a temporary folder beside the target, then rename it into place.
+"""Write a bundle safely: into a temporary folder beside the target, then swap it into place.
 
-Nothing outside the output folder is touched; an existing bundle is replaced only with ``force``; a
-target that would leave the output folder (a symlink, a name with path parts) is refused.
+Nothing outside the output folder is touched; an existing bundle is replaced only with ``force``, and only when
+it is a bundle folder fp8spec wrote and nobody changed (fp8spec.compiler.owned): anything else at that name is
+refused, so the writer never deletes what it did not write. A target that would leave the output folder (a
+symlink, a name with path parts) is refused.
+
+The replace never leaves the name empty: the new folder and the old bundle are swapped in one step
+(``renameat2(RENAME_EXCHANGE)``); where the file system cannot (NFS), the old bundle is parked as
+``.NAME.old-<hex>`` and the new one renamed in, and an interrupt between the two puts the old one back. A run
+killed in that window leaves the name empty with the old bundle parked: the next compile of that bundle
+restores it before anything else.
 
 Concurrent compiles of one bundle: the check "does the bundle exist?" and the rename that puts the new one in
 place happen under one lock per bundle (``flock`` on ``.NAME.lock`` in the output folder, removed again
 after use), so without ``force`` exactly one of several concurrent compiles wins and the others fail with
 a WriteError. Each run's staging folder ``.NAME.tmp-<hex>`` is itself locked while the run lives; the next
-run for that bundle removes staging folders whose lock is free (their run was killed) and ``.NAME.old-<hex>``
-folders (a killed run's previous bundle, set aside to be deleted).
+run for that bundle removes staging folders whose lock is free (their run was killed) and parked
+``.NAME.old-<hex>`` bundles once a bundle is back under the name.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import os
 import re
 import secrets
 import shutil
-import stat
 import time
 from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Optional
+
+from fp8spec.compiler.owned import not_ours
 
 LOCK_TIMEOUT_S = 30.0  # the lock is held for a mkdir or a rename; waiting this long means a stuck process
 
@@ -31,18 +43,47 @@ class WriteError(Exception):
     """The bundle cannot be written where asked (exit code 2); nothing was written."""
 
 
+def _oserror(what: Path, err: OSError) -> WriteError:
+    return WriteError(f"{what}: {err.strerror or err}")
+
+
 def bundle_target(out_dir: Path, name: str) -> Path:
     if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
         raise WriteError(f"bundle name {name!r} is not a plain folder name")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise WriteError(f"output path {out_dir} exists and is not a folder")
     target = out_dir / name
-    if target.is_symlink():
-        raise WriteError(f"{target} is a symbolic link; refusing to write through it")
-    root = out_dir.resolve()
-    if target.resolve().parent != root:
+    try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise WriteError(f"output path {out_dir} exists and is not a folder")
+        if target.is_symlink():
+            raise WriteError(f"{target} is a symbolic link; refusing to write through it")
+        root = out_dir.resolve()
+        escapes = target.resolve().parent != root
+    except OSError as err:  # an unsearchable folder, a name over NAME_MAX, a path over PATH_MAX
+        raise _oserror(target, err) from None
+    except RuntimeError as err:  # a symbolic link loop on the way (Path.resolve)
+        raise WriteError(f"{target}: {err}") from None
+    if escapes:
         raise WriteError(f"{target} escapes the output folder {root}")
     return target
+
+
+def _refuse_existing(target: Path, force: bool, while_running: bool = False) -> None:
+    """Refuse a target that exists, unless ``force`` and it is a bundle fp8spec wrote (then it may go)."""
+    try:
+        if not os.path.lexists(target):
+            return
+        if force:
+            why = not_ours(target)
+    except OSError as err:
+        raise _oserror(target, err) from None
+    if not force:
+        extra = " (another compile wrote it while this one ran)" if while_running else ""
+        raise WriteError(f"{target} already exists{extra}; use --force to replace it")
+    if why:
+        raise WriteError(
+            f"{target}: not replaced: {why}; --force replaces only a bundle folder fp8spec wrote and nobody "
+            "changed (its manifest.json lists every file): move it away, or choose another -o"
+        )
 
 
 def _leftover(name: str) -> re.Pattern:
@@ -102,16 +143,32 @@ def _remove(path: Path) -> None:
             pass
 
 
-def _clean_leftovers(out_dir: Path, name: str) -> None:
-    """Remove what killed runs left for this bundle. Called under the bundle lock."""
+def _recover(out_dir: Path, name: str) -> Optional[str]:
+    """Put back a bundle a killed --force run parked (the name is empty, ``.NAME.old-<hex>`` holds it), then
+    remove parked bundles whose replacement is in place and staging folders of dead runs. Called under the
+    bundle lock. Returns a note for the user when a bundle was restored."""
     pattern = _leftover(name)
-    for entry in os.scandir(out_dir):
-        match = pattern.fullmatch(entry.name)
-        if not match:
+    target = out_dir / name
+    found = sorted(e.name for e in os.scandir(out_dir) if pattern.fullmatch(e.name))
+    note = None
+    parked = [n for n in found if ".old-" in n]
+    if parked and not os.path.lexists(target):
+        os.rename(out_dir / parked[0], target)
+        note = f"restored {target}, which a killed --force compile had set aside as {parked[0]}"
+        found.remove(parked[0])
+    for entry in found:
+        path = out_dir / entry
+        if ".old-" in entry:
+            # Its replacement is in place. It was checked before it was parked; check again, so that what
+            # an older fp8spec parked without checking is never deleted.
+            try:
+                if not_ours(path) is None:
+                    _remove(path)
+            except OSError:
+                pass
             continue
-        path = out_dir / entry.name
-        if match.group(1) == "old" or not entry.is_dir(follow_symlinks=False):
-            _remove(path)  # set aside by a run that held this lock: that run is over
+        if not path.is_dir() or path.is_symlink():
+            _remove(path)
             continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -124,6 +181,7 @@ def _clean_leftovers(out_dir: Path, name: str) -> None:
         finally:
             os.close(fd)
         _remove(path)
+    return note
 
 
 def _staging_dir(out_dir: Path, name: str) -> tuple[Path, int]:
@@ -141,13 +199,18 @@ def _staging_dir(out_dir: Path, name: str) -> tuple[Path, int]:
 
 
 def write_bundle(
-    out_dir: Path, name: str, files: dict[str, str], force: bool = False, executable: Collection[str] = ()
+    out_dir: Path,
+    name: str,
+    files: dict[str, str],
+    force: bool = False,
+    executable: Collection[str] = (),
+    note: Optional[Callable[[str], None]] = None,
 ) -> Path:
-    """Write ``files`` (relative path -> text) as the bundle ``name`` in ``out_dir``; those in ``executable`` get the
-    executable bit (fp8spec.compiler.bundle.executable says which)."""
+    """Write ``files`` (relative path -> text) as the folder ``out_dir/name``; those in ``executable`` get the
+    executable bit (fp8spec.compiler.bundle.executable says which). WriteError (nothing written, nothing removed)
+    when it cannot. ``note`` receives what the user should know (a parked bundle restored)."""
     target = bundle_target(out_dir, name)
-    if os.path.lexists(target) and not force:
-        raise WriteError(f"{target} already exists; use --force to replace it")
+    _refuse_existing(target, force)
     for rel in files:
         parts = rel.split("/")
         if any(not p or p.startswith(".") or "\\" in p for p in parts):
@@ -155,21 +218,30 @@ def write_bundle(
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with _bundle_lock(out_dir, name):
-            _clean_leftovers(out_dir, name)
+            restored = _recover(out_dir, name)
+            if restored:
+                if note:
+                    note(restored)
+                _refuse_existing(target, force)  # the restored bundle is what --force must now judge
             staging, staging_fd = _staging_dir(out_dir, name)
     except OSError as err:
         raise WriteError(f"cannot create a bundle in {out_dir}: {err.strerror or err}") from None
+    # The user's umask decides who may read the bundle (it can hold addresses, overrides, a reward file):
+    # folders and scripts 0777, other files 0666, less the umask, as any tool that writes files does.
+    mask = _umask()
     try:
         for rel, text in sorted(files.items()):
             path = staging / rel
             for folder in reversed(path.relative_to(staging).parents[:-1]):
-                (staging / folder).mkdir(mode=0o755, exist_ok=True)
+                (staging / folder).mkdir(mode=0o700, exist_ok=True)
+                os.chmod(staging / folder, 0o777 & ~mask)
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
-            os.chmod(path, 0o755 if rel in executable else 0o644)
-        os.chmod(staging, 0o755)
+            os.chmod(path, (0o777 if rel in executable else 0o666) & ~mask)
+        os.chmod(staging, 0o777 & ~mask)
         with _bundle_lock(out_dir, name):
-            _put_in_place(staging, bundle_target(out_dir, name), force)
+            _refuse_existing(bundle_target(out_dir, name), force, while_running=True)
+            _put_in_place(staging, target)
     except OSError as err:
         shutil.rmtree(staging, ignore_errors=True)
         raise WriteError(f"cannot write {target}: {err.strerror or err}") from None
@@ -181,26 +253,54 @@ def write_bundle(
     return target
 
 
-def _put_in_place(staging: Path, target: Path, force: bool) -> None:
-    """The checked replace, under the bundle lock: nothing appears at ``target`` between check and rename."""
-    old = None
-    if os.path.lexists(target):
-        if not force:
-            raise WriteError(
-                f"{target} already exists (another compile wrote it while this one ran); "
-                "use --force to replace it"
-            )
-        kind = stat.S_IFMT(os.lstat(target).st_mode)
-        old = _unique(target.parent, target.name, "old")
-        os.rename(target, old)
-        if kind != stat.S_IFDIR:
-            os.unlink(old)  # --force over a file: it goes now, there is nothing to restore
-            old = None
+def _umask() -> int:
+    """The process umask, read without changing it where Linux shows it (/proc/self/status, 4.7+)."""
     try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (fp8spec writes bundles from one thread)
+    os.umask(mask)
+    return mask
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h: renameat2 swaps the two paths atomically
+_AT_FDCWD = -100  # linux/fcntl.h: paths relative to the working folder
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one step; False where the C library or file system has no such call."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _put_in_place(staging: Path, target: Path) -> None:
+    """The replace, under the bundle lock, after _refuse_existing allowed it: the name is never empty
+    (an atomic swap), or, where the file system cannot swap, empty only between two renames, and an interrupt
+    there puts the old bundle back (a kill leaves it parked for the next compile to restore)."""
+    if not os.path.lexists(target):
         os.rename(staging, target)
-    except OSError:
-        if old is not None:
-            os.rename(old, target)  # put the previous bundle back
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # now the old bundle
+        return
+    old = _unique(target.parent, target.name, "old")
+    try:
+        os.rename(target, old)
+        os.rename(staging, target)
+    except BaseException:
+        if os.path.lexists(old) and not os.path.lexists(target):
+            os.rename(old, target)  # put the previous bundle back (also on Ctrl-C)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from fp8spec.resolve.valid import ValidSpec
 
 
+# The worker pods' own shared-memory volume (rayjob.yaml): a spec volume may not take its name or path. Here, not in
+# kuberay.py, because the spec model reads it (cluster.kuberay.volumes) and kuberay.py reads the spec's reward file.
+POD_SHM_VOLUME = ("dshm", "/dev/shm")
+
+
 @dataclass(frozen=True)
 class Launcher:
     name: str  # cluster.launcher's value
@@ -56,6 +61,10 @@ def runtime_env_yaml(plan: Plan, working_dir: str, bundle_dir: str = "", comment
         folders = [f"{bundle_dir}/{f}" if bundle_dir else f for f in plan.py_modules]
         text += "py_modules:\n" + yaml_string_list(folders, indent=2)
     return text + "env_vars:\n" + yaml_string_map(plan.env, indent=2)
+
+
+class BundleError(Exception):
+    """The spec compiles, but a launcher file would be refused by the system it is for (exit 1)."""
 
 
 def submission_id(spec_name: str, backend: str, spec_sha256: str) -> str:

@@ -12,7 +12,8 @@ import re
 from typing import TYPE_CHECKING
 
 from fp8spec.compiler.quoting import json_scalar, shell_word
-from fp8spec.launchers.base import Launch, Launcher, runtime_env_yaml
+from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
+from fp8spec.profiles.kubernetes import kubernetes_limit
 
 if TYPE_CHECKING:
     from fp8spec.compiler.plan import Plan
@@ -60,10 +61,16 @@ def readme(launch: Launch) -> str:
 
 
 def k8s_name(name: str) -> str:
-    """A DNS-1035 label of at most 47 characters (a KubeRay RayJob name) from a spec name."""
+    """A DNS-1035 label of at most 47 characters (a KubeRay RayJob name) from a spec name. A name that had to
+    change ('a_b', 'a.b' -> 'a-b') gets a digest of the spec name, so that two specs never map to one
+    RayJob (kubectl apply of one would replace the other)."""
     text = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     if not text or not text[0].isalpha():
         text = "fp8-" + text
+    if text != name and len(text) <= K8S_NAME_MAX:
+        text = (
+            text[: K8S_NAME_MAX - 7].rstrip("-") + "-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
+        )
     if len(text) > K8S_NAME_MAX:
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
         text = text[: K8S_NAME_MAX - 7].rstrip("-") + "-" + digest
@@ -127,6 +134,14 @@ def _rayjob(spec: Spec, plan: Plan, files: dict[str, str], image: str, sha: str,
         # the custom reward file is loaded relative to the working_dir (this ConfigMap)
         **{path: files[path] for path in (REWARD_FILE,) if path in files},
     }
+    size = sum(len(text.encode("utf-8")) for text in bundle.values())
+    limit = kubernetes_limit("configmap_max_bytes")
+    if size > limit and spec.cluster.launcher == "kuberay":
+        raise BundleError(
+            f"rayjob.yaml: the ConfigMap of bundle files would hold {size} bytes and Kubernetes refuses more "
+            f"than {limit} (backends/kubernetes/limits.yaml); make reward.custom_function.path smaller "
+            f"(it is {len(files.get(REWARD_FILE, '').encode('utf-8'))} bytes) or use another launcher"
+        )
     launch = " ".join(["bash", "launch.sh", *(shell_word(o) for o in kuberay.extra_overrides)])
     return render(
         LAUNCHER.template,
@@ -147,8 +162,8 @@ def _rayjob(spec: Spec, plan: Plan, files: dict[str, str], image: str, sha: str,
         worker_pod=_pod_yaml(
             kuberay,
             12,
-            ['{name: "dshm", mountPath: "/dev/shm"}'],
-            ['{name: "dshm", emptyDir: {medium: "Memory"}}'],
+            [f"{{name: {json_scalar(POD_SHM_VOLUME[0])}, mountPath: {json_scalar(POD_SHM_VOLUME[1])}}}"],
+            [f'{{name: {json_scalar(POD_SHM_VOLUME[0])}, emptyDir: {{medium: "Memory"}}}}'],
         ),
         **common,
     )

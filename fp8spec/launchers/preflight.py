@@ -53,8 +53,16 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: Plan) -> dict:
                 "distributions": valid.profile(name).value("package.distributions"),
             }
         )
-    if backend.startswith("fsdp+") and spec.training.attention == "flash_attention_2":
-        packages.append(dict(valid.profile("verl").value("package.flash_attention_2")))
+    trainer = backend.split("+")[0]
+    if spec.training.attention == "flash_attention_2":
+        # FSDP: transformers' flash_attention_2; Megatron: verl's default attention_backend flash, which makes TE
+        # use the flash-attn package (megatron language_module.py:128)
+        fact = "package.flash_attention_2" if trainer == "fsdp" else "package.flash_attn_for_te"
+        profile = "verl" if trainer == "fsdp" else "transformer-engine"
+        packages.append(dict(valid.profile(profile).value(fact)))
+    if trainer == "megatron":
+        bridge = "package.mbridge" if spec.training.bridge == "mbridge" else "package.megatron_bridge"
+        packages.append(dict(valid.profile("verl").value(bridge)))
     model = valid.model
     config = {
         "hidden_size": model.hidden_size,

@@ -50,6 +50,10 @@ def gains() -> dict:
     return _load("expected_gains.yaml")
 
 
+def trainer_gains() -> dict:
+    return _load("trainer_gains.yaml")
+
+
 @dataclass(frozen=True)
 class ProfileFacts:
     """``memory.*`` facts of one backend profile, with the version they were read from."""

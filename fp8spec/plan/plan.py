@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines import get_engine
-from fp8spec.plan.gain import Gain, expected_gain
+from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
 from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
@@ -56,6 +56,13 @@ class Plan:
         if r.choice.key == "bf16":
             return None
         return expected_gain(self.model.is_moe, r.choice.quantized is not None, r.choice.kv_dtype != "bf16")
+
+    def trainer_gain(self) -> Optional[TrainerGain]:
+        """Measured FP8 layer speed for a Megatron trainer that can train in FP8 (None for FSDP or unmeasured)."""
+        if self.spec.training.backend != "megatron":
+            return None
+        tokens = self.spec.rollout.max_prompt_length + self.spec.rollout.max_response_length
+        return trainer_gain(self.model.is_moe, self.spec.training.fp8_scaling, tokens)
 
     def headroom(self, trainer: TrainerMemory) -> int:
         """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts

@@ -127,6 +127,14 @@ def plan_json(plan: Plan) -> dict:
         "rollout": [_rollout_json(plan, r) for r in plan.rollout],
         "trainer": _trainer_json(plan.trainer),
         "trainer_other_precision": _trainer_json(plan.trainer_other),
+        "trainer_fp8_layer_speed": None
+        if (tg := plan.trainer_gain()) is None
+        else {
+            "ratio_vs_bf16": q(tg.ratio, "ratio"),
+            "tokens": q(tg.tokens, "tokens"),
+            "workload": tg.workload,
+            "source": tg.source,
+        },
         "colocation": None
         if headroom is None
         else {"headroom_beside_rollout": q(headroom, "bytes", "estimate")},
@@ -256,6 +264,17 @@ def render_text(plan: Plan) -> str:
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
         out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
+        tg = plan.trainer_gain()
+        if tg is not None:
+            speed = [
+                "1.00x" if c.precision == "bf16" else f"{tg.ratio:.2f}x @ {tg.tokens // 1024}K tok"
+                for c in cols
+            ]
+            out.append(row("layer fwd+bwd speed vs BF16 (measured)", speed))
+            word = "slower" if tg.ratio < 1 else "faster"
+            out.append(
+                f"  FP8 training {word} than BF16 for this model class: {tg.workload}; source: {tg.source}"
+            )
         for note in t.notes:
             out.append(f"  note: {note}")
     problems = [v for v in plan.verdicts() if not v.ok]

@@ -4,6 +4,7 @@ concurrency and whether the step's sequences fit without preemption."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines import get_engine
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 class Choice:
     key: str  # "bf16" | "fp8" | "fp8_kv" | "kv"
     label: str
-    quantized: Optional[tuple[str, ...]]  # FP8 linears, None = BF16 weights
+    quantized: Optional[frozenset[str]]  # FP8 linears, None = BF16 weights (a shared object: cache keys)
     kv_dtype: str
 
 
@@ -63,9 +64,9 @@ def choices(ctx: ResolvedSpec) -> list[tuple[Choice, bool]]:
     """BF16, FP8 W8A8, FP8 W8A8 + FP8 KV, and the spec's own choice if it is none of these."""
     spec, model = ctx.spec, ctx.model
     if spec.linear.quantize:
-        quantized = tuple(m.name for m in ctx.exclusions.quantized)
+        quantized = ctx.exclusions.quantized_names
     else:  # what the default exclusions (lm_head, embeddings, norms, router) would quantize
-        quantized = tuple(m.name for m in model.linear_modules() if m.kind not in ("lm_head", "router"))
+        quantized = _default_quantized(model)
     fp8_kv = spec.kv_cache.dtype if spec.kv_cache.fp8 else "fp8_e4m3"
     options = [
         Choice("bf16", "BF16", None, "bf16"),
@@ -78,6 +79,11 @@ def choices(ctx: ResolvedSpec) -> list[tuple[Choice, bool]]:
     if spec_key == "kv":
         options.append(Choice("kv", f"BF16 + {spec.kv_cache.dtype} KV", None, spec.kv_cache.dtype))
     return [(c, c.key == spec_key) for c in options]
+
+
+@lru_cache(maxsize=8)
+def _default_quantized(model: ModelFacts) -> frozenset[str]:
+    return frozenset(m.name for m in model.linear_modules() if m.kind not in ("lm_head", "router"))
 
 
 def plan_choice(

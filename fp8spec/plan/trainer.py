@@ -19,6 +19,7 @@ log-probabilities and the bf16 logit gradient of one micro-batch (8 bytes per to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from fp8spec.plan.facts import estimate
@@ -50,6 +51,7 @@ class ParamSplit:
         return sum(self.per_layer_dense) + sum(self.per_layer_expert) + self.embedding + self.lm_head
 
 
+@lru_cache(maxsize=8)  # one walk over the modules per model, however many times the rules re-plan
 def split_params(model: ModelFacts) -> ParamSplit:
     layers = model.num_hidden_layers
     dense = [0] * layers

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from fp8spec.linear_classes import engine_modules
+
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
 
@@ -102,37 +104,38 @@ def _rollout_weight_bytes(
     bn, bk = block
     local_e = _local_experts(model, shard)
     fp8 = bf16 = scales = 0
-    fused_fp8: dict[str, list[tuple[int, int]]] = {}
-    for m in model.linear_modules():
-        if m.kind == "lm_head":
-            continue  # counted with the embeddings below (vocab-parallel, padded)
-        if m.group == "experts" and m.expert is not None and m.expert >= local_e:
+    # Per class of engine module (fp8spec.linear_classes), times its count: the same sums as module by
+    # module, in a time that does not grow with the number of experts.
+    for cls, count in engine_modules(model, fp8_names):
+        if cls.expert is not None and cls.expert >= local_e:
             continue  # another expert-parallel rank holds it (equal split; counts match per rank)
-        out, inn = _rank_shape(m, model, shard)
-        bias = out * BF16 if m.bias else 0
-        if m.name in fp8_names:
-            fp8 += out * inn * FP8
-            bf16 += bias
-            if m.kind == "mla_kv_b":  # MLA keeps a dequantized bf16 copy for its W_UK/W_UV bmm's
-                bf16 += out * inn * BF16
-            key = m.fused_name or m.name
-            if m.group == "experts":
-                key = f"{key}.{m.expert}.{'w13' if m.kind == 'expert_in' else 'w2'}"
-            fused_fp8.setdefault(key, []).append((out, inn))
-        else:
-            bf16 += out * inn * BF16 + bias
-    for key, shapes in fused_fp8.items():
+        shapes: list[tuple[int, int]] = []
+        for m in cls.members:
+            out, inn = _rank_shape(m, model, shard)
+            bias = out * BF16 if m.bias else 0
+            if m.quantized:
+                fp8 += count * out * inn * FP8
+                bf16 += count * bias
+                if m.kind == "mla_kv_b":  # MLA keeps a dequantized bf16 copy for its W_UK/W_UV bmm's
+                    bf16 += count * out * inn * BF16
+                shapes.append((out, inn))
+            else:
+                bf16 += count * (out * inn * BF16 + bias)
+        if not shapes:
+            continue
         inn = shapes[0][1]
-        if key.endswith(".w13"):  # vLLM sizes gate and up scales separately: 2 * ceil(I / 128)
-            scales += sum(_cdiv(o, bn) for o, _ in shapes) * _cdiv(inn, bk) * FP32
+        if cls.expert is not None and cls.members[0].kind == "expert_in":
+            # vLLM sizes gate and up scales separately: 2 * ceil(I / 128)
+            scales += count * sum(_cdiv(o, bn) for o, _ in shapes) * _cdiv(inn, bk) * FP32
         else:
-            scales += _cdiv(sum(o for o, _ in shapes), bn) * _cdiv(inn, bk) * FP32
+            scales += count * _cdiv(sum(o for o, _ in shapes), bn) * _cdiv(inn, bk) * FP32
     rows = padded_vocab_rows(model.vocab_size, shard.tp, vocab_padding)
     tables = 1 if model.tie_word_embeddings else 2
     embeddings = rows * model.hidden_size * BF16 * tables
     return WeightBytes(fp8, scales, bf16, embeddings, _other_bytes(model))
 
 
+@lru_cache(maxsize=8)
 def _other_bytes(model) -> int:
     """Norms and router biases (replicated, BF16) plus vLLM's rotary cos/sin cache."""
     linear = sum(

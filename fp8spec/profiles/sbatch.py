@@ -39,6 +39,17 @@ class SbatchSource(_Frozen):
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
 
 
+class TimeFormat(_Frozen):
+    """What sbatch accepts for --time (parse_time.c _is_valid_timespec and time_str2secs)."""
+
+    unlimited: list[str]
+    characters: str
+    max_dashes: int
+    max_colons: int
+    min_digit_groups: dict[Literal["days", "plain"], dict[str, int]]
+    evidence: str = Field(min_length=1)
+
+
 class SbatchTable(_Frozen):
     """sbatch's options in table order (getopt_long's order), and the spec's policy for each."""
 
@@ -46,6 +57,7 @@ class SbatchTable(_Frozen):
     version: str
     source: SbatchSource
     matching: Matching
+    time_format: TimeFormat
     options: dict[str, SbatchOption]
     written_by_launcher: dict[str, str]
     refused: dict[str, str]
@@ -134,4 +146,26 @@ def judge(option: str, table: Optional[SbatchTable] = None) -> Optional[tuple[st
     if argument == "required" and not has_value:
         # sbatch would take the next #SBATCH word as its value.
         return f"--{full} needs a value", f"write --{full}=VALUE"
+    return None
+
+
+def time_problem(text: str, table: Optional[SbatchTable] = None) -> Optional[str]:
+    """Why sbatch would refuse ``--time=text`` ("Invalid --time specification"), or None: Slurm's own
+    _is_valid_timespec over the facts in the sbatch table."""
+    fmt = (table or load_sbatch()).time_format
+    if text.upper() in {u.upper() for u in fmt.unlimited}:
+        return None
+    if not text or any(c not in fmt.characters for c in text):
+        return f"only digits, '-' and ':' (or {', '.join(fmt.unlimited)})"
+    groups = len([g for g in text.replace("-", ":").split(":") if g])
+    dashes, colons = text.count("-"), text.count(":")
+    if not groups:
+        return "no number in it"
+    if dashes > fmt.max_dashes or colons > fmt.max_colons:
+        return f"at most {fmt.max_dashes} '-' and {fmt.max_colons} ':'"
+    if dashes and ":" in text.split("-", 1)[0]:
+        return "the days come first: days-hours:minutes:seconds"
+    need = fmt.min_digit_groups["days" if dashes else "plain"].get(str(colons), 0)
+    if groups < need:
+        return "a part is missing a number"
     return None

@@ -2,17 +2,24 @@
 
 The file is copied into the bundle under a fixed name and verl loads it relative to the Ray working_dir
 (the bundle folder), so the bundle runs without the user's tree on the cluster.
+
+One bounded read of a regular file (fp8spec.bounded_read: a FIFO swapped in is refused, not waited on; a
+file that grows past the limit while it is read is refused, never shipped cut): what was checked is what
+ships. The source is decoded as Python decodes it (a UTF-8 byte order mark, a PEP 263 coding cookie) and
+shipped as UTF-8, its cookie saying so, so verl imports the same text.
 """
 
 from __future__ import annotations
 
 import ast
-import os
-import stat
+import io
+import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from fp8spec.bounded_read import ReadError, read_regular
 from fp8spec.specfile.model import Spec
 
 BUNDLE_NAME = "custom_reward.py"
@@ -43,43 +50,104 @@ def load_reward_file(spec: Spec, spec_dir: Path) -> tuple[Optional[RewardFile], 
     if path.suffix != ".py":
         return None, RewardFileProblem(f"{custom.path} is not a Python file (.py)", where)
     try:
-        info = os.stat(path)
-    except OSError as err:
-        return None, RewardFileProblem(f"cannot read {path}: {err.strerror or err}", where)
-    if not stat.S_ISREG(info.st_mode):
-        return None, RewardFileProblem(f"{path} is not a regular file", where)
-    if info.st_size > MAX_BYTES:
-        return None, RewardFileProblem(
-            f"{path} is {info.st_size} bytes; a reward file may hold at most {MAX_BYTES} bytes", where
-        )
+        raw = read_regular(path, MAX_BYTES, "reward file")
+    except ReadError as err:
+        return None, RewardFileProblem(f"{path}: {err}", where)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-        text = raw.decode("utf-8")
-    except OSError as err:
-        return None, RewardFileProblem(f"cannot read {path}: {err.strerror or err}", where)
+        text = _python_source(raw)
+    except (SyntaxError, LookupError) as err:  # not UTF-8 and no (known) coding cookie: Python refuses it too
+        return None, RewardFileProblem(
+            f"{path} is not UTF-8 text and declares no encoding Python reads ({err})", where
+        )
     except UnicodeDecodeError as err:
         return None, RewardFileProblem(f"{path} is not UTF-8 text (byte {err.start})", where)
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as err:
         return None, RewardFileProblem(f"{path}:{err.lineno}: Python syntax error: {err.msg}", where)
-    if custom.name not in _top_level_names(tree):
+    except (RecursionError, MemoryError):  # what CPython's own compiler raises on it too
+        return None, RewardFileProblem(
+            f"{path}: an expression nested too deeply for Python to compile; verl could not import it", where
+        )
+    bindings = _top_level_bindings(tree)
+    if custom.name not in bindings:
         return None, RewardFileProblem(
             f"{path} defines no top-level {custom.name!r} for verl to load", "reward.custom_function.name"
+        )
+    value = bindings[custom.name]
+    if value is not None and _never_callable(value):
+        return None, RewardFileProblem(
+            f"{path}:{value.lineno}: {custom.name!r} is bound to a {type(value).__name__} value, not a function "
+            "verl can call",
+            "reward.custom_function.name",
         )
     return RewardFile(path, text, custom.name), None
 
 
-def _top_level_names(tree: ast.Module) -> set[str]:
-    # verl does getattr(module, name) after executing the file: any module-level binding counts.
-    names: set[str] = set()
+_COOKIE = re.compile(r"^([ \t\f]*#.*?coding[:=][ \t]*)([-\w.]+)", re.MULTILINE)
+
+
+def _python_source(raw: bytes) -> str:
+    """The text Python reads from these bytes (BOM and coding cookie honoured), with the cookie of the first
+    two lines rewritten to utf-8: the bundle's copy is UTF-8 and must be read as such."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    text = raw.decode(encoding)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    head, sep, rest = text.partition("\n")
+    second, sep2, rest2 = rest.partition("\n")
+    if encoding not in ("utf-8", "utf-8-sig"):
+        head = _COOKIE.sub(r"\1utf-8", head, count=1)
+        second = _COOKIE.sub(r"\1utf-8", second, count=1)
+    return head + sep + second + sep2 + rest2
+
+
+# Expressions whose value can never be called: literals, containers, comprehensions, and arithmetic or
+# comparisons made only of them (ast.walk is iterative: a deep expression cannot overflow the stack here).
+_VALUE_NODES = (
+    ast.Constant,
+    ast.JoinedStr,
+    ast.FormattedValue,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+_OPERATOR_NODES = (
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.operator,
+    ast.unaryop,
+    ast.boolop,
+    ast.cmpop,
+)
+
+
+def _never_callable(value: ast.expr) -> bool:
+    if isinstance(value, _VALUE_NODES[1:]):
+        return True  # a container or string is not callable, whatever it holds
+    return all(isinstance(n, _VALUE_NODES + _OPERATOR_NODES + (ast.expr_context,)) for n in ast.walk(value))
+
+
+def _top_level_bindings(tree: ast.Module) -> dict[str, Optional[ast.expr]]:
+    """Module-level name -> the expression last assigned to it (None for a def, class or import).
+    verl does getattr(module, name) after executing the file: any module-level binding counts."""
+    names: dict[str, Optional[ast.expr]] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
+            names[node.name] = None
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(t.id for t in targets if isinstance(t, ast.Name))
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    names[t.id] = node.value
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            for a in node.names:
+                names[(a.asname or a.name).split(".")[0]] = None
     return names

@@ -5,21 +5,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
-from fp8spec.module_names import shape_pattern
+from fp8spec.linear_classes import EngineModule, Member, engine_modules
 from fp8spec.patchset import patch_supports
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
-    from fp8spec.catalog import LinearModule, ModelFacts
+    from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.resolve.context import ResolvedSpec
 
 
-def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
+def _per_rank_out(module: Member, model: ModelFacts, tp: int) -> tuple[int, bool]:
     """Output rows of one rank, and whether the split is exact. K/V heads are replicated when tp > kv_heads."""
-    suffix = module.name.rsplit(".", 1)[-1]
-    if module.kind == "attn_qkv" and suffix in ("k_proj", "v_proj"):
+    if module.kind == "attn_qkv" and module.suffix in ("k_proj", "v_proj"):
         kv = model.num_key_value_heads
         heads = max(1, kv // tp) if tp > kv else kv // tp
         return heads * model.head_dim, (kv % tp == 0 or tp % kv == 0)
@@ -27,7 +26,7 @@ def _per_rank_out(module, model, tp: int) -> tuple[int, bool]:
 
 
 def misaligned_shards(
-    quantized: Iterable[LinearModule],
+    classes: Iterable[tuple[EngineModule, int]],
     model: ModelFacts,
     block: Sequence[int],
     tp: int,
@@ -36,61 +35,62 @@ def misaligned_shards(
 ) -> OrderedDict[tuple, list]:
     """Group the quantized modules whose per-rank shard is not on the block grid.
 
-    Mirrors vLLM's validate_fp8_block_shape / validate_fp8_block_shape_moe
-    (vllm/model_executor/layers/quantization/utils/fp8_utils.py) and SGLang's stricter
-    Fp8LinearMethod.validate_block_quant_shapes, which checks every merged partition.
+    ``classes``: the model's engine modules with their counts (fp8spec.linear_classes), so that the cost does
+    not grow with the number of experts. Mirrors vLLM's validate_fp8_block_shape /
+    validate_fp8_block_shape_moe (vllm/model_executor/layers/quantization/utils/fp8_utils.py) and SGLang's
+    stricter Fp8LinearMethod.validate_block_quant_shapes, which checks every merged partition.
     Returns OrderedDict key -> (count, text).
     """
     block_n, block_k = block
     bad: "OrderedDict[tuple, list]" = OrderedDict()
-    merged_groups: dict[str, list] = {}
-    for m in quantized:
-        experts = m.kind in ("expert_in", "expert_out")
-        split = 1 if (experts and ep > 1) else tp
-        if m.parallel == "replicated":
-            continue
-        if m.parallel == "row":
-            if split > 1:
-                per, exact = m.in_features // split, m.in_features % split == 0
-                if not exact or per % block_k:
-                    key = (shape_pattern(m.name), "in", m.in_features, split)
-                    bad.setdefault(
-                        key,
-                        [
-                            0,
+
+    def add(key: tuple, count: int, text: str) -> None:
+        bad.setdefault(key, [0, text])[0] += count
+
+    merged: list[tuple[list[tuple[Member, int]], int]] = []
+    for cls, count in classes:
+        merged_members: list[tuple[Member, int]] = []
+        for m in cls.members:
+            if not m.quantized:
+                continue
+            experts = m.kind in ("expert_in", "expert_out")
+            split = 1 if (experts and ep > 1) else tp
+            if m.parallel == "replicated":
+                continue
+            if m.parallel == "row":
+                if split > 1:
+                    per, exact = m.in_features // split, m.in_features % split == 0
+                    if not exact or per % block_k:
+                        add(
+                            (m.shape, "in", m.in_features, split),
+                            count,
                             f"in_features {m.in_features} / tp {split} = "
                             f"{m.in_features / split:g}, not a multiple of block {block_k}",
-                        ],
-                    )[0] += 1
-            continue
-        per, exact = _per_rank_out(m, model, split)
-        if m.group and split == 1 and engine.ragged_last_partition and not experts:
-            merged_groups.setdefault(m.fused_name or m.name, []).append((m, per))
-            continue
-        if split > 1 or m.group or engine.checks_unsplit_shards:
-            if not exact or per % block_n:
-                key = (shape_pattern(m.name), "out", m.out_features, split)
-                bad.setdefault(
-                    key,
-                    [
-                        0,
+                        )
+                continue
+            per, exact = _per_rank_out(m, model, split)
+            if m.group and split == 1 and engine.ragged_last_partition and not experts:
+                merged_members.append((m, per))
+                continue
+            if split > 1 or m.group or engine.checks_unsplit_shards:
+                if not exact or per % block_n:
+                    add(
+                        (m.shape, "out", m.out_features, split),
+                        count,
                         f"out_features {m.out_features} / tp {split} = "
                         f"{m.out_features / split:g}, not a multiple of block {block_n}",
-                    ],
-                )[0] += 1
+                    )
+        if merged_members:
+            merged.append((merged_members, count))
     # vLLM lets the last partition of a merged layer be ragged when the layer is not TP-split.
-    for members in merged_groups.values():
+    for members, count in merged:
         for m, per in members[:-1]:
             if per % block_n:
-                key = (shape_pattern(m.name), "out", m.out_features, 1)
-                bad.setdefault(
-                    key,
-                    [
-                        0,
-                        f"out_features {m.out_features} is not a multiple of block {block_n} "
-                        "inside a fused layer",
-                    ],
-                )[0] += 1
+                add(
+                    (m.shape, "out", m.out_features, 1),
+                    count,
+                    f"out_features {m.out_features} is not a multiple of block {block_n} inside a fused layer",
+                )
     return bad
 
 
@@ -115,7 +115,7 @@ def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, model = ctx.spec, ctx.model
     if not spec.linear.quantize:
         return
-    quantized = ctx.exclusions.quantized
+    quantized = engine_modules(model, ctx.exclusions.quantized_names)
     block = tuple(spec.linear.block_size)
     bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
     if not bad:

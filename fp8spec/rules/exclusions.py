@@ -34,9 +34,20 @@ def _categories_cached(model) -> dict[str, str]:
 
 
 def _suggestions(model, text: str) -> list[str]:
+    return difflib.get_close_matches(text, _candidates(model), n=2, cutoff=0.5)
+
+
+@lru_cache(maxsize=8)
+def _routers(model) -> frozenset[str]:
+    return frozenset(model.symbolic_groups().get("router", ()))
+
+
+@lru_cache(maxsize=8)
+def _candidates(model) -> list[str]:
+    """What a did-you-mean may propose: the model's name shapes and their tails below the layer, once per model."""
     shapes = sorted({shape_pattern(n) for n in model.module_names()})
     tails = sorted({s.split("layers.*.", 1)[-1] for s in shapes})
-    return difflib.get_close_matches(text, tails + shapes, n=2, cutoff=0.5)
+    return tails + shapes
 
 
 @rule(
@@ -101,23 +112,32 @@ def fused_group_split(ctx: ResolvedSpec) -> Iterator[Finding]:
     plan = ctx.exclusions
     if not ctx.spec.linear.quantize:
         return
+    for key, ex, kept, first in _split_groups(ctx.model, plan.excluded):
+        index = next((e.index for e in plan.entries if first in e.matched), None)
+        path = f"linear.exclude.{index}" if index is not None else "linear.exclude"
+        yield Finding(f"{key}: {ex} excluded but {kept} quantized", path)
+
+
+@lru_cache(maxsize=16)
+def _split_groups(model, excluded: frozenset[str]) -> tuple[tuple[str, str, str, str], ...]:
+    """(group shape, excluded members, kept members, first excluded name) of each split fused group, first
+    of its shape only: one walk over the modules per exclusion set, however often the rules probe."""
     groups: dict[str, list] = {}
-    for m in ctx.model.linear_modules():
+    for m in model.linear_modules():
         if m.group and m.group != "experts":
             groups.setdefault(m.fused_name, []).append(m)
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
+    out = []
     for fused, members in groups.items():
-        excluded = [m for m in members if m.name in plan.excluded]
-        if excluded and len(excluded) < len(members):
+        excluded_members = [m for m in members if m.name in excluded]
+        if excluded_members and len(excluded_members) < len(members):
             key = shape_pattern(fused)
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] == 1:
-                ex = ", ".join(m.name.rsplit(".", 1)[-1] for m in excluded)
-                kept = ", ".join(m.name.rsplit(".", 1)[-1] for m in members if m.name not in plan.excluded)
-                first = excluded[0].name
-                index = next((e.index for e in plan.entries if first in e.matched), None)
-                path = f"linear.exclude.{index}" if index is not None else "linear.exclude"
-                yield Finding(f"{key}: {ex} excluded but {kept} quantized", path)
+            if key not in seen:
+                seen.add(key)
+                ex = ", ".join(m.name.rsplit(".", 1)[-1] for m in excluded_members)
+                kept = ", ".join(m.name.rsplit(".", 1)[-1] for m in members if m.name not in excluded)
+                out.append((key, ex, kept, excluded_members[0].name))
+    return tuple(out)
 
 
 @rule(
@@ -133,7 +153,7 @@ def fused_group_split(ctx: ResolvedSpec) -> Iterator[Finding]:
 def router_quantized(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not ctx.model.is_moe or not ctx.spec.linear.quantize:
         return
-    routers = set(ctx.model.symbolic_groups().get("router", ()))
+    routers = _routers(ctx.model)
     missing = routers - ctx.exclusions.excluded
     if missing:
         yield Finding(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.profiles.sbatch import SBATCH_VERSION, judge
+from fp8spec.profiles.sbatch import SBATCH_VERSION, judge, time_problem
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -34,3 +34,26 @@ def sbatch_option_not_allowed(ctx: ResolvedSpec) -> Iterator[Finding]:
             message, fix = problem
             path = f"cluster.slurm.extra_sbatch.{index}"
             yield Finding(f"cluster.slurm.extra_sbatch: {message}", path, fix)
+
+
+@rule(
+    "LCH002",
+    "sbatch-time-limit-invalid",
+    "error",
+    "cluster.slurm.time_limit is not a time sbatch accepts.",
+    f"""slurm.sbatch writes #SBATCH --time from cluster.slurm.time_limit; sbatch refuses a value its parser
+    does not read ("Invalid --time specification") and the job never starts. The formats are Slurm's own
+    (src/common/parse_time.c _is_valid_timespec and time_str2secs, read at sbatch {SBATCH_VERSION}'s commit:
+    backends/slurm/sbatch-{SBATCH_VERSION}.yaml, time_format): minutes, minutes:seconds,
+    hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED.""",
+    "write it as hours:minutes:seconds (48:00:00) or days-hours:minutes:seconds (2-00:00:00)",
+    needs_model=False,
+)
+def sbatch_time_limit_invalid(ctx: ResolvedSpec) -> Iterator[Finding]:
+    limit = ctx.spec.cluster.slurm.time_limit
+    problem = time_problem(limit)
+    if problem is not None:
+        yield Finding(
+            f"cluster.slurm.time_limit {limit!r}: sbatch would refuse it ({problem})",
+            "cluster.slurm.time_limit",
+        )

@@ -94,19 +94,74 @@ def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
 
 @rule(
     "TRN005",
-    "attention-is-fsdp-only",
+    "attention-value-of-fsdp-on-megatron",
     "warning",
-    "training.attention applies to the FSDP trainer only.",
-    """training.attention compiles to actor_rollout_ref.model.override_config.attn_implementation, which
-    verl reads when it builds the Hugging Face model of the FSDP engine (verl/workers/config/model.py:185).
-    The Megatron trainer builds its model through Megatron-Bridge with TransformerEngine attention and
-    does not read it.""",
-    "remove training.attention, or train with training.backend: fsdp",
+    "training.attention names a Hugging Face attention (sdpa, eager) for the Megatron trainer.",
+    """sdpa and eager compile to actor_rollout_ref.model.override_config.attn_implementation, which verl reads
+    only when it builds the Hugging Face model of the FSDP engine (verl/workers/config/model.py:185). The
+    Megatron trainer runs TransformerEngine attention chosen by override_transformer_config.attention_backend
+    (verl's default flash needs the flash-attn package; verl/trainer/config/engine/megatron.yaml:90), so the
+    value has no effect there and does not spare a node without flash-attn.""",
+    "use training.attention: fused (TransformerEngine's cuDNN attention, no flash-attn needed) or "
+    "flash_attention_2",
     needs_model=False,
 )
-def attention_is_fsdp_only(ctx: ResolvedSpec) -> Iterator[Finding]:
+def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
-    if t.backend == "megatron" and t.attention != "flash_attention_2":
+    if t.backend == "megatron" and t.attention in ("sdpa", "eager"):
         yield Finding(
             f"training.attention {t.attention} has no effect on the Megatron trainer", "training.attention"
+        )
+
+
+@rule(
+    "TRN006",
+    "attention-value-of-megatron-on-fsdp",
+    "error",
+    "training.attention names a TransformerEngine attention backend (fused, unfused) for the FSDP trainer.",
+    """fused and unfused are Megatron's AttnBackend values (megatron/core/transformer/enums.py:51-58), set
+    through override_transformer_config.attention_backend. The FSDP trainer builds a Hugging Face model whose
+    attn_implementation takes flash_attention_2, sdpa or eager; transformers refuses any other name at the
+    model's init.""",
+    "use training.attention: sdpa (no flash-attn needed) or flash_attention_2 on the FSDP trainer",
+    needs_model=False,
+)
+def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
+    t = ctx.spec.training
+    if t.backend == "fsdp" and t.attention in ("fused", "unfused"):
+        yield Finding(
+            f"training.attention {t.attention} is a Megatron attention backend; the FSDP trainer's Hugging Face "
+            "model has no such attention",
+            "training.attention",
+        )
+
+
+@rule(
+    "TRN007",
+    "fp8-training-measured-slower",
+    "warning",
+    "End-to-end FP8 training was measured slower than BF16 for this model class.",
+    """The layer benchmark in the real stack (megatron-core 0.18.2 + TransformerEngine 2.20.2 on an H200,
+    BENCHMARKS.md section 6.1) has a Qwen3-30B-A3B MoE layer 19-36 % slower in FP8 blockwise than in BF16
+    (small per-expert GEMMs do not pay for the quantization of activations, weights and gradients) while a dense
+    Qwen3-8B layer gains 19 % at 22.5K-token micro-batches. Users report both signs (the FP8-RL paper: about 20 %
+    less learner time; verl #7232: end-to-end FP8 slower for Qwen3-30B-A3B on H200). The FP8 rollout's gain does
+    not depend on the trainer's precision.""",
+    "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; keep fp8 if its lower "
+    "rollout/trainer mismatch is what you want (acknowledge TRN007)",
+    acknowledgeable=True,
+)
+def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
+    from fp8spec.plan.gain import trainer_gain
+
+    t = ctx.spec.training
+    if t.backend != "megatron" or t.precision != "fp8":
+        return
+    tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
+    g = trainer_gain(ctx.model.is_moe, t.fp8_scaling, tokens)
+    if g is not None and g.ratio < 1.0:
+        yield Finding(
+            f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "
+            f"model class ({g.workload}, BENCHMARKS.md 6.1)",
+            "training.precision",
         )

@@ -64,6 +64,19 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _vllm_ext)
 
+    if "mbridge_compat" in new:
+        from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
+
+        _importhook.when_imported(MOD_MBRIDGE_UTIL, patch_mbridge_util)
+
+    if "te_extra_state_compat" in new:
+        from .te_extra_state_compat import MOD_MEGATRON_TE, patch_megatron_te
+
+        _importhook.when_imported(MOD_MEGATRON_TE, patch_megatron_te)
+
+    if "te_report" in new:
+        _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
+
     if {"fast_block_quant", "ue8m0_scales"} & set(new):
 
         def _vllm_quant(mod):

@@ -102,4 +102,44 @@ PATCHES = {
         "env": env_defaults("fast_block_quant"),
         "env_notes": env_help("fast_block_quant"),
     },
+    "mbridge_compat": {
+        "description": (
+            "mbridge (verl's vanilla_mbridge path) on a megatron-core without ModelType.encoder_and_decoder "
+            "(the megatron-core profile's enum.model_type fact): mbridge's model builder compares with it; the "
+            "patch gives mbridge a ModelType whose encoder_and_decoder matches no model, so a decoder-only GPT "
+            "builds as before."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("mbridge_compat"),
+    },
+    "te_extra_state_compat": {
+        "description": (
+            "Checkpoints of Megatron MoE experts trained in FP8 with TransformerEngine's stateless recipes "
+            "(blockwise, current scaling, MXFP8): TransformerEngine saves an empty extra state for them, which "
+            "TEGroupedLinear cannot split in a megatron-core whose profile says so "
+            "(checkpoint.grouped_splits_stateless_extra_state); the patch returns one empty state per GEMM, as "
+            "later megatron-core releases do."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("te_extra_state_compat"),
+    },
+    "te_report": {
+        "description": (
+            "End-to-end FP8 training made visible: after each old-log-prob and update call of the Megatron "
+            "actor, one log line says how many TransformerEngine module calls ran FP8 in the forward and the "
+            "backward, with which recipe and quantizers (read off the TE modules), and which modules the recipe "
+            "keeps in BF16 (router, embedding, output layer, norms) with their weight dtype."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("te_report"),
+    },
 }

@@ -58,6 +58,7 @@ from . import blockquant
 from .flat_bucket import ENGINE, FlatBucketEngine, emit_flat
 from .kv_hooks import attach_kv_calibration
 from .settings import QuantSettings
+from .te_report import attach_te_report
 from .triton_blockquant import quantize_bucket
 
 logger = logging.getLogger(__name__)
@@ -71,21 +72,31 @@ Named = tuple[str, torch.Tensor]
 
 
 # ------------------------------------------------------------------------------- kv_scales trainer
-def patch_engine_workers(module: ModuleType) -> None:
-    """kv_scales, trainer side: wrap ``ActorRolloutRefWorker.init_model`` (keeps verl's dispatch attrs)."""
+def _after_init_model(module: ModuleType, flag: str, attach: Callable[[Any], object]) -> None:
+    """Run ``attach(worker)`` after ``ActorRolloutRefWorker.init_model`` (once per ``flag``; keeps verl's dispatch attrs)."""
     cls = module.ActorRolloutRefWorker
-    if getattr(cls, "_fp8spec_kv_patched", False):
+    if getattr(cls, flag, False):
         return
     orig = cls.init_model
 
     @functools.wraps(orig)  # copies verl's @register attribute (MAGIC_ATTR) along with __dict__
     def init_model(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
-        attach_kv_calibration(self)
+        attach(self)
         return out
 
     cls.init_model = init_model
-    cls._fp8spec_kv_patched = True
+    setattr(cls, flag, True)
+
+
+def patch_engine_workers(module: ModuleType) -> None:
+    """kv_scales, trainer side: attach the q/k/v calibration to the actor after ``init_model``."""
+    _after_init_model(module, "_fp8spec_kv_patched", attach_kv_calibration)
+
+
+def patch_engine_workers_te_report(module: ModuleType) -> None:
+    """te_report, trainer side: report which TE modules ran FP8 in the actor's forwards and backwards."""
+    _after_init_model(module, "_fp8spec_te_report_patched", attach_te_report)
 
 
 # ----------------------------------------------------------------- fast_block_quant / ue8m0_scales

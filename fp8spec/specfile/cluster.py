@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Literal, Optional
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, StringConstraints, field_validator, model_validator
 
 from fp8spec.launchers import launcher_names, launchers
-from fp8spec.specfile.fields import NonEmpty, Section, Version, either, how_many, plain_text
+from fp8spec.launchers.base import POD_SHM_VOLUME
+from fp8spec.specfile.fields import PathText, Section, Version, either, how_many, plain_text
 
 LAUNCHERS = launcher_names()  # the table in fp8spec/launchers/
 
@@ -48,10 +51,10 @@ class SlurmSettings(Section):
     account: Optional[SlurmName] = Field(
         None, description="Slurm account (#SBATCH --account). Default: the user's default account."
     )
-    time_limit: Annotated[str, StringConstraints(pattern=r"^[0-9:-]{1,16}$")] = Field(
+    time_limit: Annotated[str, StringConstraints(pattern=r"^([0-9:-]{1,16}|[A-Za-z]{1,16})$")] = Field(
         "24:00:00",
-        description="Wall-clock limit of the job (#SBATCH --time), e.g. 48:00:00 or 2-00:00:00. "
-        "Default 24:00:00.",
+        description="Wall-clock limit of the job (#SBATCH --time), e.g. 48:00:00 or 2-00:00:00, in a form "
+        "sbatch accepts (rule LCH002). Default 24:00:00.",
     )
     extra_sbatch: list[SbatchOption] = Field(
         default_factory=list,
@@ -79,6 +82,47 @@ SecretKey = Annotated[
     StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$"),
     AfterValidator(plain_text),
 ]
+_SWEEP_FUNCTIONS = ("choice", "range", "interval", "glob")  # Hydra's sweep functions (OverrideParser.g4)
+_CLOSE = {"[": "]", "{": "}", "(": ")"}
+
+
+def _one_value(text: str) -> str:
+    """An override's value must be one Hydra value: brackets and quotes closed, no sweep (a top-level comma,
+    choice()/range()/interval()/glob()), since launch.sh runs one job, not a multirun."""
+    value = text.partition("=")[2]
+    stack: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(value):
+        ch = value[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _CLOSE:
+            if ch == "(" and not stack:
+                word = value[:i].rstrip().rsplit(" ", 1)[-1]
+                if word in _SWEEP_FUNCTIONS:
+                    raise ValueError(f"{word}(...) is a Hydra sweep; launch.sh runs one job: give one value")
+            stack.append(_CLOSE[ch])
+        elif ch in "]})":
+            if not stack or stack.pop() != ch:
+                raise ValueError(f"has an unbalanced {ch!r} in its value")
+        elif ch == "," and not stack:
+            raise ValueError(
+                "a comma outside brackets makes a Hydra sweep; quote the value or use [a,b] for a list"
+            )
+        i += 1
+    if quote:
+        raise ValueError(f"has an unclosed {quote} quote in its value")
+    if stack:
+        raise ValueError(f"has an unclosed bracket in its value (expected {stack[-1]!r})")
+    return text
+
+
 # One Hydra override appended to launch.sh in the RayJob entrypoint ([+|++|~]dotted.key=value).
 HydraOverride = Annotated[
     str,
@@ -86,7 +130,41 @@ HydraOverride = Annotated[
         min_length=1, max_length=4096, pattern=r"^(\+{1,2}|~)?[A-Za-z_][A-Za-z0-9_.@/-]*(=.*)?$"
     ),
     AfterValidator(plain_text),
+    AfterValidator(_one_value),
 ]
+
+
+def _image(value: str) -> str:
+    if any(c.isspace() for c in value):
+        raise ValueError("an image reference has no blanks")
+    return value
+
+
+def _address(value: str) -> str:
+    if any(c.isspace() for c in value):
+        raise ValueError("an address has no blanks")
+    netloc = urlsplit(value).netloc if "://" in value else value.partition("/")[0]
+    if "@" in netloc:
+        raise ValueError(
+            "holds credentials (user:password@host): the address is written into submit.sh and the bundle "
+            "README, which anyone who can read the bundle reads; write the address without them and give "
+            "the credentials to the submitting shell instead"
+        )
+    return value
+
+
+def _working_dir(value: str) -> str:
+    folder = posixpath.normpath(value)  # './' is '.', 'a/../b' is 'b'
+    if not folder.strip("/"):
+        raise ValueError(
+            "is the root folder: Ray would upload the whole file system as the job's working_dir"
+        )
+    return folder
+
+
+ImageRef = Annotated[PathText, AfterValidator(_image)]
+Address = Annotated[PathText, AfterValidator(_address)]
+WorkingDir = Annotated[PathText, AfterValidator(_working_dir)]
 
 
 class KubeRayVolume(Section):
@@ -118,7 +196,7 @@ class SecretEnv(Section):
 
 
 class KubeRaySettings(Section):
-    image: Optional[NonEmpty] = Field(
+    image: Optional[ImageRef] = Field(
         None,
         description="Image of the head, worker and submitter pods. Default: verl's published image for the "
         "pinned rollout engine version (backends/verl/<version>.yaml, images.kuberay); an engine version with "
@@ -157,8 +235,13 @@ class KubeRaySettings(Section):
     @field_validator("volumes")
     @classmethod
     def _distinct_volumes(cls, volumes: list[KubeRayVolume]) -> list[KubeRayVolume]:
-        for attr in ("name", "mount_path"):
+        for attr, reserved in zip(("name", "mount_path"), POD_SHM_VOLUME):
             values = [getattr(v, attr) for v in volumes]
+            if reserved in [posixpath.normpath(x) if attr == "mount_path" else x for x in values]:
+                raise ValueError(
+                    f"volume {attr} {reserved!r} is the worker pods' own shared-memory volume (rayjob.yaml); "
+                    "Kubernetes refuses a pod with it twice: choose another"
+                )
             twice = sorted({v for v in values if values.count(v) > 1})
             if twice:
                 raise ValueError(f"volume {attr} {twice[0]!r} is used twice")
@@ -181,12 +264,12 @@ class ClusterSection(Section):
         + either([f"{row.name} ({row.summary})" for row in launchers()])
         + f"; all {how_many(len(LAUNCHERS))} are generated. Default {LAUNCHERS[0]}.",
     )
-    address: NonEmpty = Field(
+    address: Address = Field(
         "http://127.0.0.1:8265",
         description="Ray dashboard address submit.sh passes to "
         "`ray job submit --address`. Default http://127.0.0.1:8265.",
     )
-    working_dir: NonEmpty = Field(
+    working_dir: WorkingDir = Field(
         ".",
         description="Folder uploaded as the Ray job's working_dir (runtime_env.yaml), "
         "relative to the bundle. Default '.', the bundle itself.",

@@ -22,7 +22,37 @@ CudaVersion = Annotated[str, StringConstraints(pattern=r"^[0-9]{2}\.[0-9]{1,2}$"
 # (controls, line separators, bidi and other invisible characters) and why; no OmegaConf interpolation.
 plain_text = check_value
 
-NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(plain_text)]
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("is blank (only whitespace); write the value or leave the field out")
+    return value
+
+
+NonEmpty = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=4096),
+    AfterValidator(plain_text),
+    AfterValidator(_not_blank),
+]
+
+
+def _path_like(value: str) -> str:
+    # Paths and addresses end up as command-line arguments (vllm serve PATH, cd DIR, ray job submit
+    # --address ADDR) and YAML values: a leading '-' turns one into an option ('-h', '--trust-remote-code',
+    # cd -P), and blanks at either end are never part of a real path, only of a copy-paste.
+    if value.startswith("-"):
+        raise ValueError(
+            f"must not start with '-': {value!r} would be read as an option on a command line "
+            "(a file named so: write ./" + value + ")"
+        )
+    if value != value.strip():
+        raise ValueError("has blanks at its start or end")
+    return value
+
+
+# Every path or address field: NonEmpty, no leading '-', no surrounding blanks.
+PathText = Annotated[NonEmpty, AfterValidator(_path_like)]
 
 
 def _absolute(value: str) -> str:
@@ -32,7 +62,7 @@ def _absolute(value: str) -> str:
     return value
 
 
-AbsolutePath = Annotated[NonEmpty, AfterValidator(_absolute)]
+AbsolutePath = Annotated[PathText, AfterValidator(_absolute)]
 # Names verl looks up in its registries (loggers, reward managers): checked against the verl profile by rules.
 RegistryName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,62}$")]
 PythonName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]

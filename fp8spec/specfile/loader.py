@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -181,6 +182,10 @@ def _value_hint(loc: tuple) -> Optional[str]:
 
 
 _YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n"}
+# YAML 1.1 integer spellings other than plain decimal: 0x10, 0o17 (and 1.1's 017), 0b101, 1_000, 190:20:30
+_YAML11_INT = re.compile(
+    r"[-+]?(0x[0-9a-fA-F_]+|0o?[0-7_]+|0b[01_]+|[0-9][0-9_]*_[0-9_]*|[1-9][0-9_]*(:[0-5]?[0-9])+)"
+)
 
 
 def _type_hint(kind: str, value: Any) -> Optional[str]:
@@ -201,6 +206,15 @@ def _type_hint(kind: str, value: Any) -> Optional[str]:
         digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
         if digits.isdigit() and digits.startswith("0"):
             return "write the number in decimal without leading zeros (YAML 1.1 reads 017 as octal 15)"
+        if isinstance(value, str) and _YAML11_INT.fullmatch(value.strip()):
+            try:
+                decimal = f" {int(value.strip(), 0)}"
+            except ValueError:
+                decimal = ""
+            return (
+                f"write it as a plain decimal number{decimal}: YAML 1.1 and YAML 1.2 readers disagree on "
+                f"{value.strip()} (hexadecimal, octal, binary and '_' spellings), so a spec takes decimals only"
+            )
         if isinstance(value, str):
             return "write a plain number, without quotes"
     if kind == "string_type" and isinstance(value, (bool, int, float)):

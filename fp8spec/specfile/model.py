@@ -22,6 +22,7 @@ from fp8spec.specfile.fields import (
     LayerCount,
     NonEmpty,
     NonNegLayers,
+    PathText,
     PositiveCount,
     Section,
     Slug,
@@ -42,10 +43,10 @@ class ModelSection(Section):
         description="Model id from fp8spec's catalog (`fp8spec models`), e.g. "
         "Qwen/Qwen3-30B-A3B-Base; with config_path, any name for the local model."
     )
-    config_path: Optional[NonEmpty] = Field(
+    config_path: Optional[PathText] = Field(
         None, description="Local Hugging Face config.json that replaces the catalog entry (read offline)."
     )
-    path: NonEmpty = Field(
+    path: PathText = Field(
         description="Where the BF16 weights live on the cluster: a Hugging Face model folder "
         "on every node (the preflight fails when it is missing), or a hub id with from_hub "
         "(actor_rollout_ref.model.path; the model argument of a standalone server)."
@@ -262,19 +263,27 @@ class TrainingSection(Section):
         description="Precision of the MoE router in Megatron training; fp32 sets "
         "override_transformer_config.moe_router_dtype (the engines route in bf16, rule TRN004). Default bf16.",
     )
+    bridge: Literal["mbridge", "megatron_bridge"] = Field(
+        "mbridge",
+        description="How verl's Megatron trainer builds the model and exports its weights to the rollout: mbridge "
+        "(the mbridge package; actor.megatron.vanilla_mbridge=true) or megatron_bridge (NVIDIA Megatron-Bridge, "
+        "verl's own default). Default mbridge: the stack that trained on the H200 (verl 0.9.1 pins "
+        "megatron-bridge 0.5.2, which PyPI does not have; BENCHMARKS.md section 6).",
+    )
     router_replay: Literal["disabled", "R2", "R3"] = Field(
         "disabled",
         description="MoE router replay (Megatron trainer; actor.megatron.router_replay.mode): R2 replays the "
         "routes of the trainer's own old-log-prob pass in the update; R3 replays the rollout engine's routes "
         "(also sets rollout.enable_rollout_routing_replay). Default: disabled.",
     )
-    attention: Literal["flash_attention_2", "sdpa", "eager"] = Field(
+    attention: Literal["flash_attention_2", "sdpa", "eager", "fused", "unfused"] = Field(
         "flash_attention_2",
-        description="Attention kernels of the FSDP trainer's Hugging Face model "
-        "(model.override_config.attn_implementation): flash_attention_2 needs the flash-attn package on every "
-        "node; sdpa (PyTorch's own) needs nothing more and turns off verl's padding removal "
-        "(model.use_remove_padding), whose packed rows flash-attn's variable-length kernels keep apart. The "
-        "Megatron trainer uses TransformerEngine's attention (rule TRN005). Default flash_attention_2, verl's.",
+        description="The trainer's attention kernels. flash_attention_2 (verl's default on both trainers) needs "
+        "the flash-attn package on every node. FSDP (model.override_config.attn_implementation): sdpa (PyTorch's "
+        "own) or eager need nothing more and turn off verl's padding removal (model.use_remove_padding), whose "
+        "packed rows flash-attn's variable-length kernels keep apart. Megatron "
+        "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
+        "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
     )
     parallel: ParallelSection = Field(
         default_factory=ParallelSection,

@@ -10,6 +10,7 @@ from pydantic import Field
 from fp8spec.specfile.fields import (
     AbsolutePath,
     NonEmpty,
+    PathText,
     PositiveCount,
     PythonName,
     RegistryName,
@@ -72,10 +73,10 @@ class AlgorithmSection(Section):
 
 
 class DataSection(Section):
-    train_files: Union[NonEmpty, list[NonEmpty]] = Field(
+    train_files: Union[PathText, list[PathText]] = Field(
         description="Training parquet file(s) on the cluster (data.train_files)."
     )
-    val_files: Union[NonEmpty, list[NonEmpty], None] = Field(
+    val_files: Union[PathText, list[PathText], None] = Field(
         None,
         description="Validation parquet file(s) on the cluster (data.val_files); verl 0.9.1 always builds "
         "a validation set, so a run needs them.",
@@ -137,7 +138,7 @@ class TrainerSection(Section):
 
 
 class CustomRewardFunction(Section):
-    path: NonEmpty = Field(
+    path: PathText = Field(
         description="Python file with the reward function, relative to the spec file or absolute; fp8spec copies "
         "it into the bundle and verl loads it from there (reward.custom_reward_function.path)."
     )

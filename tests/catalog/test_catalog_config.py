@@ -126,20 +126,34 @@ def test_transformers_deepseek_v3_defaults_match_the_catalog(tmp_path):
     ours = get_model("deepseek-ai/DeepSeek-V3")
     # the released checkpoint is stored FP8 (its config.json has quantization_config); the defaults describe shapes
     assert facts.quantization is None and ours.quantization == "fp8"
-    same = dataclasses.replace(facts, max_position_embeddings=ours.max_position_embeddings, num_mtp_layers=1,
-                               quantization="fp8")
+    same = dataclasses.replace(
+        facts, max_position_embeddings=ours.max_position_embeddings, num_mtp_layers=1, quantization="fp8"
+    )
     assert same == ours
 
 
 def test_quantization_config_is_read(tmp_path):
     base = get_model("Qwen/Qwen3-8B-Base")
     assert base.quantization is None
-    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
-           "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 64,
-           "num_hidden_layers": 4, "vocab_size": 32000}
-    fp8 = dict(cfg, quantization_config={"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]})
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "num_hidden_layers": 4,
+        "vocab_size": 32000,
+    }
+    fp8 = dict(
+        cfg, quantization_config={"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    )
     assert model_from_config(_write(tmp_path, fp8)).quantization == "fp8"
-    assert model_from_config(_write(tmp_path, dict(cfg, quantization_config={"bits": 4}))).quantization == "unknown"
+    assert (
+        model_from_config(_write(tmp_path, dict(cfg, quantization_config={"bits": 4}))).quantization
+        == "unknown"
+    )
     with pytest.raises(ConfigError, match="quantization_config must be an object"):
         model_from_config(_write(tmp_path, dict(cfg, quantization_config="fp8")))
 
@@ -287,9 +301,9 @@ def test_missing_file(tmp_path):
 
 
 def test_too_large_file(tmp_path, monkeypatch):
-    import fp8spec.catalog._parse as parse
+    import fp8spec.catalog._files as files
 
-    monkeypatch.setattr(parse, "MAX_CONFIG_BYTES", 100)
+    monkeypatch.setattr(files, "MAX_CONFIG_BYTES", 100)
     p = _write(tmp_path, _cfg())
     assert "too large" in str(_error(p))
 

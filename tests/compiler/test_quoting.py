@@ -69,8 +69,9 @@ def test_yaml_scalar_reads_back_exactly_in_yaml_1_1_and_1_2(value):
 
     scalar = json_scalar(value)
     assert not any(ch in scalar for ch in LINE_BREAKERS)
-    text = f"# {scalar}\nk: {scalar}\nl:\n" + yaml_string_list([value]).replace("- ", "  - ") + "m:\n" + \
-        yaml_string_map({value: value}, indent=2)
+    # indent the list's lines (a replace of "- " would also rewrite a value holding "- ", as hypothesis found)
+    items = "".join("  " + line for line in yaml_string_list([value]).splitlines(keepends=True))
+    text = f"# {scalar}\nk: {scalar}\nl:\n" + items + "m:\n" + yaml_string_map({value: value}, indent=2)
     expected = {"k": value, "l": [value], "m": {value: value}}
     assert pyyaml.safe_load(text) == expected
     assert YAML(typ="safe", pure=True).load(text) == expected

@@ -54,8 +54,14 @@ def test_bundle_composes_in_verl(spec_path, backend):
     if spec.training.backend == "megatron":
         assert cfg.actor_rollout_ref.actor.strategy == "megatron"
         tc = cfg.actor_rollout_ref.actor.megatron.override_transformer_config
-        assert tc.fp8 == spec.training.fp8_recipe and tc.fp8_recipe == spec.training.fp8_scaling
-        assert cfg.actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe == spec.training.fp8_scaling
+        if spec.training.precision == "fp8":
+            assert tc.fp8 == spec.training.fp8_recipe and tc.fp8_recipe == spec.training.fp8_scaling
+            assert cfg.actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe == spec.training.fp8_scaling
+        else:
+            assert "fp8" not in tc and "fp8_recipe" not in cfg.actor_rollout_ref.actor.optim.override_optimizer_config
+        assert cfg.actor_rollout_ref.actor.megatron.vanilla_mbridge is (spec.training.bridge == "mbridge")
+        if spec.training.attention in ("fused", "unfused"):
+            assert tc.attention_backend == spec.training.attention
         assert cfg.actor_rollout_ref.actor.megatron.tensor_model_parallel_size == spec.training.parallel.tp
     if spec.kv_cache.dtype != "bf16":
         assert rollout.engine_kwargs[spec.rollout.engine].kv_cache_dtype == spec.kv_cache.dtype

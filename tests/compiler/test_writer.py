@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import pytest
@@ -11,15 +13,23 @@ from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
 from tests.specfile.test_bad_inputs import run_cli
 
 
+def with_manifest(files: dict[str, str]) -> dict[str, str]:
+    """Bundle files with the manifest fp8spec.compiler.bundle writes (the fields the writer reads)."""
+    table = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(files.items())}
+    manifest = json.dumps({"fp8spec_version": "0.1.0", "files": table}, indent=2, sort_keys=True) + "\n"
+    return {**files, "manifest.json": manifest}
+
+
 def test_write_and_force(tmp_path):
     out = tmp_path / "out"
-    target = write_bundle(out, "b", {"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"}, executable={"launch.sh"})
+    files = with_manifest({"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"})
+    target = write_bundle(out, "b", files, executable={"launch.sh"})
     assert (target / "a.txt").read_text() == "1\n"
     assert os.access(target / "launch.sh", os.X_OK) and not os.access(target / "a.txt", os.X_OK)
     with pytest.raises(WriteError, match="--force"):
-        write_bundle(out, "b", {"a.txt": "2\n"})
+        write_bundle(out, "b", with_manifest({"a.txt": "2\n"}))
     assert (target / "a.txt").read_text() == "1\n"
-    write_bundle(out, "b", {"a.txt": "2\n"}, force=True)
+    write_bundle(out, "b", with_manifest({"a.txt": "2\n"}), force=True)
     assert (target / "a.txt").read_text() == "2\n" and not (target / "launch.sh").exists()
     assert sorted(p.name for p in out.iterdir()) == ["b"], "no temporary folders left behind"
 

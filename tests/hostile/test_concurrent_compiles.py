@@ -1,6 +1,6 @@
 """Concurrent and killed compiles, with real processes: without --force exactly one of several compiles of a
 bundle wins and the others exit 2 with a message; what a killed run leaves is cleaned by the next run for that
-bundle (and a live run's staging folder is not); --force over a plain file leaves nothing behind."""
+bundle (and a live run's staging folder is not); --force over a plain file refuses and leaves it as it was."""
 
 from __future__ import annotations
 
@@ -114,15 +114,12 @@ def test_leftovers_of_killed_runs_are_cleaned_and_live_ones_kept(tmp_path):
     live, live_staging = stage_and_wait(out)
     killed.send_signal(signal.SIGKILL)
     killed.wait(30)
-    old = out / f".{BUNDLE}.old-{'0' * 16}"  # a killed --force run's previous bundle, set aside
-    old.mkdir()
-    (old / "README.md").write_text("old")
     other = out / ".other-bundle.tmp-0123456789abcdef"  # another bundle's leftover is not this run's business
     other.mkdir()
     try:
         code, _, err = finish([start_compile(out)])[0]
         assert code == 0, err
-        assert not killed_staging.exists() and not old.exists()
+        assert not killed_staging.exists()
         assert live_staging.exists(), "a live run's staging folder is left alone"
         assert other.exists()
     finally:
@@ -140,5 +137,5 @@ def test_force_over_a_plain_file(tmp_path):
     code, _, err = finish([start_compile(out)])[0]
     assert code == 2 and "already exists" in err
     code, _, err = finish([start_compile(out, "--force")])[0]
-    assert code == 0, err
-    assert entries(out) == [BUNDLE] and (out / BUNDLE / "manifest.json").is_file()
+    assert code == 2 and "not replaced: it is a file, not a bundle folder" in err, err
+    assert entries(out) == [BUNDLE] and (out / BUNDLE).read_text() == "not a bundle"

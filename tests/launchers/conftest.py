@@ -9,6 +9,7 @@ Ray instance of the user on the machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,13 +24,15 @@ from pathlib import Path
 
 import pytest
 
+from fp8spec.profiles import load_profile
 from tests.conftest import REPO, SPECS
 
 VENV_BIN = Path(sys.executable).parent
 MARK_VAR = "FP8SPEC_TEST_RAY_MARK"
-# Logical CPUs the head offers (a scheduling count, not cores): verl 0.9.1's TaskRunner (1) and its
-# TransferQueue (a controller and 8 storage units, 1 CPU each) must all be placed before verl asks for GPUs.
-HEAD_CPUS = 16
+# Logical CPUs the head offers (a scheduling count, not cores): exactly what verl 0.9.1 asks for before it asks
+# for GPUs (backends/verl/0.9.1.yaml requirement.ray_cpus_before_gpus: its TransferQueue controller and 8 storage
+# units), so every launch test here also shows that number is enough (test_verl_cpu_need.py shows one less is not).
+HEAD_CPUS = load_profile("verl", "0.9.1").value("requirement.ray_cpus_before_gpus")
 
 
 def compile_bundle(spec_path: Path, out_dir: Path, backend: str | None = None) -> Path:
@@ -136,8 +139,9 @@ def _stop_marked(mark: str) -> None:
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def ray_head():
+@contextlib.contextmanager
+def start_ray_head(num_cpus: int):
+    """A real Ray head on loopback offering ``num_cpus`` logical CPUs and no GPUs; stopped (by id) on exit."""
     ray_cli = VENV_BIN / "ray"
     if not ray_cli.exists():
         ray_cli = Path(shutil.which("ray") or "")
@@ -169,7 +173,7 @@ def ray_head():
            f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
            f"--metrics-export-port={metrics}", f"--node-manager-port={node_mgr}",
            f"--object-manager-port={obj_mgr}", f"--runtime-env-agent-port={env_agent}",
-           f"--num-cpus={HEAD_CPUS}", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
+           f"--num-cpus={num_cpus}", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats"]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, f"ray start failed:\n{proc.stdout}\n{proc.stderr}"
@@ -177,3 +181,9 @@ def ray_head():
     finally:
         _stop_marked(mark)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    with start_ray_head(HEAD_CPUS) as head:
+        yield head

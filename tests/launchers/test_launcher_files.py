@@ -43,6 +43,10 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
         stack |= {"megatron-core": spec.stack.megatron_core, "transformer-engine": spec.stack.transformer_engine}
     if spec.training.backend == "fsdp" and spec.training.attention == "flash_attention_2":
         stack |= {"flash-attn": ">=2.3.3"}  # verl's default attention for the FSDP model needs it on the node
+    if spec.training.backend == "megatron":
+        if spec.training.attention == "flash_attention_2":
+            stack |= {"flash-attn": ">=2.1.1"}  # verl's default Megatron attention (flash): TE uses flash-attn
+        stack |= {"mbridge": ">=0.15.1"} if spec.training.bridge == "mbridge" else {"megatron-bridge": ">=0.5.1"}
     assert pins == stack  # no fp8spec pin: the patch set ships in the bundle, nothing is pip-installed
     patches = manifest["runtime_patches"]
     shipped = {name: text for name, text in files.items() if name.startswith("lib/")}

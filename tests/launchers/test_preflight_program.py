@@ -120,10 +120,14 @@ def test_cpu_node_with_skip_reports_and_does_not_judge(pf, expected):
     assert judged["gpu"] == judged["gpu count"] == judged["torch cuda"] == "FAIL"
 
 
-@pytest.mark.parametrize("spec, listed", [("qwen3-8b", True), ("tiny-qwen3-h200", False), ("qwen3-30b", False)])
+@pytest.mark.parametrize(
+    "spec, listed",
+    [("qwen3-8b", True), ("tiny-qwen3-h200", False), ("qwen3-30b", True), ("tiny-qwen3-moe-megatron-fp8", False)],
+)
 def test_flash_attn_is_expected_only_where_the_trainer_asks_for_it(spec, listed, tmp_path):
-    """FSDP with the default flash_attention_2 needs flash-attn on the node; training.attention sdpa (tiny spec)
-    does not, nor does the Megatron trainer (TransformerEngine attention, qwen3-30b)."""
+    """flash_attention_2 (verl's default on both trainers) needs flash-attn on the node: FSDP's Hugging Face model
+    (qwen3-8b) and Megatron's attention_backend flash, which TransformerEngine serves with flash-attn (qwen3-30b);
+    training.attention sdpa (the tiny FSDP spec) or fused (TE's cuDNN attention, the tiny MoE spec) does not."""
     from tests.conftest import SPECS
 
     found = json.loads((compile_bundle(SPECS / f"{spec}.yaml", tmp_path) / "preflight.json").read_text())

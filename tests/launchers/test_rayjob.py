@@ -8,6 +8,7 @@ does with server-side field validation (Kubernetes would otherwise silently prun
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 import shlex
@@ -172,7 +173,7 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
     """Image and settings from the spec are quoted YAML scalars: they come back exactly, as one value."""
     from tests.conftest import BASE_SPEC
 
-    image = 'registry.example:5000/verl:1.0 # not a comment "q" \'s\' {x: [1]} &a *b !!str'
+    image = 'registry.example:5000/verl:1.0#not-a-comment"q"\'s\'{x:[1]}&a*b!!str'
     override = "trainer.default_local_dir='/ckpt/a b' # $(touch /tmp/pwned) \"q\""
     data = patched(BASE_SPEC, {"name": "hostile_name.v2", "cluster": {"launcher": "kuberay", "kuberay": {
         "image": image, "namespace": "rl-team", "ray_version": "2.49.1", "worker_cpus": "96",
@@ -183,7 +184,7 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
     docs = documents(bundle)
     job = docs["RayJob"]
     assert errors(job) == []
-    assert job["metadata"]["name"] == "hostile-name-v2"
+    assert job["metadata"]["name"] == "hostile-name-v2-" + hashlib.sha256(b"hostile_name.v2").hexdigest()[:6]
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.49.1"
     containers = [job["spec"]["submitterPodTemplate"]["spec"]["containers"][0],
                   job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0],
@@ -202,7 +203,8 @@ def test_long_spec_names_fit_kuberay_limits():
     from fp8spec.launchers.kuberay import k8s_name
 
     assert k8s_name("qwen3-8b-fp8-rollout") == "qwen3-8b-fp8-rollout"
-    assert k8s_name("8b_run.v2") == "fp8-8b-run-v2"
+    # a name that had to change carries a digest of the spec name: a_b, a-b and a.b stay three RayJobs
+    assert k8s_name("8b_run.v2") == "fp8-8b-run-v2-" + hashlib.sha256(b"8b_run.v2").hexdigest()[:6]
     long = "a" * 63
     short = k8s_name(long)
     assert len(short) <= 47 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", short)

@@ -39,7 +39,7 @@ HYDRA_ROOTS = ("actor_rollout_ref", "algorithm", "trainer", "data", "ray_kwargs"
                "reward_model", "custom_reward_function", "model_engine")
 HYDRA_KEY = re.compile(r"^\+*(" + "|".join(HYDRA_ROOTS) + r")(\.[a-z_][a-z0-9_]*)+")
 SUFFIX = re.compile(r"^\.[a-z_][a-z0-9_]*$")
-FILE_EXTENSIONS = {".yaml", ".yml", ".json", ".py", ".sh", ".md", ".svg", ".png", ".lock", ".tmp", ".old"}
+FILE_EXTENSIONS = {".yaml", ".yml", ".json", ".py", ".sh", ".md", ".svg", ".png", ".lock", ".tmp", ".old", ".pyc"}
 BACKEND_ENV = re.compile(r"^(VLLM|SGLANG|VERL|NVTE|RAY|NCCL|TORCH|CUDA|TRITON)_[A-Z0-9_]+$")
 # Profile fact categories whose values are names the code would otherwise spell out.
 NAME_CATEGORIES = ("key", "flag", "env", "engine_arg", "field", "optimizer", "quantization_config", "hf_config")

@@ -77,7 +77,7 @@ def test_r3_counts_as_moe_correction(validate):
 
 @pytest.mark.parametrize("name,content,text", [
     ("reward.txt", "def compute_score(**kw): return 0\n", "not a Python file"),
-    ("missing.py", None, "cannot read"),
+    ("missing.py", None, "reward file not found"),
     ("broken.py", "def compute_score(:\n", "Python syntax error"),
     ("latin1.py", b"# \xe9\ndef compute_score(**kw): return 0\n", "not UTF-8"),
 ])

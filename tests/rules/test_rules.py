@@ -73,6 +73,8 @@ CASES = {
     "LCH001": ([{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--partitio=long"]}}}],
                [{"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--mem-per-gpu=80G"]}}}],
                "sbatch reads it as --partition"),
+    "LCH002": ([{"cluster": {"slurm": {"time_limit": "1:2:3:4"}}}], [{"cluster": {"slurm": {"time_limit": "2-00:00:00"}}}],
+               "sbatch would refuse it"),
     "MEM001": ([DEEPSEEK_E2E], [MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 8}}}], "but a h200 holds"),
     "MEM002": ([{"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}, "linear": {"quantize": False}}],
                [{"rollout": {"tp": 1, "gpu_memory_utilization": 0.6}, "linear": {"quantize": False}}],
@@ -159,7 +161,10 @@ CASES = {
     "BLK004": ([{"rollout": {"engine": "sglang"}, "linear": {"deep_gemm": False}}],
                [{"linear": {"deep_gemm": False}}], "no effect on sglang"),
     "TRN005": ([MEGATRON_FP8, {"training": {"attention": "sdpa"}}],
-               [{"training": {"attention": "sdpa"}}], "no effect on the Megatron trainer"),
+               [MEGATRON_FP8, {"training": {"attention": "fused"}}], "no effect on the Megatron trainer"),
+    "TRN006": ([{"training": {"attention": "fused"}}],
+               [{"training": {"attention": "sdpa"}}], "is a Megatron attention backend"),
+    "TRN007": ([MOE, MEGATRON_FP8], [MEGATRON_FP8], "layer speed for this model class"),
 }
 # KV002 and BLK003 need an engine version the runtime patch does not know; every profiled version is known, so
 # their tests replace the patch set's answer (see test_kv002_*, test_blk003_*).

@@ -61,7 +61,9 @@ def test_unknown_patch_name_is_rejected():
 def test_manifest_contract():
     assert manifest.PATCHSET_NAME == "fp8spec-runtime"
     assert manifest.PATCHSET_VERSION == rt.__version__
-    assert set(manifest.PATCHES) == {"kv_scales", "ue8m0_scales", "fast_block_quant"}
+    assert set(manifest.PATCHES) == {
+        "kv_scales", "ue8m0_scales", "fast_block_quant", "te_report", "mbridge_compat", "te_extra_state_compat"
+    }
     for name, p in manifest.PATCHES.items():
         assert p["description"] and set(p["engines"]) == {"vllm", "sglang"}, name
     # what an engine must be told to load a patch is the engine's own (fp8spec/engines/<name>/), named by profile

@@ -46,6 +46,27 @@ def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
                 f"training.parallel.{field}",
                 "decoder layers on that pipeline stage; the other stages split the rest evenly",
             )
+    if t.bridge == "mbridge":
+        add(
+            plan,
+            keys,
+            "key.megatron_vanilla_mbridge",
+            True,
+            "training.bridge",
+            "build the model and export its weights with mbridge (verl's Megatron-Bridge pin is not on PyPI)",
+        )
+    if t.attention in ("fused", "unfused"):
+        _mc(
+            plan,
+            keys,
+            mc,
+            tc,
+            "field.attention_backend",
+            t.attention,
+            "training.attention",
+            f"TransformerEngine's {'cuDNN fused' if t.attention == 'fused' else 'unfused'} attention instead of "
+            "verl's default flash (which needs the flash-attn package on every node)",
+        )
     if t.router_replay != "disabled":
         add(
             plan,

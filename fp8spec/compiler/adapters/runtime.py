@@ -18,6 +18,16 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         needed["ue8m0_scales"] = "linear.scale_dtype"
     if sync_quantizer(ctx) == "fp8spec":
         needed["fast_block_quant"] = "linear.sync_quantizer"
+    if spec.training.precision == "fp8":
+        needed["te_report"] = "training.precision"
+        stateless = ctx.fact("transformer-engine", "checkpoint.stateless_recipes", [])
+        splits = ctx.fact("megatron-core", "checkpoint.grouped_splits_stateless_extra_state", True)
+        if ctx.model.is_moe and spec.training.fp8_scaling in stateless and splits is False:
+            needed["te_extra_state_compat"] = "training.fp8_scaling"
+    if spec.training.backend == "megatron" and spec.training.bridge == "mbridge":
+        members = ctx.fact("megatron-core", "enum.model_type", {}).get("members", [])
+        if "encoder_and_decoder" not in members:
+            needed["mbridge_compat"] = "training.bridge"
     return needed
 
 

@@ -3,7 +3,8 @@
 # Do not edit: change the spec and run `fp8spec compile` again. Extra Hydra overrides may be appended
 # as arguments ("$@"); they come after fp8spec's and win.
 #
-# The bundle's Ray runtime environment (runtime_env.yaml: the FP8 environment variables) reaches the Ray workers one way, never twice (Ray
+# The bundle's Ray runtime environment (runtime_env.yaml: the FP8 environment variables and the
+# runtime patch set lib/fp8spec as py_modules) reaches the Ray workers one way, never twice (Ray
 # refuses a key set both in a job's runtime_env and in ray.init's):
 # - inside a Ray job (submit.sh, slurm.sbatch and rayjob.yaml submit this script with runtime_env.yaml), the
 #   job carries it; Ray marks the job's driver with RAY_JOB_CONFIG_JSON_ENV_VAR, and this script only checks
@@ -18,17 +19,28 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
+  [[ ${FP8SPEC_RUNTIME_PATCHES-} == mbridge_compat,te_extra_state_compat,te_report ]] \
+    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "mbridge_compat,te_extra_state_compat,te_report": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${NVTE_FP8_BLOCK_SCALING_FP32_SCALES-} == 1 ]] \
     || die "the Ray job sets NVTE_FP8_BLOCK_SCALING_FP32_SCALES='${NVTE_FP8_BLOCK_SCALING_FP32_SCALES-(unset)}', this bundle needs "1": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
+  [[ ${VERL_USE_EXTERNAL_MODULES-} == fp8spec.runtime ]] \
+    || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs "fp8spec.runtime": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
+  export FP8SPEC_RUNTIME_PATCHES=mbridge_compat,te_extra_state_compat,te_report
   export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
+  export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='mbridge_compat,te_extra_state_compat,te_report'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
   ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.py_modules=['$here/lib/fp8spec']")
 fi
+# The driver imports the patch set too (verl imports fp8spec.runtime in every process).
+export PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}"
 
 exec python3 -m verl.trainer.main_ppo \
   "model_engine='megatron'" \
@@ -84,6 +96,7 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.megatron.expert_model_parallel_size=8 \
   actor_rollout_ref.actor.megatron.context_parallel_size=1 \
   actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1 \
+  actor_rollout_ref.actor.megatron.vanilla_mbridge=true \
   "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8='hybrid'" \
   "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe='blockwise'" \
   "+actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe='blockwise'" \

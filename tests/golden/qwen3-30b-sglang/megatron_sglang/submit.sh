@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://ray-head:8265
-submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-sglang-megatron-sglang-7b6fc7ae3f69
+submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-sglang-megatron-sglang-429e6371af06
 working_dir=.
 id_suffix=
 preflight_only=0

@@ -19,8 +19,8 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
-  [[ ${FP8SPEC_RUNTIME_PATCHES-} == fast_block_quant ]] \
-    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "fast_block_quant": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
+  [[ ${FP8SPEC_RUNTIME_PATCHES-} == fast_block_quant,mbridge_compat,te_extra_state_compat,te_report ]] \
+    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs "fast_block_quant,mbridge_compat,te_extra_state_compat,te_report": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${NVTE_FP8_BLOCK_SCALING_FP32_SCALES-} == 1 ]] \
     || die "the Ray job sets NVTE_FP8_BLOCK_SCALING_FP32_SCALES='${NVTE_FP8_BLOCK_SCALING_FP32_SCALES-(unset)}', this bundle needs "1": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   [[ ${VERL_USE_EXTERNAL_MODULES-} == fp8spec.runtime ]] \
@@ -28,13 +28,13 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   [[ ${VLLM_USE_DEEP_GEMM_E8M0-} == 0 ]] \
     || die "the Ray job sets VLLM_USE_DEEP_GEMM_E8M0='${VLLM_USE_DEEP_GEMM_E8M0-(unset)}', this bundle needs "0": submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
-  export FP8SPEC_RUNTIME_PATCHES=fast_block_quant
+  export FP8SPEC_RUNTIME_PATCHES=fast_block_quant,mbridge_compat,te_extra_state_compat,te_report
   export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
   export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
   export VLLM_USE_DEEP_GEMM_E8M0=0
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'")
-  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='fast_block_quant,mbridge_compat,te_extra_state_compat,te_report'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   wd=$(cd "$here" && cd -- . 2>/dev/null && pwd -P) \
     || die "cluster.working_dir "." is not a folder next to the bundle"
@@ -100,6 +100,7 @@ exec python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.megatron.expert_model_parallel_size=8 \
   actor_rollout_ref.actor.megatron.context_parallel_size=1 \
   actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1 \
+  actor_rollout_ref.actor.megatron.vanilla_mbridge=true \
   "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8='hybrid'" \
   "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8_recipe='blockwise'" \
   "+actor_rollout_ref.actor.optim.override_optimizer_config.fp8_recipe='blockwise'" \

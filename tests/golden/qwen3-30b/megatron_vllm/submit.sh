@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-megatron-vllm-01bee42458bd
+submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-megatron-vllm-61ef68ee482d
 working_dir=.
 id_suffix=
 preflight_only=0

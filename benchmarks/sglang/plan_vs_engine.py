@@ -1,0 +1,88 @@
+"""fp8spec's SGLang memory model (fp8spec/engines/sglang/memory.py) against what SGLang 0.5.12 reported at start.
+
+    python benchmarks/sglang/plan_vs_engine.py sbench0.tgz [sbench1.tgz | results.jsonl ...] [--json out.json]
+
+For each engine record of ``run_sglang_configs.py`` (model, mode, mem_fraction_static, and the facts parsed from
+SGLang's log), the planner computes the same configuration (``plan_choice`` with an ``EngineSetup`` for SGLang
+0.5.12, the record's fraction and the measured total memory when given) and the two are printed side by side:
+free memory before the weights (planner: total minus its CUDA-context estimate; SGLang: "Load weight begin. avail
+mem"), weights (planner: parameter bytes; SGLang: "Load weight end ... mem usage", the free-memory drop across
+the load), KV pool bytes and tokens (SGLang: max_total_num_tokens and "KV Cache is allocated" K + V sizes).
+The issue-22 goal: the planner within 5 % of SGLang's KV capacity. Nothing here changes the planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+GIB = 1 << 30
+MODES = {"bf16": ("bf16", False), "fp8": ("bf16", True), "fp8kv": ("fp8_e4m3", True)}
+
+
+def records(paths: list[str]) -> list[dict]:
+    out = []
+    for p in paths:
+        if p.endswith((".tgz", ".tar.gz")):
+            with tarfile.open(p) as tar:
+                for m in tar.getmembers():
+                    if m.name.endswith("results.jsonl"):
+                        f = tar.extractfile(m)
+                        assert f is not None
+                        out += [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+        else:
+            out += [json.loads(line) for line in Path(p).read_text().splitlines() if line.strip()]
+    return [r for r in out if r.get("rc") == 0 and r.get("engine") == "sglang"]
+
+
+def planned(r: dict, total_bytes: int | None):
+    from fp8spec.catalog import get_model
+    from fp8spec.plan.facts import gpu_memory
+    from fp8spec.plan.rollout import Choice, plan_choice
+    from fp8spec.plan.setup import EngineSetup
+
+    model = get_model(r["model"])
+    kv_dtype, fp8 = MODES[r["mode"]]
+    quantized = tuple(m.name for m in model.linear_modules() if m.kind not in ("lm_head", "router")) if fp8 else None
+    mem = gpu_memory("h200")
+    setup = EngineSetup(engine="sglang", engine_version="0.5.12", gpu="h200", total_bytes=total_bytes or mem.total_bytes,
+                        sms=mem.sms, utilization=r["util"], tp=1, ep=1, max_num_batched_tokens=16384,
+                        max_num_seqs=256, max_model_len=r["max_model_len"], cuda_graphs=True, kv_dtype=kv_dtype,
+                        defaults="benchmarks/sglang/plan_vs_engine.py")
+    return plan_choice(model, setup, Choice(r["mode"], r["mode"], quantized, kv_dtype), seq_len=r["max_model_len"],
+                       sequences=1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--total-bytes", type=int, help="torch.cuda.mem_get_info()[1] on the measuring machine")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    rows = []
+    print("| model | mode | free before load GiB (plan / SGLang) | weights GiB (plan / SGLang) | "
+          "KV tokens (plan / SGLang) | error |")
+    print("|---|---|---|---|---|---:|")
+    for r in records(a.inputs):
+        p = planned(r, a.total_bytes)
+        free_plan = p.memory.detail.get("free_before_load", 0) / GIB
+        tokens_plan, tokens = p.kv.num_blocks, r.get("max_total_num_tokens") or r.get("kv_cache_tokens")
+        err = (tokens_plan - tokens) / tokens if tokens else None
+        row = {"model": r["model"], "mode": r["mode"], "util": r["util"], "free_before_plan_gib": round(free_plan, 2),
+               "free_before_sglang_gib": r.get("free_before_load_gib"), "weights_plan_gib": round(p.weights.total / GIB, 2),
+               "weights_sglang_gib": r.get("weights_gib"), "kv_tokens_plan": tokens_plan, "kv_tokens_sglang": tokens,
+               "kv_tokens_error": err}
+        rows.append(row)
+        print(f"| {r['model'].split('/')[-1]} | {r['mode']} | {free_plan:.2f} / {r.get('free_before_load_gib')} | "
+              f"{p.weights.total / GIB:.2f} / {r.get('weights_gib')} | {tokens_plan:,} / {tokens} | "
+              f"{'' if err is None else f'{err:+.2%}'} |")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Read-only probes that run inside SGLang's TP worker, as custom weight loaders.
+
+SGLang 0.5.12 imports a loader named in ``ServerArgs.custom_weight_loader`` inside every TP worker and calls
+``loader(model, named_tensors)`` when ``update_weights_from_tensor`` names it as ``load_format``
+(srt/model_executor/model_runner.py:2092-2094; srt/entrypoints/engine.py:1035-1057). That is the only way in
+to the model from the offline ``sglang.Engine`` (its ``collective_rpc`` returns nothing, engine.py:1204-1209),
+so these loaders write what they read to ``$FP8SPEC_PROBE_OUT/<tag>.json``; the tag travels as the name of
+the one tensor sent (``probe.<tag>``). They change nothing in the model.
+
+* ``read_kv_scales``: every RadixAttention layer's device ``k_scale``/``v_scale`` (what the cache write and FA3
+  read) and host ``k_scale_float``/``v_scale_float`` (what FlashInfer and triton decode read),
+  srt/layers/radix_attention.py:89-92, srt/layers/quantization/kv_cache.py:82-85.
+* ``fingerprints``: a byte-exact fingerprint of every parameter (the vLLM weight-sync probe's, ws_probe_ext.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def _out(named_tensors, kind: str) -> Path:
+    names = [n for n, _ in named_tensors]
+    tag = names[0].split(".", 1)[1] if names and names[0].startswith("probe.") else kind
+    folder = Path(os.environ.get("FP8SPEC_PROBE_OUT", "/tmp/fp8spec-probe"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{tag}.json"
+
+
+def read_kv_scales(model: torch.nn.Module, named_tensors) -> None:
+    out = {}
+    for name, mod in model.named_modules():
+        if hasattr(mod, "k_scale_float") and hasattr(mod, "k_scale"):
+            k, v = mod.k_scale, mod.v_scale
+            out[name] = {
+                "k_scale": None if k is None else float(k.detach().float().cpu().item()),
+                "v_scale": None if v is None else float(v.detach().float().cpu().item()),
+                "k_scale_float": mod.k_scale_float,
+                "v_scale_float": mod.v_scale_float,
+            }
+    _out(named_tensors, "kv_scales").write_text(json.dumps(out, indent=1), encoding="utf-8")
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """Byte-exact fingerprint: the bytes as int32 words times a fixed odd sequence, summed in int64."""
+    b = t.detach().contiguous().view(torch.uint8).flatten()
+    pad = (-b.numel()) % 4
+    if pad:
+        b = torch.cat([b, b.new_zeros(pad)])
+    w = b.view(torch.int32).to(torch.int64)
+    idx = torch.arange(w.numel(), device=w.device, dtype=torch.int64)
+    mult = (idx * 2654435761 + 97) % 2147483629 * 2 + 1
+    s1 = int((w * mult).sum().item())
+    s2 = int((w * (idx % 65521 + 1)).sum().item())
+    return f"{t.dtype}:{tuple(t.shape)}:{s1 & (2**64 - 1):016x}{s2 & (2**64 - 1):016x}"
+
+
+def fingerprints(model: torch.nn.Module, named_tensors) -> None:
+    out = {n: fingerprint(p) for n, p in model.named_parameters()}
+    _out(named_tensors, "fingerprints").write_text(json.dumps(out, indent=1), encoding="utf-8")
+
+
+LOADERS = [f"{__name__}.read_kv_scales", f"{__name__}.fingerprints"]
+
+
+def probe(llm, loader: str, tag: str) -> dict:
+    """Run ``loader`` in the engine's TP worker and return what it wrote (driver side)."""
+    path = Path(os.environ.get("FP8SPEC_PROBE_OUT", "/tmp/fp8spec-probe")) / f"{tag}.json"
+    path.unlink(missing_ok=True)
+    llm.update_weights_from_tensor([(f"probe.{tag}", torch.zeros(1))], load_format=f"{__name__}.{loader}",
+                                   flush_cache=False)
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,2 @@
+def compute_score(*a, **k):
+    return 0.0

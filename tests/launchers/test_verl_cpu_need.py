@@ -1,0 +1,123 @@
+"""How many logical CPUs verl 0.9.1's main_ppo takes before it asks for GPUs (backends/verl/0.9.1.yaml).
+
+The fact is read back and checked two ways: against the installed verl 0.9.1 and TransferQueue (the actor
+options Ray schedules by, and verl's shipped config), and on a real loopback Ray head offering one CPU fewer,
+where the tiny example bundle's own launch.sh must stall with a storage unit Ray cannot place (the session head
+of the other launch tests offers exactly the fact's number, and there launch.sh reaches verl's GPU check).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from fp8spec.profiles import load_profile
+from tests.launchers.conftest import start_ray_head
+from tests.launchers.test_real_launch import launchable_bundle, trainer_examples
+
+verl = pytest.importorskip("verl")
+tq = pytest.importorskip(
+    "transfer_queue", reason="verl 0.9.1's TaskRunner imports TransferQueue (test extra)"
+)
+
+PROFILE = load_profile("verl", "0.9.1")
+NEED = PROFILE.value("requirement.ray_cpus_before_gpus")
+
+
+def _num_cpus(actor_class) -> float | None:
+    """The num_cpus a @ray.remote class was declared with (None: Ray's default, 1 to schedule and 0 held)."""
+    return actor_class._default_options.get("num_cpus")
+
+
+def test_fact_is_what_the_installed_verl_asks_for():
+    from transfer_queue.controller import TransferQueueController
+    from transfer_queue.storage.simple_storage import SimpleStorageUnit
+    from verl.single_controller.ray.base import ResourcePoolManager
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    shipped = Path(verl.__file__).parent / "trainer" / "config"
+    units = set()
+    for name in ("_generated_ppo_trainer.yaml", "_generated_ppo_megatron_trainer.yaml"):
+        config = YAML(typ="safe").load((shipped / name).read_text(encoding="utf-8"))
+        assert config["transfer_queue"]["backend"]["storage_backend"] == "SimpleStorage"
+        units.add(config["transfer_queue"]["backend"]["SimpleStorage"]["num_data_storage_units"])
+    (storage_units,) = units
+    assert _num_cpus(TaskRunnerV1) is None  # holds no CPU once placed
+    held = _num_cpus(TransferQueueController) + storage_units * _num_cpus(SimpleStorageUnit)
+    assert NEED == held == 9
+    assert (
+        PROFILE.value("requirement.ray_cpus_per_gpu")
+        == ResourcePoolManager.__dataclass_fields__["max_colocate_count"].default
+    )
+
+
+def test_storage_units_are_pinned_round_robin_to_nodes():
+    """Hard node affinity, one unit per alive node in turn: a node short of CPUs stalls its units."""
+    import inspect
+
+    from transfer_queue.utils import common
+
+    source = inspect.getsource(common.get_node_round_robin_scheduling_strategies)
+    assert "soft=False" in source and "i % len(alive_node_ids)" in source
+    assert PROFILE.value("requirement.ray_storage_unit_placement") == "round_robin_hard_node_affinity"
+
+
+def _actors(ray_cli: Path, head) -> list[dict]:
+    proc = subprocess.run(
+        [str(ray_cli), "list", "actors", "--format", "json", "--address", head.gcs, "--limit", "100"],
+        env=head.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    text = proc.stdout
+    start = text.find("[")  # the CLI may print a notice before the JSON
+    return json.loads(text[start:]) if proc.returncode == 0 and start >= 0 else []
+
+
+def test_one_cpu_fewer_stalls_main_ppo_with_an_unplaced_storage_unit(tmp_path):
+    (example,) = [p for p in trainer_examples() if p.stem == "tiny-qwen3-h200"]
+    bundle, _ = launchable_bundle(example, tmp_path)
+    ray_cli = Path(sys.executable).parent / "ray"
+    with start_ray_head(NEED - 1) as head:
+        env = dict(head.env, RAY_ADDRESS=head.gcs)
+        out = tmp_path / "launch.out"
+        with open(out, "w", encoding="utf-8") as fh:
+            proc = subprocess.Popen(
+                ["bash", str(bundle / "launch.sh")],
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+            )
+        try:
+            # worker processes start slowly on a small, busy machine: wait until every storage unit Ray can
+            # place is ALIVE, then check that the rest stays pending while main_ppo keeps waiting
+            deadline, seen, since = time.time() + 480, None, 0.0
+            while time.time() < deadline and proc.poll() is None:
+                actors = _actors(ray_cli, head)
+                units = [a for a in actors if a.get("class_name") == "SimpleStorageUnit"]
+                alive = {a.get("class_name") for a in actors if a.get("state") == "ALIVE"}
+                placed = sum(a.get("state") == "ALIVE" for a in units)
+                pending = sorted(a["name"] for a in units if a.get("state") == "PENDING_CREATION")
+                state = (placed, tuple(pending))
+                settled = len(units) == 8 and {"TaskRunnerV1", "TransferQueueController"} <= alive
+                if not settled or state != seen:
+                    seen, since = state, time.time()
+                elif placed == NEED - 2 and time.time() - since >= 20:  # 1 CPU went to the controller
+                    break
+                time.sleep(3)
+            assert proc.poll() is None, "main_ppo exited instead of waiting:\n" + out.read_text()[-3000:]
+            assert seen is not None and seen[0] == NEED - 2, f"storage units ALIVE, pending: {seen}"
+            assert len(seen[1]) == 1 and seen[1][0].startswith("TransferQueueStorageUnit#")  # the missing CPU
+            assert "Total available GPUs" not in out.read_text()  # never got as far as the GPU request
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
