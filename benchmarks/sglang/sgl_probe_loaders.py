@@ -70,6 +70,9 @@ def probe(llm, loader: str, tag: str) -> dict:
     """Run ``loader`` in the engine's TP worker and return what it wrote (driver side)."""
     path = Path(os.environ.get("FP8SPEC_PROBE_OUT", "/tmp/fp8spec-probe")) / f"{tag}.json"
     path.unlink(missing_ok=True)
-    llm.update_weights_from_tensor([(f"probe.{tag}", torch.zeros(1))], load_format=f"{__name__}.{loader}",
+    # a CUDA tensor: SGLang's tensor serializer (utils/patch_torch.py) rewrites the device index of CUDA tensors
+    # and fails on a CPU one (IndexError, seen on the H200)
+    probe_tensor = torch.zeros(1, device="cuda")
+    llm.update_weights_from_tensor([(f"probe.{tag}", probe_tensor)], load_format=f"{__name__}.{loader}",
                                    flush_cache=False)
     return json.loads(path.read_text(encoding="utf-8"))
