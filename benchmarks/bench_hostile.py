@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fp8spec.rules.engine import validate_path  # noqa: E402
-from fp8spec.spec.loader import InputError  # noqa: E402
+from fp8spec.specfile.loader import InputError  # noqa: E402
 
 
 def special_files(folder: Path) -> dict[str, Path]:

@@ -80,7 +80,7 @@ def validate(
 ) -> None:
     """Check specs: every mistake at once, each located like a compiler error, with the reason and the fix."""
     from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
-    from fp8spec.spec.loader import InputError
+    from fp8spec.specfile.loader import InputError
 
     if format not in ("text", "json"):
         usage_error(f"--format must be text or json, not {format!r}")
@@ -142,11 +142,11 @@ def schema(
     """Print the spec's JSON Schema (editors use it through the '# yaml-language-server: $schema=' line), or
     write the field reference generated from it."""
     if docs is not None:
-        from fp8spec.spec.reference import reference_markdown
+        from fp8spec.specfile.reference import reference_markdown
 
         _write_text(docs, reference_markdown())
         return
-    from fp8spec.spec.schema import schema_text
+    from fp8spec.specfile.schema import schema_text
 
     text = schema_text()
     if output is None:
@@ -174,7 +174,7 @@ def rules(
 ) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
     from fp8spec.rules.registry import all_rules, get_rule
-    from fp8spec.spec.codes import input_code, input_codes
+    from fp8spec.specfile.codes import input_code, input_codes
 
     if code is None:
         for r in all_rules():
@@ -236,9 +236,9 @@ def compile(
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
     from fp8spec.compiler.build import build_plan
-    from fp8spec.compiler.bundle import bundle_files
-    from fp8spec.compiler.launchers import BundleError
+    from fp8spec.compiler.bundle import bundle_files, executable
     from fp8spec.compiler.writer import WriteError, write_bundle
+    from fp8spec.launchers.base import BundleError
 
     out_dir = output_folder(output)
     validation, choice = _validated(spec, backend)
@@ -257,6 +257,7 @@ def compile(
             valid.spec.name,
             files,
             force=force,
+            executable=executable(files),
             note=lambda text: typer.echo(printable(text), err=True),
         )
     except WriteError as err:

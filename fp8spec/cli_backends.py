@@ -75,7 +75,7 @@ def _artifact_error(spec: str, err: Exception) -> str:
 
 
 def _stack_by_kind() -> dict[str, str]:
-    from fp8spec.spec.model import default_stack
+    from fp8spec.stack import default_stack
     from fp8spec.targets import STACK_KINDS
 
     return {STACK_KINDS[field]: version for field, version in default_stack().items() if field in STACK_KINDS}

@@ -25,7 +25,7 @@ def complete_backend(incomplete: str) -> list[str]:
 
 def complete_code(incomplete: str) -> list[str]:
     from fp8spec.rules.registry import all_rules
-    from fp8spec.spec.codes import input_codes
+    from fp8spec.specfile.codes import input_codes
 
     codes = [r.code for r in all_rules()] + list(input_codes())
     return [c for c in codes if c.startswith(incomplete.upper())]
@@ -87,7 +87,7 @@ def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
     retargeted; unreadable input or an unknown backend exits EXIT_BAD_INPUT with one line.
     Returns (Validation, BackendChoice); the caller decides what errors in the spec mean for it."""
     from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
-    from fp8spec.spec.loader import InputError
+    from fp8spec.specfile.loader import InputError
 
     try:
         validation, choice = validate_for(spec, str(spec), backend)

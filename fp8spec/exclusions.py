@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from fp8spec.name_match import Budget, Pattern, PatternError, match, name_index
-from fp8spec.spec.model import SYMBOLIC_EXCLUSIONS, Spec
+from fp8spec.specfile.model import SYMBOLIC_EXCLUSIONS, Spec
 
 
 @dataclass(frozen=True)

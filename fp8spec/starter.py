@@ -115,7 +115,7 @@ def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int)
 def _repair(text: str, file: str, spec_dir: Path) -> Starter:
     """Validate; apply the first proposal of the first finding that has one; repeat."""
     from fp8spec.rules.engine import validate_loaded
-    from fp8spec.spec.loader import load_spec_text
+    from fp8spec.specfile.loader import load_spec_text
 
     changes: list[str] = []
     for _ in range(MAX_REPAIRS):
@@ -141,7 +141,7 @@ def _acknowledge_rest(text: str, file: str, spec_dir: Path, validation, changes:
     """Warnings no single change removes, when every one is acknowledgeable (the paper's 20K-token responses
     preempt on most GPUs: MEM004), are acknowledged with a reason that says so; anything else stays."""
     from fp8spec.rules.engine import validate_loaded
-    from fp8spec.spec.loader import load_spec_text
+    from fp8spec.specfile.loader import load_spec_text
 
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]
     if not left or any(rule.severity == "error" or not rule.acknowledgeable for rule, _ in left):

@@ -1,4 +1,4 @@
-"""fp8spec's SGLang memory model (fp8spec/plan/sglang_memory.py) against what SGLang 0.5.12 reported at start.
+"""fp8spec's SGLang memory model (fp8spec/engines/sglang/memory.py) against what SGLang 0.5.12 reported at start.
 
     python benchmarks/sglang/plan_vs_engine.py sbench0.tgz [sbench1.tgz | results.jsonl ...] [--json out.json]
 

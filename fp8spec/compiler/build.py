@@ -8,11 +8,10 @@ from typing import Optional
 
 from fp8spec.compiler.adapters.megatron import build_megatron
 from fp8spec.compiler.adapters.runtime import build_runtime
-from fp8spec.compiler.adapters.sglang import build_sglang_in_verl, build_sglang_serve
 from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
-from fp8spec.compiler.adapters.vllm import build_vllm_in_verl, build_vllm_serve
 from fp8spec.compiler.plan import Plan
+from fp8spec.engines import engine_names
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.rules.engine import Validation, validate_path
 from fp8spec.targets import BACKENDS, ENGINES, TRAINERS  # noqa: F401 - re-exported
@@ -58,7 +57,7 @@ def validate_for(
         validation = validate_path(path, display)
         spec = validation.loaded.spec
         if spec is None:
-            return validation, BackendChoice(None, "vllm")
+            return validation, BackendChoice(None, engine_names()[0])
         return validation, BackendChoice(spec.training.backend, spec.rollout.engine)
     choice = parse_backend(backend)
     return validate_path(path, display, retarget_fields(choice)), choice
@@ -110,8 +109,9 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
 def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
     """Every setting of the bundle for ``choice``, from the valid spec (retargeted to it: validate_for)."""
     plan = Plan(backend=choice.name)
+    engine = ctx.engine  # the choice's: the spec was validated retargeted to it
     if choice.trainer is None:
-        plan.entrypoint = (build_vllm_serve if choice.engine == "vllm" else build_sglang_serve)(plan, ctx)
+        plan.entrypoint = engine.build_serve(plan, ctx)
         return plan
     keys = build_verl(plan, ctx, choice.trainer, choice.engine)
     build_batching(plan, keys, ctx)
@@ -119,8 +119,8 @@ def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
     build_reward(plan, keys, ctx)
     if choice.trainer == "megatron":
         build_megatron(plan, ctx, keys)
-    (build_vllm_in_verl if choice.engine == "vllm" else build_sglang_in_verl)(plan, ctx, keys)
-    build_runtime(plan, ctx, choice.engine, keys)
+    engine.build_in_verl(plan, ctx, keys)
+    build_runtime(plan, ctx, keys)
     # Environment variables must reach every Ray worker. Inside a Ray job the job's runtime_env carries them
     # (runtime_env.yaml); Ray refuses the same key again in ray.init's runtime_env (ray/_private/worker.py), so
     # these ray.init overrides are passed by launch.sh only outside a Ray job (verl merges

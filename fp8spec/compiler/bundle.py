@@ -11,10 +11,11 @@ from pathlib import Path
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.launchers import launcher_files, runtime_env_yaml
 from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import yaml_string_list
 from fp8spec.compiler.templates import render
+from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
+from fp8spec.launchers.base import runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
@@ -23,7 +24,12 @@ from fp8spec.resources import data_dir
 from fp8spec.rules.registry import all_rules
 from fp8spec.targets import STACK_KINDS
 
-EXECUTABLE = {"launch.sh", "serve.sh", "submit.sh", "slurm.sbatch"}
+COMMANDS = {"launch.sh", "serve.sh"}  # and each launcher's file the table marks executable
+
+
+def executable(files: dict[str, str]) -> frozenset[str]:
+    """The bundle files written with the executable bit."""
+    return frozenset(name for name in files if name in COMMANDS or name in executable_files())
 
 
 def _checks(valid: ValidSpec) -> list[dict]:
@@ -80,12 +86,15 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
     """File name -> content of the bundle (manifest.json last, with every other file's sha256)."""
     spec = valid.spec
     ctx = valid
-    stack = {f: v for f, v in valid.used_stack().items() if choice.trainer or f == choice.engine}
+    stack = valid.used_stack()
+    if not choice.trainer:  # a standalone server runs the engine alone
+        stack = {choice.engine: stack[choice.engine]}
     common = {
         "fp8spec_version": __version__,
         "spec": spec,
         "spec_file": spec_file,
         "backend": choice.name,
+        "serve_bundle": choice.trainer is None,
         "plan": plan,
         "stack": stack,
         "checks": _checks(valid),
@@ -134,7 +143,10 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
         files["engine_args.json"] = (
             json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2, sort_keys=True) + "\n"
         )
-    files.update(launcher_files(valid, choice, plan, files))
+    if choice.trainer:
+        files.update(launcher_files(valid, choice.name, plan, files))
+        common["launcher_run"] = get_launcher(spec.cluster.launcher).run
+        common["launcher_lines"] = readme_lines(valid, choice.name, plan)
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
     return files

@@ -29,11 +29,11 @@ import re
 import secrets
 import shutil
 import time
+from collections.abc import Collection
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
-from fp8spec.compiler.bundle import EXECUTABLE
 from fp8spec.compiler.owned import not_ours
 
 LOCK_TIMEOUT_S = 30.0  # the lock is held for a mkdir or a rename; waiting this long means a stuck process
@@ -203,10 +203,12 @@ def write_bundle(
     name: str,
     files: dict[str, str],
     force: bool = False,
+    executable: Collection[str] = (),
     note: Optional[Callable[[str], None]] = None,
 ) -> Path:
-    """Write ``files`` as the folder ``out_dir/name``; WriteError (nothing written, nothing removed) when it
-    cannot. ``note`` receives what the user should know (a parked bundle restored)."""
+    """Write ``files`` (relative path -> text) as the folder ``out_dir/name``; those in ``executable`` get the
+    executable bit (fp8spec.compiler.bundle.executable says which). WriteError (nothing written, nothing removed)
+    when it cannot. ``note`` receives what the user should know (a parked bundle restored)."""
     target = bundle_target(out_dir, name)
     _refuse_existing(target, force)
     for rel in files:
@@ -235,7 +237,7 @@ def write_bundle(
                 os.chmod(staging / folder, 0o777 & ~mask)
             with open(path, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
-            os.chmod(path, (0o777 if rel in EXECUTABLE else 0o666) & ~mask)
+            os.chmod(path, (0o777 if rel in executable else 0o666) & ~mask)
         os.chmod(staging, 0o777 & ~mask)
         with _bundle_lock(out_dir, name):
             _refuse_existing(bundle_target(out_dir, name), force, while_running=True)

@@ -15,9 +15,6 @@ from ruamel.yaml import YAML
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
 
-#: the vLLM release whose memory model is profiled; other versions fall back to it (and say so)
-MEMORY_MODEL_VLLM = "0.24.0"
-
 
 @lru_cache(maxsize=None)
 def _load(name: str) -> Any:

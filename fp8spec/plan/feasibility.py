@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from fp8spec.engines import get_engine
 from fp8spec.plan.facts import estimate
 
 if TYPE_CHECKING:
@@ -118,11 +119,7 @@ def colocation(plan: Plan) -> Optional[Verdict]:
                 t.optimizer if what == "optimizer" else t.params + (t.grads if t.backend == "megatron" else 0)
             )
             fixes.append(f"{label} frees {gib(keep)} during rollout")
-    refusal = (
-        "vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization')"
-        if plan.setup.engine == "vllm"
-        else f"{plan.setup.engine} cannot reserve its share"
-    )
+    refusal = get_engine(plan.setup.engine).start_refusal
     msg = (
         f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU (params, optimizer, CUDA "
         f"context) and the engine asks for {gib(requested)} (gpu_memory_utilization "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.plan.facts import MEMORY_MODEL_VLLM
+from fp8spec.engines import get_engine
 from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.plan.feasibility import Verdict
     from fp8spec.resolve.context import ResolvedSpec
-    from fp8spec.spec.model import Spec
+    from fp8spec.specfile.model import Spec
 
 
 @dataclass
@@ -97,17 +97,7 @@ class Plan:
 def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
-    notes = []
-    facts = memory_facts(setup)
-    if setup.engine == "sglang":
-        notes.append(
-            f"SGLang {setup.engine_version}: KV pool = free memory x mem_fraction_static - weights "
-            "(SGLang 0.5's formula); the vLLM-specific terms do not apply"
-        )
-    elif facts.fallback:
-        notes.append(
-            f"vLLM {setup.engine_version} has no profiled memory model; vLLM {MEMORY_MODEL_VLLM}'s is used"
-        )
+    notes = get_engine(setup.engine).memory_notes(setup, memory_facts(setup))
     if overrides.gpu_memory_gib is None:
         notes.append(
             f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "

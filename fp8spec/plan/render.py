@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from fp8spec.engines import get_engine
 from fp8spec.plan.facts import estimate_basis
 from fp8spec.plan.gain import gain_source
 
@@ -156,11 +157,7 @@ def plan_json(plan: Plan) -> dict:
         },
         "sources": {
             "expected_gain": gain_source(),
-            "engine_memory_model": (
-                "backends/vllm/0.24.0.yaml memory.* facts (vLLM 0.24.0 source, file:line)"
-                if s.engine == "vllm"
-                else "fp8spec/plan/sglang_memory.py (SGLang 0.5.12)"
-            ),
+            "engine_memory_model": get_engine(s.engine).memory_source,
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
             "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
             "memory.megatron_state, memory.colocation",
@@ -194,9 +191,9 @@ def render_text(plan: Plan) -> str:
         f"{s.total_bytes / GIB:.2f} GiB per GPU)",
         "",
     ]
-    model_name = {"v1": "vLLM V1 model runner", "v2": "vLLM V2 model runner", "sglang": "SGLang pool"}
+    engine = get_engine(s.engine)
     out.append(
-        f"Rollout engine: {s.engine} {s.engine_version} ({model_name[spec_r.memory.runner]}), "
+        f"Rollout engine: {s.engine} {s.engine_version} ({engine.runner_labels[spec_r.memory.runner]}), "
         f"TP {s.tp} x EP {s.ep} = {s.gpus_per_replica} GPU(s) per replica, {plan.replicas} replica(s)"
     )
     out.append(
@@ -218,13 +215,8 @@ def render_text(plan: Plan) -> str:
             [_g(r.weights.fp8_linear + r.weights.fp8_scales) if r.weights.fp8_linear else "-" for r in rs],
         )
     )
-    if s.engine == "vllm":
-        out.append(row("requested (total x utilization)", [_g(r.memory.requested) for r in rs]))
-        out.append(row("activation peak (estimate)", [_g(r.memory.activation_peak) for r in rs]))
-        out.append(row("non-torch memory (estimate)", [_g(r.memory.non_torch) for r in rs]))
-        out.append(row("CUDA graph estimate", [_g(r.memory.cudagraph) for r in rs]))
-    else:
-        out.append(row("free x mem_fraction_static", [_g(r.memory.requested) for r in rs]))
+    for label, term in engine.memory_rows:
+        out.append(row(label, [_g(getattr(r.memory, term)) for r in rs]))
     out.append(row("available KV memory", [_g(r.memory.available_kv) for r in rs]))
     out.append(row("KV bytes per token (all layers)", [f"{r.kv.bytes_per_token:,} B" for r in rs]))
     out.append(row("KV capacity", [f"{r.kv.tokens:,} tok" for r in rs]))

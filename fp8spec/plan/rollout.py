@@ -7,15 +7,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.plan.facts import MEMORY_MODEL_VLLM, ProfileFacts, profile_facts
+from fp8spec.engines import get_engine
 from fp8spec.plan.kv import KVCapacity, kv_bytes_per_token_layer, kv_capacity
-from fp8spec.plan.setup import EngineSetup
-from fp8spec.plan.sglang_memory import sglang_engine_memory
-from fp8spec.plan.vllm_memory import EngineMemory, vllm_engine_memory
+from fp8spec.plan.setup import EngineMemory, EngineSetup
 from fp8spec.plan.weights import Sharding, WeightBytes, rollout_weight_bytes
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.plan.facts import ProfileFacts
     from fp8spec.resolve.context import ResolvedSpec
 
 
@@ -57,8 +56,8 @@ class RolloutResult:
 
 
 def memory_facts(setup: EngineSetup) -> ProfileFacts:
-    version = setup.engine_version if setup.engine == "vllm" else MEMORY_MODEL_VLLM
-    return profile_facts("vllm", version, MEMORY_MODEL_VLLM, "memory.available_kv")
+    """The memory.* profile facts the engine's model reads (fp8spec/engines/<name>/memory.py)."""
+    return get_engine(setup.engine).memory_facts(setup.engine_version)
 
 
 def choices(ctx: ResolvedSpec) -> list[tuple[Choice, bool]]:
@@ -68,14 +67,14 @@ def choices(ctx: ResolvedSpec) -> list[tuple[Choice, bool]]:
         quantized = ctx.exclusions.quantized_names
     else:  # what the default exclusions (lm_head, embeddings, norms, router) would quantize
         quantized = _default_quantized(model)
-    fp8_kv = spec.kv_cache.dtype if spec.kv_cache.dtype != "bf16" else "fp8_e4m3"
+    fp8_kv = spec.kv_cache.dtype if spec.kv_cache.fp8 else "fp8_e4m3"
     options = [
         Choice("bf16", "BF16", None, "bf16"),
         Choice("fp8", "FP8 W8A8", quantized, "bf16"),
         Choice("fp8_kv", f"FP8 W8A8 + {fp8_kv} KV", quantized, fp8_kv),
     ]
     spec_key = {(False, False): "bf16", (True, False): "fp8", (True, True): "fp8_kv"}.get(
-        (spec.linear.quantize, spec.kv_cache.dtype != "bf16"), "kv"
+        (spec.linear.quantize, spec.kv_cache.fp8), "kv"
     )
     if spec_key == "kv":
         options.append(Choice("kv", f"BF16 + {spec.kv_cache.dtype} KV", None, spec.kv_cache.dtype))
@@ -102,12 +101,9 @@ def plan_choice(
         model, shard, choice.quantized, vocab_padding=facts.value("memory.vocab_padding")
     )
     s = setup.with_kv_dtype(choice.kv_dtype)
-    if s.engine == "sglang":
-        memory = sglang_engine_memory(s, weights.total)
-        block = 1
-    else:
-        memory = vllm_engine_memory(model, s, weights.total, facts, fp8_linear=choice.quantized is not None)
-        block = facts.value("memory.block_size")
+    memory, block = get_engine(s.engine).engine_memory(
+        model, s, weights.total, facts, fp8_linear=choice.quantized is not None
+    )
     dtype_bytes = facts.value("memory.kv_dtype_bytes")["bf16" if s.kv_dtype == "bf16" else s.kv_dtype]
     per_layer = kv_bytes_per_token_layer(model, s.tp, dtype_bytes)
     kv = kv_capacity(memory.available_kv, per_layer, model.num_hidden_layers, block, s.max_model_len)

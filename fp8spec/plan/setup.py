@@ -1,15 +1,16 @@
-"""The inputs of the rollout-engine memory model, from a spec (verl's defaults) or given explicitly.
+"""The inputs of a rollout engine's memory model, from a spec (verl's defaults) or given explicitly, and its result.
 
 Every input vLLM's start-up arithmetic depends on is a field, so the planner can compute exactly the
-configuration a measurement used (tests/data/vllm024_h200_kv_capacity.json) as well as a spec's run.
+configuration a measurement used (tests/data/vllm024_h200_kv_capacity.json) as well as a spec's run. Each
+engine's model is in its folder (fp8spec/engines/<name>/memory.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.plan.facts import MEMORY_MODEL_VLLM, gpu_memory, profile_facts
+from fp8spec.plan.facts import gpu_memory
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
@@ -21,7 +22,7 @@ class PlanInputError(ValueError):
 
 @dataclass(frozen=True)
 class EngineSetup:
-    engine: str  # "vllm" | "sglang"
+    engine: str  # an fp8spec.engines name
     engine_version: str
     gpu: str
     total_bytes: int
@@ -43,6 +44,21 @@ class EngineSetup:
 
     def with_kv_dtype(self, kv_dtype: str) -> "EngineSetup":
         return replace(self, kv_dtype=kv_dtype)
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    requested: int
+    weights: int
+    activation_peak: int
+    non_torch: int
+    cudagraph: int
+    runner: str
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def available_kv(self) -> int:
+        return self.requested - self.weights - self.activation_peak - self.non_torch - self.cudagraph
 
 
 @dataclass(frozen=True)
@@ -98,45 +114,4 @@ def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> En
         cuda_graphs=(not d["enforce_eager"]) if overrides.cuda_graphs is None else overrides.cuda_graphs,
         kv_dtype=spec.kv_cache.dtype,
         defaults=f"verl {spec.stack.verl} rollout defaults",
-    )
-
-
-def vllm_llm_class_setup(
-    gpu: str,
-    *,
-    utilization: float,
-    max_model_len: int,
-    kv_dtype: str = "bf16",
-    tp: int = 1,
-    total_bytes: Optional[int] = None,
-    max_num_batched_tokens: Optional[int] = None,
-    max_num_seqs: Optional[int] = None,
-    cuda_graphs: bool = True,
-    version: str = MEMORY_MODEL_VLLM,
-) -> EngineSetup:
-    """A standalone ``vllm.LLM(...)`` engine with vLLM's own batch defaults for this GPU
-    (profile fact memory.batch_defaults), as a measurement on one GPU runs it."""
-    mem = gpu_memory(gpu)
-    total = total_bytes if total_bytes is not None else mem.total_bytes
-    if total is None:
-        raise PlanInputError(f"the memory of GPU {gpu!r} is not recorded; give total_bytes")
-    facts = profile_facts("vllm", version, MEMORY_MODEL_VLLM, "memory.batch_defaults")
-    d = facts.value("memory.batch_defaults")
-    size = "large" if total >= d["large_gpu_min_gib"] * (1 << 30) and gpu != "a100" else "other"
-    batch = d[size]["llm_class"]
-    return EngineSetup(
-        engine="vllm",
-        engine_version=version,
-        gpu=gpu,
-        total_bytes=total,
-        sms=mem.sms,
-        utilization=utilization,
-        tp=tp,
-        ep=1,
-        max_num_batched_tokens=max_num_batched_tokens or int(batch["max_num_batched_tokens"]),
-        max_num_seqs=max_num_seqs or int(batch["max_num_seqs"]),
-        max_model_len=max_model_len,
-        cuda_graphs=cuda_graphs,
-        kv_dtype=kv_dtype,
-        defaults=f"vLLM {version} LLM-class defaults ({size} GPU)",
     )

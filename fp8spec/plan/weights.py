@@ -149,9 +149,3 @@ def _other_bytes(model) -> int:
     rotary_dim = model.qk_rope_head_dim if model.attention == "mla" else model.head_dim
     rotary = (model.max_position_embeddings or 0) * (rotary_dim or 0) * BF16
     return rest * BF16 + rotary
-
-
-def quantized_linear_params(model: ModelFacts, quantized: Iterable[str]) -> int:
-    """Parameters of the linears in ``quantized`` (whole model, not per GPU)."""
-    names = frozenset(quantized)
-    return sum(m.numel for m in model.linear_modules() if m.name in names)

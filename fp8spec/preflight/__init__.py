@@ -2,7 +2,7 @@
 
 ``preflight.py`` beside this file is a self-contained program (standard library, torch, ray; never fp8spec):
 the compiler copies its text into the bundle and writes the values it checks into ``preflight.json``
-(fp8spec.compiler.launchers). Keep it importable on Python 3.8+ without third-party packages at import time.
+(fp8spec.launchers.preflight). Keep it importable on Python 3.8+ without third-party packages at import time.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 
 
 @dataclass(frozen=True)

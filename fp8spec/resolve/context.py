@@ -12,11 +12,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from fp8spec.engines import get_engine
 from fp8spec.hardware import Gpu, gpu
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:
+    from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
@@ -54,12 +56,13 @@ class ResolvedSpec:
         return prof.value(fact_id)
 
     @property
-    def engine(self) -> str:
-        return self.spec.rollout.engine
+    def engine(self) -> Engine:
+        """The rollout engine (fp8spec.engines): rules and the planner ask it, never compare its name."""
+        return get_engine(self.spec.rollout.engine)
 
     @property
     def engine_version(self) -> str:
-        return getattr(self.spec.stack, self.engine)
+        return getattr(self.spec.stack, self.engine.name)
 
     def native_kv_calibration(self) -> bool:
         """Whether the pinned stack itself realises kv_cache.recalibrate (no runtime patch needed)."""
@@ -68,7 +71,7 @@ class ResolvedSpec:
             # A mapping ({exists: false, ...} in vLLM 0.33.0) is truthy whatever it says: read its fields.
             # vLLM 0.24's calculate_kv_scales exists but calibrates on the profiling dummy run (measured on an
             # H200): usable_for_rl false, so 'once' is realised by the kv_scales patch instead.
-            cap = self.fact(self.engine, "capability.calculate_kv_scales", False)
+            cap = self.fact(self.engine.name, "capability.calculate_kv_scales", False)
             if isinstance(cap, dict):
                 return bool(cap.get("exists", False) and cap.get("usable_for_rl", True))
             return bool(cap)
@@ -101,7 +104,7 @@ class ResolvedSpec:
         image = self.spec.cluster.kuberay.image
         if image:
             return image
-        return (self.fact("verl", "images.kuberay") or {}).get(f"{self.engine}=={self.engine_version}")
+        return (self.fact("verl", "images.kuberay") or {}).get(f"{self.engine.name}=={self.engine_version}")
 
 
 def build_context(spec: Spec, spec_dir: Path) -> ResolvedSpec:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from fp8spec.bounded_read import ReadError, read_regular
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 
 BUNDLE_NAME = "custom_reward.py"
 MAX_BYTES = 1 << 20  # a reward function, not a package: 1 MiB is plenty and keeps the bundle small

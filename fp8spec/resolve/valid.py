@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from fp8spec.diagnostics import Diagnostic
 from fp8spec.resolve.context import ResolvedSpec, used_stack_fields
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.engines.base import Engine
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
     from fp8spec.resolve.megatron import MegatronLayout
@@ -81,7 +82,7 @@ class ValidSpec:
         return self.resolved.fact(kind, fact_id, default)
 
     @property
-    def engine(self) -> str:
+    def engine(self) -> Engine:
         return self.resolved.engine
 
     @property

@@ -12,6 +12,7 @@ from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.engines.base import Engine
     from fp8spec.resolve.context import ResolvedSpec
 
 
@@ -30,7 +31,7 @@ def misaligned_shards(
     block: Sequence[int],
     tp: int,
     ep: int,
-    engine: str,
+    engine: Engine,
 ) -> OrderedDict[tuple, list]:
     """Group the quantized modules whose per-rank shard is not on the block grid.
 
@@ -68,10 +69,10 @@ def misaligned_shards(
                         )
                 continue
             per, exact = _per_rank_out(m, model, split)
-            if m.group and split == 1 and engine == "vllm" and not experts:
+            if m.group and split == 1 and engine.ragged_last_partition and not experts:
                 merged_members.append((m, per))
                 continue
-            if split > 1 or m.group or engine == "sglang":
+            if split > 1 or m.group or engine.checks_unsplit_shards:
                 if not exact or per % block_n:
                     add(
                         (m.shape, "out", m.out_features, split),
@@ -183,10 +184,10 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if not spec.linear.quantize or spec.linear.sync_quantizer != "fp8spec":
         return
-    supported, versions = patch_supports("fast_block_quant", ctx.engine, ctx.engine_version)
+    supported, versions = patch_supports("fast_block_quant", ctx.engine.name, ctx.engine_version)
     if not supported:
         yield Finding(
-            f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine} "
+            f"linear.sync_quantizer fp8spec: the fast_block_quant patch supports {ctx.engine.name} "
             f"{', '.join(versions) or 'no version'}, not {ctx.engine_version}",
             "linear.sync_quantizer",
         )
@@ -210,9 +211,9 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if not spec.linear.quantize or spec.linear.sync_quantizer != "fp8spec":
         return
-    if ctx.fact(ctx.engine, "verified.fast_block_quant_in_engine", False) is not True:
+    if ctx.fact(ctx.engine.name, "verified.fast_block_quant_in_engine", False) is not True:
         yield Finding(
-            f"linear.sync_quantizer fp8spec on {ctx.engine} {ctx.engine_version}: fast_block_quant was not shown "
+            f"linear.sync_quantizer fp8spec on {ctx.engine.name} {ctx.engine_version}: fast_block_quant was not shown "
             "byte-exact against a fresh engine there",
             "linear.sync_quantizer",
         )
@@ -231,5 +232,5 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def deep_gemm_is_vllm_only(ctx: ResolvedSpec) -> Iterator[Finding]:
     lin = ctx.spec.linear
-    if lin.deep_gemm is not None and ctx.engine != "vllm":
-        yield Finding(f"linear.deep_gemm has no effect on {ctx.engine}", "linear.deep_gemm")
+    if lin.deep_gemm is not None and not ctx.engine.deep_gemm_switch:
+        yield Finding(f"linear.deep_gemm has no effect on {ctx.engine.name}", "linear.deep_gemm")

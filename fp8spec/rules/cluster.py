@@ -31,7 +31,7 @@ def kuberay_image_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
         return
     if ctx.kuberay_image() is None:
         yield Finding(
-            f"no verl image is known for {ctx.engine} {ctx.engine_version} (verl "
+            f"no verl image is known for {ctx.engine.name} {ctx.engine_version} (verl "
             f"{ctx.spec.stack.verl} publishes images for "
             f"{', '.join(sorted(ctx.fact('verl', 'images.kuberay') or {})) or 'no engine'})",
             "cluster.kuberay.image",

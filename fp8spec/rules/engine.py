@@ -11,8 +11,8 @@ from fp8spec.diagnostics import Diagnostic, Severity
 from fp8spec.resolve.context import ResolvedSpec, build_context
 from fp8spec.resolve.valid import Retarget, ValidSpec
 from fp8spec.rules.registry import Finding, Rule, all_rules, get_rule
-from fp8spec.spec.edit import with_values
-from fp8spec.spec.loader import LoadedSpec, load_spec
+from fp8spec.specfile.edit import with_values
+from fp8spec.specfile.loader import LoadedSpec, load_spec
 
 # The fields a --backend choice sets: retargeting re-validates the spec as if it said these.
 RETARGETABLE = ("training.backend", "rollout.engine")
@@ -114,7 +114,7 @@ def validate_loaded(
 def run_rules(ctx: ResolvedSpec) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
     """Every applicable rule with its findings, or the exception it raised."""
     for rule in all_rules():
-        if rule.needs_model and ctx.model is None:
+        if not rule.applies(ctx):
             continue
         try:
             yield rule, list(rule.check(ctx))

@@ -140,58 +140,6 @@ def blackwell_training_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
 
 
 @rule(
-    "HW004",
-    "sglang-ue8m0-needs-blackwell",
-    "error",
-    "SGLang uses UE8M0 scales only on Blackwell.",
-    """SGLang sets DEEPGEMM_SCALE_UE8M0 only for SM100/SM120 (layers/deep_gemm_wrapper/configurer.py) and
-    has no UE8M0 switch for Hopper; on an H100/H200 it would serve the scales as FP32, so a ue8m0 spec
-    would not run what it says.""",
-    "use linear.scale_dtype: fp32 with SGLang on Hopper",
-    needs_model=False,
-)
-def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec, gpu = ctx.spec, ctx.gpu
-    if (
-        spec.linear.quantize
-        and ctx.engine == "sglang"
-        and spec.linear.scale_dtype == "ue8m0"
-        and not gpu.is_blackwell
-    ):
-        hint, ok = proposal(ctx, "HW004", "linear.scale_dtype", [{"linear.scale_dtype": "fp32"}], "")
-        yield Finding(
-            f"SGLang serves UE8M0 scales only on Blackwell; {gpu.name} is {gpu.arch}",
-            "linear.scale_dtype",
-            hint,
-            ok,
-        )
-
-
-@rule(
-    "HW005",
-    "vllm-blackwell-fp32-scales",
-    "warning",
-    "vLLM's DeepGEMM on Blackwell needs UE8M0 scales.",
-    """On Blackwell vLLM's DeepGEMM block-FP8 path requires UE8M0 scales: with E8M0 disabled it hard-fails
-    or produces NaN (vLLM #37806, #57486). FP32 scales on Blackwell force the CUTLASS path, or fail.""",
-    "set linear.scale_dtype: ue8m0 on Blackwell",
-    needs_model=False,
-)
-def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec, gpu = ctx.spec, ctx.gpu
-    if (
-        spec.linear.quantize
-        and ctx.engine == "vllm"
-        and gpu.is_blackwell
-        and spec.linear.scale_dtype == "fp32"
-    ):
-        hint, ok = proposal(ctx, "HW005", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}], "")
-        yield Finding(
-            f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype", hint, ok
-        )
-
-
-@rule(
     "HW006",
     "fp8-training-needs-fp8-tensor-cores",
     "error",

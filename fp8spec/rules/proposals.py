@@ -43,7 +43,7 @@ def findings_of(ctx: ResolvedSpec) -> frozenset[Found]:
 def _probe(ctx: ResolvedSpec, changes: Changes):
     """Findings of the spec with ``changes`` applied; None when a changed value is not one the field takes."""
     from fp8spec.resolve.context import derived_context
-    from fp8spec.spec.edit import EditError, with_values
+    from fp8spec.specfile.edit import EditError, with_values
 
     key = tuple(sorted(changes.items(), key=lambda kv: kv[0]))
     if key not in ctx.probes:
@@ -123,13 +123,6 @@ def blocked(ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | 
         f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
         for codes, members in groups[:3]
     )
-
-
-def working_values(
-    ctx: ResolvedSpec, field: str, values: Iterable[Any], fixes: ErrorKey | None = None
-) -> list[Any]:
-    """The values of one field that pass every rule."""
-    return [c[field] for c in working(ctx, ({field: v} for v in values), fixes)]
 
 
 def join(values: Iterable[Any]) -> str:

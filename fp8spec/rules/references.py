@@ -66,9 +66,9 @@ def stack_unprofiled(ctx: ResolvedSpec) -> Iterator[Finding]:
     needs_model=False,
 )
 def engine_not_pinned(ctx: ResolvedSpec) -> Iterator[Finding]:
-    pinned = ctx.fact("verl", f"supports.{ctx.engine}")
+    pinned = ctx.fact("verl", f"supports.{ctx.engine.name}")
     if pinned and str(pinned) != ctx.engine_version:
         yield Finding(
-            f"verl {ctx.spec.stack.verl} is tested with {ctx.engine} {pinned}, not {ctx.engine_version}",
-            f"stack.{ctx.engine}",
+            f"verl {ctx.spec.stack.verl} is tested with {ctx.engine.name} {pinned}, not {ctx.engine_version}",
+            f"stack.{ctx.engine.name}",
         )

@@ -40,6 +40,14 @@ class Rule:
     check: Callable[["ResolvedSpec"], Iterable[Finding]]
     acknowledgeable: bool = False
     needs_model: bool = True
+    engine: Optional[str] = None  # a rule of one rollout engine's folder runs only for specs on that engine
+
+    def applies(self, ctx: ResolvedSpec) -> bool:
+        """Whether the rule runs on ``ctx``: its model is known if it needs one, and the spec's rollout engine
+        is the rule's, if it belongs to one."""
+        if self.needs_model and ctx.model is None:
+            return False
+        return self.engine is None or ctx.engine.owns(self.engine)
 
 
 REGISTRY: dict[str, Rule] = {}
@@ -55,8 +63,10 @@ def rule(
     *,
     acknowledgeable: bool = False,
     needs_model: bool = True,
+    engine: Optional[str] = None,
 ) -> Callable[[Callable[["ResolvedSpec"], Iterable[Finding]]], Callable[["ResolvedSpec"], Iterable[Finding]]]:
-    """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown."""
+    """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown; an
+    ``engine`` rule (one in fp8spec/engines/<engine>/rules.py) runs only on specs for that rollout engine."""
 
     def register(check: Callable[["ResolvedSpec"], Iterable[Finding]]):
         if code in REGISTRY:
@@ -71,6 +81,7 @@ def rule(
             check,
             acknowledgeable,
             needs_model,
+            engine,
         )
         return check
 
@@ -94,7 +105,9 @@ def rule_hint(code: str) -> str:
 
 
 def _load_rule_modules() -> None:
-    # Importing the modules registers their rules; kept here so the registry has one entry point.
+    # Importing the modules registers their rules; kept here so the registry has one entry point. Each rollout
+    # engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its engine.
+    from fp8spec.engines import all_engines
     from fp8spec.rules import (  # noqa: F401
         batching,
         blocks,
@@ -114,3 +127,6 @@ def _load_rule_modules() -> None:
         run,
         training,
     )
+
+    for engine in all_engines():
+        engine.load_rules()

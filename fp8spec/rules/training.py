@@ -88,7 +88,7 @@ def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if ctx.model.is_moe and spec.training.backend == "megatron" and spec.training.router_dtype == "fp32":
         yield Finding(
-            f"training.router_dtype fp32 while {ctx.engine} routes in bf16", "training.router_dtype"
+            f"training.router_dtype fp32 while {ctx.engine.name} routes in bf16", "training.router_dtype"
         )
 
 

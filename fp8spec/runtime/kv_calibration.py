@@ -75,6 +75,22 @@ def split_kv_scale_name(name: str) -> tuple[str, str]:
     return m.group("prefix"), m.group("kind")
 
 
+def pushed_scales(
+    named_scales: Iterable[tuple[str, torch.Tensor | float]], factor: float, skip: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str, float]]:
+    """(attention module path, "q" | "k" | "v", scale x ``factor``) of each pushed scale the engine takes (kinds in
+    ``skip`` are passed over); a scale that is not positive is refused. What the engine writers share
+    (engines/vllm_kv.py, engines/sglang_kv.py)."""
+    for name, value in named_scales:
+        prefix, kind = split_kv_scale_name(name)
+        if kind in skip:
+            continue
+        v = float(value.item() if isinstance(value, torch.Tensor) else value) * factor
+        if not v > 0.0:
+            raise ValueError(f"{name}: scale must be positive, got {v}")
+        yield prefix, kind, v
+
+
 def _amax(t: torch.Tensor) -> torch.Tensor:
     # max |x| in one reduction kernel, no |x| temporary; exact (max is exact in any dtype)
     return torch.linalg.vector_norm(t.detach(), float("inf")).to(torch.float32)

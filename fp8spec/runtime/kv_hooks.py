@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .engines import kv_scale_route
 from .kv_calibration import KVScaleCalibrator, num_layers_of
 from .manifest import SGLANG_KV_LOADER
 from .settings import KVSettings
@@ -63,7 +64,7 @@ def attach_kv_calibration(worker: Any) -> KVScaleCalibrator | None:
         _wrap_armed(actor, "train_mini_batch", cal)
 
     rollout_name = str(worker.config.rollout.get("name", "vllm"))
-    if rollout_name == "sglang":
+    if kv_scale_route(rollout_name) == "rollout_update":
         rollout = getattr(worker, "rollout", None)
         if rollout is not None:
             _wrap_sglang_update(rollout, cal)

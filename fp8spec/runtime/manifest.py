@@ -17,8 +17,8 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
    (``actor_rollout_ref.model.external_lib`` is the config-level twin, imported in
    ``HFModelConfig.__post_init__``, ``verl/workers/config/model.py`` line 149, i.e. only where a
    model config is built; the env var covers more processes, so bundles use it.)
-3. Engine-specific registration listed per patch under ``engine_args`` (SGLang's
-   ``--custom-weight-loader`` for kv_scales) and, for vLLM without verl, the
+3. Engine-specific registration, which each engine's folder in the compiler declares (fp8spec/engines/<name>/:
+   SGLang's ``--custom-weight-loader SGLANG_KV_LOADER`` for kv_scales) and, for vLLM without verl, the
    ``vllm.general_plugins`` entry point ``fp8spec_runtime = fp8spec.runtime.engines.vllm_plugin:register``
    (loaded in every vLLM process, ``vllm/plugins/__init__.py`` ``DEFAULT_PLUGINS_GROUP``).
 """
@@ -70,9 +70,6 @@ PATCHES = {
         # MLA caches a compressed latent (kv_lora_rank + rope dims) with one scale per layer: not covered.
         "attention": ("gqa",),
         "env": env_defaults("kv_scales"),  # optional knobs, defaults shown (settings.VARIABLES)
-        # What the engine must be told besides the FP8 KV cache (which kv_cache.dtype sets): engine argument fact id
-        # of the engine's profile -> value. SGLang imports the custom loader only when it is registered.
-        "engine_args": {"vllm": {}, "sglang": {"engine_arg.custom_weight_loader": [SGLANG_KV_LOADER]}},
         "notes": (
             "vLLM: prefer the FLASH_ATTN (FA3) backend on Hopper; it reads the device scale tensors, so "
             "in-place updates are CUDA-graph safe. FlashInfer bakes host floats into captured graphs. "
@@ -90,7 +87,6 @@ PATCHES = {
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("ue8m0_scales"),
-        "engine_args": {"vllm": {}, "sglang": {}},
     },
     "fast_block_quant": {
         "description": (
@@ -105,7 +101,6 @@ PATCHES = {
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("fast_block_quant"),
         "env_notes": env_help("fast_block_quant"),
-        "engine_args": {"vllm": {}, "sglang": {}},
     },
     "mbridge_compat": {
         "description": (
@@ -119,7 +114,6 @@ PATCHES = {
         "verl": KNOWN_VERSIONS["verl"],
         "trainer_backends": ("megatron",),
         "env": env_defaults("mbridge_compat"),
-        "engine_args": {"vllm": {}, "sglang": {}},
     },
     "te_extra_state_compat": {
         "description": (
@@ -134,7 +128,6 @@ PATCHES = {
         "verl": KNOWN_VERSIONS["verl"],
         "trainer_backends": ("megatron",),
         "env": env_defaults("te_extra_state_compat"),
-        "engine_args": {"vllm": {}, "sglang": {}},
     },
     "te_report": {
         "description": (
@@ -148,6 +141,5 @@ PATCHES = {
         "verl": KNOWN_VERSIONS["verl"],
         "trainer_backends": ("megatron",),
         "env": env_defaults("te_report"),
-        "engine_args": {"vllm": {}, "sglang": {}},
     },
 }

@@ -73,11 +73,6 @@ def jsonable(value: Any, default: Any = _NO_VALUE) -> Any:
     return default
 
 
-def has_literal(node: ast.AST | None) -> bool:
-    sentinel = object()
-    return node is not None and literal(node, sentinel) is not sentinel
-
-
 def module_assignments(tree: ast.Module) -> dict[str, ast.AST]:
     """Top-level ``NAME = value`` and ``NAME: T = value`` (last one wins), including under
     ``if``/``try`` blocks at module level."""
@@ -115,13 +110,6 @@ def find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
 
 def classes(tree: ast.Module) -> list[ast.ClassDef]:
     return [s for s in _flat_module_body(tree.body) if isinstance(s, ast.ClassDef)]
-
-
-def find_function(node: ast.AST, name: str) -> ast.FunctionDef | None:
-    for child in ast.walk(node):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and child.name == name:
-            return child  # type: ignore[return-value]
-    return None
 
 
 def base_names(cls: ast.ClassDef) -> list[str]:

@@ -4,7 +4,7 @@ A snapshot is ``backends/snapshots/<package>-<version>.json``::
 
     {"format": 1, "package": "vllm", "version": "0.33.0",
      "artifact": {"filename": ..., "sha256": ..., "size": ..., "pip_download": "..."},
-     "extractor": {"module": "fp8spec.snapshots.vllm", "version": 1},
+     "extractor": {"module": "fp8spec.engines.vllm.snapshot", "version": 1},
      "data": {...}}
 
 The JSON is written with sorted keys and a fixed indent, and contains no timestamps, so regenerating a
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from fp8spec.targets import KINDS
+from fp8spec.targets import ENGINES, KINDS
 
 from . import artifacts as _art
 
@@ -38,12 +38,14 @@ _PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64")
 @dataclass(frozen=True)
 class PackageInfo:
     name: str  # PyPI name, normalized
-    module: str  # extractor module under fp8spec.snapshots
+    module: (
+        str  # the extractor module (a rollout engine's is in its folder: fp8spec/engines/<name>/snapshot.py)
+    )
     python_versions: tuple[str, ...] = ("3.11", "3.12")
     extra_pip_args: tuple[str, ...] = ()
 
     def extractor(self) -> ModuleType:
-        return importlib.import_module(f"fp8spec.snapshots.{self.module}")
+        return importlib.import_module(self.module)
 
     def pip_args(self, python_version: str) -> list[str]:
         args: list[str] = []
@@ -53,18 +55,27 @@ class PackageInfo:
         return args
 
 
-# One extractor per profiled kind (fp8spec.targets.KINDS); the module is the kind's name unless said here.
+# One extractor per profiled kind (fp8spec.targets.KINDS): a rollout engine's in its folder, the others here under
+# the kind's name unless said below.
 # megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311 wheel for
 # every version (only its Python source is read), matching the profiles' source artifacts.
 _EXTRACTOR_OPTIONS: dict[str, dict[str, Any]] = {
     "megatron-core": {
-        "module": "megatron",
+        "module": "fp8spec.snapshots.megatron",
         "python_versions": ("3.11",),
         "extra_pip_args": ("--ignore-requires-python",),
     },
 }
+
+
+def _extractor_module(kind: str) -> str:
+    if kind in ENGINES:
+        return f"fp8spec.engines.{kind}.snapshot"
+    return f"fp8spec.snapshots.{kind.replace('-', '_')}"
+
+
 PACKAGES: dict[str, PackageInfo] = {
-    kind: PackageInfo(kind, **{"module": kind.replace("-", "_"), **_EXTRACTOR_OPTIONS.get(kind, {})})
+    kind: PackageInfo(kind, **{"module": _extractor_module(kind), **_EXTRACTOR_OPTIONS.get(kind, {})})
     for kind in KINDS
 }
 

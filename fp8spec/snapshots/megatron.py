@@ -28,7 +28,6 @@ CLASS_FILES = {
 }
 ENUMS = "megatron/core/enums.py"
 ARGUMENTS = "megatron/training/arguments.py"
-PACKAGE_INFO = "megatron/core/package_info.py"
 
 
 def extract(art: Artifact) -> dict[str, Any]:

@@ -54,14 +54,6 @@ class MegatronCheck:
 _CACHE: dict[str, Any] = {}
 
 
-def megatron_version() -> str | None:
-    """Installed megatron-core version, or None when it cannot be imported."""
-    try:
-        return _load()["version"]
-    except MegatronUnavailable:
-        return None
-
-
 def unavailable_reason() -> str | None:
     """None when megatron-core imports; otherwise why not and how to install it."""
     try:

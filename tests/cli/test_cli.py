@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, REPO, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 @pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=lambda p: p.name)
@@ -18,7 +18,7 @@ def test_example_specs_validate_clean(spec):
 
 
 def test_example_specs_cover_the_paper_runs():
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     specs = [load_spec(p).spec for p in EXAMPLE_SPECS]
     assert any(s.training.backend == "fsdp" and s.kv_cache.dtype == "fp8_e4m3" and s.correction.method == "tis"

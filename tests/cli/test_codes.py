@@ -8,10 +8,10 @@ import re
 import pytest
 
 from fp8spec.rules.registry import all_rules
-from fp8spec.spec.codes import input_codes
+from fp8spec.specfile.codes import input_codes
 from tests.conftest import REPO
 from tests.hostile.test_corpus import CASES as CORPUS_CASES
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 _LITERAL = re.compile(r"[\"']([ES]\d{3})[\"']")
 

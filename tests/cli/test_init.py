@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fp8spec.rules.engine import validate_path
-from fp8spec.spec.loader import load_spec
-from tests.spec.test_bad_inputs import run_cli
+from fp8spec.specfile.loader import load_spec
+from tests.specfile.test_bad_inputs import run_cli
 
 # (template, model, gpu, nodes, gpus per node): the templates' defaults and hardware they were not written for
 CASES = [

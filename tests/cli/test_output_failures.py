@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import BASE_SPEC, REPO, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 @pytest.mark.parametrize(

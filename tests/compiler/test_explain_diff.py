@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import BASE_SPEC, SPECS, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 def test_explain_maps_fields_to_layers():

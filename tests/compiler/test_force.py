@@ -18,7 +18,7 @@ from fp8spec.compiler import writer
 from fp8spec.compiler.writer import WriteError, write_bundle
 from tests.compiler.test_writer import with_manifest
 from tests.conftest import BASE_SPEC, REPO, dump_yaml, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 OLD = with_manifest({"launch.sh": "#!/bin/sh\necho old\n", "lib/m.py": "x = 1\n"})
 NEW = with_manifest({"launch.sh": "#!/bin/sh\necho new\n"})

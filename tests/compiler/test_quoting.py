@@ -52,7 +52,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 LINE_BREAKERS = "\u2028\u2029\x85\r\n\x0b\x0c"
-ANY_TEXT = st.text(st.one_of(st.characters(exclude_categories=()), st.sampled_from(LINE_BREAKERS + "\u202e\ufeff\ufffe\x7f\x9b'\"\\#:")),
+ANY_TEXT = st.text(st.one_of(st.characters(exclude_categories=()),
+                             st.sampled_from(LINE_BREAKERS + "\u202e\ufeff\ufffe\x7f\x9b'\"\\#:")),
                    max_size=40)
 
 

@@ -9,21 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.compiler.golden import cases, compile_files
+from tests.compiler.verl_config import compose
 
 pytest.importorskip("hydra")
 if importlib.util.find_spec("verl") is None:
     pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
-VERL_CONFIG = Path(importlib.util.find_spec("verl").submodule_search_locations[0]) / "trainer" / "config"
 TRAINER_CASES = [c for c in cases() if "+" in c[1]]
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(VERL_CONFIG), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
 
 
 def overrides_of(files: dict[str, str]) -> list[str]:
@@ -34,7 +26,7 @@ def overrides_of(files: dict[str, str]) -> list[str]:
 
 @pytest.mark.parametrize("spec_path,backend", TRAINER_CASES, ids=lambda v: getattr(v, "stem", v))
 def test_bundle_composes_in_verl(spec_path, backend):
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     spec = load_spec(spec_path).spec
     files = compile_files(spec_path, backend)
@@ -131,7 +123,7 @@ def test_bundle_passes_verl_validation(spec_path, backend):
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     rollout = omega_conf_to_dataclass(resolved.actor_rollout_ref.rollout)
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     # the BF16 twin of the one-H200 run turns FP8 linears off: no quantization, verl's default
     assert rollout.quantization == ("fp8" if load_spec(spec_path).spec.linear.quantize else None)
@@ -230,7 +222,7 @@ def test_kuberay_extra_overrides_compose_in_verl(spec_path, backend):
     bundle's own overrides they compose in verl's tree and win."""
     from omegaconf import OmegaConf
 
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     extra = list(load_spec(spec_path).spec.cluster.kuberay.extra_overrides)
     cfg = compose(overrides_of(compile_files(spec_path, backend)) + extra)

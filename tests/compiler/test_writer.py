@@ -10,7 +10,7 @@ import pytest
 
 from fp8spec.compiler.writer import WriteError, write_bundle
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 def with_manifest(files: dict[str, str]) -> dict[str, str]:
@@ -22,9 +22,10 @@ def with_manifest(files: dict[str, str]) -> dict[str, str]:
 
 def test_write_and_force(tmp_path):
     out = tmp_path / "out"
-    target = write_bundle(out, "b", with_manifest({"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"}))
+    files = with_manifest({"a.txt": "1\n", "launch.sh": "#!/bin/sh\n"})
+    target = write_bundle(out, "b", files, executable={"launch.sh"})
     assert (target / "a.txt").read_text() == "1\n"
-    assert os.access(target / "launch.sh", os.X_OK)
+    assert os.access(target / "launch.sh", os.X_OK) and not os.access(target / "a.txt", os.X_OK)
     with pytest.raises(WriteError, match="--force"):
         write_bundle(out, "b", with_manifest({"a.txt": "2\n"}))
     assert (target / "a.txt").read_text() == "1\n"

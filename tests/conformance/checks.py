@@ -41,8 +41,8 @@ from ruamel.yaml import YAML
 
 from fp8spec.compiler.quoting import shell_word
 from fp8spec.profiles import load_profile
-from fp8spec.targets import STACK_KINDS
 from fp8spec.snapshots import Fact, Snapshot
+from fp8spec.targets import STACK_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs"
@@ -213,7 +213,7 @@ def check_hydra(c: Compiled) -> list[str]:
             target = verl_profile.value("key." + fact_id.split(".", 1)[1])
             if key == target and value is not None and value not in verl_profile.value(fact_id):
                 problems.append(f"{text}: {value!r} is not one of {verl_profile.value(fact_id)}")
-        if key.startswith(TRANSFORMER_OVERRIDE + ".") or key.startswith(OPTIMIZER_OVERRIDE + "."):
+        if key.startswith((TRANSFORMER_OVERRIDE + ".", OPTIMIZER_OVERRIDE + ".")):
             problems += _check_megatron_field(c, key, value)
         if key.startswith(ENV_VARS + "."):
             name = key[len(ENV_VARS) + 1:]
@@ -254,7 +254,7 @@ VERL_FP8_QUANT_KEYS = {"activation_scheme", "fmt", "quant_method", "weight_block
 
 
 def check_hf_quantization_config(c: Compiled, key: str, value: Any) -> list[str]:
-    from fp8spec.compiler.adapters.ignore_lists import all_engine_names, engine_module_names
+    from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
 
     problems: list[str] = []
     if set(value) != {"quantization_config"}:
@@ -356,8 +356,8 @@ def check_megatron(c: Compiled, overrides: Optional[list[str]] = None) -> list[s
 
     tc, opt, par = megatron_overrides(overrides if overrides is not None else c.overrides)
     model = c.ctx.model
-    dims = dict(num_layers=model.num_hidden_layers, hidden_size=model.hidden_size,
-                num_attention_heads=model.num_attention_heads, model=model_config(model, par))
+    dims = {"num_layers": model.num_hidden_layers, "hidden_size": model.hidden_size,
+                "num_attention_heads": model.num_attention_heads, "model": model_config(model, par)}
     with te_version_seen_by_megatron(c.version("transformer-engine")):
         baseline = validate_transformer_config({}, **dims)
         assert baseline.ok, f"the model reconstruction itself fails Megatron's checks: {baseline.errors}"
@@ -476,7 +476,7 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
             except re.error as e:
                 problems.append(f"ignore pattern {p!r} is not a valid regex ({e})")
     if ctx is not None and ctx.model is not None:
-        from fp8spec.compiler.adapters.ignore_lists import all_engine_names, engine_module_names
+        from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
 
         wanted = set(engine_module_names(ctx))
         got = {n for n in all_engine_names(ctx) if any(ignored_by(p, n, styles) for p in patterns)}
@@ -513,7 +513,7 @@ def check_serve(c: Compiled) -> list[str]:
     words = shlex.split(exec_line)[1:]
     if words[: len(c.argv)] != c.argv:
         problems.append(f"serve.sh runs {words}, engine_args.json says {c.argv}")
-    for name, value in c.env.items():
+    for name, _value in c.env.items():
         if f"export {name}=" not in script:
             problems.append(f"serve.sh does not export {name}")
     return problems

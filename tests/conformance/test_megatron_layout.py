@@ -137,36 +137,36 @@ DSV3 = "deepseek-ai/DeepSeek-V3"  # 61 layers, 128 heads, 128 KV heads, 256 expe
 
 # (model, GPUs, training.parallel) -> each is validated by fp8spec and started by megatron-core
 LAYOUTS = [
-    (MOE30, 16, dict(tp=4, pp=2, ep=8)),  # the qwen3-30b example: etp defaults to 1
-    (MOE30, 16, dict(tp=4, pp=2, ep=8, etp=4)),  # verl's null etp (= tp): needs 64 GPUs
-    (MOE30, 16, dict(tp=4, pp=1, ep=8, etp=4)),  # the SGLang 30B example as it was: needs 32
-    (MOE30, 24, dict(tp=1, ep=24)),  # 128 experts at ep 24
-    (MOE30, 24, dict(tp=1, ep=8)),
-    (MOE30, 16, dict(tp=3, ep=1)),  # 16 GPUs over tp 3
-    (MOE30, 24, dict(tp=3, ep=8, etp=1)),  # 32 heads at tp 3
-    (MOE30, 16, dict(tp=8, ep=8, etp=1)),  # 4 KV heads, tp 8: tp is a multiple of the groups
-    (MOE30, 16, dict(tp=4, pp=2, cp=2, ep=4)),
-    (MOE30, 32, dict(tp=1, pp=32, ep=1)),  # 48 layers at pp 32
-    (MOE30, 40, dict(tp=1, pp=5, ep=8)),  # 48 layers at pp 5
-    (MOE30, 40, dict(tp=1, pp=5, ep=8, first_stage_layers=8, last_stage_layers=8)),  # 32 middle over 3
-    (MOE30, 40, dict(tp=1, pp=5, ep=8, first_stage_layers=12, last_stage_layers=12)),  # 24 middle over 3
-    (DENSE8, 8, dict(tp=1, pp=8)),  # 36 layers at pp 8
-    (DENSE8, 8, dict(tp=1, pp=8, first_stage_layers=6, last_stage_layers=6)),
-    (DENSE8, 8, dict(tp=2, pp=4)),
-    (DENSE8, 8, dict(tp=1, ep=2)),  # expert parallelism on a dense model
-    (DENSE8, 16, dict(tp=16)),  # 8 KV groups divide tp 16
-    (DENSE8, 24, dict(tp=12, pp=2)),  # 32 heads at tp 12
-    (DENSE8, 8, dict(tp=1, first_stage_layers=36)),  # pp 1, first stage = every layer: accepted
-    (DENSE8, 8, dict(tp=1, first_stage_layers=18, last_stage_layers=10)),  # pp 1: builds 10 layers
-    (DENSE8, 8, dict(tp=1, pp=2, first_stage_layers=20)),
-    (DENSE8, 8, dict(tp=1, pp=2, first_stage_layers=20, last_stage_layers=20)),  # -4 middle layers
-    ("Qwen/Qwen2.5-7B", 7, dict(tp=7)),  # 28 heads split, but 4 KV groups and tp 7: neither divides
-    ("Qwen/Qwen2.5-7B", 8, dict(tp=4, pp=2)),
-    (DSV3, 32, dict(tp=8, pp=4, ep=8)),  # 61 layers at pp 4
-    (DSV3, 32, dict(tp=8, pp=4, ep=8, first_stage_layers=16, last_stage_layers=15)),
-    (DSV3, 32, dict(tp=8, pp=4, ep=8, etp=8)),  # verl's null etp on 4x8: needs 256 GPUs
-    (DSV3, 32, dict(tp=4, ep=32)),
-    (DSV3, 16, dict(tp=16, cp=1, ep=16)),
+    (MOE30, 16, {"tp": 4, "pp": 2, "ep": 8}),  # the qwen3-30b example: etp defaults to 1
+    (MOE30, 16, {"tp": 4, "pp": 2, "ep": 8, "etp": 4}),  # verl's null etp (= tp): needs 64 GPUs
+    (MOE30, 16, {"tp": 4, "pp": 1, "ep": 8, "etp": 4}),  # the SGLang 30B example as it was: needs 32
+    (MOE30, 24, {"tp": 1, "ep": 24}),  # 128 experts at ep 24
+    (MOE30, 24, {"tp": 1, "ep": 8}),
+    (MOE30, 16, {"tp": 3, "ep": 1}),  # 16 GPUs over tp 3
+    (MOE30, 24, {"tp": 3, "ep": 8, "etp": 1}),  # 32 heads at tp 3
+    (MOE30, 16, {"tp": 8, "ep": 8, "etp": 1}),  # 4 KV heads, tp 8: tp is a multiple of the groups
+    (MOE30, 16, {"tp": 4, "pp": 2, "cp": 2, "ep": 4}),
+    (MOE30, 32, {"tp": 1, "pp": 32, "ep": 1}),  # 48 layers at pp 32
+    (MOE30, 40, {"tp": 1, "pp": 5, "ep": 8}),  # 48 layers at pp 5
+    (MOE30, 40, {"tp": 1, "pp": 5, "ep": 8, "first_stage_layers": 8, "last_stage_layers": 8}),  # 32 middle over 3
+    (MOE30, 40, {"tp": 1, "pp": 5, "ep": 8, "first_stage_layers": 12, "last_stage_layers": 12}),  # 24 middle over 3
+    (DENSE8, 8, {"tp": 1, "pp": 8}),  # 36 layers at pp 8
+    (DENSE8, 8, {"tp": 1, "pp": 8, "first_stage_layers": 6, "last_stage_layers": 6}),
+    (DENSE8, 8, {"tp": 2, "pp": 4}),
+    (DENSE8, 8, {"tp": 1, "ep": 2}),  # expert parallelism on a dense model
+    (DENSE8, 16, {"tp": 16}),  # 8 KV groups divide tp 16
+    (DENSE8, 24, {"tp": 12, "pp": 2}),  # 32 heads at tp 12
+    (DENSE8, 8, {"tp": 1, "first_stage_layers": 36}),  # pp 1, first stage = every layer: accepted
+    (DENSE8, 8, {"tp": 1, "first_stage_layers": 18, "last_stage_layers": 10}),  # pp 1: builds 10 layers
+    (DENSE8, 8, {"tp": 1, "pp": 2, "first_stage_layers": 20}),
+    (DENSE8, 8, {"tp": 1, "pp": 2, "first_stage_layers": 20, "last_stage_layers": 20}),  # -4 middle layers
+    ("Qwen/Qwen2.5-7B", 7, {"tp": 7}),  # 28 heads split, but 4 KV groups and tp 7: neither divides
+    ("Qwen/Qwen2.5-7B", 8, {"tp": 4, "pp": 2}),
+    (DSV3, 32, {"tp": 8, "pp": 4, "ep": 8}),  # 61 layers at pp 4
+    (DSV3, 32, {"tp": 8, "pp": 4, "ep": 8, "first_stage_layers": 16, "last_stage_layers": 15}),
+    (DSV3, 32, {"tp": 8, "pp": 4, "ep": 8, "etp": 8}),  # verl's null etp on 4x8: needs 256 GPUs
+    (DSV3, 32, {"tp": 4, "ep": 32}),
+    (DSV3, 16, {"tp": 16, "cp": 1, "ep": 16}),
 ]
 
 

@@ -64,7 +64,7 @@ def test_the_matrix_is_every_example_on_every_backend():
 
 def _named(stem: str) -> str:
     """The backend the example names: its training.backend + rollout.engine."""
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     spec = load_spec(SPECS[stem]).spec
     return f"{spec.training.backend}+{spec.rollout.engine}"

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml as pyyaml
 from ruamel.yaml import YAML
 
-from fp8spec.compiler.launchers import KUBERAY_BUNDLE_DIR
+from fp8spec.launchers.kuberay import KUBERAY_BUNDLE_DIR
 
 YAML_FILES = ("overrides.yaml", "runtime_env.yaml", "rayjob.yaml")
 JSON_FILES = ("preflight.json", "manifest.json", "engine_args.json")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from fp8spec.spec.model import Spec
+from fp8spec.specfile.model import Spec
 
 
 def _kinds(annotation: Any) -> set[str]:

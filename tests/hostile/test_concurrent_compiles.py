@@ -5,7 +5,6 @@ bundle (and a live run's staging folder is not); --force over a plain file refus
 from __future__ import annotations
 
 import json
-
 import os
 import signal
 import subprocess

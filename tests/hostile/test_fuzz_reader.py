@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fp8spec.rules.engine import validate_loaded
-from fp8spec.spec.loader import InputError, load_spec, load_spec_text
+from fp8spec.specfile.loader import InputError, load_spec, load_spec_text
 from tests.conftest import SPECS
 
 EXAMPLE = (SPECS / "qwen3-8b.yaml").read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fp8spec.compiler.build import build_plan, choose_backend
 from fp8spec.compiler.bundle import bundle_files
 from fp8spec.rules.engine import validate_path
-from fp8spec.spec.text import first_refused
+from fp8spec.specfile.text import first_refused
 from tests.conftest import BASE_SPEC, patched
 from tests.hostile.bundle_oracle import check_bundle
 from tests.hostile.spec_fields import ITEM_FIELDS, set_path, string_fields, to_yaml
@@ -62,7 +62,7 @@ def _spec_with(backend: str, launcher: str, path: tuple, shape: str, value: str)
 
 def _free_text(field) -> bool:
     """Whether the field takes ordinary non-ASCII text (no pattern): those are worth most examples."""
-    from fp8spec.spec.loader import load_spec_text
+    from fp8spec.specfile.loader import load_spec_text
 
     path, shape = field
     loaded = load_spec_text(to_yaml(_spec_with("fsdp+vllm", "ray", path, shape, "/a b/é")))

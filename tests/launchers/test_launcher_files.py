@@ -17,7 +17,7 @@ LAUNCHERS = {"preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "ray
 
 @pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
 def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     files = compile_files(spec_path, backend)
     spec = load_spec(spec_path).spec

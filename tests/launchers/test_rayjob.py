@@ -68,7 +68,7 @@ def documents(bundle: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module", params=EXAMPLES, ids=lambda p: p.stem)
 def example(request, tmp_path_factory):
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     spec = load_spec(request.param).spec
     return spec, compile_bundle(request.param, tmp_path_factory.mktemp(request.param.stem))
@@ -200,7 +200,7 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
 
 
 def test_long_spec_names_fit_kuberay_limits():
-    from fp8spec.compiler.launchers import k8s_name
+    from fp8spec.launchers.kuberay import k8s_name
 
     assert k8s_name("qwen3-8b-fp8-rollout") == "qwen3-8b-fp8-rollout"
     # a name that had to change carries a digest of the spec name: a_b, a-b and a.b stay three RayJobs
@@ -214,7 +214,7 @@ def test_long_spec_names_fit_kuberay_limits():
 def test_spec_rejects_bad_kubernetes_values():
     from pydantic import ValidationError
 
-    from fp8spec.spec.cluster import KubeRaySettings
+    from fp8spec.specfile.cluster import KubeRaySettings
 
     for field, value in (("namespace", "rl_team"), ("namespace", "RL"), ("worker_memory", "lots"),
                          ("head_cpus", "4 cores"), ("image", "x\ny"), ("image", "${oops}")):
@@ -252,7 +252,7 @@ def test_no_rayjob_without_a_known_image(write_spec, tmp_path):
 def test_spec_rejects_bad_volumes_and_secrets():
     from pydantic import ValidationError
 
-    from fp8spec.spec.cluster import KubeRaySettings
+    from fp8spec.specfile.cluster import KubeRaySettings
 
     for bad in ({"volumes": [{"name": "m", "mount_path": "/m"}]},  # no source
                 {"volumes": [{"name": "m", "mount_path": "/m", "pvc": "a", "host_path": "/x"}]},  # two sources

@@ -43,6 +43,7 @@ from tests.launchers.test_ray_preflight import plant_distribution, result_of, ro
 
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue", reason="verl 0.9.1's TaskRunner imports TransferQueue (test extra)")
+pytestmark = pytest.mark.slow
 
 # Where verl 0.9.1 stops on a cluster without GPUs: after the tokenizer and the dataloaders, before any worker
 # group is created (verl/trainer/ppo/v1/trainer_base.py _setup -> ResourcePoolManager.create_resource_pool).
@@ -80,7 +81,7 @@ _record()
 
 
 def trainer_examples() -> list[Path]:
-    from fp8spec.spec.loader import load_spec
+    from fp8spec.specfile.loader import load_spec
 
     return [p for p in EXAMPLE_SPECS if load_spec(p).spec.training.backend]
 

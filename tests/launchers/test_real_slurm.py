@@ -22,6 +22,8 @@ from tests.launchers import slurm as slurm_mod
 from tests.launchers.conftest import MARK_VAR, _free_ports, _marked_tree, _stop_marked
 from tests.launchers.test_real_launch import launchable_bundle, plant_pins
 
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one real Slurm
+
 RESULT_TAG = "FP8SPEC_PREFLIGHT_RESULT "
 
 

@@ -21,6 +21,8 @@ from ruamel.yaml import YAML
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 RESULT = "SHIPPED-RUNTIME-RESULT "
 WORKER_JOB = '''
 import json, subprocess, sys, ray

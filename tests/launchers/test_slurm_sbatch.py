@@ -160,7 +160,7 @@ def test_spec_refuses_sbatch_options_it_writes_itself(validate):
     (rule LCH001); malformed options are schema errors."""
     from pydantic import ValidationError
 
-    from fp8spec.spec.cluster import SlurmSettings
+    from fp8spec.specfile.cluster import SlurmSettings
 
     for bad in (["--qos=$(id)"], ["--comment=two words"], ["-N 4"], ["--Nodes=4"]):
         with pytest.raises(ValidationError):

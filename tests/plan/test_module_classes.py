@@ -9,6 +9,7 @@ from collections import OrderedDict
 import pytest
 
 from fp8spec.catalog import get_model
+from fp8spec.engines import get_engine
 from fp8spec.linear_classes import engine_modules
 from fp8spec.module_names import shape_pattern
 from fp8spec.plan.weights import (
@@ -25,7 +26,6 @@ from fp8spec.plan.weights import (
     rollout_weight_bytes,
 )
 from fp8spec.rules.blocks import misaligned_shards
-
 
 # --- the module-by-module reference (fp8spec before issue 27) ---
 
@@ -177,6 +177,6 @@ def test_misaligned_shards_equal_the_module_walk(model_id):
         for engine in ("vllm", "sglang"):
             for tp, ep in [(1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (16, 1), (4, 8)]:
                 for block in ((128, 128), (96, 64)):
-                    got = misaligned_shards(classes, model, block, tp, ep, engine)
+                    got = misaligned_shards(classes, model, block, tp, ep, get_engine(engine))
                     want = reference_misaligned(modules, model, block, tp, ep, engine)
                     assert list(got.items()) == list(want.items()), (label, engine, tp, ep, block)

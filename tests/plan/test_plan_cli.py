@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import BASE_SPEC, DEEPSEEK_E2E, EXAMPLE_SPECS, REPO, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 def _numbers_without_units(node, path="") -> list[str]:

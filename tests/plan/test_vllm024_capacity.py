@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from fp8spec.catalog import get_model
+from fp8spec.engines.vllm.memory import vllm_llm_class_setup
 from fp8spec.plan.rollout import Choice, plan_choice
-from fp8spec.plan.setup import vllm_llm_class_setup
 from tests.plan.measurements import Measurement, load
 
 GIB = 1 << 30

@@ -15,7 +15,8 @@ from __future__ import annotations
 from fp8spec.profiles import available_kinds, available_versions, backends_root, load_profile
 from fp8spec.runtime import manifest
 from fp8spec.snapshots import PACKAGES, committed_specs, list_snapshots, parse_spec
-from fp8spec.spec.model import StackSection, default_stack
+from fp8spec.specfile.model import StackSection
+from fp8spec.stack import default_stack
 from fp8spec.targets import ENGINES, KINDS, STACK_KINDS
 
 

@@ -6,11 +6,14 @@
   ``@rule`` decorator. Imports under ``if TYPE_CHECKING:`` never run and are not counted; imports inside
   functions run when called and are counted.
 - The runtime patch set imports nothing from fp8spec outside ``fp8spec.runtime`` (a bundle ships only it).
+- No rollout engine's name is compared outside the engines' folders (fp8spec/engines/, fp8spec/runtime/engines/):
+  rules, compiler and planner ask the engine object.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -139,3 +142,46 @@ def test_runtime_imports_only_itself():
     runtime = {m for m in graph if m == "fp8spec.runtime" or m.startswith("fp8spec.runtime.")}
     outside = {m: sorted(t for t in graph[m] if t not in runtime and t != "fp8spec") for m in runtime}
     assert {m: t for m, t in outside.items() if t} == {}
+
+
+# an expression that is an engine's name: ctx.engine, ctx.engine.name, setup.engine, rollout_name, spec.rollout.engine
+ENGINE_REFERENCE = re.compile(r"(\bengine|\.engine|\bengine\.name|\brollout_name|\brollout\.engine)$")
+
+
+def engine_name_comparisons(path: Path, engines: tuple[str, ...]) -> list[str]:
+    """``==`` / ``!=`` with an engine's name on one side, or an engine named by its literal name."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Compare) or not any(isinstance(o, (ast.Eq, ast.NotEq)) for o in node.ops):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(isinstance(s, ast.Constant) and s.value in engines for s in sides)
+        if named or any(ENGINE_REFERENCE.search(ast.unparse(s)) for s in sides if not isinstance(s, ast.Constant)):
+            out.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_engine_name_is_compared_outside_the_engines_folders():
+    from fp8spec.engines import engine_names
+
+    folders = {PACKAGE / "engines", PACKAGE / "runtime" / "engines"}
+    paths = [p for p in sorted(PACKAGE.rglob("*.py")) if not any(f in p.parents for f in folders)]
+    # In the runtime 'vllm' is also a value of FP8SPEC_KV_SCALE_DIVISORS (vLLM's divisors), not an engine: there
+    # only comparisons of an engine reference count.
+    found = [c for p in paths
+             for c in engine_name_comparisons(p, () if PACKAGE / "runtime" in p.parents else engine_names())]
+    assert found == []
+
+
+def test_the_engine_comparison_check_has_teeth(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "if ctx.engine.name == 'x': pass\nif setup.engine != 'y': pass\nif other == 'vllm': pass\n"
+        "if s.layer == 'engine_arg': pass\n",
+        encoding="utf-8",
+    )
+    bad = bad.rename(REPO / "tests" / "quality" / f".teeth_{tmp_path.name}.py")
+    try:
+        assert len(engine_name_comparisons(bad, ("vllm",))) == 3
+    finally:
+        bad.unlink()

@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("verl")
 pytest.importorskip("transformers")
 

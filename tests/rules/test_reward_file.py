@@ -15,7 +15,7 @@ from fp8spec.compiler.build import build_plan, validate_for
 from fp8spec.compiler.bundle import bundle_files
 from fp8spec.resolve.reward import BUNDLE_NAME, MAX_BYTES
 from tests.conftest import BASE_SPEC, patched
-from tests.spec.test_bad_inputs import run_cli
+from tests.specfile.test_bad_inputs import run_cli
 
 
 def _rwd004(validation) -> list:

@@ -120,7 +120,8 @@ def test_edge_blocks_exist_and_fp32_scales_get_rounded_twice():
     """The 224 edge case is real (so the assertions above are exercised) and FP32 scales are not lossless."""
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(2048, 2048, generator=gen)
-    x = x * torch.pow(2.0, torch.rand(16, 1, 16, 1, generator=gen)).repeat_interleave(128, 0).repeat_interleave(128, 2).reshape(2048, 2048)
+    blocks = torch.pow(2.0, torch.rand(16, 1, 16, 1, generator=gen))
+    x = x * blocks.repeat_interleave(128, 0).repeat_interleave(128, 2).reshape(2048, 2048)
     x = x.to(torch.bfloat16)
     edge = _engine_requant_survival(x, (128, 128))
     assert edge.any() and not edge.all()

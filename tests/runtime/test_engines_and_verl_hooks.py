@@ -13,8 +13,8 @@ import torch
 
 from fp8spec.runtime import blockquant as bq
 from fp8spec.runtime import verl_patch
-from fp8spec.runtime.settings import QuantSettings
 from fp8spec.runtime.engines import sglang_kv, vllm_kv
+from fp8spec.runtime.settings import QuantSettings
 
 # ----------------------------------------------------------------------------------------- vLLM
 

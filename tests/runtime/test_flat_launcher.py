@@ -24,7 +24,7 @@ def _emulate(X, Y, S, META, TILE2MAT, amax_floor, fp8_max, one, BM, BN, FMT, PRE
     """What the Triton kernel computes, from its arguments only."""
     assert fp8_max == 448.0 and one == 1.0
     yb = Y.view(torch.uint8)
-    for x_off, y_off, s_off, mm, nn, ldx, gn, _ in META.cpu().tolist():
+    for x_off, y_off, s_off, mm, nn, ldx, _gn, _ in META.cpu().tolist():
         x = X.as_strided((mm, nn), (ldx, 1), X.storage_offset() + x_off)
         q, sc = bq.quantize_blockwise(x, (BM, BN), FMT_NAMES[FMT], amax_floor)
         yb[y_off : y_off + mm * nn] = q.reshape(-1).view(torch.uint8)

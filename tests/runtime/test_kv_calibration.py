@@ -86,7 +86,7 @@ def test_hf_qwen3_scales_equal_post_rope_amax(impl):
     assert len({round(float(w[2]), 6) for w in want}) == 3
 
     # running max over several passes, reset clears it
-    ids2 = torch.randint(0, 256, (1, 17), generator=torch.Generator().manual_seed(1)) 
+    ids2 = torch.randint(0, 256, (1, 17), generator=torch.Generator().manual_seed(1))
     want2, _ = _direct_amax(model, ids2)
     with torch.no_grad(), cal.calibrating():
         model(ids2)

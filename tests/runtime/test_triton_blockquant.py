@@ -13,7 +13,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _bucket(gen, device="cpu"):
     shapes = [(1, 1), (7, 5), (128, 128), (129, 257), (640, 384), (3, 200, 300), (1000, 130), (4, 256, 128)]
     out = []
-    for i, s in enumerate(shapes):
+    for _i, s in enumerate(shapes):
         x = torch.randn(s, generator=gen) * torch.pow(10.0, torch.empty(s[-2], 1).uniform_(-5, 3, generator=gen))
         out.append(x.to(torch.bfloat16).to(device))
     out[2][:] = 0  # an all-zero tensor
@@ -94,7 +94,7 @@ def test_triton_bucket_bit_identical(fmt, block):
     if not tbq.triton_available():
         pytest.skip("triton not available")
     gen = torch.Generator().manual_seed(zlib.crc32(repr((fmt, block)).encode()))  # same seed every run
-    for trial in range(3):  # fresh inputs each time
+    for _trial in range(3):  # fresh inputs each time
         ts = _bucket(gen, "cuda")
         ts.append(torch.randn(512, 1024, generator=gen).to("cuda", torch.bfloat16)[:, 3:771])  # strided rows
         ts.append(torch.randn(300, 257, generator=gen).to("cuda", torch.float16))  # second dtype group

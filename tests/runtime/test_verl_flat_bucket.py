@@ -26,8 +26,8 @@ import pytest
 import torch
 
 from fp8spec.runtime import blockquant as bq
-from fp8spec.runtime import triton_blockquant as tbq
 from fp8spec.runtime import flat_bucket, verl_patch
+from fp8spec.runtime import triton_blockquant as tbq
 from fp8spec.runtime.flat_bucket import ENGINE
 from fp8spec.runtime.settings import FLAT_KNOBS, QuantSettings
 
@@ -252,7 +252,7 @@ def test_plan_built_from_metadata_matches_sender_offsets(hook):
 
     # independently: the element offsets the sender gives every selected tensor of every bucket
     expected = []
-    for buffer, raw, ipc in send_buckets(stream, BUCKET):
+    for _buffer, raw, _ipc in send_buckets(stream, BUCKET):
         meta = pickle.loads(raw)["bucket_meta"]
         e = [m["offset"] // 2 for n, m in meta.items() if n.endswith("proj.weight") and m["handle"] is None]
         if e:
@@ -651,7 +651,7 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
     env = {} if knobs == "defaults" else _combo_env((knobs == "all_on",) * 4)
     mod = hook(fmt, **env)
     tbq.reset_fast_launch()
-    for step in range(2):  # second step: cached plans and reused output views
+    for _step in range(2):  # second step: cached plans and reused output views
         stream = model_stream(gen, device="cuda")
         if knobs == "all_on":  # an FSDP trainer's float32 buckets (cast once on the device)
             stream = [(n, t.float()) for n, t in stream]
@@ -813,7 +813,7 @@ def test_prealloc_outputs_before_the_first_bucket(hook, prealloc):
         return 0 if a is None else a.y.untyped_storage().nbytes()
 
     messages = [(pickle.dumps("handle-0"), lambda: None)]
-    for k, (buffer, raw, ipc) in enumerate(send_buckets(stream, size)):
+    for k, (buffer, raw, _ipc) in enumerate(send_buckets(stream, size)):
         def before(snap=buffer.clone(), first=k == 0):
             if first:
                 held_at_first_bucket.append(arena_bytes())
@@ -842,7 +842,7 @@ def test_keep_outputs_through_the_receiver(hook):
     size = 1 << 20
     shared = torch.empty(size, dtype=torch.uint8)
     messages = [(pickle.dumps("handle-0"), lambda: None)]
-    for buffer, raw, ipc in send_buckets(stream, size):
+    for buffer, raw, _ipc in send_buckets(stream, size):
         messages.append((raw, lambda snap=buffer.clone(): shared.copy_(snap)))
     qc = types.SimpleNamespace(weight_block_size=[128, 128])
     outs = []

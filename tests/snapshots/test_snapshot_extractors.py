@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8spec.snapshots import artifacts, core, vllm
+from fp8spec.engines.vllm import snapshot as vllm
+from fp8spec.snapshots import artifacts, core
 from fp8spec.snapshots.artifacts import ArtifactError, open_artifact, parse_spec
 from fp8spec.snapshots.core import build_snapshot, dumps, refresh, snapshot_path, verify
 

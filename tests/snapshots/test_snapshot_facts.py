@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fp8spec.snapshots import Fact, committed_specs, Snapshot, check, dumps, list_snapshots, snapshot_path
+from fp8spec.snapshots import Fact, Snapshot, check, committed_specs, dumps, list_snapshots, snapshot_path
 
 
 def snap(spec: str) -> Snapshot:
@@ -34,7 +34,9 @@ def test_snapshot_is_canonical_and_names_its_artifact(path):
     assert art["filename"].endswith(".whl")
     assert art["size"] > 0
     assert art["pip_download"].startswith("pip download --no-deps --only-binary=:all: ")
-    assert raw["extractor"]["module"].startswith("fp8spec.snapshots.")
+    from fp8spec.snapshots.core import package_info
+
+    assert raw["extractor"]["module"] == package_info(raw["package"]).module  # the extractor that wrote it
     assert raw["data"], "empty data"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fp8spec.compiler.adapters.verl import VerlKeys
+from fp8spec.compiler.adapters.verl import VerlKeys, add_engine_arg
 from fp8spec.compiler.plan import Plan
 from fp8spec.patchset import manifest, shipped_fileset
 from fp8spec.resolve.valid import ValidSpec
@@ -12,9 +12,8 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
     """Patch name -> the spec field that needs it."""
     spec = ctx.spec
     needed: dict[str, str] = {}
-    if spec.kv_cache.dtype != "bf16":
-        if not ctx.native_kv_calibration():
-            needed["kv_scales"] = "kv_cache.recalibrate"
+    if spec.kv_cache.fp8 and not ctx.native_kv_calibration():
+        needed["kv_scales"] = "kv_cache.recalibrate"
     if spec.linear.quantize and spec.linear.scale_dtype == "ue8m0":
         needed["ue8m0_scales"] = "linear.scale_dtype"
     if sync_quantizer(ctx) == "fp8spec":
@@ -40,10 +39,14 @@ def sync_quantizer(ctx: ValidSpec) -> str | None:
     if spec.linear.sync_quantizer != "auto":
         return spec.linear.sync_quantizer
     # auto: the fast quantizer only where it was run through verl's receiver into the real engine (profile fact)
-    return "fp8spec" if ctx.fact(ctx.engine, "verified.fast_block_quant_in_engine", False) is True else "verl"
+    return (
+        "fp8spec"
+        if ctx.fact(ctx.engine.name, "verified.fast_block_quant_in_engine", False) is True
+        else "verl"
+    )
 
 
-def build_runtime(plan: Plan, ctx: ValidSpec, engine: str, keys: VerlKeys) -> None:
+def build_runtime(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     """Activate the needed patches in a verl bundle (standalone serving has no weight sync to patch)."""
     needed = needed_patches(ctx)
     if not needed:
@@ -89,18 +92,16 @@ def build_runtime(plan: Plan, ctx: ValidSpec, engine: str, keys: VerlKeys) -> No
     shipped = shipped_fileset()
     plan.py_modules = [shipped["py_module"]]
     plan.py_modules_key = keys.key("key.ray_runtime_env_py_modules")
-    base = keys.key(f"key.rollout_engine_kwargs_{engine}")
-    engine_profile = ctx.profile(engine)
+    engine = ctx.engine
     for name in names:
-        extra = (m.PATCHES[name].get("engine_args") or {}).get(engine) or {}
-        for fact_id, value in extra.items():
-            key = f"{base}.{engine_profile.value(fact_id)}"
-            plan.add(
-                "hydra",
-                key,
+        for fact_id, value in engine.patch_engine_args(name).items():
+            add_engine_arg(
+                plan,
+                keys,
+                ctx,
+                fact_id,
                 list(value) if isinstance(value, tuple) else value,
                 needed[name],
-                f"registers patch {name} in {engine}",
+                f"registers patch {name} in {engine.name}",
                 "",
-                keys.needs_plus(key),
             )

@@ -49,6 +49,23 @@ def add(
     plan.add("hydra", key, value, source, why, keys.evidence(fact_id), keys.needs_plus(key))
 
 
+def add_engine_arg(
+    plan: Plan,
+    keys: VerlKeys,
+    ctx: ValidSpec,
+    arg_fact: str,
+    value: Any,
+    source: str,
+    why: str,
+    evidence: str,
+) -> None:
+    """A setting under verl's rollout.engine_kwargs.<engine> (an open mapping: '+' where verl's YAML does not
+    declare the key); the argument's name is the fact ``arg_fact`` of the engine's profile."""
+    engine = ctx.engine.name
+    key = f"{keys.key(f'key.rollout_engine_kwargs_{engine}')}.{ctx.profile(engine).value(arg_fact)}"
+    plan.add("hydra", key, value, source, why, evidence, keys.needs_plus(key))
+
+
 def build_verl(plan: Plan, ctx: ValidSpec, trainer: str, engine: str) -> VerlKeys:
     spec = ctx.spec
     keys = VerlKeys(ctx.profile("verl"))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..kv_calibration import split_kv_scale_name
+from ..kv_calibration import pushed_scales
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -51,13 +51,7 @@ def apply_kv_scales(
     """Write k/v scales into SGLang ``RadixAttention`` layers; returns the number of layers updated."""
     factor = _fnuz_factor() if fnuz_factor is None else fnuz_factor
     layers = set()
-    for name, value in named_scales:
-        prefix, kind = split_kv_scale_name(name)
-        if kind == "q":
-            continue
-        v = float(value.item() if isinstance(value, torch.Tensor) else value) * factor
-        if not v > 0.0:
-            raise ValueError(f"{name}: scale must be positive, got {v}")
+    for prefix, kind, v in pushed_scales(named_scales, factor, skip=("q",)):  # MHA backends take no q scale
         try:
             layer = model.get_submodule(prefix)
         except AttributeError as e:

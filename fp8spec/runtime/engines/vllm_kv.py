@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..kv_calibration import is_kv_scale_name, split_kv_scale_name
+from ..kv_calibration import is_kv_scale_name, pushed_scales
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -68,11 +68,7 @@ def apply_kv_scales(
     """
     factor = _fnuz_factor() if fnuz_factor is None else fnuz_factor
     per_layer: dict[str, dict[str, float]] = {}
-    for name, value in named_scales:
-        prefix, kind = split_kv_scale_name(name)
-        v = float(value.item() if isinstance(value, torch.Tensor) else value) * factor
-        if not v > 0.0:
-            raise ValueError(f"{name}: scale must be positive, got {v}")
+    for prefix, kind, v in pushed_scales(named_scales, factor):
         per_layer.setdefault(prefix, {})[kind] = v
     for prefix, kinds in per_layer.items():
         try:

@@ -1,0 +1,58 @@
+"""Rollout engines: everything that differs between vLLM, SGLang, ... lives in the engine's own folder here.
+
+Every package ``fp8spec/engines/<name>/`` is an engine: its ``__init__`` defines ``ENGINE``, an
+``fp8spec.engines.base.Engine`` that says what the engine can do (the predicates rules and the planner ask) and
+reaches the engine's parts (its adapter in verl and alone, its memory model, its rules, what registers fp8spec's
+runtime hooks), each a module of the folder imported when first asked. The engines are listed in the order of
+backends/stack.yaml, which also gives each one's default version, so adding an engine is one new folder plus
+data: its profiles under backends/<name>/ and its line in backends/stack.yaml.
+
+Modelled on vLLM's platform and quantization registries (vllm/platforms/__init__.py,
+vllm/model_executor/layers/quantization/__init__.py): callers ask the registry for the object, never compare
+names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fp8spec.stack import default_stack
+
+if TYPE_CHECKING:
+    from fp8spec.engines.base import Engine
+
+
+class UnknownEngine(LookupError):
+    """No engine folder has this name (a caller's mistake: names come from engine_names())."""
+
+
+@lru_cache(maxsize=1)
+def engine_names() -> tuple[str, ...]:
+    """Every engine, in the order of backends/stack.yaml (the first is the spec's default)."""
+    folders = {m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.ispkg}
+    stack = list(default_stack())
+    missing = sorted(folders - set(stack))
+    if missing:
+        raise RuntimeError(
+            f"engine folder(s) {', '.join(missing)} have no default version in backends/stack.yaml"
+        )
+    return tuple(name for name in stack if name in folders)
+
+
+@lru_cache(maxsize=None)
+def get_engine(name: str) -> Engine:
+    """The engine called ``name`` (its folder's ENGINE)."""
+    if name not in engine_names():
+        raise UnknownEngine(f"no rollout engine {name!r}; engines: {', '.join(engine_names())}")
+    engine: Engine = importlib.import_module(f"{__name__}.{name}").ENGINE
+    if engine.name != name:
+        raise RuntimeError(f"fp8spec/engines/{name}/ defines the engine {engine.name!r}")
+    return engine
+
+
+def all_engines() -> tuple[Engine, ...]:
+    return tuple(get_engine(name) for name in engine_names())

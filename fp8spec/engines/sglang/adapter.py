@@ -1,0 +1,110 @@
+"""SGLang: engine settings inside verl and the standalone `sglang.launch_server` command."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fp8spec.compiler.adapters.verl import add_engine_arg
+from fp8spec.compiler.plan import Plan, serve_flags
+from fp8spec.engines.ignore_lists import engine_module_names
+from fp8spec.patchset import manifest
+
+if TYPE_CHECKING:
+    from fp8spec.compiler.adapters.verl import VerlKeys
+    from fp8spec.resolve.valid import ValidSpec
+
+
+def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
+    """Exclusions beyond the router go to SGLANG_FP8_IGNORED_LAYERS, read both by verl's trainer-side
+    quantizer and by SGLang's Fp8Config (verl/utils/sglang/sglang_fp8_utils.py)."""
+    routers = set(ctx.model.symbolic_groups().get("router", ()))
+    extra = [n for n in engine_module_names(ctx) if n not in routers]
+    if extra:
+        prof = ctx.profile("sglang")
+        plan.add(
+            "env",
+            prof.value("env.fp8_ignored_layers"),
+            ",".join(extra),
+            "linear.exclude",
+            f"{len(extra)} linear modules kept in BF16 beyond the router",
+            prof.evidence("env.fp8_ignored_layers"),
+        )
+
+
+def patch_engine_args(patch: str) -> dict[str, Any]:
+    """SGLang imports fp8spec's KV-scale loader only when --custom-weight-loader lists it (kv_scales; the
+    loader's import path is the runtime manifest's)."""
+    if patch == "kv_scales":
+        return {"engine_arg.custom_weight_loader": [manifest().SGLANG_KV_LOADER]}
+    return {}
+
+
+def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+    spec = ctx.spec
+    prof = ctx.profile("sglang")
+    if spec.linear.quantize:
+        _ignored_layers_env(plan, ctx)
+        if ctx.model.is_moe:
+            plan.notes.append(
+                "The MoE router stays BF16: verl's trainer-side quantizer skips mlp.gate.weight by name "
+                "(verl/utils/fp8_utils.py) and SGLang builds the Qwen3-MoE gate without a quant config."
+            )
+        plan.notes.append(
+            "SGLang has no online block quantization: verl quantizes the BF16 weights to 128x128 E4M3 blocks "
+            "on the trainer side at every weight sync and SGLang loads them through an injected FP8 "
+            "quantization_config."
+        )
+    if spec.kv_cache.fp8:
+        add_engine_arg(
+            plan,
+            keys,
+            ctx,
+            "engine_arg.kv_cache_dtype",
+            spec.kv_cache.dtype,
+            "kv_cache.dtype",
+            "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)",
+            prof.evidence("flag.kv_cache_dtype"),
+        )
+
+
+def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+    spec, prof = ctx.spec, ctx.profile("sglang")
+    argv = prof.value("cli.serve").split()
+    args: list[tuple[str, object, str, str]] = [
+        ("flag.model_path", spec.model.path, "model.path", "the FP8 policy's BF16 checkpoint"),
+    ]
+    if spec.linear.quantize:
+        args.append(
+            (
+                "flag.quantization",
+                "fp8",
+                "linear.quantize",
+                "SGLang's online FP8 is per-channel; block FP8 needs an FP8-serialized checkpoint",
+            )
+        )
+        _ignored_layers_env(plan, ctx)
+        plan.notes.append(
+            "Standalone SGLang quantizes a BF16 checkpoint per output channel, not in 128x128 blocks "
+            "(block-wise online quantization is sglang PR #15440, open). For an exact block-FP8 evaluation, "
+            "serve an FP8 checkpoint quantized with fp8spec.runtime.blockquant."
+        )
+    if spec.kv_cache.fp8:
+        args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
+    args.append(("flag.tp_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
+    args.append(
+        (
+            "flag.mem_fraction_static",
+            spec.rollout.gpu_memory_utilization,
+            "rollout.gpu_memory_utilization",
+            "GPU memory share",
+        )
+    )
+    args.append(
+        (
+            "flag.context_length",
+            spec.rollout.max_prompt_length + spec.rollout.max_response_length,
+            "rollout.max_prompt_length",
+            "prompt + response length",
+        )
+    )
+    return argv + serve_flags(plan, prof, args)

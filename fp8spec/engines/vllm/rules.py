@@ -1,0 +1,92 @@
+"""vLLM's own rules: what its attention backends and DeepGEMM path accept (run only for specs on vLLM)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from fp8spec.rules.kv_cache import static_kv_fix
+from fp8spec.rules.proposals import proposal
+from fp8spec.rules.registry import Finding, rule
+
+if TYPE_CHECKING:
+    from fp8spec.resolve.context import ResolvedSpec
+
+
+@rule(
+    "KV001",
+    "kv-e5m2-unsupported",
+    "error",
+    "fp8_e5m2 KV cache is rejected by the engine's default Hopper attention backend.",
+    """vLLM's FLASH_ATTN backend (the Hopper default for non-MLA models) supports auto, bfloat16, fp8 and
+    fp8_e4m3 KV caches, not fp8_e5m2 (vllm/v1/attention/backends/flash_attn.py supported_kv_cache_dtypes);
+    with FA3 it also quantizes the query with the q scale, which needs E4M3.""",
+    "use kv_cache.dtype: fp8_e4m3",
+    needs_model=False,
+    engine="vllm",
+)
+def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec = ctx.spec
+    if spec.kv_cache.dtype != "fp8_e5m2" or ctx.gpu.arch != "hopper":
+        return
+    supported = ctx.fact("vllm", "attention.flash_attn_kv_dtypes")
+    if supported is not None and "fp8_e5m2" in supported:
+        return
+    yield Finding(
+        f"kv_cache.dtype fp8_e5m2 is not supported by vLLM {ctx.engine_version}'s FLASH_ATTN "
+        "backend on Hopper",
+        "kv_cache.dtype",
+    )
+
+
+@rule(
+    "KV006",
+    "kv-scales-flashinfer-vllm",
+    "error",
+    "vLLM's FlashInfer attention ignores q/k/v scales pushed after its first forward.",
+    """On Blackwell (compute capability 10.x) vLLM picks FLASHINFER for non-MLA attention
+    (vllm/platforms/cuda.py _get_backend_priorities; profile fact capability.fp8_kv_attention_backend).
+    FlashInferImpl derives bmm1_scale/bmm2_scale from the host floats _q/_k/_v_scale_float at its first
+    forward and never recomputes them (vLLM 0.24.0 flashinfer.py 1404-1406 and 1474-1482, 0.33.0 2223-2230),
+    and FULL decode CUDA graphs bake those floats in: every scale pushed later is ignored while the log says it
+    was applied. FA3 (Hopper) reads device tensors instead; that path was run on an H200 (BENCHMARKS.md 4.2).""",
+    "on Blackwell use kv_cache.recalibrate: none (static scales, see KV004) or kv_cache.dtype: bf16; per-step "
+    "scales are proven on Hopper (FLASH_ATTN)",
+    needs_model=False,
+    engine="vllm",
+)
+def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec = ctx.spec
+    if not spec.kv_cache.recalibrating:
+        return
+    backend = (ctx.fact("vllm", "capability.fp8_kv_attention_backend") or {}).get(ctx.gpu.arch)
+    honoured = (ctx.fact("vllm", "capability.per_step_kv_scales") or {}).get(backend, True)
+    if backend is not None and not honoured:
+        hint, ok = static_kv_fix(ctx, "KV006")
+        yield Finding(
+            f"kv_cache.recalibrate {spec.kv_cache.recalibrate} on {spec.hardware.gpu}: vLLM "
+            f"{ctx.engine_version} runs {backend} there, which keeps the q/k/v scales of its first "
+            "forward (pushed scales would be silently ignored)",
+            "kv_cache.recalibrate",
+            hint,
+            ok,
+        )
+
+
+@rule(
+    "HW005",
+    "vllm-blackwell-fp32-scales",
+    "warning",
+    "vLLM's DeepGEMM on Blackwell needs UE8M0 scales.",
+    """On Blackwell vLLM's DeepGEMM block-FP8 path requires UE8M0 scales: with E8M0 disabled it hard-fails
+    or produces NaN (vLLM #37806, #57486). FP32 scales on Blackwell force the CUTLASS path, or fail.""",
+    "set linear.scale_dtype: ue8m0 on Blackwell",
+    needs_model=False,
+    engine="vllm",
+)
+def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec, gpu = ctx.spec, ctx.gpu
+    if spec.linear.quantize and gpu.is_blackwell and spec.linear.scale_dtype == "fp32":
+        hint, ok = proposal(ctx, "HW005", "linear.scale_dtype", [{"linear.scale_dtype": "ue8m0"}], "")
+        yield Finding(
+            f"vLLM on {gpu.name} with fp32 block scales cannot use DeepGEMM", "linear.scale_dtype", hint, ok
+        )

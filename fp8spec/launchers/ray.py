@@ -1,0 +1,27 @@
+"""Ray job submission: submit.sh, ``ray job submit`` of the preflight job, then of launch.sh when it passed."""
+
+from __future__ import annotations
+
+from fp8spec.launchers.base import Launch, Launcher
+
+LAUNCHER = Launcher(
+    name="ray",
+    file="submit.sh",
+    template="submit.sh.j2",
+    order=0,
+    run="run `bash submit.sh`",
+    summary="submit.sh, `ray job submit`",
+)
+
+
+def render(launch: Launch) -> str:
+    from fp8spec.compiler.templates import render as render_template
+
+    return render_template(LAUNCHER.template, address=launch.valid.spec.cluster.address, **launch.common)
+
+
+def readme(launch: Launch) -> str:
+    return (
+        f"`ray job submit` to `{launch.valid.spec.cluster.address}` (or `--address`): the preflight job, then\n"
+        "    `bash launch.sh` with `runtime_env.yaml` only when it passed (`--help` lists the options)"
+    )

@@ -1,0 +1,452 @@
+"""The FP8-RL spec as a typed model.
+
+Field names are a public contract (specs in the wild use them): add fields, never rename them.
+Defaults reproduce the FP8-RL paper's recipe: blockwise 128x128 E4M3 with FP32 scales, router,
+lm_head, embeddings and norms kept in BF16, token-level TIS with C=2.
+Semantic checks (divisibility, hardware, backend versions) live in fp8spec.rules, not here:
+the model only says what a well-formed spec looks like.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
+
+from pydantic import BeforeValidator, Field, StringConstraints, create_model
+
+from fp8spec.hardware import GPU_NAMES
+from fp8spec.specfile.cluster import ClusterSection
+from fp8spec.specfile.fields import (
+    CudaVersion,
+    FiniteFloat,
+    LayerCount,
+    NonEmpty,
+    NonNegLayers,
+    PathText,
+    PositiveCount,
+    Section,
+    Slug,
+    SmallCount,
+    Version,
+    either,
+    exactly_int,
+)
+from fp8spec.specfile.run import AlgorithmSection, DataSection, RewardSection, TrainerSection
+from fp8spec.stack import default_stack
+from fp8spec.targets import ENGINES, TRAINERS
+
+SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
+
+
+class ModelSection(Section):
+    name: NonEmpty = Field(
+        description="Model id from fp8spec's catalog (`fp8spec models`), e.g. "
+        "Qwen/Qwen3-30B-A3B-Base; with config_path, any name for the local model."
+    )
+    config_path: Optional[PathText] = Field(
+        None, description="Local Hugging Face config.json that replaces the catalog entry (read offline)."
+    )
+    path: PathText = Field(
+        description="Where the BF16 weights live on the cluster: a Hugging Face model folder "
+        "on every node (the preflight fails when it is missing), or a hub id with from_hub "
+        "(actor_rollout_ref.model.path; the model argument of a standalone server)."
+    )
+    from_hub: bool = Field(
+        False,
+        description="model.path is a Hugging Face hub id that verl downloads, not a "
+        "folder: the preflight does not look for it on the nodes. Default false.",
+    )
+
+
+class HardwareSection(Section):
+    gpu: Literal[GPU_NAMES] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
+        description="The TARGET GPU model; FP8 formats and scale types are checked "
+        "against it, never against the machine running fp8spec."
+    )
+    nodes: SmallCount = Field(1, description="Nodes in the Ray cluster (trainer.nnodes). Default 1.")
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = Field(
+        8,
+        description="GPUs per node; the trainer uses all of them and the rollout engine shares them "
+        "(trainer.n_gpus_per_node). Default 8.",
+    )
+    cuda: CudaVersion = Field(
+        "12.9",
+        description="CUDA version of the cluster's torch build (torch.version.cuda), "
+        'quoted: "12.9". Blockwise FP8 training needs 12.9 or newer. Default "12.9".',
+    )
+
+
+class LinearSection(Section):
+    quantize: bool = Field(
+        True,
+        description="W8A8 FP8 for the rollout engine's linear layers, re-quantized from "
+        "the trainer's BF16 weights at every sync (actor_rollout_ref.rollout.quantization; "
+        "--quantization when served alone). Default true.",
+    )
+    format: Literal["e4m3"] = Field(
+        "e4m3",
+        description="FP8 element format of the quantized weights and activations: E4M3, the only one "
+        "the engines' block FP8 linears take. Default e4m3.",
+    )
+    block_size: tuple[Annotated[int, Field(ge=1, le=4096)], Annotated[int, Field(ge=1, le=4096)]] = Field(
+        (128, 128),
+        description="[rows, columns] of the weight tile that shares one scale, in elements; verl "
+        "0.9.1 quantizes with [128, 128] only (rule BLK002). Default [128, 128].",
+    )
+    scale_dtype: Literal["fp32", "ue8m0"] = Field(
+        "fp32",
+        description="Block scale format: fp32 = amax/448; ue8m0 = 2^ceil(log2(amax/448)), a power of two "
+        "(the engine's DeepGEMM E8M0 switch, e.g. env VLLM_USE_DEEP_GEMM_E8M0, and TransformerEngine's "
+        "NVTE_FP8_BLOCK_SCALING_FP32_SCALES). Default fp32; Blackwell needs ue8m0.",
+    )
+    exclude: list[NonEmpty] = Field(
+        default_factory=lambda: list(SYMBOLIC_EXCLUSIONS),
+        description="Kept in BF16: symbolic groups lm_head, embeddings, norms, router, or anchored patterns "
+        "over checkpoint module names ('*' spans dots; 're:' prefix for a regex).",
+    )
+    bf16_first_layers: NonNegLayers = Field(
+        0,
+        description="Decoder layers at the start kept in BF16: left out of the rollout's FP8 linears and, "
+        "with FP8 training, Megatron's num_layers_at_start_in_bf16 (override_transformer_config). Default 0.",
+    )
+    bf16_last_layers: NonNegLayers = Field(
+        0,
+        description="Decoder layers at the end kept in BF16, as bf16_first_layers "
+        "(override_transformer_config.num_layers_at_end_in_bf16). Default 0.",
+    )
+    sync_quantizer: Literal["auto", "verl", "fp8spec"] = Field(
+        "auto",
+        description="Which kernel re-quantizes the BF16 weights to blockwise FP8 at every weight sync. verl: "
+        "verl's per-tensor scaled_fp8_blockwise. fp8spec: the runtime patch fast_block_quant (one launch per "
+        "received bucket, IEEE-exact scales; Qwen3-30B-A3B sync 4.94 s -> 3.06 s on an H200, BENCHMARKS.md 4.3). "
+        "auto (default): fp8spec on the stacks where it was run in the real engine (vLLM 0.24.0 under verl "
+        "0.9.1), verl elsewhere; an explicit fp8spec where it was not shown byte-exact warns (BLK005). Only with "
+        "linear.quantize.",
+    )
+    deep_gemm: Optional[bool] = Field(
+        None,
+        description="Whether vLLM runs the block-FP8 linears on DeepGEMM (env VLLM_USE_DEEP_GEMM). DeepGEMM "
+        "compiles its kernels when the engine starts (894 shapes, about 10 minutes for a fresh node on an "
+        "H200) and was +8 % on Qwen3-8B, -7 % on Qwen3-30B-A3B rollouts (BENCHMARKS.md 4.1). Unset (default): "
+        "vLLM's default, on where supported. vLLM only (rule BLK004); only with linear.quantize.",
+    )
+
+
+class KVCacheSection(Section):
+    dtype: Literal["bf16", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "bf16",
+        description="KV-cache element type of the rollout engine (engine_kwargs.<engine>.kv_cache_dtype; "
+        "--kv-cache-dtype when served alone); FP8 halves the bytes per token. Default bf16.",
+    )
+    recalibrate: Literal["per_step", "once", "none"] = Field(
+        "per_step",
+        description="When the FP8 KV cache's q/k/v scales are computed: per_step after every weight "
+        "sync (the fp8spec runtime patch kv_scales where the engine lacks it), once (the first scales the trainer "
+        "computes from real rollout data, kept: FP8SPEC_KV_RECALIBRATE=once), or none (scales 1.0). Only read "
+        "with an FP8 dtype. Default per_step.",
+    )
+
+    @property
+    def fp8(self) -> bool:
+        """An FP8 KV cache (either format)."""
+        return self.dtype != "bf16"
+
+    @property
+    def recalibrating(self) -> bool:
+        """An FP8 KV cache whose scales are computed from data (per_step or once), not left at 1.0."""
+        return self.fp8 and self.recalibrate != "none"
+
+
+class CorrectionSection(Section):
+    method: Literal["none", "tis", "seq_tis", "mask", "seq_mask"] = Field(
+        "tis",
+        description="tis = token-level truncated IS (paper, C=2); seq_tis = sequence-level truncated IS; "
+        "mask / seq_mask = masked IS (IcePop) with [low, high] bounds; none = no correction "
+        "(algorithm.rollout_correction.rollout_is). Default tis.",
+    )
+    clip: FiniteFloat = Field(
+        2.0,
+        description="Truncation threshold C of the importance ratio for tis / seq_tis "
+        "(algorithm.rollout_correction.rollout_is_threshold). Default 2.0, the paper's.",
+    )
+    bounds: Optional[tuple[FiniteFloat, FiniteFloat]] = Field(
+        None,
+        description="[low, high] ratio band kept by mask / seq_mask "
+        "(algorithm.rollout_correction.rollout_is_threshold as 'low_high'). No default: the mask methods need it.",
+    )
+    rejection: Optional[NonEmpty] = Field(
+        None,
+        description="verl rejection-sampling option(s), comma-separated, e.g. seq_mean_k1 "
+        "(algorithm.rollout_correction.rollout_rs). Default: off.",
+    )
+    rejection_threshold: Optional[NonEmpty] = Field(
+        None,
+        description="Threshold(s) for correction.rejection, comma-separated as verl takes them "
+        "(algorithm.rollout_correction.rollout_rs_threshold). Default: verl's.",
+    )
+
+
+class ParallelSection(Section):
+    tp: SmallCount = Field(
+        1,
+        description="Megatron tensor parallel size of the trainer "
+        "(actor.megatron.tensor_model_parallel_size). Default 1.",
+    )
+    pp: SmallCount = Field(
+        1,
+        description="Megatron pipeline parallel size "
+        "(actor.megatron.pipeline_model_parallel_size). Default 1.",
+    )
+    ep: SmallCount = Field(
+        1,
+        description="Megatron expert parallel size, MoE models only "
+        "(actor.megatron.expert_model_parallel_size). Default 1.",
+    )
+    cp: SmallCount = Field(
+        1,
+        description="Megatron context parallel size: each sequence split over cp GPUs "
+        "(actor.megatron.context_parallel_size). Default 1.",
+    )
+    etp: Optional[SmallCount] = Field(
+        None,
+        description="Expert tensor parallel size (actor.megatron.expert_tensor_parallel_size). Default: 1 for an "
+        "MoE model with ep > 1, otherwise Megatron's own default (= tp). Megatron needs etp*ep*pp to divide "
+        "the GPU count.",
+    )
+    first_stage_layers: Optional[LayerCount] = Field(
+        None,
+        description="Decoder layers on the first pipeline stage, for models whose layer count pp does not "
+        "divide (Megatron num_layers_in_first_pipeline_stage). Default: an even split.",
+    )
+    last_stage_layers: Optional[LayerCount] = Field(
+        None,
+        description="Decoder layers on the last pipeline stage (Megatron num_layers_in_last_pipeline_stage). "
+        "Default: an even split.",
+    )
+
+
+class OffloadSection(Section):
+    params: bool = Field(
+        False,
+        description="verl param_offload: the trainer's parameters (and Megatron's gradient "
+        "buffers) go to CPU while the rollout engine runs.",
+    )
+    optimizer: bool = Field(
+        False,
+        description="verl optimizer_offload: optimizer state stays on CPU except for the optimizer step.",
+    )
+
+
+class TrainingSection(Section):
+    backend: Literal[TRAINERS] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
+        "fsdp",
+        description="verl's trainer engine: fsdp, or megatron (model_engine=megatron); `--backend` "
+        "retargets it. Default fsdp.",
+    )
+    precision: Literal["bf16", "fp8"] = Field(
+        "bf16",
+        description="bf16: FP8 in the rollout only; fp8: end-to-end FP8 training with TransformerEngine, "
+        "Megatron only (override_transformer_config.fp8). Default bf16.",
+    )
+    fp8_recipe: Literal["hybrid", "e4m3"] = Field(
+        "hybrid",
+        description="FP8 formats of FP8 training: hybrid = E4M3 forward, E5M2 gradients; e4m3 "
+        "everywhere (override_transformer_config.fp8). Default hybrid, the paper's.",
+    )
+    fp8_scaling: Literal["blockwise", "tensorwise", "delayed", "mxfp8"] = Field(
+        "blockwise",
+        description="How TransformerEngine scales FP8 training tensors: blockwise (128x128 weight "
+        "blocks; Hopper or newer, CUDA 12.9), tensorwise, delayed, or mxfp8 (Blackwell) "
+        "(override_transformer_config.fp8_recipe and override_optimizer_config.fp8_recipe). Default blockwise.",
+    )
+    router_dtype: Literal["bf16", "fp32"] = Field(
+        "bf16",
+        description="Precision of the MoE router in Megatron training; fp32 sets "
+        "override_transformer_config.moe_router_dtype (the engines route in bf16, rule TRN004). Default bf16.",
+    )
+    bridge: Literal["mbridge", "megatron_bridge"] = Field(
+        "mbridge",
+        description="How verl's Megatron trainer builds the model and exports its weights to the rollout: mbridge "
+        "(the mbridge package; actor.megatron.vanilla_mbridge=true) or megatron_bridge (NVIDIA Megatron-Bridge, "
+        "verl's own default). Default mbridge: the stack that trained on the H200 (verl 0.9.1 pins "
+        "megatron-bridge 0.5.2, which PyPI does not have; BENCHMARKS.md section 6).",
+    )
+    router_replay: Literal["disabled", "R2", "R3"] = Field(
+        "disabled",
+        description="MoE router replay (Megatron trainer; actor.megatron.router_replay.mode): R2 replays the "
+        "routes of the trainer's own old-log-prob pass in the update; R3 replays the rollout engine's routes "
+        "(also sets rollout.enable_rollout_routing_replay). Default: disabled.",
+    )
+    attention: Literal["flash_attention_2", "sdpa", "eager", "fused", "unfused"] = Field(
+        "flash_attention_2",
+        description="The trainer's attention kernels. flash_attention_2 (verl's default on both trainers) needs "
+        "the flash-attn package on every node. FSDP (model.override_config.attn_implementation): sdpa (PyTorch's "
+        "own) or eager need nothing more and turn off verl's padding removal (model.use_remove_padding), whose "
+        "packed rows flash-attn's variable-length kernels keep apart. Megatron "
+        "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
+        "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
+    )
+    parallel: ParallelSection = Field(
+        default_factory=ParallelSection,
+        description="The Megatron trainer's parallel layout (actor.megatron.*); the FSDP trainer shards over all "
+        "GPUs and ignores it (rule PAR007).",
+    )
+    offload: OffloadSection = Field(
+        default_factory=OffloadSection,
+        description="What the trainer moves to CPU while the colocated rollout engine runs.",
+    )
+
+
+class RolloutSection(Section):
+    engine: Literal[ENGINES] = Field(  # type: ignore[valid-type]  # pydantic expands the tuple (data)
+        ENGINES[0],
+        description=f"Rollout engine: {either(ENGINES)} (actor_rollout_ref.rollout.name); `--backend` "
+        f"retargets it. Default {ENGINES[0]}.",
+    )
+    tp: SmallCount = Field(
+        1,
+        description="GPUs per rollout replica, tensor parallel (rollout.tensor_model_parallel_size; "
+        "--tensor-parallel-size / --tp-size when served alone). Default 1.",
+    )
+    pp: SmallCount = Field(
+        1, description="Pipeline parallel size of the engine; verl supports 1 only (rule PAR003). Default 1."
+    )
+    ep: SmallCount = Field(
+        1,
+        description="Expert parallel size of each replica for MoE models, tp x dp "
+        "(rollout.expert_parallel_size). Default 1 (off).",
+    )
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
+        0.6,
+        description="Share of each GPU's memory the engine takes for weights, activations and KV cache, "
+        "0 to 1 (rollout.gpu_memory_utilization; --gpu-memory-utilization / --mem-fraction-static when served "
+        "alone). Default 0.6.",
+    )
+    n: SmallCount = Field(16, description="Responses sampled per prompt (rollout.n). Default 16.")
+    max_prompt_length: PositiveCount = Field(
+        2048, description="Longest prompt, in tokens (data.max_prompt_length). Default 2048."
+    )
+    max_response_length: PositiveCount = Field(
+        20480,
+        description="Longest response, in tokens (data.max_response_length; the DAPO reward's "
+        "max_resp_len). Default 20480, the paper's.",
+    )
+    calculate_log_probs: bool = Field(
+        True, description="Return rollout log-probs; every correction needs them."
+    )
+
+
+# The trainer side of the stack; each rollout engine describes its own field (fp8spec/engines/<name>/).
+_STACK_DESCRIPTIONS = {
+    "verl": "verl release the bundle is compiled for. Default: the tested stack.",
+    "megatron_core": "megatron-core release (used with training.backend megatron). Default: the tested stack.",
+    "transformer_engine": "TransformerEngine release (used with training.backend megatron). Default: the tested stack.",
+}
+
+
+def _default_version(field: str) -> str:
+    return default_stack()[field]
+
+
+def _stack_section() -> type[Section]:
+    """One version field per package of backends/stack.yaml, in its order (every engine folder brings its own)."""
+    from fp8spec.engines import get_engine
+
+    fields: dict = {}
+    for field in default_stack():
+        description = _STACK_DESCRIPTIONS.get(field) or get_engine(field).stack_description
+        fields[field] = (
+            Version,
+            Field(default_factory=partial(_default_version, field), description=description),
+        )
+    return create_model("StackSection", __base__=Section, __module__=__name__, **fields)
+
+
+if TYPE_CHECKING:
+
+    class StackSection(Section):  # what type checkers see; the class itself is made above, from the data
+        verl: str = ""
+        megatron_core: str = ""
+        transformer_engine: str = ""
+
+        def __getattr__(self, engine: str) -> str: ...  # each engine's version, under its name
+
+else:
+    StackSection = _stack_section()
+
+
+RuleCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2,4}[0-9]{3}$")]
+
+
+class Spec(Section):
+    """One FP8-RL run: model, hardware, FP8 choices, correction, trainer, rollout and cluster."""
+
+    version: Annotated[Literal[1], BeforeValidator(exactly_int)] = Field(
+        description="Spec format version: the integer 1."
+    )
+    name: Slug = Field(
+        description="Names the bundle folder and, by default, the run in the tracker "
+        "(trainer.experiment_name): lowercase letters, digits, '.', '_', '-'."
+    )
+    model: ModelSection = Field(
+        description="The policy model: catalog id, weights on the cluster, optional local config.json."
+    )
+    hardware: HardwareSection = Field(
+        description="The TARGET cluster: GPU model, nodes, GPUs per node, CUDA."
+    )
+    linear: LinearSection = Field(
+        default_factory=LinearSection,
+        description="FP8 W8A8 linears of the rollout engine: blockwise E4M3, re-quantized "
+        "at every weight sync, and what stays BF16.",
+    )
+    kv_cache: KVCacheSection = Field(
+        default_factory=KVCacheSection,
+        description="The rollout engine's KV cache precision and its scale calibration.",
+    )
+    correction: CorrectionSection = Field(
+        default_factory=CorrectionSection,
+        description="Rollout/trainer mismatch correction (algorithm.rollout_correction).",
+    )
+    training: TrainingSection = Field(
+        default_factory=TrainingSection,
+        description="The trainer: engine, precision and FP8 recipe, Megatron layout, "
+        "offload, MoE router replay.",
+    )
+    rollout: RolloutSection = Field(
+        default_factory=RolloutSection,
+        description="The rollout engine (actor_rollout_ref.rollout), or the server of a "
+        "standalone bundle: size, memory, sampling lengths.",
+    )
+    algorithm: AlgorithmSection = Field(
+        default_factory=AlgorithmSection, description="The RL algorithm, batch sizes and dynamic batching."
+    )
+    data: DataSection = Field(description="Training and validation data on the cluster.")
+    trainer: TrainerSection = Field(
+        default_factory=TrainerSection,
+        description="Checkpoints, resumption, validation, logging and run length.",
+    )
+    reward: RewardSection = Field(
+        default_factory=RewardSection,
+        description="The reward: a verl reward manager, DAPO's overlong shaping, or your own function.",
+    )
+    cluster: ClusterSection = Field(
+        default_factory=ClusterSection,
+        description="How the bundle is launched: Ray job submission, Slurm or KubeRay.",
+    )
+    stack: StackSection = Field(
+        default_factory=StackSection,
+        description="Backend versions; each needs a profile in backends/ (rule REF002). "
+        "Default: the tested stack, backends/stack.yaml.",
+    )
+    acknowledge: dict[RuleCode, NonEmpty] = Field(
+        default_factory=dict,
+        description="Rule codes knowingly accepted, each with a reason (only rules marked acknowledgeable).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.hardware.nodes * self.hardware.gpus_per_node
+
+    @property
+    def fp8_rollout(self) -> bool:
+        return self.linear.quantize or self.kv_cache.fp8
