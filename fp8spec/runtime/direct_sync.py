@@ -51,6 +51,7 @@ def runs_for(placements: Sequence[Placement], shapes: Sequence[Sequence[int]], y
              s_starts: Sequence[int], param_shapes: Mapping[str, Sequence[int]], block: tuple[int, int]) -> list[Run]:
     """Copy runs for one bucket layout; consecutive full-row copies into one parameter merge."""
     out: list[Run] = []
+    last: dict[tuple[str, bool], int] = {}
     for p, shp, ys, ss in zip(placements, shapes, y_starts, s_starts):
         m, n = int(shp[0]), int(shp[1])
         gn = -(-n // block[1])
@@ -60,13 +61,14 @@ def runs_for(placements: Sequence[Placement], shapes: Sequence[Sequence[int]], y
         ):
             d, dld = _dst_offset(param_shapes[pname], p.expert, dst.r0, dst.c0)
             run = Run(pname, d, dld, start + src.r0 * ld + src.c0, ld, src.rows, src.cols, scale)
-            prev = out[-1] if out else None
-            if (prev is not None and prev.param == run.param and prev.scale == scale and prev.contiguous()
-                    and run.contiguous() and prev.dst + prev.rows * prev.cols == run.dst
-                    and prev.src + prev.rows * prev.cols == run.src):
-                out[-1] = Run(pname, prev.dst, prev.dst_ld, prev.src, prev.src_ld, 1,
-                              prev.rows * prev.cols + run.rows * run.cols, scale)
+            j = last.get((pname, scale))  # codes and scales interleave: merge with the same kind's last run
+            prev = out[j] if j is not None else None
+            if (prev is not None and prev.contiguous() and run.contiguous()
+                    and prev.dst + prev.rows * prev.cols == run.dst and prev.src + prev.rows * prev.cols == run.src):
+                out[j] = Run(pname, prev.dst, prev.dst_ld, prev.src, prev.src_ld, 1,
+                             prev.rows * prev.cols + run.rows * run.cols, scale)
             else:
+                last[(pname, scale)] = len(out)
                 out.append(run)
     # flatten full-row runs to 1-D (one contiguous copy each)
     return [Run(r.param, r.dst, r.cols * r.rows, r.src, r.cols * r.rows, 1, r.rows * r.cols, r.scale)
