@@ -47,13 +47,19 @@ def _dst_offset(shape: Sequence[int], expert: int | None, r0: int, c0: int) -> t
     return (expert or 0) * rows * cols + r0 * cols + c0, cols
 
 
-def runs_for(placements: Sequence[Placement], shapes: Sequence[Sequence[int]], y_starts: Sequence[int],
-             s_starts: Sequence[int], param_shapes: Mapping[str, Sequence[int]], block: tuple[int, int]) -> list[Run]:
+def runs_for(
+    placements: Sequence[Placement],
+    shapes: Sequence[Sequence[int]],
+    y_starts: Sequence[int],
+    s_starts: Sequence[int],
+    param_shapes: Mapping[str, Sequence[int]],
+    block: tuple[int, int],
+) -> list[Run]:
     """Copy runs for one bucket layout; consecutive full-row copies into one parameter merge."""
     out: list[Run] = []
     last: dict[tuple[str, bool], int] = {}
     for p, shp, ys, ss in zip(placements, shapes, y_starts, s_starts):
-        m, n = int(shp[0]), int(shp[1])
+        n = int(shp[1])
         gn = -(-n // block[1])
         for scale, src, dst, start, ld, pname in (
             (False, p.src, p.dst, ys, n, p.param),
@@ -63,19 +69,39 @@ def runs_for(placements: Sequence[Placement], shapes: Sequence[Sequence[int]], y
             run = Run(pname, d, dld, start + src.r0 * ld + src.c0, ld, src.rows, src.cols, scale)
             j = last.get((pname, scale))  # codes and scales interleave: merge with the same kind's last run
             prev = out[j] if j is not None else None
-            if (prev is not None and prev.contiguous() and run.contiguous()
-                    and prev.dst + prev.rows * prev.cols == run.dst and prev.src + prev.rows * prev.cols == run.src):
-                out[j] = Run(pname, prev.dst, prev.dst_ld, prev.src, prev.src_ld, 1,
-                             prev.rows * prev.cols + run.rows * run.cols, scale)
+            assert j is None or prev is not None
+            if (
+                prev is not None
+                and prev.contiguous()
+                and run.contiguous()
+                and prev.dst + prev.rows * prev.cols == run.dst
+                and prev.src + prev.rows * prev.cols == run.src
+            ):
+                out[j or 0] = Run(
+                    pname,
+                    prev.dst,
+                    prev.dst_ld,
+                    prev.src,
+                    prev.src_ld,
+                    1,
+                    prev.rows * prev.cols + run.rows * run.cols,
+                    scale,
+                )
             else:
                 last[(pname, scale)] = len(out)
                 out.append(run)
     # flatten full-row runs to 1-D (one contiguous copy each)
-    return [Run(r.param, r.dst, r.cols * r.rows, r.src, r.cols * r.rows, 1, r.rows * r.cols, r.scale)
-            if r.contiguous() else r for r in out]
+    return [
+        Run(r.param, r.dst, r.cols * r.rows, r.src, r.cols * r.rows, 1, r.rows * r.cols, r.scale)
+        if r.contiguous()
+        else r
+        for r in out
+    ]
 
 
-def copy_runs(runs: Sequence[Run], y: torch.Tensor, s: torch.Tensor, flat_params: Mapping[str, torch.Tensor]) -> None:
+def copy_runs(
+    runs: Sequence[Run], y: torch.Tensor, s: torch.Tensor, flat_params: Mapping[str, torch.Tensor]
+) -> None:
     for r in runs:
         src = s if r.scale else y
         dst = flat_params[r.param]
@@ -83,7 +109,8 @@ def copy_runs(runs: Sequence[Run], y: torch.Tensor, s: torch.Tensor, flat_params
             dst[r.dst : r.dst + r.cols].copy_(src[r.src : r.src + r.cols])
         else:
             torch.as_strided(dst, (r.rows, r.cols), (r.dst_ld, 1), r.dst).copy_(
-                torch.as_strided(src, (r.rows, r.cols), (r.src_ld, 1), r.src))
+                torch.as_strided(src, (r.rows, r.cols), (r.src_ld, 1), r.src)
+            )
 
 
 class _Layout:
@@ -98,10 +125,18 @@ class DirectSync:
     bucket, ``vllm_fp8_utils.stage_fp8_params_for_loading``); ``dtype``: the engine's weight dtype, which verl
     casts every tensor to before quantizing (``vllm_quant_utils.py`` line 393: ``v.to(dtype)``)."""
 
-    def __init__(self, planner: Planner, dtype: torch.dtype = torch.bfloat16, scale_fmt: str = "fp32",
-                 amax_floor: float = _ref.DEFAULT_AMAX_FLOOR, on_left_out: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        planner: Planner,
+        dtype: torch.dtype = torch.bfloat16,
+        scale_fmt: str = "fp32",
+        amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
+        on_left_out: Callable[[str, str], None] | None = None,
+    ):
         self.planner, self.dtype, self.scale_fmt, self.amax_floor = planner, dtype, scale_fmt, amax_floor
-        self.on_left_out = on_left_out or (lambda name, why: log.info("direct_sync: %s -> verl (%s)", name, why))
+        self.on_left_out = on_left_out or (
+            lambda name, why: log.info("direct_sync: %s -> verl (%s)", name, why)
+        )
         self._layouts: dict[tuple, _Layout] = {}
         self._flat: dict[str, torch.Tensor] = {}
         self.stats = {"buckets": 0, "layouts": 0, "direct_tensors": 0, "fallback_tensors": 0, "copies": 0}
@@ -139,7 +174,11 @@ class DirectSync:
             pos += shp[0] * shp[1]
         bplan = make_flat_plan(shapes, offsets, self.planner.block, weights[0][1].device) if shapes else None
         pshapes = {k: v[0] for k, v in self.planner.params.items()}
-        runs = runs_for(places, shapes, bplan.y_starts, bplan.s_starts, pshapes, self.planner.block) if bplan else []
+        runs = (
+            runs_for(places, shapes, bplan.y_starts, bplan.s_starts, pshapes, self.planner.block)
+            if bplan
+            else []
+        )
         lay = _Layout(idx, bplan, runs, shapes)
         self._layouts[key] = lay
         self.stats["layouts"] += 1
@@ -156,8 +195,9 @@ class DirectSync:
             return list(weights)
         # one flat input in the engine's dtype: the cast is verl's v.to(dtype), done once over the bucket
         flat = torch.cat([weights[i][1].reshape(-1).to(self.dtype) for i in lay.idx])
-        y, s = quantize_flat(flat, lay.plan, self.scale_fmt, self.amax_floor, views=False)
-        copy_runs(lay.runs, y, s, self._flat)
+        out = quantize_flat(flat, lay.plan, self.scale_fmt, self.amax_floor, views=False)
+        assert isinstance(out, tuple)  # views=False: the two flat output buffers
+        copy_runs(lay.runs, out[0], out[1], self._flat)
         covered = set(lay.idx)
         rest = [w for i, w in enumerate(weights) if i not in covered]
         self.stats["direct_tensors"] += len(covered)

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 FP8 = "float8_e4m3fn"
-SCALE_SUFFIX = "_scale_inv"  # Fp8LinearMethod / Fp8MoEMethod block scales (weight_scale_inv, w13_weight_scale_inv)
+# Fp8LinearMethod / Fp8MoEMethod block scales (weight_scale_inv, w13_weight_scale_inv)
+SCALE_SUFFIX = "_scale_inv"
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,17 @@ class Planner:
     ``expert_to_local``: global expert id -> local id or -1 (``_map_global_expert_id_to_local_expert_id``,
     routed_experts.py 270-272); default: identity when the stacked tensor holds every expert."""
 
-    def __init__(self, params, part_rows, stacked, experts=(), tp_rank=0, tp_size=1, block=(128, 128),
-                 expert_to_local=None):
+    def __init__(
+        self,
+        params,
+        part_rows,
+        stacked,
+        experts=(),
+        tp_rank=0,
+        tp_size=1,
+        block=(128, 128),
+        expert_to_local=None,
+    ):
         self.params, self.part_rows = params, part_rows
         self.stacked, self.experts = list(stacked), list(experts)
         self.tp_rank, self.tp_size, self.block = tp_rank, tp_size, (int(block[0]), int(block[1]))
@@ -131,8 +141,17 @@ class Planner:
         return p.placements[name]
 
 
-def build_plan(checkpoint: Mapping[str, Sequence[int]], params, part_rows, stacked, experts=(), tp_rank=0,
-               tp_size=1, block=(128, 128), expert_to_local=None) -> DirectPlan:
+def build_plan(
+    checkpoint: Mapping[str, Sequence[int]],
+    params,
+    part_rows,
+    stacked,
+    experts=(),
+    tp_rank=0,
+    tp_size=1,
+    block=(128, 128),
+    expert_to_local=None,
+) -> DirectPlan:
     """Plan every checkpoint tensor (name -> full 2-D shape) against the engine's parameters at once."""
     planner = Planner(params, part_rows, stacked, experts, tp_rank, tp_size, block, expert_to_local)
     for name, shape in checkpoint.items():
@@ -188,7 +207,8 @@ def _place(plan: DirectPlan, name: str, shape: tuple[int, ...], pl: Planner) -> 
         src, dst = Region(rank * local[i], local[i], 0, n), Region(sum(local[:i]), local[i], 0, n)
     else:
         rows_d, cols_d = pshape
-        if rows_d == m and cols_d * tp == n:  # RowvLLMParameter.load_row_parallel_weight (parameter.py 220-230)
+        # RowvLLMParameter.load_row_parallel_weight (parameter.py 220-230)
+        if rows_d == m and cols_d * tp == n:
             src, dst = Region(0, m, rank * cols_d, cols_d), Region(0, m, 0, cols_d)
         elif rows_d * tp == m and cols_d == n:  # load_column_parallel_weight (parameter.py 148-154)
             src, dst = Region(rank * rows_d, rows_d, 0, n), Region(0, rows_d, 0, n)

@@ -18,8 +18,8 @@ from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked
 
 pytestmark = pytest.mark.slow  # the vLLM wheel comes from the snapshot cache (downloaded once)
 
-SMALL_DENSE = dict(hidden_size=256, head_dim=64, num_attention_heads=8, num_key_value_heads=4, vocab_size=512,
-                   num_hidden_layers=2, intermediate_size=512)
+SMALL_DENSE = {"hidden_size": 256, "head_dim": 64, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "vocab_size": 512, "num_hidden_layers": 2, "intermediate_size": 512}
 SMALL_MOE = dict(SMALL_DENSE, num_experts=4, moe_intermediate_size=512)  # N differs from hidden, as in 30B-A3B
 
 
@@ -86,7 +86,7 @@ def _vllm_style_load(cfg, params, weights, tp, rank):
     _load_w13 / _load_w2; block scales through adjust_block_scale_shard) -- written from those loaders, not from the
     plan."""
     out = _garbage(params)
-    h, d = cfg["hidden_size"], cfg["head_dim"]
+    d = cfg["head_dim"]
     q_rows, kv_rows = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
     for name, t in weights:
         if not name.endswith("_proj.weight"):
