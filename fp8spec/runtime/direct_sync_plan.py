@@ -24,7 +24,7 @@ blocks of the narrowed slice). Anything else is left out of the plan and goes to
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 FP8 = "float8_e4m3fn"
@@ -69,7 +69,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def resolve(name: str, stacked: Sequence[tuple], experts: Sequence[tuple], moe: bool):
+def resolve(
+    name: str, stacked: Sequence[tuple], experts: Sequence[tuple], moe: bool
+) -> tuple[str, str, object, int | None]:
     """vLLM 0.24.0's name mapping in ``load_weights`` (qwen2.py 442-477, qwen3_moe.py 559-657), first match wins.
 
     Returns ``(kind, param_name, shard_id, expert_id)``; kind is 'stacked', 'expert' or 'plain'."""
@@ -143,14 +145,14 @@ class Planner:
 
 def build_plan(
     checkpoint: Mapping[str, Sequence[int]],
-    params,
-    part_rows,
-    stacked,
-    experts=(),
-    tp_rank=0,
-    tp_size=1,
-    block=(128, 128),
-    expert_to_local=None,
+    params: Mapping[str, tuple[Sequence[int], str]],
+    part_rows: Mapping[str, Sequence[int]],
+    stacked: Sequence[tuple],
+    experts: Sequence[tuple] = (),
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    block: tuple[int, int] = (128, 128),
+    expert_to_local: Callable[[int], int] | None = None,
 ) -> DirectPlan:
     """Plan every checkpoint tensor (name -> full 2-D shape) against the engine's parameters at once."""
     planner = Planner(params, part_rows, stacked, experts, tp_rank, tp_size, block, expert_to_local)
@@ -175,6 +177,7 @@ def _place(plan: DirectPlan, name: str, shape: tuple[int, ...], pl: Planner) -> 
     tp, rank = pl.tp_size, pl.tp_rank
     expert = None
     if kind == "expert":
+        assert expert_id is not None
         local = pl.to_local(expert_id) if pl.to_local else (expert_id if expert_id < pshape[0] else -1)
         if local < 0:
             return "expert not on this rank"
