@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -133,6 +134,27 @@ def make_weights(cfg: dict, step: int):
     return weights
 
 
+def copy_floor_s(cfg: dict, reps: int = 5) -> float:
+    """The copy floor: one device-to-device copy of every byte the trainer sends (median of ``reps``), read and
+    written once, as a sync must at least read its input and write the engine's parameters."""
+    import torch
+
+    n = sum(math.prod(shape) for _, shape in checkpoint_shapes(cfg)) * torch.finfo(weight_dtype()).bits // 8
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 1):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return timed_median(times)
+
+
 def is_quantized(name: str, cfg: dict) -> bool:
     """What verl/vLLM quantize: every linear weight but the router, lm_head and embeddings."""
     return name.endswith("_proj.weight")
@@ -219,6 +241,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         times = [one_sync() for _ in range(opts["syncs"])]
         record["sync_s"] = times
         record["sync_s_median"] = timed_median(times)
+        record["copy_floor_s"] = copy_floor_s(cfg)
         if opts["breakdown"]:
             timers = Timers(sync=torch.cuda.synchronize)
             install_sender(timers)
@@ -277,6 +300,7 @@ def verdict(out: Path, case: str) -> dict:
     synced = [p for p in SYNCED if p in recs]
     v["sync_s_median"] = {p: timed_median(recs[p]["sync_s"]) for p in synced}
     v["sync_s_all"] = {p: recs[p]["sync_s"] for p in synced}
+    v["copy_floor_s"] = {p: recs[p]["copy_floor_s"] for p in synced if "copy_floor_s" in recs[p]}
     if "direct" in recs:
         fd = recs["direct"]["fingerprints"]
         v["direct_active"] = recs["direct"].get("patched_after")

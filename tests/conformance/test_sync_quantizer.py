@@ -55,3 +55,12 @@ def test_direct_compiles_to_the_direct_sync_patch_and_auto_never_selects_it(tmp_
                         if fid == "verified.direct_sync_in_engine" else real(self, kind, fid, default))
     auto = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {}, tmp_path, "auto")
     assert "fast_block_quant" in auto.plan.patches and "direct_sync" not in auto.plan.patches
+
+
+def test_the_device_plans_direct_run_compiles(tmp_path):
+    # benchmarks/weight_sync/README.md runs this spec's bundle for timing_s/update_weights with the direct path on
+    from tests.conftest import REPO
+
+    c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-h200-direct.yaml", None, {}, tmp_path)
+    assert check_bundle(c) == []
+    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"]

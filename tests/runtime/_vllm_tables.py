@@ -23,8 +23,29 @@ ROUTED = "vllm/model_executor/layers/fused_moe/routed_experts.py"
 EPLB = "vllm/distributed/eplb/eplb_state.py"
 
 
+def _installed() -> dict[str, str] | None:
+    """The same files from an installed vLLM 0.24.0 (the device's offline set has no wheel cache)."""
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        if importlib.metadata.version("vllm").split("+")[0] != "0.24.0":
+            return None
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    spec = importlib.util.find_spec("vllm")
+    root = Path(spec.origin).parent.parent if spec and spec.origin else None
+    if root is None:
+        return None
+    return {m: (root / m).read_text(encoding="utf-8") for m in (QWEN2, QWEN3, QWEN3_MOE, ROUTED, EPLB)}
+
+
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
+    installed = _installed()
+    if installed is not None:
+        return installed
     (path,) = [p for p in list_snapshots() if p.name == "vllm-0.24.0.json"]
     with open_artifact(artifact_for(json.loads(path.read_text(encoding="utf-8")))) as art:
         return {m: art.read_text(m) for m in (QWEN2, QWEN3, QWEN3_MOE, ROUTED, EPLB)}

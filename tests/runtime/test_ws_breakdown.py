@@ -9,10 +9,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+REPO = Path(__file__).resolve().parents[2]  # no tests.conftest: the device runs tests/runtime with --noconftest
 
 ENGINE = REPO / "benchmarks" / "engine"
 
