@@ -7,7 +7,9 @@
 #   bash benchmarks/engine/run_h200_engine.sh bench GPU ITEMS...   rollout throughput (run_configs.py) on GPU
 #   bash benchmarks/engine/run_h200_engine.sh kvprobe GPU    KV-scale probe (kv_scales_probe.py) on GPU
 #   bash benchmarks/engine/run_h200_engine.sh wsprobe GPU [CASES]   weight-sync probe on GPU
-#                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights)
+#                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights;
+#                                             WS_SYNCS=N syncs per engine; WS_BREAKDOWN=1 per-stage timers;
+#                                             WS_TIMEOUT seconds for the call, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).
 set -uo pipefail
@@ -47,10 +49,12 @@ case $step in
     CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 benchmarks/engine/kv_scales_probe.py --out "$OUT/kvprobe" 2>&1 |
       tee "$OUT/kvprobe/driver.log"
     pack kvprobe ;;
-  wsprobe)
-    mkdir -p "$OUT/wsprobe"
-    CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 benchmarks/engine/weight_sync_probe.py --out "$OUT/wsprobe" \
-      ${2:+--cases "$2"} ${WS_PATHS:+--paths "$WS_PATHS"} 2>&1 | tee "$OUT/wsprobe/driver.log"
-    pack wsprobe ;;
+  wsprobe)  # one folder per WS_DTYPE / WS_TAG, so two runs in one call come back side by side
+    ws=wsprobe${WS_DTYPE:+_$WS_DTYPE}${WS_TAG:+_$WS_TAG}
+    mkdir -p "$OUT/$ws"
+    CUDA_VISIBLE_DEVICES=$1 timeout "${WS_TIMEOUT:-570}" python3 benchmarks/engine/weight_sync_probe.py \
+      --out "$OUT/$ws" ${2:+--cases "$2"} ${WS_PATHS:+--paths "$WS_PATHS"} 2>&1 | tee "$OUT/$ws/driver.log"
+    for f in "$OUT/$ws"/*_breakdown.md; do [ -e "$f" ] && cat "$f"; done
+    pack "$ws" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -11,12 +11,20 @@ Per case, one process per engine (``--one``):
   default) while ``update_weights_from_ipc`` runs in the engine: verl's receiver, verl's ``quant_weights``
   (``scaled_fp8_blockwise``) and vLLM's ``load_weights`` + verl's post-load processing. Three syncs, timed.
 * ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (one launch per bucket).
+* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.direct_sync_hook``: each
+  bucket quantized straight into the engine's parameters, the rest through verl's receiver).
 * ``fresh`` (tiny cases): a new engine that loads the same weights from an FP8 checkpoint written by the driver
   with verl's own ``scaled_fp8_blockwise`` (``weight`` e4m3 + ``weight_scale_inv``), i.e. without any sync.
 
 Every engine reports a byte-exact fingerprint of each parameter it holds after its update (or load) and the
-greedy log-probs of fixed prompts. Verdicts: verl == patch byte for byte; the synced engines == the fresh one;
-log-probs equal; sync seconds per step (median of 3) for verl and patch.
+greedy log-probs of fixed prompts. Verdicts: verl == patch (== direct) byte for byte; the synced engines == the
+fresh one; log-probs equal; sync seconds per step for verl, patch and direct.
+
+Options (environment, so ``run_h200_engine.sh`` passes them through):
+
+* ``WS_SYNCS=N`` (default 3): syncs per engine; the medians leave out the first (warm-up) when N >= 2.
+* ``WS_BREAKDOWN=1``: after the timed syncs, one more sync with the stage timers of ``ws_breakdown.py`` installed
+  (engine and driver side, CUDA-synchronised); ``ws_<case>_<path>_<dtype>_breakdown.json`` + a Markdown table.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -36,6 +45,25 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 from engine_common import MODELS, catalog_config, verl_fp8_quantization  # noqa: E402
+from ws_breakdown import Timers, install_sender, render  # noqa: E402
+
+PATCH_ENV = {"patch": "fast_block_quant", "direct": "direct_sync"}  # path -> FP8SPEC_RUNTIME_PATCHES
+SYNCED = ("verl", "patch", "direct")
+
+
+def probe_options(env=None) -> dict:
+    """WS_SYNCS (>= 1), WS_BREAKDOWN (0/1) and WS_DTYPE (bf16/fp32); ValueError on anything else."""
+    env = os.environ if env is None else env
+    syncs = int(env.get("WS_SYNCS", "3"))
+    dtype = env.get("WS_DTYPE", "bf16")
+    if syncs < 1 or dtype not in ("bf16", "fp32") or env.get("WS_BREAKDOWN", "0") not in ("0", "1"):
+        raise ValueError(f"WS_SYNCS >= 1, WS_DTYPE bf16|fp32, WS_BREAKDOWN 0|1; got {syncs}, {dtype}")
+    return {"syncs": syncs, "dtype": dtype, "breakdown": env.get("WS_BREAKDOWN", "0") == "1"}
+
+
+def timed_median(times: list) -> float:
+    """Median sync seconds after the first (warm-up) sync when there are at least two."""
+    return statistics.median(times[1:] if len(times) >= 2 else times)
 
 TINY = {
     "tiny-dense": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=8192,
@@ -106,6 +134,27 @@ def make_weights(cfg: dict, step: int):
     return weights
 
 
+def copy_floor_s(cfg: dict, reps: int = 5) -> float:
+    """The copy floor: one device-to-device copy of every byte the trainer sends (median of ``reps``), read and
+    written once, as a sync must at least read its input and write the engine's parameters."""
+    import torch
+
+    n = sum(math.prod(shape) for _, shape in checkpoint_shapes(cfg)) * torch.finfo(weight_dtype()).bits // 8
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 1):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return timed_median(times)
+
+
 def is_quantized(name: str, cfg: dict) -> bool:
     """What verl/vLLM quantize: every linear weight but the router, lm_head and embeddings."""
     return name.endswith("_proj.weight")
@@ -168,8 +217,9 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     if not path.startswith("fresh"):
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
 
-        times = []
-        for step in range(3):
+        opts = probe_options()
+
+        def one_sync() -> float:
             weights = make_weights(cfg, step=0)  # the same values each step: the last sync is checked
             torch.cuda.synchronize()
             result = {}
@@ -183,10 +233,27 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             th.start()
             asyncio.run(BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=2048).async_send_weights(iter(weights)))
             th.join()
-            times.append(time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
             del weights
             torch.cuda.empty_cache()
+            return dt
+
+        times = [one_sync() for _ in range(opts["syncs"])]
         record["sync_s"] = times
+        record["sync_s_median"] = timed_median(times)
+        record["copy_floor_s"] = copy_floor_s(cfg)
+        if opts["breakdown"]:
+            timers = Timers(sync=torch.cuda.synchronize)
+            install_sender(timers)
+            record["breakdown_installed"] = llm.collective_rpc("probe_breakdown_install")[0]
+            dt = one_sync()
+            worker = llm.collective_rpc("probe_breakdown_take")[0]
+            stages = dict(worker["stages"], **timers.record()["stages"])
+            bd = {"title": f"{case} {path} {opts['dtype']}", "case": case, "path": path, "dtype": opts["dtype"],
+                  "sync_s": dt, "plain_sync_s": record["sync_s_median"], "stages": stages}
+            stem = f"ws_{case}_{path}_{opts['dtype']}_breakdown"
+            (out / f"{stem}.json").write_text(json.dumps(bd, indent=1), encoding="utf-8")
+            (out / f"{stem}.md").write_text(render(bd, bd["title"]), encoding="utf-8")
         record["patched_after"] = llm.collective_rpc("probe_patched")[0]
     record["fingerprints"] = llm.collective_rpc("probe_fingerprints")[0]
     gen = torch.Generator().manual_seed(1)
@@ -214,7 +281,7 @@ def prepare_fresh(case: str, out: Path) -> None:
 
 def verdict(out: Path, case: str) -> dict:
     recs = {p: json.loads((out / f"ws_{case}_{p}.json").read_text())
-            for p in ("verl", "patch", "fresh", "fresh-ref") if (out / f"ws_{case}_{p}.json").exists()}
+            for p in (*SYNCED, "fresh", "fresh-ref") if (out / f"ws_{case}_{p}.json").exists()}
     v = {"paths": sorted(recs)}
     q = out / f"ws_{case}_quantizers.json"
     if q.exists():
@@ -229,9 +296,19 @@ def verdict(out: Path, case: str) -> dict:
         v["verl_vs_patch_param_count"] = [len(fv), len(fp)]
         v["patch_active"] = recs["patch"].get("patched_after")
         v["verl_active"] = recs["verl"].get("patched_after")
-        v["sync_s_median"] = {p: statistics.median(recs[p]["sync_s"]) for p in ("verl", "patch")}
-        v["sync_s_all"] = {p: recs[p]["sync_s"] for p in ("verl", "patch")}
         v["greedy_verl_eq_patch"] = recs["verl"]["greedy"] == recs["patch"]["greedy"]
+    synced = [p for p in SYNCED if p in recs]
+    v["sync_s_median"] = {p: timed_median(recs[p]["sync_s"]) for p in synced}
+    v["sync_s_all"] = {p: recs[p]["sync_s"] for p in synced}
+    v["copy_floor_s"] = {p: recs[p]["copy_floor_s"] for p in synced if "copy_floor_s" in recs[p]}
+    if "direct" in recs:
+        fd = recs["direct"]["fingerprints"]
+        v["direct_active"] = recs["direct"].get("patched_after")
+        for ref in ("verl", "fresh-ref", "fresh"):
+            if ref in recs:
+                fr = recs[ref]["fingerprints"]
+                v[f"direct_vs_{ref}_params_differ"] = sorted(n for n in fd if fd[n] != fr.get(n))[:20]
+                v[f"greedy_direct_eq_{ref}"] = recs["direct"]["greedy"] == recs[ref]["greedy"]
     if "fresh" in recs and "verl" in recs:
         fv, ff = recs["verl"]["fingerprints"], recs["fresh"]["fingerprints"]
         v["synced_vs_fresh_params_differ"] = sorted(n for n in fv if fv[n] != ff.get(n))[:20]
@@ -249,8 +326,13 @@ def main() -> int:
     ap.add_argument("--one", nargs=2, metavar=("CASE", "PATH"))
     ap.add_argument("--prepare-fresh", metavar="CASE")
     ap.add_argument("--util", type=float, default=0.3)
-    ap.add_argument("--paths", default="verl,patch,fresh", help="engines per case (tiny cases: + fresh, fresh-ref)")
+    ap.add_argument("--paths", default="verl,patch,fresh",
+                    help="engines per case: verl, patch, direct; tiny cases also fresh, fresh-ref")
     a = ap.parse_args()
+    try:
+        probe_options()
+    except ValueError as exc:
+        ap.error(str(exc))
     a.out.mkdir(parents=True, exist_ok=True)
     if a.one:
         run_engine(a.one[0], a.one[1], a.out, a.util)
@@ -270,8 +352,8 @@ def main() -> int:
                            env=base_env, check=True)
         for path in paths:
             env = dict(base_env)
-            if path == "patch":
-                env["FP8SPEC_RUNTIME_PATCHES"] = "fast_block_quant"
+            if path in PATCH_ENV:
+                env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path]
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
             with open(a.out / f"ws_{case}_{path}.log", "w") as log:
                 r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],

@@ -13,6 +13,7 @@ import torch
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
 _WEIGHTS: dict[str, torch.Tensor] = {}
+_TIMERS: list = []  # the engine process's ws_breakdown.Timers, once installed
 
 
 def fingerprint(t: torch.Tensor) -> str:
@@ -33,6 +34,21 @@ class ProbeVerlExt(vLLMColocateWorkerExtension):
     def probe_fingerprints(self) -> dict:
         return {n: fingerprint(p) for n, p in self.model_runner.model.named_parameters()}
 
+    def probe_breakdown_install(self) -> dict:
+        """Install the stage timers (ws_breakdown.install_worker) in this engine process; returns what was wrapped."""
+        from ws_breakdown import Timers, install_worker
+
+        if not _TIMERS:
+            _TIMERS.append(Timers(sync=torch.cuda.synchronize))
+        return install_worker(_TIMERS[0], self.model_runner.model)
+
+    def probe_breakdown_take(self) -> dict:
+        """The stages recorded since the last take, and reset."""
+        rec = _TIMERS[0].record() if _TIMERS else {"stages": {}}
+        if _TIMERS:
+            _TIMERS[0].reset()
+        return rec
+
     def probe_patched(self) -> dict:
         import verl.utils.vllm.vllm_quant_utils as q
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as b
@@ -42,4 +58,5 @@ class ProbeVerlExt(vLLMColocateWorkerExtension):
         return {"quant_weights_replaced": getattr(q.quant_weights, "_fp8spec", None) is not None,
                 "receiver_patched": bool(getattr(b.BucketedWeightReceiver, "_fp8spec_flat_patched", False)),
                 "flat_stats": dict(ENGINE.stats),
+                "direct_stats": dict(getattr(self, "_fp8spec_direct_stats", {}) or {}),
                 "active": sorted(fp8spec.runtime.active_patches())}

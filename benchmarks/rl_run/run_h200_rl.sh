@@ -51,17 +51,23 @@ run_one() {  # GPU NAME BASEPORT
   cp -r "/tmp/ray$gpu/session_latest/logs" "$OUT/rl/ray-logs-$gpu" 2>/dev/null
 }
 
-if (( ngpu >= 2 )); then
-  ( run_one 0 tiny-qwen3-h200-fp8 20000; eval "${AFTER_GPU0:-true}" ) &
-  ( run_one 1 tiny-qwen3-h200-bf16 21000; eval "${AFTER_GPU1:-true}" ) &
+# RL_RUNS: the compiled bundles (.rl/bundles/<name>) to run, default the FP8 and the BF16 one; one name per call
+# fits a one-GPU machine's 10-minute call (e.g. RL_RUNS=tiny-qwen3-h200-direct, benchmarks/weight_sync/README.md).
+read -r -a runs <<< "${RL_RUNS:-tiny-qwen3-h200-fp8 tiny-qwen3-h200-bf16}"
+if (( ngpu >= 2 && ${#runs[@]} == 2 )); then
+  ( run_one 0 "${runs[0]}" 20000; eval "${AFTER_GPU0:-true}" ) &
+  ( run_one 1 "${runs[1]}" 21000; eval "${AFTER_GPU1:-true}" ) &
   wait
 else
-  run_one 0 tiny-qwen3-h200-fp8 20000
-  python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
-  run_one 0 tiny-qwen3-h200-bf16 21000
+  port=20000
+  for name in "${runs[@]}"; do
+    run_one 0 "$name" "$port"
+    python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
+    port=$((port + 1000))
+  done
 fi
 python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
-for name in tiny-qwen3-h200-fp8 tiny-qwen3-h200-bf16; do
+for name in "${runs[@]}"; do
   echo "== $name"; grep -E "Traceback|Error" "$OUT/rl/$name.log" | cut -c1-300 | tail -n 8
 done
 python3 benchmarks/rl_run/summarize.py "$OUT/rl" --json "$OUT/rl/summary.json"

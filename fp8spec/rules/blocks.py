@@ -220,6 +220,39 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
 
 
 @rule(
+    "BLK006",
+    "direct-sync-unverified",
+    "error",
+    "The direct weight-sync path was not shown byte-exact in this engine.",
+    """linear.sync_quantizer: direct activates the runtime patch direct_sync, which quantizes each received bucket
+    straight into the engine's fused and stacked FP8 parameters through a plan built from vLLM's own loaders
+    (fp8spec/runtime/direct_sync_plan.py), bypassing vLLM's per-tensor load_weights. It is byte-equal to
+    quantize-then-copy on CPU against vLLM 0.24.0's mapping tables, but writing into a live engine's parameters
+    behind its loaders is only safe once a device run shows the synced engine byte-identical to a fresh one
+    with equal greedy outputs; the engine's profile records that as verified.direct_sync_in_engine. The plan
+    reads vLLM's loaders only: SGLang has no direct path.""",
+    "use linear.sync_quantizer: auto or fp8spec; for a measurement run, acknowledge BLK006 with the reason",
+    acknowledgeable=True,
+    needs_model=False,
+)
+def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec = ctx.spec
+    if not spec.linear.quantize or spec.linear.sync_quantizer != "direct":
+        return
+    if not ctx.engine.direct_sync_plan:
+        yield Finding(
+            f"linear.sync_quantizer direct: the direct_sync patch plans vLLM's loaders only, not {ctx.engine.label}",
+            "linear.sync_quantizer",
+        )
+    elif ctx.fact(ctx.engine.name, "verified.direct_sync_in_engine", False) is not True:
+        yield Finding(
+            f"linear.sync_quantizer direct on {ctx.engine.name} {ctx.engine_version}: direct_sync was not shown "
+            "byte-exact against a fresh engine there (verified.direct_sync_in_engine)",
+            "linear.sync_quantizer",
+        )
+
+
+@rule(
     "BLK004",
     "deep-gemm-is-vllm-only",
     "warning",

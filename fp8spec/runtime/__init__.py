@@ -64,6 +64,16 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _vllm_ext)
 
+    if "direct_sync" in new:
+
+        def _direct(mod):
+            version_guard.require("vllm", "direct_sync")
+            from .direct_sync_hook import patch_worker_extension
+
+            patch_worker_extension(mod)
+
+        _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
+
     if "mbridge_compat" in new:
         from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
 

@@ -102,6 +102,21 @@ PATCHES = {
         "env": env_defaults("fast_block_quant"),
         "env_notes": env_help("fast_block_quant"),
     },
+    "direct_sync": {
+        "description": (
+            "Direct FP8 weight sync on the vLLM path: verl's worker extension hands each received bucket to a "
+            "plan built once from the engine's own parameters and mapping tables; the covered tensors are "
+            "quantized with one launch straight into the fused / stacked FP8 parameters and their block scales "
+            "(no per-tensor load_weights), everything else goes through verl's receiver, counted in one log "
+            "line per sync. vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
+            "nothing). Refused by rule BLK006 until the engine's profile records it byte-exact in the real engine."
+        ),
+        "side": ("engine-process quantizer (vLLM path)",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "env": env_defaults("direct_sync"),
+        "engine_args": {"vllm": {}, "sglang": {}},
+    },
     "mbridge_compat": {
         "description": (
             "mbridge (verl's vanilla_mbridge path) on a megatron-core without ModelType.encoder_and_decoder "

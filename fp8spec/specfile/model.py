@@ -114,14 +114,18 @@ class LinearSection(Section):
         description="Decoder layers at the end kept in BF16, as bf16_first_layers "
         "(override_transformer_config.num_layers_at_end_in_bf16). Default 0.",
     )
-    sync_quantizer: Literal["auto", "verl", "fp8spec"] = Field(
+    sync_quantizer: Literal["auto", "verl", "fp8spec", "direct"] = Field(
         "auto",
         description="Which kernel re-quantizes the BF16 weights to blockwise FP8 at every weight sync. verl: "
         "verl's per-tensor scaled_fp8_blockwise. fp8spec: the runtime patch fast_block_quant (one launch per "
         "received bucket, IEEE-exact scales; Qwen3-30B-A3B sync 4.94 s -> 3.06 s on an H200, BENCHMARKS.md 4.3). "
+        "direct: the runtime patch direct_sync (vLLM only): each received bucket is quantized straight into the "
+        "engine's fused and stacked FP8 parameters through a plan built once from the engine, without vLLM's "
+        "per-tensor load_weights; names outside the plan go through verl's receiver, counted in the log; refused "
+        "(rule BLK006) until the engine's profile records it byte-exact in the real engine. "
         "auto (default): fp8spec on the stacks where it was run in the real engine (vLLM 0.24.0 under verl "
-        "0.9.1), verl elsewhere; an explicit fp8spec where it was not shown byte-exact warns (BLK005). Only with "
-        "linear.quantize.",
+        "0.9.1), verl elsewhere, never direct; an explicit fp8spec where it was not shown byte-exact warns "
+        "(BLK005). Only with linear.quantize.",
     )
     deep_gemm: Optional[bool] = Field(
         None,

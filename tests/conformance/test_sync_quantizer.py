@@ -39,3 +39,28 @@ def test_explicit_choices_win(tmp_path):
 def test_no_quantizer_without_fp8_linears(tmp_path):
     c = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {"linear": {"quantize": False}}, tmp_path, "bf16")
     assert "fast_block_quant" not in c.plan.patches
+
+
+def test_direct_compiles_to_the_direct_sync_patch_and_auto_never_selects_it(tmp_path, monkeypatch):
+    ack = {"linear": {"sync_quantizer": "direct"}, "acknowledge": {"BLK006": "device run measuring direct_sync"}}
+    c = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", ack, tmp_path, "direct")
+    assert check_bundle(c) == []
+    assert "direct_sync" in c.plan.patches and "fast_block_quant" not in c.plan.patches
+    assert "direct_sync" in c.env["FP8SPEC_RUNTIME_PATCHES"].split(",")
+    # auto stays on fast_block_quant even where the profile would record the direct path verified
+    from fp8spec.resolve.context import ResolvedSpec
+
+    real = ResolvedSpec.fact
+    monkeypatch.setattr(ResolvedSpec, "fact", lambda self, kind, fid, default=None: True
+                        if fid == "verified.direct_sync_in_engine" else real(self, kind, fid, default))
+    auto = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {}, tmp_path, "auto")
+    assert "fast_block_quant" in auto.plan.patches and "direct_sync" not in auto.plan.patches
+
+
+def test_the_device_plans_direct_run_compiles(tmp_path):
+    # benchmarks/weight_sync/README.md runs this spec's bundle for timing_s/update_weights with the direct path on
+    from tests.conftest import REPO
+
+    c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-h200-direct.yaml", None, {}, tmp_path)
+    assert check_bundle(c) == []
+    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"]

@@ -60,7 +60,7 @@ REQUIRED = {
         "engine_arg.kv_cache_dtype", "engine_arg.hf_overrides", "engine_arg.calculate_kv_scales",
         "hf_config.quantization_config", "quantization_config.fp8_ignored_layers_key",
         "quantization_config.fp8_block_size_key", "quantization_config.linear_key", "quantization_config.moe_key",
-        "package.distributions", "verified.fast_block_quant_in_engine",
+        "package.distributions", "verified.fast_block_quant_in_engine", "verified.direct_sync_in_engine",
     ],
     "sglang": [
         "cli.serve", "flag.model_path", "flag.quantization", "values.quantization",

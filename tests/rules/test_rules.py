@@ -161,6 +161,8 @@ CASES = {
     "BLK005": ([{"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "bf16"},
                  "linear": {"sync_quantizer": "fp8spec"}}],
                [{"linear": {"sync_quantizer": "fp8spec"}}], "not shown byte-exact"),
+    "BLK006": ([{"linear": {"sync_quantizer": "direct"}}], [{"linear": {"sync_quantizer": "fp8spec"}}],
+               "direct_sync was not shown byte-exact"),
     "BLK004": ([{"rollout": {"engine": "sglang"}, "linear": {"deep_gemm": False}}],
                [{"linear": {"deep_gemm": False}}], "no effect on sglang"),
     "TRN005": ([MEGATRON_FP8, {"training": {"attention": "sdpa"}}],
@@ -232,6 +234,25 @@ def test_blk003_quiet_on_profiled_versions(validate):
         spec = patched(BASE_SPEC, {"rollout": {"engine": engine}, "stack": {engine: version},
                                    "linear": {"sync_quantizer": "fp8spec"}})
         assert not _codes(validate(spec), "BLK003"), (engine, version)
+
+
+def test_blk006_quiet_once_the_profile_records_the_direct_path_verified(validate, monkeypatch):
+    from fp8spec.resolve.context import ResolvedSpec
+
+    real = ResolvedSpec.fact
+
+    def fact(self, kind, fact_id, default=None):
+        if fact_id == "verified.direct_sync_in_engine":
+            return True
+        return real(self, kind, fact_id, default)
+
+    spec = patched(BASE_SPEC, {"linear": {"sync_quantizer": "direct"}})
+    assert _codes(validate(spec), "BLK006")
+    monkeypatch.setattr(ResolvedSpec, "fact", fact)
+    assert not _codes(validate(spec), "BLK006")
+    # the fact is the vLLM path's: SGLang stays refused whatever its profile says
+    sg = validate(patched(BASE_SPEC, {"rollout": {"engine": "sglang"}, "linear": {"sync_quantizer": "direct"}}))
+    assert any("vLLM's loaders only" in d.message for d in _codes(sg, "BLK006"))
 
 
 def test_acknowledged_rule_becomes_info(validate):

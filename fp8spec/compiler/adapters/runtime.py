@@ -16,8 +16,11 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         needed["kv_scales"] = "kv_cache.recalibrate"
     if spec.linear.quantize and spec.linear.scale_dtype == "ue8m0":
         needed["ue8m0_scales"] = "linear.scale_dtype"
-    if sync_quantizer(ctx) == "fp8spec":
+    quantizer = sync_quantizer(ctx)
+    if quantizer == "fp8spec":
         needed["fast_block_quant"] = "linear.sync_quantizer"
+    elif quantizer == "direct":
+        needed["direct_sync"] = "linear.sync_quantizer"
     if spec.training.precision == "fp8":
         needed["te_report"] = "training.precision"
         stateless = ctx.fact("transformer-engine", "checkpoint.stateless_recipes", [])
@@ -32,7 +35,10 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
 
 
 def sync_quantizer(ctx: ValidSpec) -> str | None:
-    """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', or None without FP8 linears."""
+    """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', 'direct', or None without FP8 linears.
+
+    auto never picks 'direct': rule BLK006 refuses it until a device run shows it byte-exact in the real engine,
+    and even then auto stays on fast_block_quant until that evidence is reviewed (issue 23)."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None

@@ -23,6 +23,7 @@ class VLLM(Engine):
     # layers, and lets the last partition of a merged layer that is not TP-split be ragged
     ragged_last_partition = True
     deep_gemm_switch = True  # VLLM_USE_DEEP_GEMM (vllm/envs.py)
+    direct_sync_plan = True  # direct_sync_plan.py follows vLLM 0.24.0's mappings and loaders
     memory_rows = (
         ("requested (total x utilization)", "requested"),
         ("activation peak (estimate)", "activation_peak"),

@@ -1,0 +1,206 @@
+"""The direct weight-sync path's per-bucket step: quantize a received bucket straight into the engine's parameters.
+
+Per bucket: the tensors the plan covers (``direct_sync_plan``) are quantized with one launch on one flat buffer
+(``triton_blockquant.quantize_flat``; its torch reference on CPU), the FP8 codes and block scales are copied into
+their destinations with a few large copies (placements that continue each other in the output and in the
+destination merge into one run; for Qwen3-MoE a layer's 384 expert tensors become one run per stacked tensor),
+and everything else is handed back for verl's own receiver. The copy runs are built once per bucket layout and
+cached: the layout repeats at every sync. There is no per-tensor Python after the first sync and no
+intermediate per-tensor FP8 copy; what remains is the post-load processing verl runs after the last bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from . import blockquant as _ref
+from .bucket_plan import make_flat_plan
+from .direct_sync_plan import Placement, Planner
+from .triton_blockquant import quantize_flat
+
+log = logging.getLogger("fp8spec.runtime.direct_sync")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One copy: ``rows x cols`` elements from the flat output (row stride ``src_ld``) into a parameter."""
+
+    param: str
+    dst: int  # element offset in the parameter's storage
+    dst_ld: int  # its row stride
+    src: int
+    src_ld: int
+    rows: int
+    cols: int
+    scale: bool  # from the scale output (float32) instead of the FP8 codes
+
+    def contiguous(self) -> bool:
+        return self.cols == self.dst_ld == self.src_ld or self.rows == 1
+
+
+def _dst_offset(shape: Sequence[int], expert: int | None, r0: int, c0: int) -> tuple[int, int]:
+    rows, cols = shape[-2], shape[-1]
+    return (expert or 0) * rows * cols + r0 * cols + c0, cols
+
+
+def runs_for(
+    placements: Sequence[Placement],
+    shapes: Sequence[Sequence[int]],
+    y_starts: Sequence[int],
+    s_starts: Sequence[int],
+    param_shapes: Mapping[str, Sequence[int]],
+    block: tuple[int, int],
+) -> list[Run]:
+    """Copy runs for one bucket layout; consecutive full-row copies into one parameter merge."""
+    out: list[Run] = []
+    last: dict[tuple[str, bool], int] = {}
+    for p, shp, ys, ss in zip(placements, shapes, y_starts, s_starts):
+        n = int(shp[1])
+        gn = -(-n // block[1])
+        for scale, src, dst, start, ld, pname in (
+            (False, p.src, p.dst, ys, n, p.param),
+            (True, p.src_s, p.dst_s, ss, gn, p.scale),
+        ):
+            d, dld = _dst_offset(param_shapes[pname], p.expert, dst.r0, dst.c0)
+            run = Run(pname, d, dld, start + src.r0 * ld + src.c0, ld, src.rows, src.cols, scale)
+            j = last.get((pname, scale))  # codes and scales interleave: merge with the same kind's last run
+            prev = out[j] if j is not None else None
+            assert j is None or prev is not None
+            if (
+                prev is not None
+                and prev.contiguous()
+                and run.contiguous()
+                and prev.dst + prev.rows * prev.cols == run.dst
+                and prev.src + prev.rows * prev.cols == run.src
+            ):
+                out[j or 0] = Run(
+                    pname,
+                    prev.dst,
+                    prev.dst_ld,
+                    prev.src,
+                    prev.src_ld,
+                    1,
+                    prev.rows * prev.cols + run.rows * run.cols,
+                    scale,
+                )
+            else:
+                last[(pname, scale)] = len(out)
+                out.append(run)
+    # flatten full-row runs to 1-D (one contiguous copy each)
+    return [
+        Run(r.param, r.dst, r.cols * r.rows, r.src, r.cols * r.rows, 1, r.rows * r.cols, r.scale)
+        if r.contiguous()
+        else r
+        for r in out
+    ]
+
+
+def copy_runs(
+    runs: Sequence[Run], y: torch.Tensor, s: torch.Tensor, flat_params: Mapping[str, torch.Tensor]
+) -> None:
+    for r in runs:
+        src = s if r.scale else y
+        dst = flat_params[r.param]
+        if r.rows == 1:
+            dst[r.dst : r.dst + r.cols].copy_(src[r.src : r.src + r.cols])
+        else:
+            torch.as_strided(dst, (r.rows, r.cols), (r.dst_ld, 1), r.dst).copy_(
+                torch.as_strided(src, (r.rows, r.cols), (r.src_ld, 1), r.src)
+            )
+
+
+class _Layout:
+    def __init__(self, idx, plan, runs, shapes):
+        self.idx, self.plan, self.runs, self.shapes = idx, plan, runs, shapes
+
+
+class DirectSync:
+    """Quantize covered tensors of each bucket into the engine's parameters; return the rest for verl.
+
+    ``params``: the engine's parameters by name, bound per sync (verl's staging swaps parameters before the first
+    bucket, ``vllm_fp8_utils.stage_fp8_params_for_loading``); ``dtype``: the engine's weight dtype, which verl
+    casts every tensor to before quantizing (``vllm_quant_utils.py`` line 393: ``v.to(dtype)``)."""
+
+    def __init__(
+        self,
+        planner: Planner,
+        dtype: torch.dtype = torch.bfloat16,
+        scale_fmt: str = "fp32",
+        amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
+        on_left_out: Callable[[str, str], None] | None = None,
+    ):
+        self.planner, self.dtype, self.scale_fmt, self.amax_floor = planner, dtype, scale_fmt, amax_floor
+        self.on_left_out = on_left_out or (
+            lambda name, why: log.info("direct_sync: %s -> verl (%s)", name, why)
+        )
+        self._layouts: dict[tuple, _Layout] = {}
+        self._flat: dict[str, torch.Tensor] = {}
+        self.stats = {"buckets": 0, "layouts": 0, "direct_tensors": 0, "fallback_tensors": 0, "copies": 0}
+
+    def bind(self, params: Mapping[str, torch.Tensor]) -> None:
+        """The destination storage for this sync; each planned parameter must match its planned shape and dtype."""
+        flat = {}
+        for name, (shape, dtype) in self.planner.params.items():
+            t = params.get(name)
+            if t is None or tuple(t.shape) != tuple(shape) or str(t.dtype).replace("torch.", "") != dtype:
+                continue
+            if t.is_contiguous():
+                flat[name] = t.data.view(-1)
+        self._flat = flat
+
+    def _layout(self, weights: Sequence[tuple[str, torch.Tensor]]) -> _Layout:
+        key = tuple((n, tuple(t.shape)) for n, t in weights)
+        lay = self._layouts.get(key)
+        if lay is not None:
+            return lay
+        idx, places, shapes = [], [], []
+        for i, (name, t) in enumerate(weights):
+            if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+                continue
+            p = self.planner.place(name, t.shape)
+            if p is None:
+                self.on_left_out(name, self.planner.plan.left_out.get(name, "?"))
+            elif p.param in self._flat and p.scale in self._flat:
+                idx.append(i)
+                places.append(p)
+                shapes.append(tuple(t.shape))
+        offsets, pos = [], 0
+        for shp in shapes:
+            offsets.append(pos)
+            pos += shp[0] * shp[1]
+        bplan = make_flat_plan(shapes, offsets, self.planner.block, weights[0][1].device) if shapes else None
+        pshapes = {k: v[0] for k, v in self.planner.params.items()}
+        runs = (
+            runs_for(places, shapes, bplan.y_starts, bplan.s_starts, pshapes, self.planner.block)
+            if bplan
+            else []
+        )
+        lay = _Layout(idx, bplan, runs, shapes)
+        self._layouts[key] = lay
+        self.stats["layouts"] += 1
+        return lay
+
+    def apply(self, weights: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """Quantize the covered tensors of one bucket into the bound parameters; returns the others, in order."""
+        self.stats["buckets"] += 1
+        if not weights:
+            return []
+        lay = self._layout(weights)
+        if not lay.idx:
+            self.stats["fallback_tensors"] += len(weights)
+            return list(weights)
+        # one flat input in the engine's dtype: the cast is verl's v.to(dtype), done once over the bucket
+        flat = torch.cat([weights[i][1].reshape(-1).to(self.dtype) for i in lay.idx])
+        out = quantize_flat(flat, lay.plan, self.scale_fmt, self.amax_floor, views=False)
+        assert isinstance(out, tuple)  # views=False: the two flat output buffers
+        copy_runs(lay.runs, out[0], out[1], self._flat)
+        covered = set(lay.idx)
+        rest = [w for i, w in enumerate(weights) if i not in covered]
+        self.stats["direct_tensors"] += len(covered)
+        self.stats["fallback_tensors"] += len(rest)
+        self.stats["copies"] += len(lay.runs)
+        return rest

@@ -1,0 +1,188 @@
+"""The ``direct_sync`` runtime patch: verl 0.9.1's vLLM worker extension routes each received bucket through
+``DirectSync`` first; verl's own receiver loads what the plan does not cover.
+
+Hook points (verl 0.9.1 ``verl/workers/rollout/vllm_rollout/utils.py``):
+
+* ``vLLMColocateWorkerExtension.update_weights_from_ipc`` (248-353): stages the FP8 parameters for loading
+  (``prepare_quanted_weights_for_loading``, 286-291), receives the buckets (``receive_weights``, 325) and runs
+  ``process_quanted_weights_after_loading`` once after the last bucket (336-340). The wrapper marks the start of a
+  sync (the destinations are bound at its first bucket, after the staging swapped them) and logs one line of
+  counts at its end: never silent.
+* ``vLLMColocateWorkerExtension._update_weights`` (367-414), called once per bucket: the wrapper hands the bucket
+  to ``DirectSync.apply`` and passes only the rest to verl's ``_update_weights`` (``split_buffer_updates`` +
+  ``load_quanted_weights`` + vLLM's ``load_weights``). LoRA syncs and MTP drafter syncs (the drafter would miss
+  the direct writes) go to verl whole.
+
+The plan is built once per engine, at the first sync, from the live model: its named parameters (after verl's
+staging), ``type(model).packed_modules_mapping`` (the fused parts in shard order: vLLM 0.24.0 ``models/qwen3.py``
+``Qwen3ForCausalLM.packed_modules_mapping``, ``qwen3_moe.py`` the same), ``model.model.get_expert_mapping()``
+(``qwen3_moe.py`` 519-529), each fused layer's ``output_sizes`` (``layers/linear.py`` 617, 980-984) and the TP
+rank and size (``vllm.distributed.parallel_state`` 2012-2020).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from .direct_sync import DirectSync
+from .direct_sync_plan import Planner
+
+log = logging.getLogger("fp8spec.runtime.direct_sync")
+
+MOD_VLLM_EXT = "verl.workers.rollout.vllm_rollout.utils"
+FLAG = "_fp8spec_direct_patched"
+
+
+def stacked_from_packed(packed: Mapping[str, Sequence[str]]) -> list[tuple[str, str, int]]:
+    """``stacked_params_mapping``-shaped tuples from a model class's ``packed_modules_mapping``; the shard ids are
+    the parts' positions (the plan only uses their order, which both tables share)."""
+    return [(fused, part, i) for fused, parts in packed.items() for i, part in enumerate(parts)]
+
+
+def engine_tables(model: Any) -> dict[str, Any]:
+    """What the Planner needs, read from a live vLLM model object (pure attribute reads)."""
+    params = {n: (tuple(p.shape), str(p.dtype).replace("torch.", "")) for n, p in model.named_parameters()}
+    owners = {n.rsplit(".", 1)[0] for n in params}  # modules that hold parameters directly
+    part_rows = {
+        n: [int(s) for s in m.output_sizes]
+        for n, m in model.named_modules()
+        if n in owners and isinstance(getattr(m, "output_sizes", None), (list, tuple))
+    }
+    packed = getattr(type(model), "packed_modules_mapping", None) or {}
+    inner = getattr(model, "model", None)
+    get_experts = getattr(inner, "get_expert_mapping", None)
+    experts = list(get_experts()) if callable(get_experts) else []
+    return {
+        "params": params,
+        "part_rows": part_rows,
+        "stacked": stacked_from_packed(packed),
+        "experts": experts,
+    }
+
+
+def tp_rank_size() -> tuple[int, int]:
+    from vllm.distributed import parallel_state as ps
+
+    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+
+
+class DirectState:
+    """One engine's direct path: the DirectSync built at the first sync, and this sync's counts."""
+
+    def __init__(self, tp: Callable[[], tuple[int, int]] = tp_rank_size):
+        self.tp = tp
+        self.ds: DirectSync | None = None
+        self.broken: str | None = None  # why the direct path is off for this engine (logged once)
+        self.syncs = 0
+        self.new_sync = False
+        self.counts = {"buckets": 0, "direct": 0, "verl": 0}
+        self.left_out: list[str] = []
+
+    def _build(self, model: Any, dtype: torch.dtype) -> DirectSync:
+        t = engine_tables(model)
+        rank, size = self.tp()
+        planner = Planner(t["params"], t["part_rows"], t["stacked"], t["experts"], rank, size)
+        log.info(
+            "fp8spec direct_sync: plan built from the engine (%d parameters, %d fused layers, %d expert "
+            "mappings, tp %d/%d)",
+            len(t["params"]),
+            len(t["part_rows"]),
+            len(t["experts"]),
+            rank,
+            size,
+        )
+        return DirectSync(planner, dtype, on_left_out=self._left_out)
+
+    def _left_out(self, name: str, why: str) -> None:
+        self.left_out.append(name)
+        log.info("fp8spec direct_sync: %s -> verl's receiver (%s)", name, why)
+
+    def route(self, model: Any, dtype: torch.dtype, weights: list) -> list:
+        """Quantize the covered tensors of one bucket into the engine; the rest, in order, for verl."""
+        self.counts["buckets"] += 1
+        if self.broken is None and self.ds is None:
+            try:
+                self.ds = self._build(model, dtype)
+            except Exception as exc:  # an engine the plan cannot read: verl keeps every tensor, said once
+                self.broken = f"plan not built: {exc!r}"
+                log.warning("fp8spec direct_sync: %s; verl's receiver loads every tensor", self.broken)
+        if self.ds is None:
+            self.counts["verl"] += len(weights)
+            return weights
+        if self.new_sync:  # after verl's staging swapped the parameters (prepare_quanted_weights_for_loading)
+            self.ds.bind(dict(model.named_parameters()))
+            self.new_sync = False
+        rest = self.ds.apply(weights)
+        self.counts["direct"] += len(weights) - len(rest)
+        self.counts["verl"] += len(rest)
+        return rest
+
+    def begin(self) -> None:
+        self.syncs += 1
+        self.new_sync = True
+        self.counts = {"buckets": 0, "direct": 0, "verl": 0}
+
+    def end(self, seconds: float | None = None) -> dict:
+        log.info(
+            "fp8spec direct_sync: sync %d: %d tensors quantized into the engine's parameters, %d through verl's "
+            "receiver, %d buckets%s%s",
+            self.syncs,
+            self.counts["direct"],
+            self.counts["verl"],
+            self.counts["buckets"],
+            f" ({self.broken})" if self.broken else "",
+            "" if seconds is None else f", {seconds:.3f} s",
+        )
+        return dict(self.counts, syncs=self.syncs, broken=self.broken)
+
+
+def _state(ext: Any, factory: Callable[[], DirectState]) -> DirectState:
+    st = getattr(ext, "_fp8spec_direct", None)
+    if st is None:
+        st = factory()
+        ext._fp8spec_direct = st
+    return st
+
+
+def patch_worker_extension(module: ModuleType, factory: Callable[[], DirectState] = DirectState) -> None:
+    """Wrap ``vLLMColocateWorkerExtension`` in ``module`` (verl's vllm_rollout/utils.py); idempotent."""
+    import time
+
+    cls = module.vLLMColocateWorkerExtension
+    if getattr(cls, FLAG, False):
+        return
+    orig_update, orig_ipc = cls._update_weights, cls.update_weights_from_ipc
+
+    @functools.wraps(orig_ipc)
+    def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
+        st = _state(self, factory)
+        st.begin()
+        t0 = time.perf_counter()
+        out = orig_ipc(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
+        self._fp8spec_direct_stats = st.end(time.perf_counter() - t0)
+        return out
+
+    @functools.wraps(orig_update)
+    def _update_weights(self, weights, peft_config, base_sync_done):
+        st = _state(self, factory)
+        drafter = getattr(self, "_use_mtp_drafter_weight_sync", None)
+        if (peft_config and base_sync_done) or (callable(drafter) and drafter()):
+            st.counts["verl"] += len(
+                weights
+            )  # LoRA / MTP drafter: verl loads all (counted in the sync's line)
+            return orig_update(self, weights, peft_config, base_sync_done)
+        runner = self.model_runner
+        rest = st.route(runner.model, runner.vllm_config.model_config.dtype, list(weights))
+        if rest:
+            return orig_update(self, rest, peft_config, base_sync_done)
+        return None
+
+    cls.update_weights_from_ipc = update_weights_from_ipc
+    cls._update_weights = _update_weights
+    setattr(cls, FLAG, True)

@@ -1,0 +1,228 @@
+"""The direct weight-sync path on CPU: the plan against vLLM 0.24.0's own mapping tables (read from the wheel) and
+real model shapes, and quantize-into-destination byte-equal to quantize-then-copy the way vLLM's loaders copy.
+
+The destination parameters are a stand-in (names and shapes as vLLM's block-FP8 methods create them); the real
+engine's parameters are exercised by the GPU tests at the end and by the probe on the device (benchmarks/engine)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8spec.runtime.blockquant import quantize_blockwise
+from fp8spec.runtime.direct_sync import DirectSync
+from fp8spec.runtime.direct_sync_plan import Planner, build_plan, resolve
+
+from ._qwen_shapes import catalog_config, checkpoint, engine_params
+from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
+
+pytestmark = pytest.mark.slow  # the vLLM wheel comes from the snapshot cache (downloaded once)
+
+SMALL_DENSE = {"hidden_size": 256, "head_dim": 64, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "vocab_size": 512, "num_hidden_layers": 2, "intermediate_size": 512}
+SMALL_MOE = dict(SMALL_DENSE, num_experts=4, moe_intermediate_size=512)  # N differs from hidden, as in 30B-A3B
+
+
+def _tables(cfg):
+    model = "qwen3_moe" if cfg.get("num_experts") else "qwen3"
+    experts = expert_params_mapping(cfg["num_experts"]) if cfg.get("num_experts") else []
+    return stacked_params_mapping(model), experts
+
+
+@pytest.mark.parametrize("case,tp,count", [("qwen3-8b", 1, 252), ("qwen3-8b", 2, 252),
+                                           ("qwen3-30b-a3b", 1, 18624), ("qwen3-30b-a3b", 2, 18624)])
+def test_plan_covers_every_quantized_tensor_of_the_real_models(case, tp, count):
+    cfg = catalog_config(case)
+    params, parts = engine_params(cfg, tp)
+    stacked, experts = _tables(cfg)
+    plan = build_plan(checkpoint(cfg), params, parts, stacked, experts, tp_rank=tp - 1, tp_size=tp)
+    assert len(plan.placements) == count
+    assert all(n.endswith("_proj.weight") for n in plan.placements)
+    # what is left for verl's receiver: embeddings, lm_head, norms, router (BF16 in the engine)
+    assert not any(n.endswith("_proj.weight") for n in plan.left_out)
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= set(plan.left_out)
+
+
+def test_the_engine_side_table_agrees_with_load_weights():
+    # In the engine the plan reads packed_modules_mapping (a class attribute); load_weights uses
+    # stacked_params_mapping: the same parts in the same order (the plan only uses the order).
+    for model in ("qwen3", "qwen3_moe"):
+        packed = packed_modules_mapping(model)
+        stacked = stacked_params_mapping(model)
+        for fused, parts in packed.items():
+            assert [w for p, w, _ in stacked if p == fused] == parts
+
+
+def test_names_resolve_as_vllm_resolves_them():
+    stacked, experts = _tables(SMALL_MOE)
+    assert resolve("model.layers.0.mlp.experts.3.up_proj.weight", stacked, experts, True) == (
+        "expert", "model.layers.0.mlp.experts.routed_experts.w13_weight", "w3", 3)
+    assert resolve("model.layers.1.self_attn.k_proj.weight", stacked, experts, True)[:3] == (
+        "stacked", "model.layers.1.self_attn.qkv_proj.weight", "k")
+    # experts.1. must not match experts.11.
+    big = expert_params_mapping(12)
+    assert resolve("model.layers.0.mlp.experts.11.down_proj.weight", stacked, big, True)[3] == 11
+
+
+# ----------------------------------------------------------------------------- byte-exact on CPU
+def _weights(cfg, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(n, (torch.randn(s, generator=g) * (0.02 if len(s) == 2 else 1.0)).to(dtype))
+            for n, s in checkpoint(cfg).items()]
+
+
+def _garbage(params):
+    out = {}
+    for n, (shape, dt) in params.items():
+        t = torch.empty(shape, dtype=getattr(torch, dt))
+        t.view(torch.uint8).fill_(0x7E)
+        out[n] = t
+    return out
+
+
+def _vllm_style_load(cfg, params, weights, tp, rank):
+    """Quantize each full tensor (verl: v.to(bf16), then its quantizer) and copy it the way vLLM 0.24.0's loaders
+    narrow it (parameter.py load_qkv_weight / load_merged_column_weight / load_row_parallel_weight; routed_experts.py
+    _load_w13 / _load_w2; block scales through adjust_block_scale_shard) -- written from those loaders, not from the
+    plan."""
+    out = _garbage(params)
+    d = cfg["head_dim"]
+    q_rows, kv_rows = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    for name, t in weights:
+        if not name.endswith("_proj.weight"):
+            continue
+        q, s = quantize_blockwise(t.to(torch.bfloat16))
+        layer = name.rsplit(".", 2)[0]  # model.layers.i.self_attn / model.layers.i.mlp[.experts.j]
+        proj = name.rsplit(".", 2)[1]
+        if ".experts." in name:
+            base, j = layer.rsplit(".experts.", 1)
+            r = f"{base}.experts.routed_experts."
+            e = int(j)
+            if proj == "down_proj":
+                c = q.shape[1] // tp
+                out[r + "w2_weight"][e].copy_(q[:, rank * c:(rank + 1) * c])
+                out[r + "w2_weight_scale_inv"][e].copy_(s[:, rank * c // 128:(rank + 1) * c // 128])
+            else:
+                half = q.shape[0] // tp
+                at = 0 if proj == "gate_proj" else half
+                out[r + "w13_weight"][e][at:at + half].copy_(q[rank * half:(rank + 1) * half])
+                sh = half // 128
+                out[r + "w13_weight_scale_inv"][e][at // 128:at // 128 + sh].copy_(s[rank * sh:(rank + 1) * sh])
+        elif proj in ("q_proj", "k_proj", "v_proj"):
+            sizes = {"q_proj": q_rows // tp, "k_proj": kv_rows // tp, "v_proj": kv_rows // tp}
+            offset = {"q_proj": 0, "k_proj": q_rows // tp, "v_proj": (q_rows + kv_rows) // tp}[proj]
+            size = sizes[proj]
+            dst = f"{layer}.qkv_proj.weight"
+            out[dst][offset:offset + size].copy_(q[rank * size:(rank + 1) * size])
+            so, ss = offset // 128, size // 128
+            out[dst + "_scale_inv"][so:so + ss].copy_(s[rank * ss:(rank + 1) * ss])
+        elif proj in ("gate_proj", "up_proj"):
+            size = cfg["intermediate_size"] // tp
+            offset = 0 if proj == "gate_proj" else size
+            dst = f"{layer}.gate_up_proj.weight"
+            out[dst][offset:offset + size].copy_(q[rank * size:(rank + 1) * size])
+            so, ss = offset // 128, size // 128
+            out[dst + "_scale_inv"][so:so + ss].copy_(s[rank * ss:(rank + 1) * ss])
+        else:  # o_proj, down_proj: row parallel, input dim sharded
+            c = q.shape[1] // tp
+            out[name].copy_(q[:, rank * c:(rank + 1) * c])
+            out[name + "_scale_inv"].copy_(s[:, rank * c // 128:(rank + 1) * c // 128])
+    return out
+
+
+def _direct(cfg, params, parts, weights, tp, rank, buckets=1, ds=None):
+    stacked, experts = _tables(cfg)
+    if ds is None:
+        ds = DirectSync(Planner(params, parts, stacked, experts, rank, tp), torch.bfloat16, on_left_out=lambda *a: None)
+    dst = _garbage(params)
+    ds.bind(dst)
+    rest = []
+    step = -(-len(weights) // buckets)
+    for i in range(0, len(weights), step):
+        rest += ds.apply(weights[i:i + step])
+    return ds, dst, rest
+
+
+def _assert_bytes_equal(a, b, names):
+    for n in names:
+        assert torch.equal(a[n].view(torch.uint8), b[n].view(torch.uint8)), n
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+@pytest.mark.parametrize("tp,rank", [(1, 0), (2, 0), (2, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_quantize_into_destination_equals_quantize_then_copy(cfg, tp, rank, dtype):
+    params, parts = engine_params(cfg, tp)
+    weights = _weights(cfg, dtype)
+    ref = _vllm_style_load(cfg, params, weights, tp, rank)
+    ds, got, rest = _direct(cfg, params, parts, weights, tp, rank, buckets=3)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, got, fp8)
+    # nothing quantizable went to the fallback; everything else did, in stream order
+    assert [n for n, _ in rest] == [n for n, _ in weights if not n.endswith("_proj.weight")]
+    assert ds.stats["direct_tensors"] == sum(n.endswith("_proj.weight") for n, _ in weights)
+
+
+def test_parts_split_over_buckets_and_the_layout_cache():
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16, seed=3)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    ds, got, _ = _direct(cfg, params, parts, weights, 1, 0, buckets=7)  # q/k/v and w1/w3 fall in other buckets
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, got, fp8)
+    layouts = ds.stats["layouts"]
+    _, got2, _ = _direct(cfg, params, parts, weights, 1, 0, buckets=7, ds=ds)  # the next sync: no new layout
+    assert ds.stats["layouts"] == layouts
+    _assert_bytes_equal(ref, got2, fp8)
+
+
+def test_one_bucket_of_a_moe_layer_is_a_few_copies():
+    cfg = dict(SMALL_MOE, num_hidden_layers=1)
+    params, parts = engine_params(cfg, 1)
+    ds, _, _ = _direct(cfg, params, parts, _weights(cfg, torch.bfloat16), 1, 0)
+    # q,k,v -> qkv (1 run), o (1), w13 (1: gate_e, up_e alternate in the stream as in w13), w2 (1); x2 scales
+    # (the w13 rows share the column count of q/k/v in the output, but land in another parameter: a new run)
+    assert ds.stats["copies"] == 8
+
+
+def test_cuts_off_the_block_grid_go_to_verl_with_a_reason():
+    cfg = dict(SMALL_MOE, moe_intermediate_size=192)  # tp 2 -> 96 rows per rank: off the 128 grid
+    params, parts = engine_params(cfg, 2)
+    stacked, experts = _tables(cfg)
+    plan = build_plan(checkpoint(cfg), params, parts, stacked, experts, tp_rank=1, tp_size=2)
+    off = [n for n in plan.left_out if ".experts." in n]
+    assert len(off) == 3 * cfg["num_experts"] * cfg["num_hidden_layers"]
+    assert "block grid" in plan.left_out[off[0]]
+    assert any("qkv" in p.param for p in plan.placements.values())  # the aligned parts stay direct
+
+
+def test_a_parameter_that_changed_shape_is_not_written():
+    cfg = SMALL_DENSE
+    params, parts = engine_params(cfg, 1)
+    stacked, experts = _tables(cfg)
+    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+    dst = _garbage(params)
+    name = "model.layers.0.self_attn.qkv_proj.weight"
+    dst[name] = torch.zeros(3, 3, dtype=torch.float8_e4m3fn)  # e.g. re-laid out by a kernel and not staged back
+    ds.bind(dst)
+    rest = ds.apply(_weights(cfg, torch.bfloat16))
+    assert "model.layers.0.self_attn.q_proj.weight" in [n for n, _ in rest]
+    assert torch.count_nonzero(dst[name].view(torch.uint8)) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype):
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, dtype, seed=5)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    stacked, experts = _tables(cfg)
+    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+    dst = {n: t.cuda() for n, t in _garbage(params).items()}
+    ds.bind(dst)
+    ds.apply([(n, t.cuda()) for n, t in weights])
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)

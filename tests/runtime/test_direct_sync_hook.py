@@ -1,0 +1,172 @@
+"""The ``direct_sync`` runtime patch (fp8spec/runtime/direct_sync_hook.py) on CPU.
+
+* Registration: ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` registers one import hook, on verl's vLLM worker extension
+  module, and imports no engine, no verl and nothing of fp8spec outside the runtime.
+* The engine-side tables: ``packed_modules_mapping`` (read from the vLLM 0.24.0 wheel) plans exactly what
+  ``stacked_params_mapping`` plans.
+* Routing through the wrapped extension: the extension class here is a plain object with verl's two method
+  signatures (verl's own module refuses to import without vLLM); the model is a torch module tree with vLLM's
+  parameter names and shapes, its class's ``packed_modules_mapping`` and expert mapping from the wheel. Covered
+  tensors land byte-equal to quantize-then-copy as vLLM's loaders copy, the rest reach verl's ``_update_weights``
+  in order, each sync logs its counts, the plan is built once, LoRA syncs and unreadable engines go to verl whole.
+The real extension in the real engine: the GPU test below and the device plan (benchmarks/weight_sync/README.md)."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from fp8spec.runtime import direct_sync_hook as hook
+from fp8spec.runtime.direct_sync_plan import build_plan
+
+from ._qwen_shapes import checkpoint, engine_params
+from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
+from .test_activation import CHECK, _run
+from .test_direct_sync import (
+    SMALL_DENSE,
+    SMALL_MOE,
+    _assert_bytes_equal,
+    _garbage,
+    _vllm_style_load,
+    _weights,
+)
+
+pytestmark = pytest.mark.slow  # the vLLM wheel comes from the snapshot cache
+
+
+def test_activation_registers_the_worker_extension_hook_only():
+    r = _run(CHECK, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})
+    assert r["active"] == ["direct_sync"]
+    assert set(r["pending"]) == {hook.MOD_VLLM_EXT} and r["bad"] == []
+
+
+@pytest.mark.parametrize("model,cfg", [("qwen3", SMALL_DENSE), ("qwen3_moe", SMALL_MOE)])
+def test_packed_modules_mapping_plans_what_stacked_params_mapping_plans(model, cfg):
+    params, parts = engine_params(cfg, 2)
+    experts = expert_params_mapping(cfg["num_experts"]) if cfg.get("num_experts") else []
+    a = build_plan(checkpoint(cfg), params, parts, stacked_params_mapping(model), experts, 1, 2)
+    b = build_plan(
+        checkpoint(cfg), params, parts, hook.stacked_from_packed(packed_modules_mapping(model)), experts, 1, 2
+    )
+    assert a.placements and a.placements == b.placements and a.left_out == b.left_out
+
+
+def _model(cfg, params, parts, dst):
+    """A module tree holding ``dst`` under vLLM's parameter names; fused layers carry ``output_sizes``."""
+    moe = bool(cfg.get("num_experts"))
+
+    class Engine(nn.Module):
+        packed_modules_mapping = packed_modules_mapping("qwen3_moe" if moe else "qwen3")
+
+    root = Engine()
+    for name, t in dst.items():
+        *path, leaf = name.split(".")
+        mod = root
+        for part in path:
+            if not hasattr(mod, part):
+                mod.add_module(part, nn.Module())
+            mod = getattr(mod, part)
+        mod.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
+    for fused, rows in parts.items():
+        root.get_submodule(fused).output_sizes = list(rows)
+    if moe:
+        mapping = expert_params_mapping(cfg["num_experts"])
+        root.model.get_expert_mapping = lambda: mapping
+    return root
+
+
+class Ext:
+    """verl's extension, reduced to its two signatures: update_weights_from_ipc calls _update_weights per bucket."""
+
+    def __init__(self, model, buckets):
+        self.model_runner = types.SimpleNamespace(
+            model=model,
+            vllm_config=types.SimpleNamespace(model_config=types.SimpleNamespace(dtype=torch.bfloat16)),
+        )
+        self.buckets, self.to_verl = buckets, []
+
+    def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
+        for b in self.buckets:
+            self._update_weights(b, peft_config=peft_config, base_sync_done=base_sync_done)
+
+    def _update_weights(self, weights, peft_config, base_sync_done):
+        self.to_verl.append([n for n, _ in weights])
+
+
+def _patched(tp=(0, 1)):
+    mod = types.SimpleNamespace(vLLMColocateWorkerExtension=type("X", (Ext,), {}))
+    hook.patch_worker_extension(mod, factory=lambda: hook.DirectState(tp=lambda: tp))
+    hook.patch_worker_extension(mod)  # idempotent: the second call wraps nothing
+    return mod.vLLMColocateWorkerExtension
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+@pytest.mark.parametrize("tp,rank", [(1, 0), (2, 1)])
+def test_buckets_route_direct_and_the_rest_to_verl(cfg, tp, rank, caplog):
+    params, parts = engine_params(cfg, tp)
+    weights = _weights(cfg, torch.float32)
+    ref = _vllm_style_load(cfg, params, weights, tp, rank)
+    dst = _garbage(params)
+    model = _model(cfg, params, parts, dst)
+    step = -(-len(weights) // 3)
+    ext = _patched((rank, tp))(model, [weights[i : i + step] for i in range(0, len(weights), step)])
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    for _ in range(2):
+        ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
+    rest = [n for n, _ in weights if not n.endswith("_proj.weight")]
+    assert [n for b in ext.to_verl for n in b] == rest * 2  # in order, both syncs
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("plan built" in m for m in msgs) == 1
+    direct = len(weights) - len(rest)
+    assert [m.split(": ", 1)[1].split(", 3 buckets")[0] for m in msgs if "sync " in m and "tensors" in m] == [
+        f"sync {i}: {direct} tensors quantized into the engine's parameters, {len(rest)} through verl's receiver"
+        for i in (1, 2)
+    ]
+    assert ext._fp8spec_direct_stats == {
+        "buckets": 3,
+        "direct": direct,
+        "verl": len(rest),
+        "syncs": 2,
+        "broken": None,
+    }
+
+
+def test_lora_syncs_and_unreadable_engines_go_to_verl_whole(caplog):
+    cfg = SMALL_DENSE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16)
+    model = _model(cfg, params, parts, _garbage(params))
+    before = {n: p.data.clone() for n, p in model.named_parameters()}
+    ext = _patched()(model, [weights])
+    ext.update_weights_from_ipc(peft_config={"r": 8}, base_sync_done=True)
+    assert ext.to_verl == [[n for n, _ in weights]]
+    assert ext._fp8spec_direct_stats["direct"] == 0
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    broken = _patched(tp=None)(model, [weights])  # tp() is not callable: the plan cannot be built
+    broken.update_weights_from_ipc()
+    assert broken.to_verl == [[n for n, _ in weights]] and broken._fp8spec_direct_stats["broken"]
+    assert any(r.levelno == logging.WARNING and "plan not built" in r.getMessage() for r in caplog.records)
+    assert all(
+        torch.equal(before[n].view(torch.uint8), p.data.view(torch.uint8))
+        for n, p in model.named_parameters()
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_routing_through_the_triton_path_equals_the_cpu_reference():
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.float32, seed=3)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    model = _model(cfg, params, parts, {n: t.cuda() for n, t in _garbage(params).items()})
+    ext = _patched()(model, [[(n, t.cuda()) for n, t in weights]])
+    ext.update_weights_from_ipc()
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: p.data.cpu() for n, p in model.named_parameters()}, fp8)

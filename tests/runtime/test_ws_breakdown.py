@@ -1,0 +1,196 @@
+"""The weight-sync breakdown's timers, renderer and probe options (benchmarks/engine/ws_breakdown.py,
+weight_sync_probe.py), on CPU with plain Python objects.
+
+Not testable here: ``install_worker`` / ``install_sender`` wrap verl's vLLM rollout modules, which refuse to import
+without vLLM (verl/third_party/vllm/__init__.py raises); the device plan runs them (benchmarks/weight_sync)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]  # no tests.conftest: the device runs tests/runtime with --noconftest
+
+ENGINE = REPO / "benchmarks" / "engine"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(ENGINE))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ENGINE / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(ENGINE))
+
+
+wb = _load("ws_breakdown")
+
+
+class Clock:
+    """Each read advances 1 s: elapsed time is the number of clock reads in between, deterministic."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+class Model:
+    def __init__(self):
+        self.loaded = []
+
+    def load_weights(self, weights):
+        for name, _ in weights:  # consumes a (timed) generator: its next() nests inside load_weights
+            self.leaf(name)
+        return set(self.loaded)
+
+    def leaf(self, name):
+        self.loaded.append(name)
+
+
+def quant(items):
+    for k in items:
+        yield (k, 0)
+
+
+def test_nested_self_time_and_generator_per_next():
+    syncs = []
+    t = wb.Timers(sync=lambda: syncs.append(1), clock=Clock())
+    m = Model()
+    assert t.wrap(m, "load_weights", "model.load_weights")
+    assert t.wrap(m, "leaf", "leaf")
+    timed_quant = t.timed(quant, "quant_weights")
+    assert m.load_weights(timed_quant(["a", "b"])) == {"a", "b"}
+    s = t.stats
+    assert s["leaf"]["calls"] == 2 and s["quant_weights"]["calls"] == 3  # two items + the StopIteration
+    assert s["model.load_weights"]["calls"] == 1
+    for k in ("leaf", "quant_weights"):  # leaves: nothing nested, self == inclusive, 1 clock step each
+        assert s[k]["self_s"] == s[k]["total_s"] == s[k]["calls"]
+    outer = s["model.load_weights"]
+    assert outer["total_s"] - outer["self_s"] == s["leaf"]["total_s"] + s["quant_weights"]["total_s"]
+    assert len(syncs) == 2 * (1 + 2 + 3)  # every enter and exit synchronises
+    rec = json.loads(json.dumps(t.record(sync_s=100.0)))
+    assert rec["sync_s"] == 100.0 and set(rec["stages"]) == {"model.load_weights", "leaf", "quant_weights"}
+    t.reset()
+    assert t.stats == {}
+
+
+def test_wrap_is_idempotent_keeps_exceptions_and_static_methods():
+    t = wb.Timers(clock=Clock())
+
+    class Box:
+        @staticmethod
+        def s(x):
+            return x + 1
+
+        def boom(self):
+            raise KeyError("x")
+
+    assert t.wrap(Box, "s", "static") and t.wrap(Box, "s", "static")
+    assert Box.s(1) == 2 and Box().s(2) == 3
+    assert t.stats["static"]["calls"] == 2  # wrapped once although wrap ran twice
+    assert t.wrap(Box, "boom", "boom")
+    with pytest.raises(KeyError):
+        Box().boom()
+    assert t.stats["boom"]["calls"] == 1 and not t._stack
+    assert not t.wrap(Box, "missing", "x")
+
+
+def test_proxy_times_methods_of_objects_that_refuse_attributes():
+    class Sock:
+        __slots__ = ()
+
+        def recv(self):
+            return b"ack"
+
+        def send(self, b):
+            return len(b)
+
+    sock = Sock()
+    with pytest.raises(AttributeError):
+        sock.recv = None  # type: ignore[method-assign]
+    t = wb.Timers(clock=Clock())
+    p = wb.TimedProxy(sock, t, {"recv": "sender.wait_ack"})
+    assert p.recv() == b"ack" and p.send(b"12") == 2
+    assert t.stats == {"sender.wait_ack": {"calls": 1, "total_s": 1.0, "self_s": 1.0}}
+
+
+def test_param_loaders_wrapped_by_owner_class():
+    class QKVParallelLinear:
+        def weight_loader_v2(self, param, w):
+            return "qkv"
+
+    class P:
+        pass
+
+    class M:
+        def named_parameters(self):
+            a, b, c = P(), P(), P()
+            a.weight_loader = QKVParallelLinear().weight_loader_v2
+            b.weight_loader = lambda p, w: "plain"
+            self.ps = [("a", a), ("b", b), ("c", c)]
+            return self.ps
+
+    t, m = wb.Timers(clock=Clock()), M()
+    assert wb.wrap_param_loaders(t, m) == 2
+    (_, a), (_, b), _ = m.ps
+    assert a.weight_loader(None, None) == "qkv" and b.weight_loader(None, None) == "plain"
+    assert set(t.stats) == {"loader.QKVParallelLinear", "loader.<lambda>"}
+
+
+RECORD = {
+    "title": "qwen3-30b-a3b verl bf16",
+    "sync_s": 5.0,
+    "plain_sync_s": 4.9,
+    "stages": {
+        "receive_weights": {"calls": 1, "total_s": 4.8, "self_s": 0.3},
+        "model.load_weights": {"calls": 1, "total_s": 4.0, "self_s": 1.0},
+        "loader.RoutedExperts": {"calls": 18432, "total_s": 3.0, "self_s": 3.0},
+        "sender.wait_ack": {"calls": 1, "total_s": 4.5, "self_s": 4.5},
+        "zz.custom": {"calls": 2, "total_s": 0.1, "self_s": 0.1},
+    },
+}
+
+
+def test_render_orders_stages_and_accounts_the_rest(tmp_path, capsys):
+    table = wb.render(RECORD, RECORD["title"])
+    rows = [r for r in table.splitlines() if r.startswith("| ")]
+    labels = [r.split("|")[1].strip() for r in rows[1:]]
+    assert labels[:5] == ["sender.wait_ack", "receive_weights", "model.load_weights", "loader.RoutedExperts",
+                          "zz.custom"]
+    assert "| loader.RoutedExperts | 18432 | 3000.0 | 3000.0 | 60.0 |" in rows
+    # engine self times 0.3 + 1.0 + 3.0 + 0.1 = 4.4 of 5.0; the sender's concurrent wait is not summed
+    assert "| (rest: engine time in no stage) |  |  | 600.0 | 12.0 |" in rows
+    assert "| sync without timers (median) |  | 4900.0 |  |  |" in rows
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps(RECORD), encoding="utf-8")
+    assert wb.main([str(f)]) == 0
+    assert capsys.readouterr().out == table + "\n"
+    assert wb.main([]) == 2
+
+
+def test_probe_options_and_medians(monkeypatch):
+    probe = _load("weight_sync_probe")
+    assert probe.probe_options({}) == {"syncs": 3, "dtype": "bf16", "breakdown": False}
+    assert probe.probe_options({"WS_SYNCS": "6", "WS_DTYPE": "fp32", "WS_BREAKDOWN": "1"}) == {
+        "syncs": 6, "dtype": "fp32", "breakdown": True}
+    for bad in ({"WS_SYNCS": "0"}, {"WS_DTYPE": "fp16"}, {"WS_BREAKDOWN": "yes"}):
+        with pytest.raises(ValueError):
+            probe.probe_options(bad)
+    assert probe.timed_median([9.0, 1.0, 2.0, 3.0]) == 2.0  # the warm-up sync is left out
+    assert probe.timed_median([9.0]) == 9.0
+    assert probe.PATCH_ENV == {"patch": "fast_block_quant", "direct": "direct_sync"}
+    monkeypatch.setenv("WS_SYNCS", "0")
+    monkeypatch.setattr(sys, "argv", ["weight_sync_probe.py", "--out", "/nonexistent/x"])
+    with pytest.raises(SystemExit) as e:
+        probe.main()
+    assert e.value.code == 2
