@@ -16,11 +16,11 @@ real shape, its tokenizer, and the parquet data.
   partial-credit reward (specs/rewards/tiny_arith.py) differs within a group and GRPO's advantages are not 0.
 * data/train.parquet: 6 steps x 32 prompts (5 steps of the run + one spare); data/test.parquet: 16. Prompt
   lengths (chat template included, in this tokenizer's tokens) are drawn from a log-normal with median 192
-  tokens and sigma 0.6, clipped to [48, 1000] (each prompt is grown to at least its draw, so the made
-  lengths run a little longer: median 212, 57-925 for the 192 train rows) (max_prompt_length is 1024): about the spread of math-RL prompt
-  sets (most 100-400 tokens, a tail to ~1K). Each prompt is an arithmetic word problem padded with more
-  problem sentences to its drawn length; data/prompt_lengths.json lists the lengths (row order = verl's order
-  with data.shuffle=false, which run_h200_real.sh sets).
+  tokens and sigma 0.6, clipped to [48, 1000] (max_prompt_length is 1024): about the spread of math-RL
+  prompt sets (most 100-400 tokens, a tail to ~1K). Each prompt is grown to at least its draw, so the made
+  lengths run a little longer (median 212, 57-925 for the 192 train rows). Each prompt is an arithmetic word
+  problem padded with more problem sentences to its drawn length; data/prompt_lengths.json lists the
+  lengths (row order = verl's order with data.shuffle=false, which run_h200_real.sh sets).
 
 Nothing is downloaded; the same seed gives the same files.
 """
