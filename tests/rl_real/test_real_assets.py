@@ -6,7 +6,6 @@ responses. The real 4B/8B shapes are initialised on the H200 only (run_h200_real
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,22 +17,11 @@ pytest.importorskip("verl")
 pytest.importorskip("transformers")
 
 SCRIPT = REPO / "benchmarks/rl_real/make_real_assets.py"
-SMALL = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 64, "hidden_act": "silu",
-         "hidden_size": 128, "intermediate_size": 256, "max_position_embeddings": 4096, "model_type": "qwen3",
-         "num_attention_heads": 2, "num_hidden_layers": 1, "num_key_value_heads": 1, "rms_norm_eps": 1e-06,
-         "rope_theta": 1000000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 151936}
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("real-assets")
-    cfg = out / "config.json"
-    cfg.write_text(json.dumps(SMALL), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--config", str(cfg), "--model-dir",
-                           "model", "--device", "cpu", "--train", "64", "--test", "8"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def assets(small_assets) -> Path:
+    return small_assets
 
 
 def test_tokenizer_is_the_models_vocabulary_and_verls_builder_renders_it(assets):
