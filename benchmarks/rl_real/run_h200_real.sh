@@ -8,8 +8,8 @@
 #                                                          prompts and sampling read from the bundle; one replica
 #                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
 #   bash benchmarks/rl_real/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
-#   bash benchmarks/rl_real/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time) bring back
-#                                                          what is there -> $OUT/rl-BUNDLE.tgz
+#   bash benchmarks/rl_real/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
+#                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz
 #
 # BUNDLE is a folder under .rl/bundles/ compiled on the CPU machine (README.md), e.g. real-4b-h200-fp8kv.
 # launch.sh gets run_overrides.txt appended (none touches the engine; the file says why each is there).
@@ -107,8 +107,11 @@ case $step in
       if [[ -f $dir/DONE ]]; then
         python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 40
         rm -f "$dir/DONE"; tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle" && rm -rf "${dir:?}"
-      else
-        echo "rl-wait: $bundle still running"; tail -n 3 "$dir/$bundle.log" 2> /dev/null | cut -c1-300
+      else  # a snapshot of what is there now (the steps so far), the run goes on while the machine stays warm
+        echo "rl-wait: $bundle still running; snapshot in $OUT/rl-$bundle.tgz"
+        tail -n 3 "$dir/$bundle.log" 2> /dev/null | cut -c1-300
+        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 12
+        tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle"
       fi
     done ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
