@@ -12,6 +12,9 @@
 #                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz
 #
 # BUNDLE is a folder under .rl/bundles/ compiled on the CPU machine (README.md), e.g. real-4b-h200-fp8kv.
+# GPUS=0 (or 1, or 0,1) pins a step to those GPUs (default: all): on an nvidia-h200-x2 two one-GPU bundles run
+# side by side (`GPUS=0 ... rl-start A; GPUS=1 ... rl-start B`, each with its own Ray head, ports and temp dir;
+# PORT_BASE differs per run: 20000 default, give the second 21000).
 # launch.sh gets run_overrides.txt appended (none touches the engine; the file says why each is there).
 # VLLM_LOGGING_LEVEL=INFO replaces verl's WARN (verl keeps a value the launching shell sets:
 # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env), so the engine's own KV-cache lines reach the log.
@@ -26,17 +29,24 @@ export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 step=${1:?step}
 shift
 ngpu=$(nvidia-smi -L 2> /dev/null | wc -l)
+if [[ -n ${GPUS:-} ]]; then
+  export CUDA_VISIBLE_DEVICES=$GPUS
+  IFS=, read -r -a gpu_list <<< "$GPUS"
+else
+  mapfile -t gpu_list < <(seq 0 $((ngpu - 1)))
+fi
 
-sample_gpus() {  # DIR: GPU memory every second (per process where nvidia-smi shows them) until DIR/DONE
-  local dir=$1 ts pid
+sample_gpus() {  # DIR: this run's GPUs' memory every second (per process where nvidia-smi shows them) until DIR/DONE
+  local dir=$1 ts pid sel
+  sel=$(IFS=,; echo "${gpu_list[*]}")
   declare -A seen=()
   while [[ ! -f $dir/DONE ]]; do
     ts=$(date +%s.%N)
-    nvidia-smi --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2> /dev/null |
+    nvidia-smi -i "$sel" --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2> /dev/null |
       sed "s/^/$ts, /" >> "$dir/gpu-total.csv"
-    nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2> /dev/null |
+    nvidia-smi -i "$sel" --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2> /dev/null |
       sed "s/^/$ts, /" >> "$dir/gpu-apps.csv"
-    for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null); do
+    for pid in $(nvidia-smi -i "$sel" --query-compute-apps=pid --format=csv,noheader 2> /dev/null); do
       [[ -n ${seen[$pid]:-} ]] && continue
       seen[$pid]=1
       echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | cut -c1-300)" >> "$dir/gpu-pids.txt"
@@ -68,8 +78,8 @@ case $step in
     reps=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks/rl_real'); import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
     eval "$(bundle_env "$bundle")"
     export PYTHONPATH="$PWD/.rl/bundles/$bundle/lib:$PYTHONPATH"  # as launch.sh: verl imports the patch set
-    for ((r = 0; r < reps && r < ngpu; r++)); do
-      CUDA_VISIBLE_DEVICES=$r timeout "${BARE_TIMEOUT_S:-540}" python3 benchmarks/engine/bench_rollout.py \
+    for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
+      CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 benchmarks/engine/bench_rollout.py \
         --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --json "$dir/replica$r.json" \
         > "$dir/replica$r.log" 2>&1 &
     done
@@ -86,13 +96,13 @@ case $step in
       --ray-client-server-port=$((p + 1)) --dashboard-agent-listen-port=$((p + 2)) \
       --dashboard-agent-grpc-port=$((p + 3)) --metrics-export-port=$((p + 4)) --node-manager-port=$((p + 5)) \
       --object-manager-port=$((p + 6)) --runtime-env-agent-port=$((p + 7)) --min-worker-port=$((p + 100)) \
-      --max-worker-port=$((p + 450)) --include-dashboard=false --num-gpus="$ngpu" --num-cpus=16 \
-      --temp-dir=/tmp/ray-real --disable-usage-stats > "$dir/ray-head.log" 2>&1
+      --max-worker-port=$((p + 450)) --include-dashboard=false --num-gpus="${#gpu_list[@]}" --num-cpus=16 \
+      --temp-dir="/tmp/ray-$bundle" --disable-usage-stats > "$dir/ray-head.log" 2>&1
     RAY_ADDRESS="127.0.0.1:$p" timeout "${RUN_TIMEOUT_S:-1500}" bash ".rl/bundles/$bundle/launch.sh" "${extra[@]}" \
       > "$dir/$bundle.log" 2>&1
     echo "$bundle: bundle=$bundle rc=$? $(( $(date +%s) - start ))s" | tee -a "$dir/summary.txt"
-    pkill -f -- "/tmp/ray-real/" > /dev/null 2>&1  # only this run's Ray processes (its temp dir is in their args)
-    mkdir -p "$dir/ray-logs" && cp /tmp/ray-real/session_latest/logs/*.{out,err,log} "$dir/ray-logs/" 2> /dev/null
+    pkill -f -- "/tmp/ray-$bundle/" > /dev/null 2>&1  # only this run's Ray processes (its temp dir is in their args)
+    mkdir -p "$dir/ray-logs" && cp "/tmp/ray-$bundle"/session_latest/logs/*.{out,err,log} "$dir/ray-logs/" 2> /dev/null
     touch "$dir/DONE" ;;
   rl-start)
     bundle=${1:?rl-start BUNDLE}
