@@ -7,6 +7,7 @@
 #   bash benchmarks/rl_real/run_h200_real.sh bare BUNDLE       step 1's generation in a bare vLLM engine, settings,
 #                                                          prompts and sampling read from the bundle; one replica
 #                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
+#   bash benchmarks/rl_real/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
 #   bash benchmarks/rl_real/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
 #   bash benchmarks/rl_real/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
 #                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz
@@ -109,6 +110,8 @@ case $step in
     rm -rf "${ROOT:?}/$bundle" && mkdir -p "$ROOT/$bundle"
     setsid nohup bash "$0" rl-body "$bundle" "$ROOT/$bundle" > "$ROOT/$bundle.driver.log" 2>&1 < /dev/null &
     echo "rl-start: $bundle started; collect with rl-wait" ;;
+  rl)
+    bash "$0" rl-start "${1:?rl BUNDLE}" && bash "$0" rl-wait "${2:-480}" ;;
   rl-wait)
     for _ in $(seq "${1:-540}"); do compgen -G "$ROOT/*/DONE" > /dev/null && break; sleep 1; done
     for dir in "$ROOT"/*/; do
