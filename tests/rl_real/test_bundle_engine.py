@@ -92,3 +92,11 @@ def test_step_prompts_are_the_trainers_rows_in_order(bundles, small_assets):
     cfg.data.shuffle = True
     with pytest.raises(ValueError, match="shuffle"):
         be.step_prompts(cfg, 1)
+
+
+def test_bench_rollout_needs_a_model_or_a_bundle(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/engine/bench_rollout.py"), "--json",
+                           str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--model and --mode are required without --bundle" in proc.stderr
