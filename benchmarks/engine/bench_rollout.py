@@ -9,6 +9,13 @@ exactly ``--output-len`` tokens; weights are vLLM's dummy init at the model's re
 torch.compile at vLLM's defaults. Modes: bf16, fp8 (W8A8 blockwise 128x128 exactly as verl 0.9.1 configures
 it), fp8kv (fp8 + fp8_e4m3 KV cache). Writes one JSON record (throughput, KV capacity, memory facts from the
 engine's log) to ``--json``; the engine log goes to stderr.
+
+    python benchmarks/engine/bench_rollout.py --bundle .rl/bundles/real-4b-h200-fp8kv --step 1 --json out.json
+
+With ``--bundle`` everything comes from a compiled fp8spec bundle instead (benchmarks/rl_real/bundle_engine.py):
+the engine arguments verl's vLLM server would pass, the step's real prompts (rendered by verl's token builder,
+each repeated rollout.n times), verl's sampling (no ignore_eos: sequences stop where the model stops), and the
+share of one rollout replica when the bundle has several (one GPU runs it; run it on each GPU for all).
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ from engine_common import MODELS, engine_kwargs  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=sorted(MODELS), required=True)
-    ap.add_argument("--mode", choices=["bf16", "fp8", "fp8kv"], required=True)
+    ap.add_argument("--model", choices=sorted(MODELS))
+    ap.add_argument("--mode", choices=["bf16", "fp8", "fp8kv"])
+    ap.add_argument("--bundle", help="a compiled bundle folder: engine, prompts and sampling as verl runs them")
+    ap.add_argument("--step", type=int, default=1, help="with --bundle: the training step whose prompts to run")
+    ap.add_argument("--replica", type=int, default=0, help="with --bundle: which rollout replica's share")
     ap.add_argument("--deep-gemm", type=int, choices=[0, 1], default=0)
     ap.add_argument("--util", type=float, default=0.6)
     ap.add_argument("--max-model-len", type=int, default=8192)
@@ -35,6 +45,10 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=1536)
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
+    if args.bundle:
+        return bench_bundle(args)
+    if not (args.model and args.mode):
+        ap.error("--model and --mode are required without --bundle")
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -77,6 +91,54 @@ def main() -> int:
     with open(args.json, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1)
     print(json.dumps(record), file=sys.stderr)
+    return 0
+
+
+def bench_bundle(args) -> int:
+    """One training step's generation as a bare vllm.LLM, everything read from the bundle."""
+    from pathlib import Path
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rl_real"))
+    import bundle_engine as be
+
+    cfg = be.compose(Path(args.bundle))
+    kwargs = be.engine_kwargs(cfg, replica_rank=args.replica)
+    n_rep = be.replicas(cfg)
+    # the agent loop spreads a step's requests over the replicas; one replica's share, in the trainer's order
+    prompts_ids = be.step_prompts(cfg, args.step)[args.replica::n_rep]
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    t0 = time.perf_counter()
+    llm = LLM(**kwargs)
+    start_s = time.perf_counter() - t0
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompts_ids]
+    sampling = [be.sampling_kwargs(cfg, len(ids), kwargs["max_model_len"]) for ids in prompts_ids]
+    params = [SamplingParams(**s) for s in sampling]
+    # warm-up on reversed prompts: the timed prompts must not find their prefixes cached by it
+    warm = [TokensPrompt(prompt_token_ids=ids[::-1]) for ids in prompts_ids[:16:8]]
+    llm.generate(warm, SamplingParams(temperature=1.0, max_tokens=32), use_tqdm=False)
+
+    t1 = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    gen_s = time.perf_counter() - t1
+    lengths = [len(o.outputs[0].token_ids) for o in outs]
+    preempted = [getattr(o.outputs[0], "num_preempted", None) for o in outs]
+    finish: dict[str, int] = {}
+    for o in outs:
+        finish[str(o.outputs[0].finish_reason)] = finish.get(str(o.outputs[0].finish_reason), 0) + 1
+    record = {
+        "bundle": os.path.basename(os.path.normpath(args.bundle)), "step": args.step, "replica": args.replica,
+        "replicas": n_rep, "sequences": len(prompts), "prompt_tokens": sum(map(len, prompts_ids)),
+        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2), "output_tokens": sum(lengths),
+        "response_length_mean": round(sum(lengths) / len(lengths), 1), "output_tok_per_s": round(sum(lengths) / gen_s, 1),
+        "preemptions": None if None in preempted else sum(preempted), "finish_reasons": finish,
+        "engine_kwargs": kwargs, "sampling_first": sampling[0],
+    }
+    with open(args.json, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1, default=str)
+    print(json.dumps({k: v for k, v in record.items() if k != "engine_kwargs"}, default=str), file=sys.stderr)
     return 0
 
 

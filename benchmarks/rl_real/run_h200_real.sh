@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The real-size RL runs on the H200 (issue 24; benchmarks/rl_real/README.md), one step per device call:
+#
+#   bash benchmarks/rl_real/run_h200_real.sh receive NN        the carried .engine/partNN into /tmp/engine
+#   bash benchmarks/rl_real/run_h200_real.sh install           the engine + verl offline set into /tmp/site
+#   bash benchmarks/rl_real/run_h200_real.sh assets SET        model, tokenizer, data of SET (4b-h200 | 8b-h200x2)
+#   bash benchmarks/rl_real/run_h200_real.sh bare BUNDLE       step 1's generation in a bare vLLM engine, settings,
+#                                                          prompts and sampling read from the bundle; one replica
+#                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
+#   bash benchmarks/rl_real/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
+#   bash benchmarks/rl_real/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
+#   bash benchmarks/rl_real/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
+#                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz
+#
+# BUNDLE is a folder under .rl/bundles/ compiled on the CPU machine (README.md), e.g. real-4b-h200-fp8kv.
+# GPUS=0 (or 1, or 0,1) pins a step to those GPUs (default: all): on an nvidia-h200-x2 two one-GPU bundles run
+# side by side (`GPUS=0 ... rl-start A; GPUS=1 ... rl-start B`, each with its own Ray head, ports and temp dir;
+# PORT_BASE differs per run: 20000 default, give the second 21000).
+# launch.sh gets run_overrides.txt appended (none touches the engine; the file says why each is there).
+# VLLM_LOGGING_LEVEL=INFO replaces verl's WARN (verl keeps a value the launching shell sets:
+# verl/trainer/constants_ppo.py get_ppo_ray_runtime_env), so the engine's own KV-cache lines reach the log.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fp8spec_out}
+ROOT=${RL_ROOT:-/tmp/rl-real}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
+export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_LOGGING_LEVEL=INFO
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+step=${1:?step}
+shift
+ngpu=$(nvidia-smi -L 2> /dev/null | wc -l)
+if [[ -n ${GPUS:-} ]]; then
+  export CUDA_VISIBLE_DEVICES=$GPUS
+  IFS=, read -r -a gpu_list <<< "$GPUS"
+else
+  mapfile -t gpu_list < <(seq 0 $((ngpu - 1)))
+fi
+
+sample_gpus() {  # DIR: this run's GPUs' memory every second (per process where nvidia-smi shows them) until DIR/DONE
+  local dir=$1 ts pid sel
+  sel=$(IFS=,; echo "${gpu_list[*]}")
+  declare -A seen=()
+  while [[ ! -f $dir/DONE ]]; do
+    ts=$(date +%s.%N)
+    nvidia-smi -i "$sel" --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2> /dev/null |
+      sed "s/^/$ts, /" >> "$dir/gpu-total.csv"
+    nvidia-smi -i "$sel" --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2> /dev/null |
+      sed "s/^/$ts, /" >> "$dir/gpu-apps.csv"
+    for pid in $(nvidia-smi -i "$sel" --query-compute-apps=pid --format=csv,noheader 2> /dev/null); do
+      [[ -n ${seen[$pid]:-} ]] && continue
+      seen[$pid]=1
+      echo "$pid $(tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | cut -c1-300)" >> "$dir/gpu-pids.txt"
+    done
+    sleep 1
+  done
+}
+
+bundle_env() {  # BUNDLE: the bundle's Ray runtime_env env_vars as shell exports (what its engine processes get)
+  python3 - "$1" << 'PY'
+import shlex, sys, yaml
+env = (yaml.safe_load(open(f".rl/bundles/{sys.argv[1]}/runtime_env.yaml", encoding="utf-8")) or {}).get("env_vars") or {}
+print("\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())))
+PY
+}
+
+case $step in
+  receive) bash benchmarks/engine/run_h200_engine.sh receive "$1" engine ;;
+  install)
+    bash benchmarks/engine/install_offline.sh /tmp/engine /tmp/site || exit
+    python3 -c "import vllm, verl, ray, torch; print('vllm', vllm.__version__, 'verl', verl.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 ;;
+  assets)
+    set_name=${1:?assets SET}; size=${set_name%%-*}
+    python3 benchmarks/rl_real/make_real_assets.py --out /tmp/fp8spec-real \
+      --config "benchmarks/rl_real/models/qwen3-$size/config.json" --model-dir "model-$size" 2>&1 | tail -n 2 ;;
+  bare)
+    bundle=${1:?bare BUNDLE}; dir=$OUT/bare-$bundle
+    mkdir -p "$dir"
+    reps=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks/rl_real'); import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
+    eval "$(bundle_env "$bundle")"
+    export PYTHONPATH="$PWD/.rl/bundles/$bundle/lib:$PYTHONPATH"  # as launch.sh: verl imports the patch set
+    for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
+      CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 benchmarks/engine/bench_rollout.py \
+        --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --json "$dir/replica$r.json" \
+        > "$dir/replica$r.log" 2>&1 &
+    done
+    wait
+    tail -n 2 "$dir"/replica*.log | cut -c1-600
+    tar czf "$OUT/bare-$bundle.tgz" -C "$OUT" "bare-$bundle" && rm -rf "${dir:?}" ;;
+  rl-body)  # BUNDLE DIR (rl-start runs this detached)
+    bundle=$1 dir=$2 p=${PORT_BASE:-20000}
+    mkdir -p "$dir"
+    mapfile -t extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/run_overrides.txt)
+    sample_gpus "$dir" &
+    start=$(date +%s)
+    python3 -m ray.scripts.scripts start --head --node-ip-address=127.0.0.1 --port="$p" \
+      --ray-client-server-port=$((p + 1)) --dashboard-agent-listen-port=$((p + 2)) \
+      --dashboard-agent-grpc-port=$((p + 3)) --metrics-export-port=$((p + 4)) --node-manager-port=$((p + 5)) \
+      --object-manager-port=$((p + 6)) --runtime-env-agent-port=$((p + 7)) --min-worker-port=$((p + 100)) \
+      --max-worker-port=$((p + 450)) --include-dashboard=false --num-gpus="${#gpu_list[@]}" --num-cpus=16 \
+      --temp-dir="/tmp/ray-$bundle" --disable-usage-stats > "$dir/ray-head.log" 2>&1
+    RAY_ADDRESS="127.0.0.1:$p" timeout "${RUN_TIMEOUT_S:-1500}" bash ".rl/bundles/$bundle/launch.sh" "${extra[@]}" \
+      > "$dir/$bundle.log" 2>&1
+    echo "$bundle: bundle=$bundle rc=$? $(( $(date +%s) - start ))s" | tee -a "$dir/summary.txt"
+    pkill -f -- "/tmp/ray-$bundle/" > /dev/null 2>&1  # only this run's Ray processes (its temp dir is in their args)
+    mkdir -p "$dir/ray-logs" && cp "/tmp/ray-$bundle"/session_latest/logs/*.{out,err,log} "$dir/ray-logs/" 2> /dev/null
+    touch "$dir/DONE" ;;
+  rl-start)
+    bundle=${1:?rl-start BUNDLE}
+    rm -rf "${ROOT:?}/$bundle" && mkdir -p "$ROOT/$bundle"
+    setsid nohup bash "$0" rl-body "$bundle" "$ROOT/$bundle" > "$ROOT/$bundle.driver.log" 2>&1 < /dev/null &
+    echo "rl-start: $bundle started; collect with rl-wait" ;;
+  rl)
+    bash "$0" rl-start "${1:?rl BUNDLE}" && bash "$0" rl-wait "${2:-480}" ;;
+  rl-wait)
+    for _ in $(seq "${1:-540}"); do compgen -G "$ROOT/*/DONE" > /dev/null && break; sleep 1; done
+    for dir in "$ROOT"/*/; do
+      dir=${dir%/}; bundle=$(basename "$dir")
+      grep -h -o -E "step:[0-9]+ - " "$dir/$bundle.log" 2> /dev/null | sort -u | tail -n 8
+      if [[ -f $dir/DONE ]]; then
+        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 40
+        rm -f "$dir/DONE"; tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle" && rm -rf "${dir:?}"
+      else  # a snapshot of what is there now (the steps so far), the run goes on while the machine stays warm
+        echo "rl-wait: $bundle still running; snapshot in $OUT/rl-$bundle.tgz"
+        tail -n 3 "$dir/$bundle.log" 2> /dev/null | cut -c1-300
+        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 12
+        tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle"
+      fi
+    done ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac

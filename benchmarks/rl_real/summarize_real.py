@@ -1,0 +1,235 @@
+"""What the real-size RL runs showed (issue 24), read back from run_h200_real.sh's archives or folders.
+
+    python benchmarks/rl_real/summarize_real.py rl-real-4b-h200-fp8kv.tgz bare-real-4b-h200-fp8kv.tgz ... \
+        [--json out.json]
+
+Per bundle: one row per training step from verl's console metrics (rl_run/summarize.py parses them): generation
+time and tokens/s (verl's timing_per_token_ms/gen: the step's response tokens over timing_s/gen), old log-prob,
+update, weight sync, step, mean response length, preempted requests where verl logs them, mismatch KL and the
+other rollout_corr/* figures, the trainer's torch peak; then the engine's own KV figures (its INFO log lines),
+the peak GPU memory of trainer and engine processes (nvidia-smi, sampled each second), the bare engine's
+tokens/s on the same step's prompts and the loop-to-bare ratio (the issue's 5 % bar), whether the bare engine
+got the arguments verl gave the loop's engine (from the `vllm serve` argument list verl prints), and the
+planner's predictions (plan_predictions.json) next to what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import json
+import re
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "rl_run"))
+sys.path.insert(0, str(HERE.parent / "engine"))
+from engine_common import parse_log as engine_facts  # noqa: E402
+from summarize import ANSI, parse_log  # noqa: E402
+
+PREDICTIONS = HERE / "plan_predictions.json"
+PREFIX = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ")
+COLUMNS = (  # (metric, header); "gen tok/s" and the ratio are computed
+    ("timing_s/gen", "gen s"), ("gen_tok_s", "gen tok/s"), ("timing_s/old_log_prob", "old log-prob s"),
+    ("timing_s/update_actor", "update s"), ("timing_s/update_weights", "weight sync s"), ("timing_s/step", "step s"),
+    ("response_length/mean", "resp len"), ("timing_s/agent_loop/num_preempted/mean", "preempted/req"),
+    ("rollout_corr/kl", "mismatch KL"), ("rollout_corr/k3_kl", "k3 KL"),
+    ("training/rollout_actor_probs_pearson_corr", "prob corr"), ("rollout_corr/rollout_is_mean", "IS mean"),
+    ("rollout_corr/rollout_is_min", "IS min"), ("rollout_corr/rollout_is_max", "IS max"),
+    ("rollout_corr/rollout_is_ratio_fraction_high", "IS >C"), ("rollout_corr/rollout_is_ratio_fraction_low", "IS <1/C"),
+    ("actor/perf/max_memory_allocated_gb", "trainer alloc GiB"), ("actor/perf/max_memory_reserved_gb", "trainer rsv GiB"),
+)
+
+
+def serve_args(text: str) -> list[str] | None:
+    """The first `vllm serve` argument list verl's server prints (vllm_async_server.py), or None."""
+    lines = [PREFIX.sub("", ANSI.sub("", raw)) for raw in text.splitlines()]
+    for i, line in enumerate(lines):
+        if line.startswith("['serve',"):
+            for j in range(i, min(i + 400, len(lines))):
+                if lines[j].rstrip().endswith("]"):
+                    return list(ast.literal_eval("\n".join(lines[i: j + 1])))
+    return None
+
+
+def args_mismatches(kwargs: dict, args: list[str]) -> list[str]:
+    """Where vllm.LLM kwargs (bundle_engine.engine_kwargs) differ from a `vllm serve` argument list."""
+    given: dict[str, Any] = {}
+    i = 2  # 'serve', the model path
+    while i < len(args):
+        key = args[i][2:]
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            given[key], i = args[i + 1], i + 2
+        else:
+            given[key], i = True, i + 1
+    out = []
+    for key, value in kwargs.items():
+        if key == "model":
+            continue
+        have = given.pop(key, None)
+        if value is True or value is False or value is None:
+            ok = have is (True if value is True else None)
+        elif isinstance(value, (dict, list)):
+            ok = have is not None and json.loads(have) == value
+        else:
+            ok = have == str(value)
+        if not ok:
+            out.append(f"{key}: bare {value!r}, loop {have!r}")
+    out += [f"{key}: bare (unset), loop {have!r}" for key, have in given.items()]
+    return out
+
+
+def gpu_peaks(folder: Path) -> dict:
+    """Peak GPU memory (MiB) of the trainer's and the engine's processes, and of each GPU in all."""
+    peaks: dict[str, Any] = {"total_mib": {}, "trainer_mib": None, "engine_mib": None}
+    total = folder / "gpu-total.csv"
+    if total.exists():
+        for row in csv.reader(total.open(encoding="utf-8")):
+            if len(row) == 4:
+                gpu, used = row[1].strip(), int(row[3])
+                peaks["total_mib"][gpu] = max(peaks["total_mib"].get(gpu, 0), used)
+    roles = {}
+    pids = folder / "gpu-pids.txt"
+    if pids.exists():
+        for line in pids.read_text(encoding="utf-8", errors="replace").splitlines():
+            pid, _, cmd = line.partition(" ")
+            roles[pid] = "engine" if re.search(r"vllm|VLLM", cmd) else "trainer" if "WorkerDict" in cmd else "other"
+    apps = folder / "gpu-apps.csv"
+    if apps.exists():
+        per_sample: dict[tuple[str, str, str], int] = {}
+        for row in csv.reader(apps.open(encoding="utf-8")):
+            if len(row) == 4 and row[3].strip().isdigit():
+                key = (row[0], row[1].strip(), roles.get(row[2].strip(), "other"))
+                per_sample[key] = per_sample.get(key, 0) + int(row[3])
+        for (_, _, role), used in per_sample.items():
+            if role in ("trainer", "engine"):
+                peaks[f"{role}_mib"] = max(peaks[f"{role}_mib"] or 0, used)
+    return peaks
+
+
+def read(paths: list[Path]) -> dict:
+    """{bundle: {"rl": {...}, "bare": [...]}} from rl-*/bare-* archives or folders."""
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = []
+        for path in paths:
+            if path.is_dir():
+                folders.append(path)
+            else:
+                with tarfile.open(path) as tar:
+                    dest = Path(tmp) / path.name
+                    tar.extractall(dest, filter="data")
+                    folders += [p for p in dest.iterdir() if p.is_dir()]
+        for folder in folders:
+            if folder.name.startswith("bare-"):
+                bundle = folder.name[len("bare-"):]
+                reps = []
+                for rec in sorted(folder.glob("replica*.json")):
+                    r = json.loads(rec.read_text(encoding="utf-8"))
+                    log = rec.with_suffix(".log")
+                    r["engine"] = engine_facts(log.read_text(encoding="utf-8", errors="replace")) if log.exists() else {}
+                    reps.append(r)
+                runs.setdefault(bundle, {})["bare"] = reps
+                continue
+            bundle = folder.name
+            log = folder / f"{bundle}.log"
+            text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+            run = parse_log(text)
+            for metrics in run["steps"].values():
+                if metrics.get("timing_per_token_ms/gen"):
+                    metrics["gen_tok_s"] = 1000.0 / metrics["timing_per_token_ms/gen"]
+            summary = (folder / "summary.txt").read_text(encoding="utf-8") if (folder / "summary.txt").exists() else ""
+            rc = re.search(r"rc=(\S+) (\d+)s", summary)
+            run.update(rc=rc.group(1) if rc else None, wall_s=int(rc.group(2)) if rc else None,
+                       engine=engine_facts(ANSI.sub("", text)), serve_args=serve_args(text), gpu=gpu_peaks(folder))
+            runs.setdefault(bundle, {})["rl"] = run
+    return runs
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def compare(bundle: str, entry: dict, predictions: dict) -> dict:
+    """Loop against bare and plan against run: the figures the issue asks for."""
+    rl, bare, pred = entry.get("rl"), entry.get("bare") or [], predictions.get(bundle, {})
+    out: dict[str, Any] = {"bundle": bundle}
+    steps = {s: m for s, m in (rl or {}).get("steps", {}).items() if s > 0}
+    if steps:
+        out["loop_gen_tok_s"] = {s: m.get("gen_tok_s") for s, m in sorted(steps.items())}
+    if bare:
+        out["bare_gen_tok_s"] = sum(r["output_tok_per_s"] for r in bare)  # replicas run side by side
+        out["bare_response_length_mean"] = bare[0]["response_length_mean"]
+        out["bare_preemptions"] = [r.get("preemptions") for r in bare]
+        out["bare_kv_cache_tokens"] = bare[0]["engine"].get("kv_cache_tokens")
+        if steps and steps.get(1, {}).get("gen_tok_s"):
+            out["loop_over_bare_step1"] = steps[1]["gen_tok_s"] / out["bare_gen_tok_s"]
+            later = [m["gen_tok_s"] for s, m in steps.items() if s > 1 and m.get("gen_tok_s")]
+            if later:
+                out["loop_over_bare_steps2plus"] = sum(later) / len(later) / out["bare_gen_tok_s"]
+        if rl and rl.get("serve_args"):
+            out["args_mismatches"] = args_mismatches(bare[0]["engine_kwargs"], rl["serve_args"])
+    if rl:
+        out["loop_kv_cache_tokens"] = rl["engine"].get("kv_cache_tokens")
+        out["gpu_peak_mib"] = rl["gpu"]
+        out["trainer_torch_peak_reserved_gib"] = max(
+            (m.get("actor/perf/max_memory_reserved_gb") or 0 for m in steps.values()), default=None)
+        out["preempted_per_request"] = [m.get("timing_s/agent_loop/num_preempted/mean") for m in steps.values()]
+    if pred:
+        out["plan"] = {k: pred[k] for k in ("kv_cache_tokens", "trainer_peak_gib", "preempts")}
+        kv = out.get("loop_kv_cache_tokens") or out.get("bare_kv_cache_tokens")
+        if kv:
+            out["plan_kv_error"] = pred["kv_cache_tokens"] / kv - 1
+        if out.get("trainer_torch_peak_reserved_gib"):
+            out["plan_trainer_peak_error"] = pred["trainer_peak_gib"] / out["trainer_torch_peak_reserved_gib"] - 1
+    return out
+
+
+def markdown(runs: dict, predictions: dict) -> str:
+    lines = []
+    for bundle, entry in sorted(runs.items()):
+        rl = entry.get("rl")
+        c = compare(bundle, entry, predictions)
+        ended = f"rc {rl['rc']}, {rl['wall_s']} s" if rl and rl["rc"] is not None else "no loop run" if not rl else "did not end"
+        lines.append(f"### {bundle} ({ended})\n")
+        if rl and any(s > 0 for s in rl["steps"]):
+            lines.append("| step | " + " | ".join(h for _, h in COLUMNS) + " |")
+            lines.append("|---" * (len(COLUMNS) + 1) + "|")
+            for s, m in sorted(rl["steps"].items()):
+                if s > 0:
+                    lines.append(f"| {s} | " + " | ".join(_cell(m.get(k)) for k, _ in COLUMNS) + " |")
+            lines.append("")
+        facts = [f"{k} {_cell(v)}" for k, v in c.items() if k not in ("bundle", "loop_gen_tok_s")]
+        lines += [f"- {f}" for f in facts]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="+", type=Path, help="rl-*.tgz / bare-*.tgz from run_h200_real.sh, or folders")
+    ap.add_argument("--json", type=Path, help="also write everything parsed and compared here")
+    a = ap.parse_args(argv)
+    missing = [str(p) for p in a.paths if not p.exists()]
+    if missing:
+        print(f"summarize_real: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    runs = read(a.paths)
+    if not runs:
+        print("summarize_real: no rl-* or bare-* run in the given paths", file=sys.stderr)
+        return 2
+    predictions = json.loads(PREDICTIONS.read_text(encoding="utf-8"))["specs"]
+    print(markdown(runs, predictions))
+    if a.json:
+        data = {b: {**e, "compare": compare(b, e, predictions)} for b, e in runs.items()}
+        a.json.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Shared fixtures of the real-size RL preparation tests: the six compiled bundles, the small-shape assets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SPECS = sorted((REPO / "benchmarks/rl_real/specs").glob("*.yaml"))
+SMALL = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 64, "hidden_act": "silu",
+         "hidden_size": 128, "intermediate_size": 256, "max_position_embeddings": 4096, "model_type": "qwen3",
+         "num_attention_heads": 2, "num_hidden_layers": 1, "num_key_value_heads": 1, "rms_norm_eps": 1e-06,
+         "rope_theta": 1000000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 151936}
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory) -> Path:
+    """Every spec compiled by the real CLI into one folder (what the device run carries as .rl/bundles)."""
+    out = tmp_path_factory.mktemp("real-bundles")
+    for spec in SPECS:
+        proc = subprocess.run([sys.executable, "-m", "fp8spec.cli", "compile", str(spec), "-o", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_assets(tmp_path_factory) -> Path:
+    """make_real_assets.py on CPU at a small shape with the real 151,936-entry vocabulary."""
+    pytest.importorskip("verl")
+    out = tmp_path_factory.mktemp("real-assets")
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(SMALL), encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/rl_real/make_real_assets.py"), "--out", str(out),
+                           "--config", str(cfg), "--model-dir", "model", "--device", "cpu", "--train", "64",
+                           "--test", "8"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

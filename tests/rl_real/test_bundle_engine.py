@@ -1,0 +1,102 @@
+"""benchmarks/rl_real/bundle_engine.py on CPU: a compiled bundle composed in real verl 0.9.1 gives the bare engine
+the settings the spec compiled, the key list of verl's own vLLM server, the step's prompts in the trainer's order.
+What cannot run here: vllm.LLM itself (bench_rollout.py --bundle runs on the H200)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from tests.conftest import REPO
+from tests.rl_real.conftest import SPECS
+
+pytest.importorskip("hydra")
+pytest.importorskip("verl")
+sys.path.insert(0, str(REPO / "benchmarks/rl_real"))
+import bundle_engine as be  # noqa: E402
+
+MODELS = REPO / "benchmarks/rl_real/models"
+
+
+def _cfg(bundles: Path, name: str, model: Path | None = None):
+    cfg = be.compose(bundles / name)
+    if model is not None:
+        cfg.actor_rollout_ref.model.path = str(model)
+    return cfg
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_engine_kwargs_are_the_specs(spec, bundles):
+    s = YAML(typ="safe").load(spec.read_text(encoding="utf-8"))
+    model = MODELS / ("qwen3-4b" if "-4b-" in spec.name else "qwen3-8b")
+    cfg = _cfg(bundles, spec.stem, model)
+    kw = be.engine_kwargs(cfg)
+    assert kw["gpu_memory_utilization"] == s["rollout"]["gpu_memory_utilization"]
+    assert kw["tensor_parallel_size"] == s["rollout"]["tp"]
+    assert kw["quantization"] == ("fp8" if s["linear"]["quantize"] else None)
+    assert bool(kw["hf_overrides"]) is s["linear"]["quantize"]
+    assert kw.get("kv_cache_dtype") == (None if s["kv_cache"]["dtype"] == "bf16" else s["kv_cache"]["dtype"])
+    assert kw["max_model_len"] == (40960 if "-4b-" in spec.name else 32768)  # max_position_embeddings
+    assert kw["load_format"] == "dummy" and kw["enable_sleep_mode"] is True
+    assert kw["compilation_config"] == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert be.replicas(cfg) == s["hardware"]["gpus_per_node"] // s["rollout"]["tp"]
+    sampling = be.sampling_kwargs(cfg, 200, kw["max_model_len"])
+    assert sampling == {"max_tokens": s["rollout"]["max_response_length"], "temperature": 1.0, "top_p": 1,
+                        "top_k": -1, "repetition_penalty": 1.0, "logprobs": 0, "ignore_eos": False}
+    # run_overrides.txt reached the composed tree
+    assert cfg.data.shuffle is False and cfg.trainer.save_freq == -1 and cfg.trainer.test_freq == -1
+
+
+def _verl_server_arg_keys() -> set[str]:
+    """The keys of the `args = {...}` dict verl's vLLM server turns into `vllm serve` arguments."""
+    spec = importlib.util.find_spec("verl")
+    path = Path(list(spec.submodule_search_locations)[0]) / "workers/rollout/vllm_rollout/vllm_async_server.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == "args" for t in node.targets)):
+            keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+            if "load_format" in keys:
+                return keys
+    raise AssertionError("verl's vLLM server builds no args dict with load_format")
+
+
+def test_kwargs_keys_are_verls_server_args(bundles):
+    kw = be.engine_kwargs(_cfg(bundles, "real-4b-h200-fp8kv", MODELS / "qwen3-4b"))
+    extra = {"kv_cache_dtype"}  # engine_kwargs.vllm, spread into args by verl
+    assert set(kw) - extra - {"model"} == _verl_server_arg_keys()
+
+
+def test_step_prompts_are_the_trainers_rows_in_order(bundles, small_assets):
+    import pandas as pd
+    from transformers import AutoTokenizer
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    cfg = _cfg(bundles, "real-4b-h200-fp8", small_assets / "model")
+    cfg.data.train_files = str(small_assets / "data/train.parquet")
+    rows = pd.read_parquet(small_assets / "data/train.parquet")
+    builder = create_continuous_token_builder(AutoTokenizer.from_pretrained(small_assets / "model"),
+                                              hf_model_type="qwen3")
+    for step in (1, 2):
+        ids = be.step_prompts(cfg, step)
+        assert len(ids) == 32 * 8
+        for j in (0, 5, 31):
+            want = builder.build_initial_tokens(list(rows["prompt"][(step - 1) * 32 + j]))
+            assert ids[8 * j: 8 * j + 8] == [want] * 8
+    with pytest.raises(ValueError, match="no full step 3"):
+        be.step_prompts(cfg, 3)
+    cfg.data.shuffle = True
+    with pytest.raises(ValueError, match="shuffle"):
+        be.step_prompts(cfg, 1)
+
+
+def test_bench_rollout_needs_a_model_or_a_bundle(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/engine/bench_rollout.py"), "--json",
+                           str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--model and --mode are required without --bundle" in proc.stderr
