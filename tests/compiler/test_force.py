@@ -5,11 +5,9 @@ restored by the next compile, never deleted."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from fp8spec.compiler.writer import WriteError, write_bundle
 from tests.compiler.test_writer import with_manifest
 from tests.conftest import BASE_SPEC, REPO, dump_yaml, patched
 from tests.specfile.test_bad_inputs import run_cli
+from tests.unprivileged import unprivileged
 
 OLD = with_manifest({"launch.sh": "#!/bin/sh\necho old\n", "lib/m.py": "x = 1\n"})
 NEW = with_manifest({"launch.sh": "#!/bin/sh\necho new\n"})
@@ -260,28 +259,20 @@ def test_cli_output_path_too_long_is_a_located_exit_2(tmp_path, length):
 
 
 def test_cli_output_under_an_unsearchable_folder_is_a_located_exit_2(tmp_path):
-    cmd = [sys.executable, "-m", "fp8spec.cli", "compile"]
-    if os.geteuid() == 0:  # root searches any folder: run as nobody, as the reproducer does
-        if not shutil.which("setpriv"):
-            pytest.skip("running as root without setpriv: cannot drop the permission to search")
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
-    with tempfile.TemporaryDirectory(dir="/tmp") as shared:  # pytest's tmp_path is private to root
-        top = Path(shared)
-        os.chmod(top, 0o755)
-        spec = _spec(top)
-        os.chmod(spec, 0o644)
-        private = top / "private"
-        private.mkdir(mode=0o700)
-        if os.geteuid() != 0:
-            os.chmod(private, 0o600)  # not searchable by its owner either
-        try:
-            proc = subprocess.run([*cmd, str(spec), "-o", str(private / "out")], capture_output=True,
-                                  text=True, cwd=REPO, timeout=120)
-            assert proc.returncode == 2, proc.stdout + proc.stderr
-            last = proc.stderr.splitlines()[-1]
-            assert last.startswith(f"fp8spec: error: {private / 'out'}") and "Permission denied" in last
-            assert "internal error" not in proc.stderr
-        finally:
-            os.chmod(private, 0o700)
-        assert list(private.iterdir()) == []
+    # root searches any folder: it runs without that capability (tests/unprivileged.py), the mode binds it
+    cmd = unprivileged([sys.executable, "-m", "fp8spec.cli", "compile"])
+    spec = _spec(tmp_path)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o600)  # not searchable by its owner
+    try:
+        proc = subprocess.run([*cmd, str(spec), "-o", str(private / "out")], capture_output=True,
+                              text=True, cwd=REPO, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        last = proc.stderr.splitlines()[-1]
+        assert last.startswith(f"fp8spec: error: {private / 'out'}") and "Permission denied" in last
+        assert "internal error" not in proc.stderr
+    finally:
+        os.chmod(private, 0o700)
+    assert list(private.iterdir()) == []
 

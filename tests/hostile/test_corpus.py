@@ -16,6 +16,7 @@ import pytest
 
 from fp8spec import cli
 from tests.conftest import REPO
+from tests.unprivileged import unprivileged
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -131,10 +132,11 @@ def test_compile_writes_nothing_for_an_error(name, tmp_path):
 # --- special files: each run in its own process with a timeout, since the failure mode is a hang -----------
 
 
-def run_subprocess(*args: str, user: int | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+def run_subprocess(*args: str, bound_by_modes: bool = False,
+                   timeout: float = 30) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "fp8spec.cli", *args]
-    if user is not None:
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    if bound_by_modes:
+        cmd = unprivileged(cmd)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 
@@ -192,29 +194,19 @@ def test_proc_file_with_zero_size_is_read_bounded():
     assert proc.returncode == 2 and "error E00" in proc.stdout, proc.stdout + proc.stderr
 
 
-def _unprivileged_user() -> int | None:
-    if os.geteuid() != 0:
-        return None
-    if not shutil.which("setpriv"):
-        pytest.skip("running as root without setpriv: cannot drop privileges to test a permission error")
-    return 65534
-
-
 def test_unreadable_file_is_a_located_e001_also_as_json(tmp_path):
     spec = tmp_path / "secret.yaml"
     shutil.copy(REPO / "specs" / "qwen3-8b.yaml", spec)
     spec.chmod(0)
-    tmp_path.chmod(0o755)
-    user = _unprivileged_user()
-    proc = run_subprocess("validate", str(spec), user=user)
+    proc = run_subprocess("validate", str(spec), bound_by_modes=True)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"{spec}:1:1: error E001 permission denied" in proc.stdout
-    proc = run_subprocess("validate", "--format", "json", str(spec), user=user)
+    proc = run_subprocess("validate", "--format", "json", str(spec), bound_by_modes=True)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (entry,) = json.loads(proc.stdout)["files"]
     assert entry["diagnostics"][0]["code"] == "E001"
     out = tmp_path / "out"
-    proc = run_subprocess("compile", str(spec), "-o", str(out), user=user)
+    proc = run_subprocess("compile", str(spec), "-o", str(out), bound_by_modes=True)
     assert proc.returncode == 2 and "E001" in proc.stderr and not out.exists()
 
 
