@@ -1,2 +1,0 @@
-def compute_score(*a, **k):
-    return 0.0
