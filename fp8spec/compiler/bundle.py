@@ -147,6 +147,7 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
         files.update(launcher_files(valid, choice.name, plan, files))
         common["launcher_run"] = get_launcher(spec.cluster.launcher).run
         common["launcher_lines"] = readme_lines(valid, choice.name, plan)
+        common["ray_cpus"] = json.loads(files["preflight.json"])["ray_cpus"]
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
     return files

@@ -98,4 +98,17 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: Plan) -> dict:
             "config": config,
         },
         "data": {"files": data_files(spec)},
+        "ray_cpus": ray_cpus(valid),
+    }
+
+
+def ray_cpus(valid: ValidSpec) -> dict:
+    """The logical CPUs verl's main_ppo takes from the Ray cluster (backends/verl/<version>.yaml: the CPU-only
+    actors placed before it asks for GPUs, then each GPU's placement-group bundle): without them it waits
+    forever in silence, so preflight.py refuses such a cluster in seconds."""
+    verl = valid.profile("verl")
+    return {
+        "verl": valid.used_stack()["verl"],
+        "before_gpus": verl.value("requirement.ray_cpus_before_gpus"),
+        "per_gpu": verl.value("requirement.ray_cpus_per_gpu"),
     }

@@ -243,6 +243,30 @@ def test_cluster_rows(pf, expected):
     assert pf.check_cluster(expected, 1, False, True)[0]["status"] == "SKIP"
 
 
+def test_ray_cpu_need_comes_from_the_verl_profile(expected):
+    from fp8spec.profiles import load_profile
+
+    verl = load_profile("verl", "0.9.1")
+    assert expected["ray_cpus"] == {"verl": "0.9.1",
+                                    "before_gpus": verl.value("requirement.ray_cpus_before_gpus"),
+                                    "per_gpu": verl.value("requirement.ray_cpus_per_gpu")}
+
+
+def test_ray_cpu_shortage(pf, expected):
+    need = expected["ray_cpus"]  # 9 before the GPUs, 3 per GPU; this bundle runs on 1 GPU
+    before, per_gpu = need["before_gpus"], need["per_gpu"]
+    # a cluster without the run's GPUs: verl stops itself at its GPU check, so only the CPU-only actors count
+    assert pf.ray_cpu_shortage(need, before, 0, 1) is None
+    short = pf.ray_cpu_shortage(need, 2, 0, 1)
+    assert short.startswith("the Ray cluster offers 2 logical CPUs; verl 0.9.1's main_ppo needs 9 (9 for its")
+    assert "--num-cpus=9" in short and "\n" not in short
+    # with its GPUs, every GPU's placement-group bundle takes per_gpu more (16 GPUs: 9 + 48)
+    assert pf.ray_cpu_shortage(need, before + 16 * per_gpu, 16, 16) is None
+    short = pf.ray_cpu_shortage(need, before + 16 * per_gpu - 1, 16, 16)
+    assert f"needs {before + 16 * per_gpu} (" in short and "3 per GPU for its 16 GPU" in short
+    assert pf.ray_cpu_shortage(None, 0, 0, 1) is None  # a preflight.json without the fact checks nothing
+
+
 # --- the program as a process ----------------------------------------------------------------------
 
 
