@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
@@ -417,7 +418,8 @@ def run_ray(expected: dict, skip_gpu: bool, address: str | None, timeout: float)
     except Exception as err:
         raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err}); "
                              "run it as a Ray job (submit.sh) or pass --address") from err
-    shortage = ray_cpu_shortage(expected.get("ray_cpus"), *cluster_totals(ray), gpus_of_run(expected))
+    cpus, gpus = cluster_totals(ray)
+    shortage = ray_cpu_shortage(expected.get("ray_cpus"), cpus, gpus, gpus_of_run(expected))
     if shortage:
         raise CpuShortage(shortage)
     alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -505,7 +507,7 @@ def check_ray_cpus(expected: dict, address: str | None) -> str:
     try:
         # RAY_ADDRESS set: Ray reads it (as verl's ray.init will); else "auto" finds a local head or raises
         joined = address or (None if os.environ.get("RAY_ADDRESS") else "auto")
-        ray.init(address=joined, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=joined, logging_level=logging.WARNING, log_to_driver=False)
     except ConnectionError:
         if address or os.environ.get("RAY_ADDRESS"):
             raise PreflightError(f"cannot join the Ray cluster at {address or os.environ['RAY_ADDRESS']}") from None
