@@ -122,5 +122,6 @@ class ValidSpec:
         """The backend the spec file itself names (before any retargeting)."""
         values = {"training.backend": self.spec.training.backend, "rollout.engine": self.spec.rollout.engine}
         for r in self.retargeted:
-            values[r.field] = r.spec_value
+            if r.field in values:  # not hardware.gpu (plan --gpu)
+                values[r.field] = r.spec_value
         return f"{values['training.backend']}+{values['rollout.engine']}"
