@@ -39,6 +39,9 @@ class Starter:
     text: str
     validation: Any  # fp8spec.rules.engine.Validation of ``text``
     changes: list[str] = field(default_factory=list)  # "rollout.tp 1 -> 2 (BLK001)", in order
+    # warnings no change removes that the user did not acknowledge (--acknowledge CODE accepts one): printed as
+    # notes; the spec stays unwritten until each is either fixed or acknowledged by the user
+    unacknowledged: list[tuple[str, str]] = field(default_factory=list)  # (code, note)
 
     @property
     def clean(self) -> bool:
@@ -59,6 +62,7 @@ def starter_spec(
     name: Optional[str] = None,
     file: str = "spec.yaml",
     spec_dir: Path = Path("."),
+    acknowledge: tuple[str, ...] = (),
 ) -> Starter:
     from fp8spec.catalog import CatalogError, catalog_ids, get_model
 
@@ -94,7 +98,22 @@ def starter_spec(
         file=file,
     )
     text = template_environment().get_template(f"init/{template}.yaml.j2").render(**values)
-    return _repair(text, file, spec_dir)
+    return _repair(text, file, spec_dir, _acknowledgeable(acknowledge))
+
+
+def _acknowledgeable(codes: tuple[str, ...]) -> frozenset[str]:
+    """The --acknowledge codes, each an acknowledgeable rule (anything else is bad usage)."""
+    from fp8spec.rules.registry import get_rule
+
+    out = set()
+    for code in codes:
+        rule = get_rule(code.strip().upper())
+        if rule is None or not rule.acknowledgeable:
+            raise StarterError(
+                f"--acknowledge {code!r} is not an acknowledgeable rule (`fp8spec rules` marks them)"
+            )
+        out.add(rule.code)
+    return frozenset(out)
 
 
 def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int) -> dict:
@@ -112,7 +131,7 @@ def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int)
     return values
 
 
-def _repair(text: str, file: str, spec_dir: Path) -> Starter:
+def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = frozenset()) -> Starter:
     """Validate; apply the first proposal of the first finding that has one; repeat."""
     from fp8spec.rules.engine import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
@@ -126,7 +145,7 @@ def _repair(text: str, file: str, spec_dir: Path) -> Starter:
         pending.sort(key=lambda rf: (rf[0].severity != "error", rf[0].code))
         fix = next(((rule, f.proposals[0]) for rule, f in pending if f.proposals), None)
         if fix is None:
-            return _acknowledge_rest(text, file, spec_dir, validation, changes)
+            return _acknowledge_rest(text, file, spec_dir, validation, changes, acknowledge)
         rule, proposal = fix
         spec_data = validation.loaded.spec
         for dotted, value in proposal.items():
@@ -137,25 +156,40 @@ def _repair(text: str, file: str, spec_dir: Path) -> Starter:
     return Starter(text, validation, changes)
 
 
-def _acknowledge_rest(text: str, file: str, spec_dir: Path, validation, changes: list[str]) -> Starter:
-    """Warnings no single change removes, when every one is acknowledgeable (the paper's 20K-token responses
-    preempt on most GPUs: MEM004), are acknowledged with a reason that says so; anything else stays."""
+def _acknowledge_rest(
+    text: str, file: str, spec_dir: Path, validation, changes: list[str], acknowledge: frozenset[str]
+) -> Starter:
+    """Warnings no single change removes (the paper's 20K-token responses preempt on most GPUs: MEM004) are
+    acknowledged only where the user asked for it (--acknowledge CODE), with a reason saying so; the others
+    are left as notes and keep the spec unwritten: init accepts nothing the user did not choose."""
     from fp8spec.rules.engine import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]
-    if not left or any(rule.severity == "error" or not rule.acknowledgeable for rule, _ in left):
+    if not left or any(rule.severity == "error" for rule, _ in left):
         return Starter(text, validation, changes)
+    chosen = {rule.code: rule for rule, _ in left if rule.code in acknowledge}
+    unchosen = [
+        (
+            rule.code,
+            f"{rule.code} {rule.name}: {f.message} (no single change removes it on this hardware; "
+            f"`--acknowledge {rule.code}` accepts it as a warning you know of)"
+            if rule.acknowledgeable
+            else f"{rule.code} {rule.name}: {f.message}",
+        )
+        for rule, f in left
+        if rule.code not in chosen
+    ]
+    if not chosen:
+        return Starter(text, validation, changes, unchosen)
     acks = {
-        f"acknowledge.{rule.code}": f"fp8spec init found no change that removes it on this hardware: "
-        f"{rule.summary[0].lower()}{rule.summary[1:].rstrip('.')}"
-        for rule, _ in left
+        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: no change removes it on this "
+        f"hardware ({rule.summary[0].lower()}{rule.summary[1:].rstrip('.')})"
+        for code, rule in sorted(chosen.items())
     }
     text = set_values(text, acks)
-    changes.extend(
-        f"{key} (kept as a warning you accept; `fp8spec rules {key.split('.')[1]}`)" for key in acks
-    )
-    return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes)
+    changes.extend(f"{key} (--acknowledge; `fp8spec rules {key.split('.')[1]}`)" for key in acks)
+    return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes, unchosen)
 
 
 def set_values(text: str, changes: dict[str, Any]) -> str:

@@ -38,6 +38,13 @@ def test_init_output_validates_clean(case, tmp_path):
     template, model, gpu, nodes, gpn = case
     out = tmp_path / "spec.yaml"
     result = starter_spec(template, model, gpu, nodes, gpn, file=str(out), spec_dir=tmp_path)
+    noted = tuple(code for code, _ in result.unacknowledged)
+    if noted:  # init accepts no warning on its own: each is a note naming the flag, and nothing is clean yet
+        assert not result.clean and not result.validation.loaded.spec.acknowledge
+        assert all(f"--acknowledge {code}" in note for code, note in result.unacknowledged)
+        result = starter_spec(template, model, gpu, nodes, gpn, file=str(out), spec_dir=tmp_path,
+                              acknowledge=noted)
+        assert result.validation.loaded.spec.acknowledge.keys() == set(noted)  # exactly what was chosen
     assert result.clean, [d.render() for d in result.validation.diagnostics]
     out.write_text(result.text, encoding="utf-8")
     validation = validate_path(out)  # the file as written, from scratch
@@ -55,12 +62,14 @@ def test_init_output_validates_clean(case, tmp_path):
 
 def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
     out = tmp_path / "mine.yaml"
-    proc = run_cli(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out))
+    proc = run_cli(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out),
+                   "--acknowledge", "MEM004", "--acknowledge", "TRN007")
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "# Check: fp8spec validate " in text and "parallel: {tp:" in text  # comments and layout kept
     for line in proc.stderr.splitlines():  # each change init made is reported with the rule behind it
         assert line.startswith("init: ") and "(" in line
+    assert "init: acknowledge.MEM004 (--acknowledge" in proc.stderr
     assert run_cli("validate", "--strict", str(out)).returncode == 0
     proc = run_cli("compile", str(out), "-o", str(tmp_path / "b"))
     assert proc.returncode == 0, proc.stderr
@@ -79,6 +88,32 @@ def test_cli_init_refuses_what_cannot_be_clean(tmp_path):
     proc = run_cli(*_args("moe-megatron", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
     assert proc.returncode == 1 and " error MEM001 " in proc.stderr and "nothing written" in proc.stderr
     assert not out.exists()
+    # located in the draft's own text, which is quoted, not in the file that was never written
+    assert "ds.yaml:" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("draft:") and " error MEM001 " in line)
+    line_no = int(lines[i].split(":")[1])
+    quoted = next(x for x in lines[i + 1:] if not x.startswith("    hint:"))
+    assert quoted.startswith(f"    {line_no:>4} | ") and "backend: megatron" in quoted
+
+
+def test_cli_init_acknowledges_only_what_the_user_chose(tmp_path):
+    """The moe-megatron template's long responses preempt on 2 x 8 H200 (MEM004) and FP8 training was measured
+    slower for this class (TRN007): init says so and writes nothing until the user accepts each by name."""
+    out = tmp_path / "m.yaml"
+    args = _args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8) + ["-o", str(out)]
+    proc = run_cli(*args)
+    assert proc.returncode == 1 and not out.exists()
+    assert "init: note: MEM004 heavy-preemption:" in proc.stderr and "`--acknowledge MEM004`" in proc.stderr
+    one = run_cli(*args, "--acknowledge", "MEM004")
+    assert one.returncode == 1 and not out.exists() and "`--acknowledge TRN007`" in one.stderr
+    both = run_cli(*args, "--acknowledge", "mem004", "--acknowledge", "TRN007")
+    assert both.returncode == 0, both.stderr
+    acks = load_spec(out).spec.acknowledge
+    assert set(acks) == {"MEM004", "TRN007"}
+    assert all(reason.startswith(f"accepted with fp8spec init --acknowledge {code}") for code, reason in acks.items())
+    bad = run_cli(*args, "--force", "--acknowledge", "BLK001")
+    assert bad.returncode == 2 and "not an acknowledgeable rule" in bad.stderr
 
 
 @pytest.mark.parametrize("args,text", [
