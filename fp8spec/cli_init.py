@@ -102,6 +102,14 @@ def init(
         help="Write the spec to FILE instead of printing it.",
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing FILE."),
+    config_path: Optional[Path] = typer.Option(
+        None,
+        "--config-path",
+        metavar="PATH",
+        readable=False,
+        help="A model outside the catalog: its local Hugging Face folder or config.json (written into the spec "
+        "as model.config_path; --model names it, default the config's _name_or_path or its folder).",
+    ),
     acknowledge: Optional[List[str]] = typer.Option(
         None,
         "--acknowledge",
@@ -129,6 +137,7 @@ def init(
             printable(display),
             (output.parent if output is not None else Path(".")).resolve(),
             tuple(acknowledge or ()),
+            config_path,
         )
     except StarterError as err:
         fail(EXIT_BAD_INPUT, str(err))

@@ -63,20 +63,26 @@ def starter_spec(
     file: str = "spec.yaml",
     spec_dir: Path = Path("."),
     acknowledge: tuple[str, ...] = (),
+    config_path: Optional[Path] = None,
 ) -> Starter:
     from fp8spec.catalog import CatalogError, catalog_ids, get_model
 
     if template not in TEMPLATES:
         raise StarterError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
     d_model, d_gpu, d_nodes = DEFAULTS[template]
-    model_id = model_id or d_model
-    try:
-        model = get_model(model_id)
-    except CatalogError:
-        raise StarterError(
-            f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
-            "another model write model.config_path into the spec"
-        ) from None
+    config_file = None
+    if config_path is not None:
+        model, config_file = _model_of_config(config_path, model_id)
+        model_id = model_id or model.id
+    else:
+        model_id = model_id or d_model
+        try:
+            model = get_model(model_id)
+        except CatalogError:
+            raise StarterError(
+                f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
+                "another model pass --config-path (its local Hugging Face folder or config.json)"
+            ) from None
     gpu = gpu or d_gpu
     nodes = nodes or d_nodes
     from fp8spec.hardware import GPU_NAMES
@@ -94,11 +100,30 @@ def starter_spec(
         gpu=gpu,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
-        model_path=f"/models/{model_id.rsplit('/', 1)[-1]}",
+        model_path=str(config_file.parent) if config_file else f"/models/{model_id.rsplit('/', 1)[-1]}",
+        config_path=str(config_file) if config_file else None,
         file=file,
     )
     text = template_environment().get_template(f"init/{template}.yaml.j2").render(**values)
     return _repair(text, file, spec_dir, _acknowledgeable(acknowledge))
+
+
+def _model_of_config(path: Path, model_id: Optional[str]):
+    """(facts, config.json path) of a local model outside the catalog: the folder's config.json or the file,
+    read by the catalog's own parser (fp8spec.catalog.model_from_config), exactly as model.config_path is."""
+    from fp8spec.catalog import CatalogError, model_from_config
+
+    path = path.expanduser().resolve()
+    config_file = path / "config.json" if path.is_dir() else path
+    try:
+        model = model_from_config(config_file, model_id)
+    except CatalogError as err:
+        raise StarterError(f"--config-path {path}: {err}") from None
+    if not model_id and model.id == str(config_file):  # no _name_or_path: name it after its folder
+        from dataclasses import replace
+
+        model = replace(model, id=config_file.parent.name or "local-model")
+    return model, config_file
 
 
 def _acknowledgeable(codes: tuple[str, ...]) -> frozenset[str]:

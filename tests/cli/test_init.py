@@ -134,3 +134,59 @@ def test_cli_init_keeps_an_existing_file_without_force(tmp_path):
     proc = run_cli("init", "-o", str(out))
     assert proc.returncode == 2 and "--force" in proc.stderr and out.read_text() == "mine\n"
     assert run_cli("init", "-o", str(out), "--force").returncode == 0 and out.read_text().startswith("# ")
+
+
+MISTRAL_LIKE = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+                "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "num_hidden_layers": 32, "vocab_size": 32768, "tie_word_embeddings": False,
+                "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}
+
+
+def test_init_config_path_writes_a_valid_spec_for_a_model_outside_the_catalog(tmp_path):
+    import json
+
+    from fp8spec.catalog import catalog_ids, model_from_config
+
+    folder = tmp_path / "my-mistral"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MISTRAL_LIKE))
+    assert not [i for i in catalog_ids() if "mistral-7b" in i.lower()]
+    out = tmp_path / "s.yaml"
+    proc = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("validate", "--strict", str(out)).returncode == 0
+    validation = validate_path(out)
+    spec = validation.loaded.spec
+    assert spec.model.config_path == str(folder / "config.json") and spec.model.path == str(folder)
+    assert spec.model.name == "my-mistral" and spec.name == "my-mistral-fp8-rollout"
+    assert validation.context.model == model_from_config(folder / "config.json")  # what validate reads
+    # a config.json path works the same, and --model names it
+    named = run_cli("init", "--config-path", str(folder / "config.json"), "--model", "me/mistral-7b-sft",
+                    "--gpu", "h200")
+    assert named.returncode == 0 and 'name: "me/mistral-7b-sft"' in named.stdout
+
+
+def test_init_config_path_reads_facts_as_the_catalog_does(tmp_path):
+    import dataclasses
+    import json
+
+    from fp8spec.catalog import get_model, model_from_config
+    from fp8spec.catalog._store import load_entry
+
+    (tmp_path / "config.json").write_text(json.dumps(load_entry("Qwen/Qwen3-8B")["config"]))
+    local = model_from_config(tmp_path / "config.json", "Qwen/Qwen3-8B")
+    catalog = get_model("Qwen/Qwen3-8B")
+    skip = {"source", "path"}
+    assert {f.name: getattr(local, f.name) for f in dataclasses.fields(local) if f.name not in skip} == \
+        {f.name: getattr(catalog, f.name) for f in dataclasses.fields(catalog) if f.name not in skip}
+    proc = run_cli("init", "--config-path", str(tmp_path), "--model", "Qwen/Qwen3-8B")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_init_config_path_bad_input_is_one_line(tmp_path):
+    missing = run_cli("init", "--config-path", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and missing.stderr.startswith("fp8spec: error: --config-path ")
+    assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
+    (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "hidden_size": 8}')
+    odd = run_cli("init", "--config-path", str(tmp_path))
+    assert odd.returncode == 2 and "--config-path" in odd.stderr and "Traceback" not in odd.stderr
