@@ -27,6 +27,8 @@ DEFAULTS = {  # template -> (model, gpu, nodes)
     "sglang": ("Qwen/Qwen3-8B", "h200", 1),
 }
 SUFFIX = {"dense-vllm": "fp8-rollout", "moe-megatron": "fp8-e2e", "sglang": "sglang-fp8-rollout"}
+# the name of a starter that ends up with no FP8 at all (a GPU without FP8 tensor cores): it must not say fp8
+SUFFIX_BF16 = {"dense-vllm": "bf16-rollout", "moe-megatron": "bf16", "sglang": "sglang-bf16-rollout"}
 MAX_REPAIRS = 12
 
 
@@ -48,9 +50,9 @@ class Starter:
         return not any(d.severity in ("error", "warning") for d in self.validation.diagnostics)
 
 
-def default_name(template: str, model_id: str) -> str:
+def default_name(template: str, model_id: str, fp8: bool = True) -> str:
     base = re.sub(r"[^a-z0-9._-]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-._") or "model"
-    return f"{base}-{SUFFIX[template]}"[:63]
+    return f"{base}-{(SUFFIX if fp8 else SUFFIX_BF16)[template]}"[:63]
 
 
 def starter_spec(
@@ -102,10 +104,30 @@ def starter_spec(
         gpus_per_node=gpus_per_node,
         model_path=str(config_file.parent) if config_file else f"/models/{model_id.rsplit('/', 1)[-1]}",
         config_path=str(config_file) if config_file else None,
+        no_fp8=None,
         file=file,
     )
-    text = template_environment().get_template(f"init/{template}.yaml.j2").render(**values)
-    return _repair(text, file, spec_dir, _acknowledgeable(acknowledge))
+    chosen = _acknowledgeable(acknowledge)
+    template_text = template_environment().get_template(f"init/{template}.yaml.j2")
+    result = _repair(template_text.render(**values), file, spec_dir, chosen)
+    spec = result.validation.loaded.spec
+    if spec is not None and not spec.linear.quantize:
+        # the repairs turned the template's FP8 linears off (no FP8 tensor cores on this GPU): the starter says so in
+        # its name and header instead of keeping the FP8 recipe's; the same repairs apply again to the new draft
+        import textwrap
+
+        from fp8spec.hardware import gpu as gpu_facts
+
+        kept = "the KV cache stays FP8 (kv_cache.dtype)" if spec.kv_cache.fp8 else "nothing else is FP8"
+        bf16_name = default_name(template, model_id, fp8=False) + ("-fp8kv" if spec.kv_cache.fp8 else "")
+
+        why = (
+            f"The {template} template without FP8 linears: {gpu} (compute capability {gpu_facts(gpu).cc_text}) "
+            f"cannot run them, so init turned them off; {kept}. stderr lists each change and the rule behind it."
+        )
+        values.update(name=name or bf16_name[:63], no_fp8="\n# ".join(textwrap.wrap(why, 108)))
+        result = _repair(template_text.render(**values), file, spec_dir, chosen)
+    return result
 
 
 def _model_of_config(path: Path, model_id: Optional[str]):

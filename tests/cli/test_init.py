@@ -190,3 +190,22 @@ def test_init_config_path_bad_input_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "hidden_size": 8}')
     odd = run_cli("init", "--config-path", str(tmp_path))
     assert odd.returncode == 2 and "--config-path" in odd.stderr and "Traceback" not in odd.stderr
+
+
+def test_init_on_a_gpu_without_fp8_says_so_in_name_and_comments(tmp_path):
+    from fp8spec.starter import starter_spec
+
+    fp8 = starter_spec("dense-vllm", gpu="h100", spec_dir=tmp_path)
+    assert "blockwise 128x128 E4M3" in fp8.text and fp8.validation.loaded.spec.name.endswith("-fp8-rollout")
+    for template in ("dense-vllm", "sglang"):
+        result = starter_spec(template, gpu="a100", spec_dir=tmp_path)
+        spec = result.validation.loaded.spec
+        assert result.clean and not spec.linear.quantize
+        assert "linear.quantize true -> false (HW002)" in result.changes
+        assert "fp8-rollout" not in result.text and "E4M3 linears" not in result.text
+        assert f"# The {template} template without FP8 linears: a100 (compute capability 8.0)" in result.text
+        assert spec.name == ("qwen3-8b-base-bf16-rollout-fp8kv" if template == "dense-vllm"
+                             else "qwen3-8b-sglang-bf16-rollout")
+        assert spec.trainer.checkpoint_dir.endswith(spec.name)
+    named = starter_spec("dense-vllm", gpu="a100", name="mine", spec_dir=tmp_path)
+    assert named.validation.loaded.spec.name == "mine"  # a name the user chose is kept
