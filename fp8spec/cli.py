@@ -17,6 +17,8 @@ import typer
 
 from fp8spec import __version__
 from fp8spec.cli_backends import backends_app
+from fp8spec.cli_codes import check_format as _check_format
+from fp8spec.cli_codes import rules_json as _rules_json
 from fp8spec.cli_init import init
 from fp8spec.cli_options import (
     JSON_OUTPUT,
@@ -204,57 +206,6 @@ def rules(
     typer.echo(f"{c.summary}\n")
     typer.echo(f"Why: {c.why}\n")
     typer.echo(f"Fix: {c.fix}")
-
-
-def _check_format(format: str) -> None:
-    if format not in ("text", "json"):
-        usage_error(f"--format must be text or json, not {format!r}")
-
-
-def _rule_record(r: Any) -> dict:
-    return {
-        "code": r.code,
-        "kind": "rule",
-        "name": r.name,
-        "severity": r.severity,
-        "acknowledgeable": r.acknowledgeable,
-        "summary": r.summary,
-        "why": r.rationale,
-        "fix": r.hint,
-    }
-
-
-def _input_code_record(c: Any) -> dict:
-    return {
-        "code": c.code,
-        "kind": c.kind,
-        "name": c.name,
-        "severity": "error",
-        "exit_code": c.exit_code,
-        "summary": c.summary,
-        "why": c.why,
-        "fix": c.fix,
-    }
-
-
-def _rules_json(code: Optional[str]) -> None:
-    """`rules --format json`: every code (rules, then the reader's and schema's), or the one asked for."""
-    import json
-
-    from fp8spec.rules.registry import all_rules, get_rule
-    from fp8spec.specfile.codes import input_code, input_codes
-
-    if code is None:
-        records = [_rule_record(r) for r in all_rules()]
-        records += [_input_code_record(c) for c in input_codes().values()]
-        typer.echo(json.dumps({"codes": records}, indent=2, sort_keys=True))
-        return
-    rule = get_rule(code)
-    found = input_code(code) if rule is None else None
-    if rule is None and found is None:
-        fail(EXIT_BAD_INPUT, f"no rule or code {code!r}; `fp8spec rules` lists them")
-    record = _rule_record(rule) if rule is not None else _input_code_record(found)
-    typer.echo(json.dumps(record, indent=2, sort_keys=True))
 
 
 def _validated(spec: Path, backend: Optional[str]):

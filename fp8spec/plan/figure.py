@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fp8spec.plan.plan import DOES_NOT_FIT, curves, response_ticks  # noqa: E402
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from fp8spec.plan.plan import Plan
 
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
@@ -30,7 +32,7 @@ def plan_png(plan: Plan) -> bytes:
     return buf.getvalue()
 
 
-def plan_figure(plan: Plan):
+def plan_figure(plan: Plan) -> Figure:
     """The figure (left: KV capacity bars; right: concurrency curves), laid out; the caller closes it."""
     series, running = curves(plan)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)

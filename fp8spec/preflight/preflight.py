@@ -8,19 +8,13 @@ needs the Python standard library, torch for the GPU facts and ray for the clust
     python3 preflight.py --skip-gpu-checks   # dry run on CPU nodes: one task on every alive node
     python3 preflight.py --local             # this machine only, in-process, without Ray
     eval "$(python3 preflight.py --print-env)"   # export the bundle's environment into this shell
-    python3 preflight.py --ray-cpus-only     # seconds: only the Ray cluster's logical CPUs (launch.sh by hand)
 
 On every node it checks: the GPUs (count, name and compute capability against hardware.gpu), the CUDA version
 torch was built with, the installed versions of the pinned packages (and flash-attn when the FSDP trainer asks for
 flash_attention_2), the runtime patch set the workers import (the files the bundle ships in lib/, by sha256),
 every environment variable the bundle sets (as the worker sees it), the model folder and its config.json (unless a
 hub id), and every data file. One table, node by node; exit 1 on any mismatch, 2 when it could not run.
-
-Before any node task it asks the Ray cluster for its logical CPUs (preflight.json "ray_cpus", from fp8spec's
-verl profile): verl's main_ppo places CPU-only actors (TransferQueue's controller and storage units) before it
-asks for GPUs, then one placement group of CPUs per GPU, and Ray leaves an actor it cannot place pending with
-no error, so a cluster with too few CPUs makes the training job wait forever in silence. Then it prints one line
-and exits 3 within seconds. Exit codes: 0 passed, 1 a mismatch, 2 could not run, 3 too few Ray CPUs.
+Before any node task it checks the Ray cluster's logical CPUs (preflight_cpus.py, shipped beside it): exit 3.
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import os
 import platform
 import re
@@ -36,6 +29,9 @@ import shlex
 import socket
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # preflight_cpus.py ships beside this file
+import preflight_cpus  # noqa: E402
 
 PASS, FAIL, SKIP, INFO = "PASS", "FAIL", "SKIP", "INFO"
 RESULT_TAG = "FP8SPEC_PREFLIGHT_RESULT"
@@ -56,16 +52,7 @@ class PreflightError(Exception):
     """The preflight could not run (bad preflight.json, no Ray): exit code 2."""
 
 
-class CpuShortage(Exception):
-    """The Ray cluster offers too few logical CPUs for verl's main_ppo, which would wait forever: exit code 3."""
-
-
-EXIT_CPU_SHORTAGE = 3
-
-
-# ---------------------------------------------------------------------------------------------------
-# facts: what one node sees (runs inside a Ray task, or in-process with --local)
-# ---------------------------------------------------------------------------------------------------
+# --- facts: what one node sees (runs inside a Ray task, or in-process with --local) -------------------------
 
 
 def node_facts(expected: dict, skip_gpu: bool = False) -> dict:
@@ -210,9 +197,7 @@ def _model_facts(model: dict) -> dict:
     return {"status": "read", "path": config_path, "values": values}
 
 
-# ---------------------------------------------------------------------------------------------------
-# checks: pure functions of (expected, facts) -> rows
-# ---------------------------------------------------------------------------------------------------
+# --- checks: pure functions of (expected, facts) -> rows ----------------------------------------------------
 
 
 def _row(check: str, expected, found, status: str) -> dict:
@@ -355,48 +340,7 @@ def check_cluster(expected: dict, node_count: int, skip_gpu: bool, local: bool) 
     return [_row("gpu nodes", nodes, found, PASS if node_count == nodes else FAIL)]
 
 
-def ray_cpu_shortage(need: dict | None, cluster_cpus: float, cluster_gpus: float, gpus: int) -> str | None:
-    """Why verl's main_ppo would wait forever on a cluster with these totals (None: it will not, for CPUs).
-
-    ``need``: preflight.json's "ray_cpus". The CPU-only actors come first, held to the end; once the cluster has
-    the run's ``gpus`` (fewer: verl stops itself with an error), every GPU's placement-group bundle takes
-    ``per_gpu`` more. Totals only: which node has them is Ray's business (and its own PENDING state)."""
-    if not need:
-        return None
-    before = need["before_gpus"]
-    wanted = before + (need["per_gpu"] * gpus if cluster_gpus >= gpus else 0)
-    if cluster_cpus >= wanted:
-        return None
-    per_gpu = (f" + {need['per_gpu']} per GPU for its {gpus} GPU placement-group bundles"
-               if wanted > before else "")
-    return (f"the Ray cluster offers {cluster_cpus:g} logical CPUs; verl {need['verl']}'s main_ppo needs "
-            f"{wanted} ({before} for its CPU-only actors before it asks for GPUs{per_gpu}) and would wait "
-            f"forever without an error: start Ray with --num-cpus={wanted} or more (a count, not cores)")
-
-
-def cluster_totals(ray) -> tuple:
-    """(logical CPUs, GPUs) the joined Ray cluster offers in all."""
-    total = ray.cluster_resources()
-    return float(total.get("CPU", 0)), float(total.get("GPU", 0))
-
-
-def local_cpus() -> float:
-    """Logical CPUs a Ray that verl starts itself (ray.init without a cluster) would offer: Ray's own count."""
-    try:
-        from ray._private.utils import get_num_cpus
-
-        return float(get_num_cpus())
-    except Exception:  # pragma: no cover - Ray moved it: the affinity mask is what it reads first
-        return float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-def gpus_of_run(expected: dict) -> int:
-    return expected["hardware"]["nodes"] * expected["hardware"]["gpus_per_node"]
-
-
-# ---------------------------------------------------------------------------------------------------
-# running: in-process (--local) or one Ray task per node
-# ---------------------------------------------------------------------------------------------------
+# --- running: in-process (--local) or one Ray task per node -------------------------------------------------
 
 
 def run_local(expected: dict, skip_gpu: bool) -> list:
@@ -418,10 +362,7 @@ def run_ray(expected: dict, skip_gpu: bool, address: str | None, timeout: float)
     except Exception as err:
         raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err}); "
                              "run it as a Ray job (submit.sh) or pass --address") from err
-    cpus, gpus = cluster_totals(ray)
-    shortage = ray_cpu_shortage(expected.get("ray_cpus"), cpus, gpus, gpus_of_run(expected))
-    if shortage:
-        raise CpuShortage(shortage)
+    preflight_cpus.require_cpus(ray, expected)  # seconds: a cluster short of CPUs would hang verl silently
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if skip_gpu:
         targets = [(n, 0) for n in alive]
@@ -456,9 +397,7 @@ def run_ray(expected: dict, skip_gpu: bool, address: str | None, timeout: float)
     return results
 
 
-# ---------------------------------------------------------------------------------------------------
-# output
-# ---------------------------------------------------------------------------------------------------
+# --- output -------------------------------------------------------------------------------------------------
 
 
 def render(expected: dict, results: list, mode: str) -> str:
@@ -497,36 +436,6 @@ def summarize(results: list) -> tuple:
                   f"{counts[SKIP]} skipped")
 
 
-def check_ray_cpus(expected: dict, address: str | None) -> str:
-    """--ray-cpus-only: join the running cluster verl's ray.init would join (address, RAY_ADDRESS, else a local
-    head) and check its CPUs; with none running, verl starts its own, so count what that one would offer."""
-    try:
-        import ray
-    except ImportError as err:
-        raise PreflightError(f"ray is not importable ({err})") from err
-    try:
-        # RAY_ADDRESS set: Ray reads it (as verl's ray.init will); else "auto" finds a local head or raises
-        joined = address or (None if os.environ.get("RAY_ADDRESS") else "auto")
-        ray.init(address=joined, logging_level=logging.WARNING, log_to_driver=False)
-    except ConnectionError:
-        if address or os.environ.get("RAY_ADDRESS"):
-            raise PreflightError(f"cannot join the Ray cluster at {address or os.environ['RAY_ADDRESS']}") from None
-        cpus, where = local_cpus(), "the local Ray verl would start"
-        shortage = ray_cpu_shortage(expected.get("ray_cpus"), cpus, 0, gpus_of_run(expected))
-    except Exception as err:
-        raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err})") from err
-    else:
-        try:
-            cpus, gpus = cluster_totals(ray)
-        finally:
-            ray.shutdown()
-        where = "the Ray cluster"
-        shortage = ray_cpu_shortage(expected.get("ray_cpus"), cpus, gpus, gpus_of_run(expected))
-    if shortage:
-        raise CpuShortage(shortage.replace("the Ray cluster", where, 1))
-    return f"{where} offers {cpus:g} logical CPUs: enough for verl's main_ppo"
-
-
 def load_expected(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
@@ -557,17 +466,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to wait for every node task to be scheduled and answer (default 600)")
     parser.add_argument("--print-env", action="store_true",
                         help="print the bundle's environment as shell export lines and exit")
-    parser.add_argument("--ray-cpus-only", action="store_true",
-                        help="only check that the Ray cluster offers the logical CPUs verl needs (exit 3 if not)")
     args = parser.parse_args(argv)
     try:
         expected = load_expected(args.expected)
         if args.print_env:
             for name, value in sorted(expected["env"].items()):
                 print(f"export {name}={shlex.quote(value)}")
-            return 0
-        if args.ray_cpus_only:
-            print("preflight: " + check_ray_cpus(expected, args.address))
             return 0
         mode = ("local" if args.local else "ray") + (", GPU checks skipped" if args.skip_gpu_checks else "")
         started = time.time()
@@ -578,9 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as err:
         print(f"preflight: error: {err}", file=sys.stderr)
         return 2
-    except CpuShortage as err:
+    except preflight_cpus.CpuShortage as err:
         print(f"preflight: error: {err}", file=sys.stderr)
-        return EXIT_CPU_SHORTAGE
+        return preflight_cpus.EXIT_CPU_SHORTAGE
     ok, summary = summarize(results)
     print(render(expected, results, mode))
     print()

@@ -1,7 +1,7 @@
 """A Ray cluster with too few logical CPUs for verl's main_ppo is refused in seconds, on a REAL loopback Ray head.
 
 verl 0.9.1 waits forever, without an error, for CPUs Ray cannot give (test_verl_cpu_need.py shows it); the bundle
-asks first: the preflight job (submit.sh), and launch.sh run by hand (preflight.py --ray-cpus-only), each stop with
+asks first: the preflight job (submit.sh), and launch.sh run by hand (preflight_cpus.py), each stop with
 one line and exit code 3. The head of the other launch tests offers exactly the number, and passes.
 """
 
@@ -54,9 +54,9 @@ def test_the_preflight_job_refuses_a_two_cpu_head(small_head, bundle_8b, tmp_pat
     assert took < 120, took
 
 
-def test_ray_cpus_only_passes_on_a_head_with_enough(ray_head, bundle_8b, tmp_path):
+def test_the_cpu_check_passes_on_a_head_with_enough(ray_head, bundle_8b, tmp_path):
     env = dict(ray_head.env, RAY_ADDRESS=ray_head.gcs)
-    proc, _ = _timed(["python3", str(bundle_8b / "preflight.py"), "--ray-cpus-only"], env, tmp_path)
+    proc, _ = _timed(["python3", str(bundle_8b / "preflight_cpus.py")], env, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == f"preflight: the Ray cluster offers {NEED} logical CPUs: enough for verl's main_ppo"
 

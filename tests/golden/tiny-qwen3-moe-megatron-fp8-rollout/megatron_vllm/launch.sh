@@ -52,7 +52,7 @@ else
   # ask the cluster first (seconds; exit 3 when too few). Inside a Ray job the preflight job has asked already.
   # FP8SPEC_SKIP_RAY_CPU_CHECK=1 skips it (a cluster that grows its CPUs on demand).
   if [[ ${FP8SPEC_SKIP_RAY_CPU_CHECK:-} != 1 ]]; then
-    python3 "$here/preflight.py" --ray-cpus-only || exit $?
+    python3 "$here/preflight_cpus.py" || exit $?
   fi
 fi
 # The driver imports the patch set too (verl imports fp8spec.runtime in every process).
