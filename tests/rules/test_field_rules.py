@@ -1,0 +1,55 @@
+"""The field's FP8-RL pain points as rules (issue 25 item 6): each fires on the case users reported and stays
+quiet on its neighbour. Kept apart from the CASES table of test_rules.py; FIELD_RULES tells that table's
+completeness check which codes are tested here."""
+
+from __future__ import annotations
+
+from fp8spec.rules.registry import get_rule
+from tests.conftest import BASE_SPEC, patched
+from tests.rules.test_proposals import _check_proposals
+
+FIELD_RULES = {"KV008"}
+
+QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
+LLAMA = {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/models/Llama-3.1-8B"}}
+DSV2 = {"model": {"name": "deepseek-ai/DeepSeek-V2-Lite", "path": "/models/DeepSeek-V2-Lite"}}
+FP8_KV = {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}
+
+
+def _found(validation, code):
+    return [d for d in validation.diagnostics if d.code == code]
+
+
+# ---- KV008: FP8 KV cache on a model without QK-norm -----------------------------------------------------------
+
+
+def test_kv008_fires_on_qwen25_with_fp8_kv_and_proposes_bf16_kv(validate):
+    data = patched(BASE_SPEC, QWEN25, FP8_KV)
+    (d,) = _found(validate(data), "KV008")
+    assert d.severity == "warning" == get_rule("KV008").severity
+    assert d.path == "kv_cache.dtype" and d.line >= 1
+    assert "Qwen/Qwen2.5-7B (Qwen2ForCausalLM)" in d.message and "no QK-norm" in d.message
+    assert "Qwen/Qwen2.5-Math-7B" in d.message  # the reported case, read from the verl profile
+    assert "kv_cache.dtype: bf16" in d.hint
+    assert _check_proposals(validate, data, "KV008") == 1  # bf16 KV, re-validated from the file
+
+
+def test_kv008_fires_on_llama(validate):
+    assert _found(validate(patched(BASE_SPEC, LLAMA, FP8_KV)), "KV008")
+
+
+def test_kv008_quiet_on_qwen3_with_qk_norm_and_on_a_bf16_cache(validate):
+    assert not _found(validate(patched(BASE_SPEC, FP8_KV)), "KV008")  # Qwen3-8B-Base has q_norm/k_norm
+    assert not _found(validate(patched(BASE_SPEC, QWEN25, {"kv_cache": {"dtype": "bf16"}})), "KV008")
+
+
+def test_kv008_quiet_on_mla(validate):
+    """MLA caches a normalized latent; the report covers per-head attention only."""
+    data = patched(BASE_SPEC, DSV2, {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}})
+    assert not _found(validate(data), "KV008")
+
+
+def test_kv008_acknowledged_is_information(validate):
+    data = patched(BASE_SPEC, QWEN25, FP8_KV, {"acknowledge": {"KV008": "checked against a BF16-KV run"}})
+    (d,) = _found(validate(data), "KV008")
+    assert d.severity == "info"
