@@ -5,10 +5,10 @@ completeness check which codes are tested here."""
 from __future__ import annotations
 
 from fp8spec.rules.registry import get_rule
-from tests.conftest import BASE_SPEC, patched
+from tests.conftest import BASE_SPEC, MOE, patched
 from tests.rules.test_proposals import _check_proposals
 
-FIELD_RULES = {"KV008"}
+FIELD_RULES = {"BLK007", "KV008"}
 
 QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
 LLAMA = {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/models/Llama-3.1-8B"}}
@@ -53,3 +53,42 @@ def test_kv008_acknowledged_is_information(validate):
     data = patched(BASE_SPEC, QWEN25, FP8_KV, {"acknowledge": {"KV008": "checked against a BF16-KV run"}})
     (d,) = _found(validate(data), "KV008")
     assert d.severity == "info"
+
+
+# ---- BLK007: an FP8 MoE kernel that re-lays the experts after loading, which the weight sync does not redo -----
+
+MOE_EP = [MOE, {"rollout": {"tp": 2, "ep": 2}}]
+
+
+def test_blk007_fires_for_expert_parallel_block_fp8_on_hopper(validate):
+    data = patched(BASE_SPEC, *MOE_EP)
+    (d,) = _found(validate(data), "BLK007")
+    assert d.severity == "error" and d.path == "rollout.ep"
+    assert "FLASHINFER_CUTLASS" in d.message and "gate and up exchanged" in d.message
+    assert d.hint.startswith("set rollout.ep: 1")
+    assert _check_proposals(validate, data, "BLK007") == 1
+
+
+def test_blk007_quiet_for_tensor_parallel_experts(validate):
+    assert not _found(validate(patched(BASE_SPEC, MOE, {"rollout": {"tp": 2, "ep": 1}})), "BLK007")
+
+
+def test_blk007_quiet_when_the_experts_stay_bf16_or_nothing_is_quantized(validate):
+    bf16_experts = {"linear": {"exclude": ["lm_head", "embeddings", "norms", "router", "*.mlp.experts.*"]}}
+    assert not _found(validate(patched(BASE_SPEC, *MOE_EP, bf16_experts)), "BLK007")
+    assert not _found(validate(patched(BASE_SPEC, *MOE_EP, {"linear": {"quantize": False}})), "BLK007")
+
+
+def test_blk007_quiet_where_the_sync_path_re_runs_the_processing(validate, monkeypatch):
+    """A verl whose sync re-processes same-shape relayouts (the profile fact) makes the kernel safe."""
+    from fp8spec.resolve.context import ResolvedSpec
+
+    fact = ResolvedSpec.fact
+
+    def reprocessing(self, kind, fact_id, default=None):
+        if fact_id == "capability.vllm_fp8_refit_reprocess":
+            return {"same_shape_relayout": True}
+        return fact(self, kind, fact_id, default)
+
+    monkeypatch.setattr(ResolvedSpec, "fact", reprocessing)
+    assert not _found(validate(patched(BASE_SPEC, *MOE_EP)), "BLK007")
