@@ -8,7 +8,7 @@ from fp8spec.rules.registry import get_rule
 from tests.conftest import BASE_SPEC, MOE, patched
 from tests.rules.test_proposals import _check_proposals
 
-FIELD_RULES = {"BLK007", "KV008"}
+FIELD_RULES = {"BLK007", "KV008"}  # TRN007 (issue 21) keeps its CASES entry; its class scope is tested here
 
 QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
 LLAMA = {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/models/Llama-3.1-8B"}}
@@ -92,3 +92,55 @@ def test_blk007_quiet_where_the_sync_path_re_runs_the_processing(validate, monke
 
     monkeypatch.setattr(ResolvedSpec, "fact", reprocessing)
     assert not _found(validate(patched(BASE_SPEC, *MOE_EP)), "BLK007")
+
+
+# ---- TRN007 and `plan`: the trainer-side FP8 figure, only for the model class and GPU generation measured ---------
+
+MIXTRAL = {"model": {"name": "mistralai/Mixtral-8x7B-v0.1", "path": "/models/Mixtral-8x7B-v0.1"}}
+MEGATRON_FP8 = {"training": {"backend": "megatron", "precision": "fp8", "parallel": {"tp": 2}}}
+
+
+def _plan(validate, *patches):
+    from fp8spec.plan import build_plan
+
+    return build_plan(validate(patched(BASE_SPEC, *patches)).context)
+
+
+def test_plan_shows_the_measured_moe_layer_cost_and_trn007_warns(validate):
+    from fp8spec.plan.render import plan_json, render_text
+
+    plan = _plan(validate, MOE, MEGATRON_FP8)
+    assert plan_json(plan)["trainer_fp8_layer_speed"]["measured"] is True
+    assert plan_json(plan)["trainer_fp8_layer_speed"]["ratio_vs_bf16"]["value"] < 1  # 0.81x at 22K tokens
+    assert "0.81x @ 22K tok" in render_text(plan)
+    assert _found(validate(patched(BASE_SPEC, MOE, MEGATRON_FP8)), "TRN007")
+
+
+def test_an_unmeasured_architecture_says_not_measured_and_trn007_is_quiet(validate):
+    """Mixtral's eight 14336-wide experts are not the measured Qwen3-30B-A3B layer: no figure is carried over."""
+    from fp8spec.plan.render import plan_json, render_text
+
+    plan = _plan(validate, MIXTRAL, MEGATRON_FP8)
+    speed = plan_json(plan)["trainer_fp8_layer_speed"]
+    assert speed["measured"] is False and "MixtralForCausalLM layers were not measured" in speed["why"]
+    text = render_text(plan)
+    assert "not measured" in text and "0.81x" not in text and "0.64x" not in text
+    assert not _found(validate(patched(BASE_SPEC, MIXTRAL, MEGATRON_FP8)), "TRN007")
+
+
+def test_another_gpu_generation_or_recipe_is_not_measured(validate):
+    from fp8spec.plan.render import plan_json
+
+    blackwell = {"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}}
+    speed = plan_json(_plan(validate, MOE, MEGATRON_FP8, blackwell))["trainer_fp8_layer_speed"]
+    assert speed["measured"] is False and "not measured on blackwell GPUs" in speed["why"]
+    assert not _found(validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, blackwell)), "TRN007")
+    delayed = {"training": {"fp8_scaling": "delayed"}}
+    speed = plan_json(_plan(validate, MOE, MEGATRON_FP8, delayed))["trainer_fp8_layer_speed"]
+    assert speed["measured"] is False and "the delayed recipe was not measured" in speed["why"]
+
+
+def test_fsdp_trainer_has_no_fp8_layer_row(validate):
+    from fp8spec.plan.render import plan_json
+
+    assert plan_json(_plan(validate, MOE))["trainer_fp8_layer_speed"] is None
