@@ -142,3 +142,21 @@ def test_vllm_flashinfer_cutlass_block_fp8_relayout_keeps_shapes():
     assert VLLM.value("capability.fp8_moe_backend_auto")["hopper_block_fp8_ep"] in fact["block_fp8"]
     meta = _source("vllm-0.24.0.json", "vllm-0.24.0.dist-info/METADATA")
     assert "Requires-Dist: flashinfer-python==" in meta
+
+
+def test_sglang_blackwell_requant_and_an_update_that_only_reloads():
+    """BLK008's SGLang facts: DeepGEMM is the auto block-FP8 path, UE8M0 requantization (with packed scales) runs
+    on Blackwell only, and update_weights_from_tensor calls load_weights without re-processing."""
+    utils = ast.parse(_source("sglang-0.5.12.json", "sglang/srt/layers/quantization/fp8_utils.py"))
+    auto = _function(utils, "_dispatch_auto_backend").body
+    first = next(n for n in auto if isinstance(n, ast.If))
+    assert "ENABLE_JIT_DEEPGEMM" in ast.unparse(first.test) and "deepgemm" in ast.unparse(first.body)
+    assert _calls(_function(utils, "requant_weight_ue8m0"), "transform_scale_ue8m0")
+    configurer = _source("sglang-0.5.12.json", "sglang/srt/layers/deep_gemm_wrapper/configurer.py")
+    assert "DEEPGEMM_SCALE_UE8M0 = DEEPGEMM_BLACKWELL" in configurer
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM = EnvBool(True)" in _source("sglang-0.5.12.json", "sglang/srt/environ.py")
+    runner = ast.parse(_source("sglang-0.5.12.json", "sglang/srt/model_executor/model_runner.py"))
+    update = ast.unparse(_function(runner, "update_weights_from_tensor"))
+    assert "self.model.load_weights(named_tensors)" in update and "process_weights_after_loading" not in update
+    assert SGLANG.value("capability.weight_update_reprocesses") is False
+    assert SGLANG.value("capability.fp8_block_relayout_by_arch") == {"blackwell": "deep_gemm_ue8m0"}

@@ -8,7 +8,7 @@ from fp8spec.rules.registry import get_rule
 from tests.conftest import BASE_SPEC, MOE, patched
 from tests.rules.test_proposals import _check_proposals
 
-FIELD_RULES = {"BLK007", "KV008"}  # TRN007 (issue 21) keeps its CASES entry; its class scope is tested here
+FIELD_RULES = {"BLK007", "BLK008", "KV008"}  # TRN007 (issue 21) keeps its CASES entry; its class scope is tested here
 
 QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
 LLAMA = {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/models/Llama-3.1-8B"}}
@@ -144,3 +144,23 @@ def test_fsdp_trainer_has_no_fp8_layer_row(validate):
     from fp8spec.plan.render import plan_json
 
     assert plan_json(_plan(validate, MOE))["trainer_fp8_layer_speed"] is None
+
+
+# ---- BLK008: SGLang re-lays block-FP8 weights after loading on Blackwell; its weight update never redoes it ------
+
+SGLANG_B200 = {"rollout": {"engine": "sglang"}, "hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}}
+
+
+def test_blk008_fires_for_fp8_on_sglang_on_blackwell(validate):
+    data = patched(BASE_SPEC, SGLANG_B200)
+    (d,) = _found(validate(data), "BLK008")
+    assert d.severity == "error" and d.path == "linear.quantize"
+    assert "deep_gemm_ue8m0" in d.message and "SGLang 0.5.12" in d.message
+    assert "rollout.engine: vllm" in d.hint
+    assert _check_proposals(validate, data, "BLK008") == 2  # vLLM, or no FP8 linears: both re-validated
+
+
+def test_blk008_quiet_on_hopper_without_fp8_linears_and_on_vllm(validate):
+    assert not _found(validate(patched(BASE_SPEC, {"rollout": {"engine": "sglang"}})), "BLK008")  # h100
+    assert not _found(validate(patched(BASE_SPEC, SGLANG_B200, {"linear": {"quantize": False}})), "BLK008")
+    assert not _found(validate(patched(BASE_SPEC, SGLANG_B200, {"rollout": {"engine": "vllm"}})), "BLK008")
