@@ -107,10 +107,10 @@ def static_kv_fix(ctx: ResolvedSpec, code: str) -> tuple[str, tuple]:
     "kv-fp8-without-qk-norm",
     "warning",
     "FP8 KV cache on a model whose attention has no QK-norm (Qwen2.5 / Llama / Mistral class).",
-    """Keys of models without a per-head q/k RMSNorm before RoPE carry outliers that E4M3 (max 448) clips.
-    Reported, not reproduced here: verl PR #4435 (FP8 KV cache for vLLM rollouts), comment of 2026-03-29:
+    """Reported, not reproduced here: verl PR #4435 (FP8 KV cache for vLLM rollouts), comment of 2026-03-29:
     Qwen2.5-Math-7B GRPO on MATH with an FP8 KV cache fell to about 0 accuracy with garbage responses, while
-    Qwen3-8B-Base (which has q_norm/k_norm) trained fine in the same set-up; vLLM PR #11906: an FP8 KV cache
+    Qwen3-8B-Base trained fine in the same set-up (the reporter attributes it to Qwen3's QK-norm, which curbs
+    key outliers); vLLM PR #11906: an FP8 KV cache
     costs Qwen2-7B most (perplexity 34.84 with scales of 1.0, 22.62 with computed scales); HabanaAI/vllm-fork
     PR #1598 turned the FP8 KV cache off for Qwen2.5-7B-Instruct. Which architectures normalize q/k per head is
     the catalog's ModelFacts.qk_norm (checked against transformers' modules); the report is recorded in

@@ -98,8 +98,9 @@ def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
     only calls the model's load_weights (model_runner.py:2070-2098; capability.weight_update_reprocesses), and
     verl 0.9.1's SGLang sync sends checkpoint-layout weights and float32 block scales through it
     (sglang_rollout.py:359-384), so after the first sync the engine's weights and scales no longer match the
-    layout its kernels read. Reported in the field: sglang PR #30749 (a reload serves raw scales as UE8M0),
-    verl PR #7519 (re-running process_weights_after_loading after an SGLang FP8 reload). On Hopper SGLang keeps
+    layout its kernels read. Reported in the field: sglang PR #25692 (an RL update loads canonical weights into a packed layout;
+    the fix re-runs process_weights_after_loading), verl PR #7519 (SGLang's update path never rebuilds derived
+    scale copies; its MXFP8 loader re-runs process_weights_after_loading after load_weights). On Hopper SGLang keeps
     the checkpoint layout; its sync there ran on an H200 (BENCHMARKS.md 7.4).""",
     "on Blackwell use rollout.engine: vllm (verl's vLLM sync re-processes layers whose layout changed), or "
     "linear.quantize: false",

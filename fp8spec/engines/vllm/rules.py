@@ -113,8 +113,9 @@ def _fp8_moe_backend(ctx: ResolvedSpec) -> str | None:
     capability.fp8_moe_relayout_keeps_shape). verl 0.9.1's FP8 weight sync re-runs that processing only for
     layers whose parameters changed shape or dtype (verl/utils/vllm/vllm_fp8_utils.py:198-292; profile fact
     capability.vllm_fp8_refit_reprocess), so after the first sync every expert computes with gate and up
-    exchanged: garbage rollouts with no error. Reported in the field: prime-rl PR #2341 (FlashInfer CUTLASS MoE
-    reorders gate/up after refit); sglang PR #30749 (derived scales stale after a reload). Tensor-parallel
+    exchanged: garbage rollouts with no error. The same failure is reported for other re-laid kernels: NeMo-RL PR
+    #3545 (FlashInfer TRT-LLM repacked MoE experts: a refit without vLLM's reload protocol keeps executing stale
+    experts); vLLM RFC #48312 tracks weight-reload correctness for RL, FlashInfer CUTLASS MoE among its rows. Tensor-parallel
     experts run on TRITON, which keeps the checkpoint layout; through that sync a tiny Qwen3-MoE
     engine matched a fresh one byte for byte on an H200 (BENCHMARKS.md 4.3).""",
     "use rollout.ep: 1 (tensor-parallel experts on vLLM's TRITON kernel, which keeps the checkpoint layout), or "
