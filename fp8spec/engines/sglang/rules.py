@@ -102,8 +102,8 @@ def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
     the fix re-runs process_weights_after_loading), verl PR #7519 (SGLang's update path never rebuilds derived
     scale copies; its MXFP8 loader re-runs process_weights_after_loading after load_weights). On Hopper SGLang keeps
     the checkpoint layout; its sync there ran on an H200 (BENCHMARKS.md 7.4).""",
-    "on Blackwell use rollout.engine: vllm (verl's vLLM sync re-processes layers whose layout changed), or "
-    "linear.quantize: false",
+    "on Blackwell keep SGLang with linear.quantize: false (BF16 linears), or use "
+    "rollout.engine: vllm (verl's vLLM sync re-processes layers whose layout changed)",
     engine="sglang",
 )
 def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
@@ -116,7 +116,8 @@ def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
         ctx,
         "BLK008",
         "linear.quantize",
-        [{"rollout.engine": "vllm"}, {"linear.quantize": False}],
+        # the user's engine first kept (fp8spec init applies the first proposal): BF16 linears, else vLLM
+        [{"linear.quantize": False}, {"rollout.engine": "vllm"}],
         rule_hint("BLK008"),
     )
     yield Finding(
