@@ -55,7 +55,7 @@ def write_spec(tmp_path):
 
 @pytest.fixture
 def validate(write_spec):
-    from fp8spec.rules.engine import validate_path
+    from fp8spec.rules.runner import validate_path
 
     def run(data: dict):
         return validate_path(write_spec(data))

@@ -155,11 +155,10 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
 def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
-    from fp8spec.plan import cached_plan
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
 
-    memory = cached_plan(valid.resolved)
+    memory = valid.resolved.memory_plan
     if memory is None:
         return {}
     common["memory_plan"] = render_text(memory)

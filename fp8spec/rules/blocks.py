@@ -118,7 +118,7 @@ def candidate_tps(world: int) -> list[int]:
     ),
 )
 def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec, model = ctx.spec, ctx.model
+    spec, model = ctx.spec, ctx.known_model
     if not spec.linear.quantize:
         return
     quantized = engine_modules(model, ctx.exclusions.quantized_names)
@@ -126,15 +126,11 @@ def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
     bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
     if not bad:
         return
-    aligned = (
-        []
-        if ctx.probing
-        else [  # a probe only asks whether the rule fires
-            t
-            for t in candidate_tps(spec.world_size)
-            if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
-        ]
-    )
+    aligned = [
+        t
+        for t in candidate_tps(spec.world_size)
+        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
+    ]
     hint, ok = proposal(
         ctx,
         "BLK001",

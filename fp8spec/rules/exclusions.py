@@ -74,9 +74,9 @@ def exclusion_matches_nothing(ctx: ResolvedSpec) -> Iterator[Finding]:
         if entry.error:
             yield Finding(f"exclusion '{entry.text}': {entry.error}", path)
         elif not entry.matched:
-            close = _suggestions(ctx.model, entry.text)
+            close = _suggestions(ctx.known_model, entry.text)
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
-            yield Finding(f"exclusion '{entry.text}' matches no module of {ctx.model.id}", path, hint)
+            yield Finding(f"exclusion '{entry.text}' matches no module of {ctx.known_model.id}", path, hint)
 
 
 @rule(
@@ -172,12 +172,12 @@ def _split_groups(model, excluded: frozenset[str]) -> tuple[tuple[str, str, str,
     ),
 )
 def router_quantized(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if not ctx.model.is_moe or not ctx.spec.linear.quantize:
+    if not ctx.known_model.is_moe or not ctx.spec.linear.quantize:
         return
-    routers = _routers(ctx.model)
+    routers = _routers(ctx.known_model)
     missing = routers - ctx.exclusions.excluded
     if missing:
         yield Finding(
-            f"{len(missing)} of {len(routers)} MoE router modules of {ctx.model.id} would run in FP8",
+            f"{len(missing)} of {len(routers)} MoE router modules of {ctx.known_model.id} would run in FP8",
             "linear.exclude",
         )

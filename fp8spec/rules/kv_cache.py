@@ -98,12 +98,12 @@ def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def kv_recalibration_mla(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
-    if ctx.model.attention != "mla" or not spec.kv_cache.recalibrating or ctx.native_kv_calibration():
+    if ctx.known_model.attention != "mla" or not spec.kv_cache.recalibrating or ctx.native_kv_calibration():
         return
     covered = patch_attention("kv_scales")
-    if ctx.model.attention not in covered:
+    if ctx.known_model.attention not in covered:
         yield Finding(
-            f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
+            f"{ctx.known_model.id} uses MLA attention; the kv_scales patch calibrates "
             f"{', '.join(covered) or 'no'} attention only",
             "kv_cache.recalibrate",
         )

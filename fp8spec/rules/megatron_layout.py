@@ -110,7 +110,7 @@ def trainer_layout(ctx: ResolvedSpec) -> Iterator[Finding]:
 def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
-    m, layers = ctx.megatron, ctx.model.num_hidden_layers
+    m, layers = ctx.megatron, ctx.known_model.num_hidden_layers
     _, problem = stage_layers(layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     if not problem:
         return
@@ -136,7 +136,7 @@ def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
         candidates,
         f"pp must divide {layers}, or the first/last stages take the layers the middle stages cannot split",
     )
-    yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}", where, hint, ok)
+    yield Finding(f"{ctx.known_model.id} at pp {m.pp}: {problem}", where, hint, ok)
 
 
 @rule(
@@ -154,7 +154,7 @@ def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def experts_by_ep(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model = ctx.model
+    model = ctx.known_model
     if not _megatron(ctx) or not model.is_moe:
         return
     m = ctx.megatron
@@ -186,7 +186,7 @@ def experts_by_ep(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if _megatron(ctx) and not ctx.model.is_moe and ctx.spec.training.parallel.ep > 1:
+    if _megatron(ctx) and not ctx.known_model.is_moe and ctx.spec.training.parallel.ep > 1:
         hint, ok = proposal(
             ctx,
             "PAR010",
@@ -195,7 +195,7 @@ def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
             "set training.parallel.ep: 1, then fix the layout errors reported with it",
         )
         yield Finding(
-            f"{ctx.model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
+            f"{ctx.known_model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
             _P + "ep",
             hint,
             ok,
@@ -220,7 +220,7 @@ def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
 def trainer_heads(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
-    m, model = ctx.megatron, ctx.model
+    m, model = ctx.megatron, ctx.known_model
     heads, groups = model.num_attention_heads, model.num_key_value_heads
     hint, ok = "", ()
     if heads % m.tp or (groups % m.tp and m.tp % groups):

@@ -18,9 +18,7 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
     """The verdict as a finding. With ``candidates(plan, verdict)`` the hint proposes those of them that pass
     every rule (the verdict's own arithmetic only suggests them), else the rule's general fix; without, it is
     the verdict's fix text (bounds, not values to set)."""
-    from fp8spec.plan.plan import cached_plan
-
-    plan = cached_plan(ctx)
+    plan = ctx.memory_plan
     if plan is None:
         return
     verdict = verdict_fn(plan)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     ),
 )
 def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model = ctx.model
+    model = ctx.known_model
     if model.quantization:
         where = "model.config_path" if ctx.spec.model.config_path else "model.name"
         yield Finding(
@@ -60,7 +60,7 @@ def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def context_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model, r = ctx.model, ctx.spec.rollout
+    model, r = ctx.known_model, ctx.spec.rollout
     limit = model.max_position_embeddings
     total = r.max_prompt_length + r.max_response_length
     if limit is not None and total > limit:

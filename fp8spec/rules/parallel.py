@@ -184,7 +184,7 @@ def batch_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec, model = ctx.spec, ctx.model
+    spec, model = ctx.spec, ctx.known_model
     first, last = spec.linear.bf16_first_layers, spec.linear.bf16_last_layers
     layers = model.num_hidden_layers
     if first + last >= layers and (first or last):
@@ -214,7 +214,7 @@ def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def heads_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model, tp = ctx.model, ctx.spec.rollout.tp
+    model, tp = ctx.known_model, ctx.spec.rollout.tp
     gpn = ctx.spec.hardware.gpus_per_node
     heads, kv = model.num_attention_heads, model.num_key_value_heads
 

@@ -53,9 +53,9 @@ def replay_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def replay_dense(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if ctx.spec.training.router_replay != "disabled" and not ctx.model.is_moe:
+    if ctx.spec.training.router_replay != "disabled" and not ctx.known_model.is_moe:
         yield Finding(
-            f"{ctx.model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
+            f"{ctx.known_model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
             "does nothing",
             "training.router_replay",
         )
@@ -82,13 +82,13 @@ def replay_dense(ctx: ResolvedSpec) -> Iterator[Finding]:
 def moe_fp8_uncorrected(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if (
-        ctx.model.is_moe
+        ctx.known_model.is_moe
         and spec.fp8_rollout
         and spec.training.router_replay != "R3"
         and spec.correction.method not in ("tis", "seq_tis")
     ):
         yield Finding(
-            f"{ctx.model.id} rolls out in FP8 with correction.method {spec.correction.method!r} and "
+            f"{ctx.known_model.id} rolls out in FP8 with correction.method {spec.correction.method!r} and "
             f"router_replay {spec.training.router_replay}: routing mismatch goes uncorrected",
             "correction.method",
         )

@@ -109,7 +109,11 @@ def bf16_layers_with_delayed(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
-    if ctx.model.is_moe and spec.training.backend == "megatron" and spec.training.router_dtype == "fp32":
+    if (
+        ctx.known_model.is_moe
+        and spec.training.backend == "megatron"
+        and spec.training.router_dtype == "fp32"
+    ):
         yield Finding(
             f"training.router_dtype fp32 while {ctx.engine.name} routes in bf16", "training.router_dtype"
         )
@@ -194,7 +198,7 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     if t.backend != "megatron" or t.precision != "fp8":
         return
     tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
-    g = trainer_gain(ctx.model.is_moe, t.fp8_scaling, tokens)
+    g = trainer_gain(ctx.known_model.is_moe, t.fp8_scaling, tokens)
     if g is not None and g.ratio < 1.0:
         yield Finding(
             f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "

@@ -57,7 +57,7 @@ MEGATRON_CONFIG = "ppo_trainer+model_engine=megatron"
 class Compiled:
     label: str
     backend: str  # "fsdp+vllm", "vllm", ...
-    validation: Any  # fp8spec.rules.engine.Validation
+    validation: Any  # fp8spec.rules.runner.Validation
     plan: Any  # fp8spec.compiler.plan.Plan
     files: dict[str, str]
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fp8spec.compiler.build import build_plan, choose_backend
 from fp8spec.compiler.bundle import bundle_files
-from fp8spec.rules.engine import validate_path
+from fp8spec.rules.runner import validate_path
 from fp8spec.specfile.text import first_refused
 from tests.conftest import BASE_SPEC, patched
 from tests.hostile.bundle_oracle import check_bundle
