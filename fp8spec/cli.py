@@ -247,7 +247,7 @@ def compile(
     ),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.bundle import bundle_files, executable
     from fp8spec.compiler.writer import WriteError, write_bundle
     from fp8spec.launchers.base import BundleError
@@ -257,7 +257,7 @@ def compile(
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     valid = validation.valid()
-    plan = build_plan(valid, choice)
+    plan = build_settings_plan(valid, choice)
     try:
         files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     except BundleError as err:
@@ -286,12 +286,12 @@ def explain(
     backend: Optional[str] = backend_option(),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.explain import explain_text
 
     validation, choice = _validated(spec, backend)
     valid = validation.valid()
-    typer.echo(explain_text(valid, build_plan(valid, choice)), nl=False)
+    typer.echo(explain_text(valid, build_settings_plan(valid, choice)), nl=False)
 
 
 @app.command()
@@ -315,7 +315,7 @@ def diff(
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.explain import diff_text
 
     backends = list(backends or [])
@@ -332,7 +332,7 @@ def diff(
         label = choice.name
         if valid.retargeted:
             label += f", retargeted from {valid.spec_backend}"
-        sides.append((build_plan(valid, choice), f"{printable(str(path))} ({label})"))
+        sides.append((build_settings_plan(valid, choice), f"{printable(str(path))} ({label})"))
     typer.echo(diff_text(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), nl=False)
 
 

@@ -1,4 +1,4 @@
-"""Render a Plan into bundle files (text in memory; writing is fp8spec.compiler.writer's job).
+"""Render a SettingsPlan into bundle files (text in memory; writing is fp8spec.compiler.writer's job).
 
 Same spec and fp8spec version in, byte-identical files out: no timestamps, sorted keys, fixed order.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import yaml_string_list
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
 from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
 from fp8spec.launchers.base import runtime_env_yaml
@@ -61,7 +61,7 @@ _FP8_SOURCES = (
 )
 
 
-def _fp8_table(plan: Plan) -> list[dict]:
+def _fp8_table(plan: SettingsPlan) -> list[dict]:
     rows = []
     env_names = {s.key for s in plan.of("env")}
     for s in plan.settings:
@@ -82,7 +82,9 @@ def _fp8_table(plan: Plan) -> list[dict]:
     return rows
 
 
-def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file: str) -> dict[str, str]:
+def bundle_files(
+    valid: ValidSpec, choice: BackendChoice, plan: SettingsPlan, spec_file: str
+) -> dict[str, str]:
     """File name -> content of the bundle (manifest.json last, with every other file's sha256)."""
     spec = valid.spec
     ctx = valid
@@ -172,7 +174,7 @@ def _metrics(valid: ValidSpec) -> dict:
 def _manifest(
     valid: ValidSpec,
     choice: BackendChoice,
-    plan: Plan,
+    plan: SettingsPlan,
     spec_file: str,
     stack: dict[str, str],
     files: dict[str, str],

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
+    from fp8spec.megatron.layout import MegatronLayout
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
-    from fp8spec.resolve.megatron import MegatronLayout
     from fp8spec.resolve.reward import RewardFile
 
 

@@ -112,19 +112,21 @@ def rule_hint(code: str) -> str:
 
 
 def _load_rule_modules() -> None:
-    # Importing the modules registers their rules; kept here so the registry has one entry point. Each rollout
-    # engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its engine.
+    # Importing the modules registers their rules; kept here so the registry has one entry point. A topic with a
+    # folder of its own keeps its rules there (fp8spec/exclusions/rules.py, fp8spec/megatron/rules.py), and each
+    # rollout engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its
+    # engine.
+    import fp8spec.exclusions.rules
+    import fp8spec.megatron.rules  # noqa: F401
     from fp8spec.engines import all_engines
     from fp8spec.rules import (  # noqa: F401
         batching,
         blocks,
         cluster,
         correction,
-        exclusions,
         hardware_rules,
         kv_cache,
         launchers,
-        megatron_layout,
         memory,
         model_family,
         parallel,

@@ -19,7 +19,7 @@ that hand-made bad bundles are caught. What is checked:
 - Environment variables: read by the package they target (VLLM_*/SGLANG_*/NVTE_* in that release's
   snapshot; FP8SPEC_* by fp8spec.runtime; VERL_* by the installed verl release's source).
 - Megatron bundles: the TransformerConfig/OptimizerConfig overrides pass
-  ``fp8spec.snapshots.megatron_check.validate_transformer_config`` (the real dataclasses on CPU torch)
+  ``fp8spec.megatron.config_check.validate_transformer_config`` (the real dataclasses on CPU torch)
   and the TE recipe exists with those fields (``check_te_recipe``).
 """
 
@@ -58,7 +58,7 @@ class Compiled:
     label: str
     backend: str  # "fsdp+vllm", "vllm", ...
     validation: Any  # fp8spec.rules.runner.Validation
-    plan: Any  # fp8spec.compiler.plan.Plan
+    plan: Any  # fp8spec.compiler.settings.SettingsPlan
     files: dict[str, str]
 
     @property
@@ -98,13 +98,13 @@ class Compiled:
 
 def compile_path(path: Path, backend: str, display: Optional[str] = None, label: str = "") -> Compiled:
     """Compile a spec file in memory exactly as ``fp8spec compile`` does, through the real API."""
-    from fp8spec.compiler.build import build_plan, validate_for
+    from fp8spec.compiler.build import build_settings_plan, validate_for
     from fp8spec.compiler.bundle import bundle_files
 
     display = display or str(path)
     validation, choice = validate_for(path, display, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
-    plan = build_plan(validation.valid(), choice)
+    plan = build_settings_plan(validation.valid(), choice)
     files = bundle_files(validation.valid(), choice, plan, display)
     return Compiled(label or f"{Path(display).stem}:{choice.name}", choice.name, validation, plan, files)
 
@@ -254,7 +254,7 @@ VERL_FP8_QUANT_KEYS = {"activation_scheme", "fmt", "quant_method", "weight_block
 
 
 def check_hf_quantization_config(c: Compiled, key: str, value: Any) -> list[str]:
-    from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
+    from fp8spec.exclusions.ignore_lists import all_engine_names, engine_module_names
 
     problems: list[str] = []
     if set(value) != {"quantization_config"}:
@@ -352,7 +352,7 @@ def te_version_seen_by_megatron(version: str):
 
 
 def check_megatron(c: Compiled, overrides: Optional[list[str]] = None) -> list[str]:
-    from fp8spec.snapshots.megatron_check import check_te_recipe, validate_transformer_config
+    from fp8spec.megatron.config_check import check_te_recipe, validate_transformer_config
 
     tc, opt, par = megatron_overrides(overrides if overrides is not None else c.overrides)
     model = c.ctx.model
@@ -476,7 +476,7 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
             except re.error as e:
                 problems.append(f"ignore pattern {p!r} is not a valid regex ({e})")
     if ctx is not None and ctx.model is not None:
-        from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
+        from fp8spec.exclusions.ignore_lists import all_engine_names, engine_module_names
 
         wanted = set(engine_module_names(ctx))
         got = {n for n in all_engine_names(ctx) if any(ignored_by(p, n, styles) for p in patterns)}

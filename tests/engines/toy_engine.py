@@ -40,7 +40,7 @@ class Toy(Engine):
                  prof.evidence("env.fast_path"))
 
     def build_serve(self, plan, valid) -> list[str]:
-        from fp8spec.compiler.plan import serve_flags
+        from fp8spec.compiler.settings import serve_flags
 
         prof = valid.profile("toy")
         argv = prof.value("cli.serve").split() + [valid.spec.model.path]

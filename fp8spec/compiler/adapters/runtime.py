@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys, add_engine_arg
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.patchset import manifest, shipped_fileset
 from fp8spec.resolve.valid import ValidSpec
 
@@ -52,7 +52,7 @@ def sync_quantizer(ctx: ValidSpec) -> str | None:
     )
 
 
-def build_runtime(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     """Activate the needed patches in a verl bundle (standalone serving has no weight sync to patch)."""
     needed = needed_patches(ctx)
     if not needed:

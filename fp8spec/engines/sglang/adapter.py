@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fp8spec.compiler.adapters.verl import add_engine_arg
-from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.engines.ignore_lists import engine_module_names
+from fp8spec.compiler.settings import SettingsPlan, serve_flags
+from fp8spec.exclusions.ignore_lists import engine_module_names
 from fp8spec.patchset import manifest
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from fp8spec.resolve.valid import ValidSpec
 
 
-def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
+def _ignored_layers_env(plan: SettingsPlan, ctx: ValidSpec) -> None:
     """Exclusions beyond the router go to SGLANG_FP8_IGNORED_LAYERS, read both by verl's trainer-side
     quantizer and by SGLang's Fp8Config (verl/utils/sglang/sglang_fp8_utils.py)."""
     routers = set(ctx.model.symbolic_groups().get("router", ()))
@@ -39,7 +39,7 @@ def patch_engine_args(patch: str) -> dict[str, Any]:
     return {}
 
 
-def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_in_verl(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     prof = ctx.profile("sglang")
     if spec.linear.quantize:
@@ -67,7 +67,7 @@ def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
         )
 
 
-def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
     spec, prof = ctx.spec, ctx.profile("sglang")
     argv = prof.value("cli.serve").split()
     args: list[tuple[str, object, str, str]] = [

@@ -6,15 +6,15 @@ import json
 from typing import TYPE_CHECKING
 
 from fp8spec.compiler.adapters.verl import add_engine_arg
-from fp8spec.compiler.plan import Plan, serve_flags
-from fp8spec.engines.ignore_lists import all_engine_names, compress, engine_module_names
+from fp8spec.compiler.settings import SettingsPlan, serve_flags
+from fp8spec.exclusions.ignore_lists import all_engine_names, compress, engine_module_names
 
 if TYPE_CHECKING:
     from fp8spec.compiler.adapters.verl import VerlKeys
     from fp8spec.resolve.valid import ValidSpec
 
 
-def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
+def _deep_gemm_env(plan: SettingsPlan, ctx: ValidSpec) -> None:
     prof = ctx.profile("vllm")
     env = prof.value("env.deep_gemm_e8m0")
     value = "0" if ctx.spec.linear.scale_dtype == "fp32" else "1"
@@ -39,7 +39,7 @@ def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
         )
 
 
-def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_in_verl(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     prof = ctx.profile("vllm")
     if spec.linear.quantize:
@@ -91,7 +91,7 @@ def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             )
 
 
-def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
     """argv of a standalone `vllm serve` for evaluating the FP8 policy (online block quantization)."""
     spec, prof = ctx.spec, ctx.profile("vllm")
     argv = prof.value("cli.serve").split() + [spec.model.path]

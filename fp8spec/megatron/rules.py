@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.resolve.megatron import divisors, stage_layers, uneven_split
+from fp8spec.megatron.layout import divisors, stage_layers, uneven_split
 from fp8spec.rules.examples import MEGATRON_FP8, MEGATRON_TP1, MOE, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
