@@ -22,6 +22,7 @@ from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir
 from fp8spec.rules.registry import all_rules
+from fp8spec.runtime import envs
 from fp8spec.targets import STACK_KINDS
 
 COMMANDS = {"launch.sh", "serve.sh"}  # and each launcher's file the table marks executable
@@ -104,6 +105,7 @@ def bundle_files(
         "env": plan.env,
         "patches": plan.patches,
         "runtime": runtime_manifest(),
+        "patches_variable": envs.RUNTIME_PATCHES.name,
         "model": ctx.model,
         "external_modules_env": ctx.profile("verl").value("env.external_modules"),
         "metrics": _metrics(ctx),

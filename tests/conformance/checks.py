@@ -522,7 +522,7 @@ def check_serve(c: Compiled) -> list[str]:
 # ----------------------------------------------------------------------------- environment
 def _env_reads_in(source: str) -> set[str]:
     """Names a module reads from the environment: os.environ.get / os.getenv / os.environ[...] with a string
-    literal or a module-level constant."""
+    literal or a module-level constant, and ``X.read(...)`` of a variable X declared in fp8spec/runtime/envs.py."""
     tree = ast.parse(source)
     consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
               for t in n.targets if isinstance(t, ast.Name)
@@ -539,6 +539,10 @@ def _env_reads_in(source: str) -> set[str]:
         return None
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "read":
+            declared = ast.unparse(node.func.value).rsplit(".", 1)[-1]
+            if declared in _ENV_NAMES:
+                names.add(_ENV_NAMES[declared])
         if isinstance(node, ast.Call) and node.args:
             f = ast.unparse(node.func)
             if f in ("os.environ.get", "os.getenv", "environ.get", "getenv", "os.environ.setdefault"):
@@ -559,6 +563,16 @@ def _manifest_consts() -> dict[str, str]:
 
 
 _MANIFEST_CONSTS = _manifest_consts()
+
+
+def _env_names() -> dict[str, str]:
+    """envs.py's declared variables: constant name -> variable name."""
+    from fp8spec.runtime import envs
+
+    return {k: v.name for k, v in vars(envs).items() if isinstance(v, envs.EnvVar)}
+
+
+_ENV_NAMES = _env_names()
 
 
 class _RecordingEnv(dict):
@@ -632,7 +646,7 @@ def check_env(c: Compiled) -> list[str]:
         elif owner == "FP8SPEC":
             if name not in fp8spec_runtime_env():
                 problems.append(f"{name}: not read by fp8spec.runtime")
-            if name == _MANIFEST_CONSTS["ENV_PATCHES"]:
+            if name == _ENV_NAMES["RUNTIME_PATCHES"]:
                 from fp8spec.runtime import manifest
 
                 unknown = [p for p in value.split(",") if p not in manifest.PATCHES]
@@ -744,7 +758,7 @@ def check_kv_calibration(c: Compiled) -> list[str]:
     kwargs = {o.key_or_group: o.value() for o in parse_overrides(c.overrides)}
     if spec.kv_cache.recalibrate == "once" and kwargs.get(key) is True:
         return [] if native else [f"{key}: {c.engine} {version} has no calculate_kv_scales"]
-    patches = c.env.get(_MANIFEST_CONSTS["ENV_PATCHES"], "").split(",")
+    patches = c.env.get(_ENV_NAMES["RUNTIME_PATCHES"], "").split(",")
     modules = c.env.get("VERL_USE_EXTERNAL_MODULES", "").split(",")
     if "kv_scales" in patches and _MANIFEST_CONSTS["MODULE"] in modules:
         return []

@@ -6,6 +6,7 @@ from fp8spec.compiler.adapters.verl import VerlKeys, add_engine_arg
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.patchset import manifest, shipped_fileset
 from fp8spec.resolve.valid import ValidSpec
+from fp8spec.runtime import envs
 
 
 def needed_patches(ctx: ValidSpec) -> dict[str, str]:
@@ -70,7 +71,7 @@ def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
         )
     plan.add(
         "env",
-        m.ENV_PATCHES,
+        envs.RUNTIME_PATCHES.name,
         ",".join(names),
         sources,
         f"activates {m.PATCHSET_NAME} patches in every Ray worker",
@@ -78,7 +79,7 @@ def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     if "kv_scales" in needed and ctx.spec.kv_cache.recalibrate == "once":
         plan.add(
             "env",
-            m.ENV_KV_RECALIBRATE,
+            envs.KV_RECALIBRATE.name,
             "once",
             "kv_cache.recalibrate",
             "keep the first q/k/v scales computed from real rollout data and push them at every sync "
