@@ -92,10 +92,6 @@ def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | No
     )
 
 
-def join(values: Iterable[Any]) -> str:
-    return ", ".join(map(str, values))
-
-
 def describe(proposals: Iterable[Changes]) -> str:
     """'rollout.tp: 1 or 2', or 'a: 1, b: 2 or a: 3, b: 4' for proposals that change several fields."""
     groups: dict[tuple, list] = {}

@@ -20,7 +20,6 @@ from typing import Any, Callable, Optional, Union
 VLLM_CALC_DIVISORS = (200.0, 200.0, 100.0)
 FP8_MAX_DIVISORS = (448.0, 448.0, 448.0)
 KV_PHASES = ("compute_log_prob", "update_actor")
-SCALE_FORMATS = ("fp32", "ue8m0", "ue8m0_fixed")
 QUANT_BACKENDS = ("auto", "triton", "reference")
 
 Divisors = Union[tuple[float, float, float], str]

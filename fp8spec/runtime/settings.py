@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import envs
-from .envs import FP8_MAX_DIVISORS, KV_PHASES, QUANT_BACKENDS, SCALE_FORMATS, VLLM_CALC_DIVISORS, Divisors
+from .envs import FP8_MAX_DIVISORS, KV_PHASES, QUANT_BACKENDS, VLLM_CALC_DIVISORS, Divisors
 
 __all__ = [
     "FLAT_KNOBS",
     "FP8_MAX_DIVISORS",
     "KV_PHASES",
     "QUANT_BACKENDS",
-    "SCALE_FORMATS",
     "VLLM_CALC_DIVISORS",
     "Divisors",
     "KVSettings",
