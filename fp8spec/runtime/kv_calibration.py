@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from .settings import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
+from .envs import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
 
 NAME_TEMPLATE = "model.layers.{layer}.self_attn.attn.{kind}_scale"
 KINDS = ("q", "k", "v")

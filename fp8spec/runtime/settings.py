@@ -12,18 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import envs
-from .envs import FP8_MAX_DIVISORS, KV_PHASES, QUANT_BACKENDS, VLLM_CALC_DIVISORS, Divisors
-
-__all__ = [
-    "FLAT_KNOBS",
-    "FP8_MAX_DIVISORS",
-    "KV_PHASES",
-    "QUANT_BACKENDS",
-    "VLLM_CALC_DIVISORS",
-    "Divisors",
-    "KVSettings",
-    "QuantSettings",
-]
+from .envs import Divisors
 
 # QuantSettings switch -> its variable (BENCHMARKS.md section 3 has what each buys on an H200; the runtime README
 # what each costs)
