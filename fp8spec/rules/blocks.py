@@ -251,15 +251,16 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     (fp8spec/runtime/direct_sync_plan.py), bypassing vLLM's per-tensor load_weights. It is byte-equal to
     quantize-then-copy on CPU against vLLM 0.24.0's mapping tables, but writing into a live engine's parameters
     behind its loaders is only safe once a device run shows the synced engine byte-identical to a fresh one
-    with equal greedy outputs; the engine's profile records that as verified.direct_sync_in_engine. The plan
-    reads vLLM's loaders only: SGLang has no direct path.""",
+    (greedy outputs equal where the engine is reproducible); the engine's profile records that as
+    verified.direct_sync_in_engine, and the largest rollout tp it was shown at as verified.direct_sync_max_tp
+    (vLLM 0.24.0: TP1, BENCHMARKS.md 8.1). The plan reads vLLM's loaders only: SGLang has no direct path.""",
     "use linear.sync_quantizer: auto or fp8spec; for a measurement run, acknowledge BLK006 with the reason",
     acknowledgeable=True,
     needs_model=False,
     examples=Examples(
-        bad={"linear": {"sync_quantizer": "direct"}},
-        good={"linear": {"sync_quantizer": "fp8spec"}},
-        message="direct_sync was not shown byte-exact",
+        bad={"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 2}},
+        good={"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 1}},
+        message="up to tp 1 only",
     ),
 )
 def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
@@ -275,6 +276,12 @@ def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
         yield Finding(
             f"linear.sync_quantizer direct on {ctx.engine.name} {ctx.engine_version}: direct_sync was not shown "
             "byte-exact against a fresh engine there (verified.direct_sync_in_engine)",
+            "linear.sync_quantizer",
+        )
+    elif spec.rollout.tp > (max_tp := int(ctx.fact(ctx.engine.name, "verified.direct_sync_max_tp", 1))):
+        yield Finding(
+            f"linear.sync_quantizer direct with rollout.tp {spec.rollout.tp}: direct_sync was shown byte-exact "
+            f"on {ctx.engine.name} {ctx.engine_version} up to tp {max_tp} only (verified.direct_sync_max_tp)",
             "linear.sync_quantizer",
         )
 

@@ -105,7 +105,8 @@ PATCHES = {
             "quantized with one launch straight into the fused / stacked FP8 parameters and their block scales "
             "(no per-tensor load_weights), everything else goes through verl's receiver, counted in one log "
             "line per sync. vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
-            "nothing). Refused by rule BLK006 until the engine's profile records it byte-exact in the real engine."
+            "nothing). Refused by rule BLK006 where the engine's profile does not record it byte-exact in the real "
+            "engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8)."
         ),
         "side": ("engine-process quantizer (vLLM path)",),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},

@@ -91,23 +91,28 @@ def test_blk003_quiet_on_profiled_versions(validate):
         assert not _codes(validate(spec), "BLK003"), (engine, version)
 
 
-def test_blk006_quiet_once_the_profile_records_the_direct_path_verified(validate, monkeypatch):
+def test_blk006_refuses_direct_where_the_profile_has_not_verified_it(validate, monkeypatch):
     from fp8spec.resolve.context import ResolvedSpec
 
     real = ResolvedSpec.fact
 
     def fact(self, kind, fact_id, default=None):
         if fact_id == "verified.direct_sync_in_engine":
-            return True
+            return False
         return real(self, kind, fact_id, default)
 
-    spec = patched(BASE_SPEC, {"linear": {"sync_quantizer": "direct"}})
-    assert _codes(validate(spec), "BLK006")
+    spec = patched(BASE_SPEC, {"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 1}})
+    assert not _codes(validate(spec), "BLK006")  # vLLM 0.24.0 records it verified at TP1 (BENCHMARKS 8.1)
     monkeypatch.setattr(ResolvedSpec, "fact", fact)
-    assert not _codes(validate(spec), "BLK006")
+    assert "not shown byte-exact" in _codes(validate(spec), "BLK006")[0].message
+    # the other profiled vLLM has not been run
+    later = validate(patched(BASE_SPEC, {"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 1},
+                                         "stack": {"vllm": "0.33.0"}}))
+    monkeypatch.undo()
     # the fact is the vLLM path's: SGLang stays refused whatever its profile says
     sg = validate(patched(BASE_SPEC, {"rollout": {"engine": "sglang"}, "linear": {"sync_quantizer": "direct"}}))
     assert any("vLLM's loaders only" in d.message for d in _codes(sg, "BLK006"))
+    assert _codes(later, "BLK006")
 
 
 def test_acknowledged_rule_becomes_info(validate):

@@ -38,8 +38,9 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
 def sync_quantizer(ctx: ValidSpec) -> str | None:
     """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', 'direct', or None without FP8 linears.
 
-    auto never picks 'direct': rule BLK006 refuses it until a device run shows it byte-exact in the real engine,
-    and even then auto stays on fast_block_quant until that evidence is reviewed (issue 23)."""
+    auto never picks 'direct': rule BLK006 refuses it where no device run showed it byte-exact in the real engine,
+    and where one did (vLLM 0.24.0 at tp 1, BENCHMARKS.md 8) it has not yet run inside an RL loop's sleep / wake
+    cycle, so auto stays on fast_block_quant (issue 23)."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None
