@@ -10,7 +10,7 @@ from fp8spec.plan.facts import estimate_basis
 from fp8spec.plan.gain import gain_source
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 GIB = 1 << 30
 
@@ -100,7 +100,7 @@ def _trainer_json(t) -> dict | None:
     }
 
 
-def plan_json(plan: Plan) -> dict:
+def plan_json(plan: MemoryPlan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
     headroom = None if plan.trainer is None else plan.headroom(plan.trainer)
@@ -170,7 +170,7 @@ def plan_json(plan: Plan) -> dict:
     }
 
 
-def render_json(plan: Plan) -> str:
+def render_json(plan: MemoryPlan) -> str:
     return json.dumps(plan_json(plan), indent=2, sort_keys=True)
 
 
@@ -186,7 +186,7 @@ def _step_word(r) -> str:
     return "fits" if r.fits_without_preemption else "preempts"
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: MemoryPlan) -> str:
     s, rs = plan.setup, plan.rollout
     spec_r = plan.spec_rollout
     out = [

@@ -1,14 +1,11 @@
-"""The field's FP8-RL pain points as rules (issue 25 item 6): each fires on the case users reported and stays
-quiet on its neighbour. Kept apart from the CASES table of test_rules.py; FIELD_RULES tells that table's
-completeness check which codes are tested here."""
+"""The field's FP8-RL pain points as rules (issue 25 item 6), beyond their bad/good examples (which the generic
+test of tests/rules/test_rules.py runs): the reported cases, the re-validated fixes, the evidence switches."""
 
 from __future__ import annotations
 
 from fp8spec.rules.registry import get_rule
 from tests.conftest import BASE_SPEC, MOE, patched
 from tests.rules.test_proposals import _check_proposals
-
-FIELD_RULES = {"BLK007", "BLK008", "KV008"}  # TRN007 (issue 21) keeps its CASES entry; its class scope is tested here
 
 QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
 LLAMA = {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/models/Llama-3.1-8B"}}
@@ -101,9 +98,9 @@ MEGATRON_FP8 = {"training": {"backend": "megatron", "precision": "fp8", "paralle
 
 
 def _plan(validate, *patches):
-    from fp8spec.plan import build_plan
+    from fp8spec.plan import build_memory_plan
 
-    return build_plan(validate(patched(BASE_SPEC, *patches)).context)
+    return build_memory_plan(validate(patched(BASE_SPEC, *patches)).context)
 
 
 def test_plan_shows_the_measured_moe_layer_cost_and_trn007_warns(validate):

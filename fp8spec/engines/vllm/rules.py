@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import MOE, Examples, fragment
 from fp8spec.rules.kv_cache import static_kv_fix
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     "use kv_cache.dtype: fp8_e4m3",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"kv_cache": {"dtype": "fp8_e5m2"}}, good={"kv_cache": {"dtype": "fp8_e4m3"}}, message="fp8_e5m2"
+    ),
 )
 def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -53,6 +57,14 @@ def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
     "scales are proven on Hopper (FLASH_ATTN)",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"hardware": {"gpu": "b200"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        good=(
+            {"hardware": {"gpu": "h100"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+            {"hardware": {"gpu": "b200"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
+        ),
+        message="FLASHINFER",
+    ),
 )
 def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -82,6 +94,11 @@ def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
     "set linear.scale_dtype: ue8m0 on Blackwell",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"hardware": {"gpu": "b200"}},
+        good={"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}},
+        message="DeepGEMM",
+    ),
 )
 def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
@@ -121,6 +138,14 @@ def _fp8_moe_backend(ctx: ResolvedSpec) -> str | None:
     "use rollout.ep: 1 (tensor-parallel experts on vLLM's TRITON kernel, which keeps the checkpoint layout), or "
     "keep the routed experts in BF16 (linear.exclude)",
     engine="vllm",
+    examples=Examples(
+        bad=fragment(MOE, {"rollout": {"tp": 2, "ep": 2}}),
+        good=(
+            fragment(MOE, {"rollout": {"tp": 2, "ep": 1}}),
+            fragment(MOE, {"rollout": {"tp": 2, "ep": 2}, "linear": {"quantize": False}}),
+        ),
+        message="FLASHINFER_CUTLASS",
+    ),
 )
 def fp8_moe_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -134,7 +159,7 @@ def fp8_moe_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
         return
     hint, ok = proposal(ctx, "BLK007", "rollout.ep", [{"rollout.ep": 1}], rule_hint("BLK007"))
     yield Finding(
-        f"rollout.ep {spec.rollout.ep} on {spec.hardware.gpu}: vLLM {ctx.engine_version} runs {ctx.model.id}'s "
+        f"rollout.ep {spec.rollout.ep} on {spec.hardware.gpu}: vLLM {ctx.engine_version} runs {ctx.known_model.id}'s "
         f"block-FP8 experts on {backend}, which re-lays them after loading without changing their shapes; "
         f"verl {verl.version}'s weight sync re-processes only layers whose shape or dtype changed, "
         "so every synced expert would compute with gate and up exchanged",
