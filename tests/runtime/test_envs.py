@@ -121,6 +121,6 @@ def test_a_worker_with_a_bad_backend_fails_at_activation_naming_it():
     last = bad.stderr.strip().splitlines()[-1]
     assert last == "ValueError: FP8SPEC_BLOCK_QUANT_BACKEND must be auto or triton or reference, got 'cuda'"
     # the same value where the patch that reads it is not active is none of the worker's business
-    assert _import_runtime({"FP8SPEC_RUNTIME_PATCHES": "kv_scales", "FP8SPEC_BLOCK_QUANT_BACKEND": "cuda",
-                            "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS": "1"}).returncode == 0
-    assert _import_runtime({"FP8SPEC_RUNTIME_PATCHES": "fast_block_quant"}).returncode == 0
+    quiet = _import_runtime({"FP8SPEC_RUNTIME_PATCHES": "kv_scales", "FP8SPEC_BLOCK_QUANT_BACKEND": "cuda",
+                             "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS": "1"})
+    assert quiet.returncode == 0, quiet.stderr
