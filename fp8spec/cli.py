@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import sys
 from pathlib import Path
@@ -17,8 +18,6 @@ import typer
 
 from fp8spec import __version__
 from fp8spec.cli_backends import backends_app
-from fp8spec.cli_codes import check_format as _check_format
-from fp8spec.cli_codes import rules_json as _rules_json
 from fp8spec.cli_init import init
 from fp8spec.cli_options import (
     JSON_OUTPUT,
@@ -171,41 +170,52 @@ def rules(
         None,
         metavar="CODE",
         autocompletion=complete_code,
-        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.",
+        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain, with a rule's examples.",
     ),
     format: str = format_option(),
 ) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
+    from fp8spec.rules import describe
     from fp8spec.rules.registry import all_rules, get_rule
     from fp8spec.specfile.codes import input_code, input_codes
 
-    _check_format(format)
-    if format == "json":
-        _rules_json(code)
-        return
+    if format not in ("text", "json"):
+        usage_error(f"--format must be text or json, not {format!r}")
+    as_json = format == "json"
     if code is None:
+        if as_json:
+            listing = {
+                "rules": [describe.rule_summary_data(r) for r in all_rules()],
+                "input_codes": [describe.input_code_data(c) for c in input_codes().values()],
+            }
+            typer.echo(json.dumps(listing, indent=2, sort_keys=True))
+            return
         for r in all_rules():
-            ack = " (acknowledgeable)" if r.acknowledgeable else ""
-            typer.echo(f"{r.code:<6}  {r.severity:<7}  {r.name:<34} {r.summary}{ack}")
+            typer.echo(describe.rule_line(r))
         typer.echo("")
         for ic in input_codes().values():
-            typer.echo(f"{ic.code:<6}  {'error':<7}  {ic.name:<34} {ic.summary} (exit {ic.exit_code})")
+            typer.echo(describe.input_code_line(ic))
         return
     rule = get_rule(code)
     if rule is not None:
-        r = rule
-        typer.echo(f"{r.code} {r.name} ({r.severity}{', acknowledgeable' if r.acknowledgeable else ''})\n")
-        typer.echo(f"{r.summary}\n")
-        typer.echo(f"Why: {r.rationale}\n")
-        typer.echo(f"Fix: {r.hint}")
+        data = describe.rule_data(rule)
+        typer.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else describe.rule_text(rule))
         return
     c = input_code(code)
     if c is None:
         fail(EXIT_BAD_INPUT, f"no rule or code {code!r}; `fp8spec rules` lists them")
+    if as_json:
+        typer.echo(json.dumps(describe.input_code_data(c), indent=2, sort_keys=True))
+        return
     typer.echo(f"{c.code} {c.name} (error: {c.kind}, exit {c.exit_code})\n")
     typer.echo(f"{c.summary}\n")
     typer.echo(f"Why: {c.why}\n")
     typer.echo(f"Fix: {c.fix}")
+
+
+def _check_format(format: str) -> None:
+    if format not in ("text", "json"):
+        usage_error(f"--format must be text or json, not {format!r}")
 
 
 def _validated(spec: Path, backend: Optional[str]):
@@ -244,7 +254,7 @@ def compile(
     ),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.bundle import bundle_files, executable
     from fp8spec.compiler.writer import WriteError, write_bundle
     from fp8spec.launchers.base import BundleError
@@ -254,7 +264,7 @@ def compile(
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     valid = validation.valid()
-    plan = build_plan(valid, choice)
+    plan = build_settings_plan(valid, choice)
     try:
         files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     except BundleError as err:
@@ -284,15 +294,14 @@ def explain(
     format: str = format_option(),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
-    import json
 
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.explain import explain_data, explain_text
 
     _check_format(format)
     validation, choice = _validated(spec, backend)
     valid = validation.valid()
-    plan = build_plan(valid, choice)
+    plan = build_settings_plan(valid, choice)
     if format == "json":
         typer.echo(json.dumps(explain_data(valid, plan), indent=2, sort_keys=True))
         return
@@ -321,9 +330,8 @@ def diff(
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
-    import json
 
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.explain import diff_data, diff_text
 
     _check_format(format)
@@ -341,7 +349,7 @@ def diff(
         label = choice.name
         if valid.retargeted:
             label += f", retargeted from {valid.spec_backend}"
-        sides.append((build_plan(valid, choice), f"{printable(str(path))} ({label})"))
+        sides.append((build_settings_plan(valid, choice), f"{printable(str(path))} ({label})"))
     if format == "json":
         typer.echo(json.dumps(diff_data(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), indent=2))
         return

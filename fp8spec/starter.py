@@ -39,7 +39,7 @@ class StarterError(ValueError):
 @dataclass
 class Starter:
     text: str
-    validation: Any  # fp8spec.rules.engine.Validation of ``text``
+    validation: Any  # fp8spec.rules.runner.Validation of ``text``
     changes: list[str] = field(default_factory=list)  # "rollout.tp 1 -> 2 (BLK001)", in order
     # warnings no change removes that the user did not acknowledge (--acknowledge CODE accepts one): printed as
     # notes; the spec stays unwritten until each is either fixed or acknowledged by the user
@@ -180,7 +180,7 @@ def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int)
 
 def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = frozenset()) -> Starter:
     """Validate; apply the first proposal of the first finding that has one; repeat."""
-    from fp8spec.rules.engine import validate_loaded
+    from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     changes: list[str] = []
@@ -209,7 +209,7 @@ def _acknowledge_rest(
     """Warnings no single change removes (the paper's 20K-token responses preempt on most GPUs: MEM004) are
     acknowledged only where the user asked for it (--acknowledge CODE), with a reason saying so; the others
     are left as notes and keep the spec unwritten: init accepts nothing the user did not choose."""
-    from fp8spec.rules.engine import validate_loaded
+    from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]

@@ -24,8 +24,11 @@ def column_changes(choice: Choice) -> dict:
 def refusals(ctx: ResolvedSpec, columns: list[tuple[Choice, bool]]) -> dict[str, tuple[str, ...]]:
     """Choice key -> the codes of the errors that refuse it (the spec's own column is never judged here: its
     own errors are the plan's verdicts)."""
+    from fp8spec.rules.probing import Prober
     from fp8spec.rules.proposals import _verdict
+    from fp8spec.rules.runner import findings_of
 
+    prober = Prober(ctx, findings_of)  # one per plan: the variants share their rule runs
     out: dict[str, tuple[str, ...]] = {}
     for choice, is_spec in columns:
         if is_spec:
@@ -34,7 +37,7 @@ def refusals(ctx: ResolvedSpec, columns: list[tuple[Choice, bool]]) -> dict[str,
         variants = [base] + [
             {**base, "kv_cache.recalibrate": r} for r in RECALIBRATIONS if r != ctx.spec.kv_cache.recalibrate
         ]
-        verdicts = [_verdict(ctx, changes, None) for changes in variants]
+        verdicts = [_verdict(prober, changes, None) for changes in variants]
         if any(ok for ok, _, _ in verdicts):
             continue
         _, left, new = verdicts[0]

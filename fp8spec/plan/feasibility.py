@@ -13,7 +13,7 @@ from fp8spec.engines import get_engine
 from fp8spec.plan.facts import estimate
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 GIB = 1 << 30
 #: below this share of the running sequences fitting at full length, preemption is "heavy"
@@ -33,7 +33,7 @@ class Verdict:
     numbers: dict = field(default_factory=dict)
 
 
-def trainer_state(plan: Plan) -> Optional[Verdict]:
+def trainer_state(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM001: the optimizer step needs parameters, gradients and optimizer state on the GPU at once."""
     t = plan.trainer
     if t is None:
@@ -65,7 +65,7 @@ def trainer_state(plan: Plan) -> Optional[Verdict]:
     return Verdict("MEM001", ok, msg, fix, {"state": t.state, "usable": usable, "min_gpus": min_gpus})
 
 
-def rollout_weights(plan: Plan) -> Optional[Verdict]:
+def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM002: the engine must keep KV memory for at least one max_model_len request at its utilisation."""
     r = plan.spec_rollout
     problem = {
@@ -96,7 +96,7 @@ def rollout_weights(plan: Plan) -> Optional[Verdict]:
     )
 
 
-def colocation(plan: Plan) -> Optional[Verdict]:
+def colocation(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM003: what the trainer keeps on the GPU during rollout plus the engine's share must fit the GPU."""
     t = plan.trainer
     if t is None:
@@ -128,7 +128,7 @@ def colocation(plan: Plan) -> Optional[Verdict]:
     return Verdict("MEM003", ok, msg, "; or ".join(fixes), {"used": used, "max_utilization": max_util})
 
 
-def preemption(plan: Plan) -> Optional[Verdict]:
+def preemption(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM004: the KV cache holds fewer than half of the running sequences at full length."""
     r = plan.spec_rollout
     if r.kv_shortfall is not None or r.running == 0:
@@ -153,7 +153,7 @@ def preemption(plan: Plan) -> Optional[Verdict]:
     return Verdict("MEM004", ok, msg, "; or ".join(fixes), {"share": share})
 
 
-def trainer_activations(plan: Plan) -> Optional[Verdict]:
+def trainer_activations(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM005: the training peak, activations included (an estimate), exceeds the GPU."""
     t = plan.trainer
     if t is None:
@@ -170,7 +170,7 @@ def trainer_activations(plan: Plan) -> Optional[Verdict]:
     return Verdict("MEM005", ok, msg, fix, {"peak": t.peak})
 
 
-def verdicts(plan: Plan) -> list[Verdict]:
+def verdicts(plan: MemoryPlan) -> list[Verdict]:
     return [
         v
         for v in (

@@ -18,12 +18,12 @@ from fp8spec.plan.plan import DOES_NOT_FIT, curves, response_ticks  # noqa: E402
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
 
 
-def plan_png(plan: Plan) -> bytes:
+def plan_png(plan: MemoryPlan) -> bytes:
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
         fig = plan_figure(plan)
         buf = io.BytesIO()
@@ -32,7 +32,7 @@ def plan_png(plan: Plan) -> bytes:
     return buf.getvalue()
 
 
-def plan_figure(plan: Plan) -> Figure:
+def plan_figure(plan: MemoryPlan) -> Figure:
     """The figure (left: KV capacity bars; right: concurrency curves), laid out; the caller closes it."""
     series, running = curves(plan)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)

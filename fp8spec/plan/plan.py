@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines import get_engine
-from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain
+from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain, trainer_gain_unmeasured
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
 from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Plan:
+class MemoryPlan:
     spec: Spec
     model: ModelFacts
     setup: EngineSetup
@@ -37,6 +37,13 @@ class Plan:
     @property
     def gpu(self) -> str:
         return self.setup.gpu
+
+    @property
+    def gpu_arch(self) -> str:
+        """The target GPU's generation (hopper, blackwell, ...): what the measured figures are scoped by."""
+        from fp8spec.hardware import gpu
+
+        return gpu(self.spec.hardware.gpu).arch
 
     @property
     def world(self) -> int:
@@ -93,7 +100,13 @@ class Plan:
         if self.spec.training.backend != "megatron":
             return None
         tokens = self.spec.rollout.max_prompt_length + self.spec.rollout.max_response_length
-        return trainer_gain(self.model.is_moe, self.spec.training.fp8_scaling, tokens)
+        return trainer_gain(self.model, self.gpu_arch, self.spec.training.fp8_scaling, tokens)
+
+    def trainer_gain_unmeasured(self) -> str:
+        """Why a Megatron trainer has no measured FP8 layer figure ('' when it has one or is not Megatron)."""
+        if self.spec.training.backend != "megatron":
+            return ""
+        return trainer_gain_unmeasured(self.model, self.gpu_arch, self.spec.training.fp8_scaling)
 
     def headroom(self, trainer: TrainerMemory) -> int:
         """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts
@@ -125,7 +138,7 @@ class Plan:
         return sorted(set(points))
 
 
-def judged(plan: Plan, ctx: ResolvedSpec) -> Plan:
+def judged(plan: MemoryPlan, ctx: ResolvedSpec) -> MemoryPlan:
     """``plan`` with its columns judged by the rules (plan.columns): for the command and the bundle README,
     never inside a rule."""
     from dataclasses import replace
@@ -136,7 +149,7 @@ def judged(plan: Plan, ctx: ResolvedSpec) -> Plan:
     return replace(plan, refused=refusals(ctx, choices(ctx)))
 
 
-def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
+def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> MemoryPlan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
     notes = get_engine(setup.engine).memory_notes(setup, memory_facts(setup))
@@ -147,7 +160,7 @@ def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
         )
     trainers = trainer_precisions(ctx)
     other = trainers[1] if len(trainers) > 1 else None
-    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
+    return MemoryPlan(ctx.spec, ctx.known_model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
 
 
 @dataclass(frozen=True)
@@ -158,7 +171,7 @@ class Curve:
     points: tuple[tuple[int, float], ...]  # (response length, sequences that fit at prompt + response)
 
 
-def curves(plan: Plan) -> tuple[list[Curve], int]:
+def curves(plan: MemoryPlan) -> tuple[list[Curve], int]:
     """The picture's data: per choice, KV capacity and max concurrency against response length; and the
     sequences the engine runs at once (the demand line)."""
     prompt = plan.spec.rollout.max_prompt_length
@@ -192,17 +205,14 @@ def response_ticks(lengths: list[int], min_gap: float = 0.6) -> list[tuple[int, 
 DOES_NOT_FIT = "does not fit"
 
 
-def cached_plan(ctx: ResolvedSpec) -> Optional[Plan]:
-    """The spec's plan with verl's defaults, built once per context (rules and compiler share it); None
-    when the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
+    """The spec's plan with verl's defaults (ResolvedSpec.memory_plan keeps it); None when the inputs are not
+    enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
     from fp8spec.plan.setup import PlanInputError
 
-    if "_memory_plan" not in ctx.__dict__:
-        plan = None
-        if ctx.model is not None and ctx.profile("verl") is not None:
-            try:
-                plan = build_plan(ctx)
-            except PlanInputError:
-                plan = None
-        ctx.__dict__["_memory_plan"] = plan
-    return ctx.__dict__["_memory_plan"]
+    if ctx.model is None or ctx.profile("verl") is None:
+        return None
+    try:
+        return build_memory_plan(ctx)
+    except PlanInputError:
+        return None

@@ -10,7 +10,7 @@ from fp8spec.plan.facts import estimate_basis
 from fp8spec.plan.gain import gain_source
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 GIB = 1 << 30
 
@@ -102,7 +102,7 @@ def _trainer_json(t) -> dict | None:
     }
 
 
-def plan_json(plan: Plan) -> dict:
+def plan_json(plan: MemoryPlan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
     headroom = None if plan.trainer is None else plan.headroom(plan.trainer)
@@ -129,9 +129,12 @@ def plan_json(plan: Plan) -> dict:
         "rollout": [_rollout_json(plan, r) for r in plan.rollout],
         "trainer": _trainer_json(plan.trainer),
         "trainer_other_precision": _trainer_json(plan.trainer_other),
-        "trainer_fp8_layer_speed": None
+        "trainer_fp8_layer_speed": (
+            {"measured": False, "why": why} if (why := plan.trainer_gain_unmeasured()) else None
+        )
         if (tg := plan.trainer_gain()) is None
         else {
+            "measured": True,
             "ratio_vs_bf16": q(tg.ratio, "ratio"),
             "tokens": q(tg.tokens, "tokens"),
             "workload": tg.workload,
@@ -189,7 +192,7 @@ CHECKPOINT_CONTENTS = (
 )
 
 
-def verdict_line(plan: Plan) -> str:
+def verdict_line(plan: MemoryPlan) -> str:
     """The one verdict of the plan: 'fits', or 'does not fit: ...' naming every failing check whose rule is an
     error; warnings (preemption, an estimated peak) are named after 'fits' without changing it."""
     from fp8spec.rules.registry import get_rule
@@ -214,7 +217,7 @@ def _rule_name(code: str) -> str:
     return rule.name if rule is not None else ""
 
 
-def render_json(plan: Plan) -> str:
+def render_json(plan: MemoryPlan) -> str:
     return json.dumps(plan_json(plan), indent=2, sort_keys=True)
 
 
@@ -230,7 +233,7 @@ def _step_word(r) -> str:
     return "fits" if r.fits_without_preemption else "preempts"
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: MemoryPlan) -> str:
     s, rs = plan.setup, plan.rollout
     spec_r = plan.spec_rollout
     out = [
@@ -322,6 +325,10 @@ def render_text(plan: Plan) -> str:
             out.append(
                 f"  FP8 training {word} than BF16 for this model class: {tg.workload}; source: {tg.source}"
             )
+        elif why := plan.trainer_gain_unmeasured():
+            speed = ["1.00x" if c.precision == "bf16" else "not measured" for c in cols]
+            out.append(row("layer fwd+bwd speed vs BF16", speed))
+            out.append(f"  FP8 training speed not measured for this model class: {why}")
         for note in t.notes:
             out.append(f"  note: {note}")
         if plan.host_ram_per_node is not None:

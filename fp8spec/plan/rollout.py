@@ -119,6 +119,6 @@ def rollout_plan(ctx: ResolvedSpec, setup: EngineSetup) -> list[RolloutResult]:
     per_replica = -(-total // replicas)
     seq_len = spec.rollout.max_prompt_length + spec.rollout.max_response_length
     return [
-        plan_choice(ctx.model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
+        plan_choice(ctx.known_model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
         for c, is_spec in choices(ctx)
     ]

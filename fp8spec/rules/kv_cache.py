@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.patchset import patch_attention, patch_supports
+from fp8spec.rules.examples import DEEPSEEK, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
     fp8spec runtime patch 'kv_scales', which must know the engine version.""",
     "use an engine version the runtime patch supports (listed in the message), or kv_cache.recalibrate: none",
     needs_model=False,
+    # every profiled version is supported: a version without a profile (REF002 fires too) shows the rule
+    examples=Examples(
+        bad={"stack": {"vllm": "0.99.0"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        good={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        message="supports vllm 0.24.0",
+    ),
 )
 def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -52,6 +59,11 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     uncalibrated scales degraded reasoning accuracy.""",
     "set kv_cache.recalibrate: per_step",
     needs_model=False,
+    examples=Examples(
+        bad={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
+        good={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        message="scales of 1.0",
+    ),
 )
 def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -76,15 +88,22 @@ def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use kv_cache.recalibrate: none (scales 1.0, see KV004) or kv_cache.dtype: bf16; MLA support needs the "
     "calibrator to take amax of the latent vLLM writes (kv_a_layernorm output concatenated with the RoPE'd k_pe) "
     "and push it as the MLA attention layer's k_scale",
+    examples=Examples(
+        bad=fragment(
+            DEEPSEEK, {"rollout": {"tp": 8}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}
+        ),
+        good=fragment(DEEPSEEK, {"rollout": {"tp": 8}, "kv_cache": {"dtype": "bf16"}}),
+        message="uses MLA attention",
+    ),
 )
 def kv_recalibration_mla(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
-    if ctx.model.attention != "mla" or not spec.kv_cache.recalibrating or ctx.native_kv_calibration():
+    if ctx.known_model.attention != "mla" or not spec.kv_cache.recalibrating or ctx.native_kv_calibration():
         return
     covered = patch_attention("kv_scales")
-    if ctx.model.attention not in covered:
+    if ctx.known_model.attention not in covered:
         yield Finding(
-            f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
+            f"{ctx.known_model.id} uses MLA attention; the kv_scales patch calibrates "
             f"{', '.join(covered) or 'no'} attention only",
             "kv_cache.recalibrate",
         )
@@ -99,4 +118,47 @@ def static_kv_fix(ctx: ResolvedSpec, code: str) -> tuple[str, tuple]:
         "kv_cache.recalibrate",
         [{"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}, {"kv_cache.recalibrate": "none"}],
         rule_hint(code),
+    )
+
+
+# A model whose attention has no QK-norm (KV008's examples).
+QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
+
+
+@rule(
+    "KV008",
+    "kv-fp8-without-qk-norm",
+    "warning",
+    "FP8 KV cache on a model whose attention has no QK-norm (Qwen2.5 / Llama / Mistral class).",
+    """Reported, not reproduced here: verl PR #4435 (FP8 KV cache for vLLM rollouts), comment of 2026-03-29:
+    Qwen2.5-Math-7B GRPO on MATH with an FP8 KV cache fell to about 0 accuracy with garbage responses, while
+    Qwen3-8B-Base trained fine in the same set-up (the reporter attributes it to Qwen3's QK-norm, which curbs
+    key outliers); vLLM PR #11906: an FP8 KV cache
+    costs Qwen2-7B most (perplexity 34.84 with scales of 1.0, 22.62 with computed scales); HabanaAI/vllm-fork
+    PR #1598 turned the FP8 KV cache off for Qwen2.5-7B-Instruct. Which architectures normalize q/k per head is
+    the catalog's ModelFacts.qk_norm (checked against transformers' modules); the report is recorded in
+    backends/verl/0.9.1.yaml (risk.fp8_kv_without_qk_norm). MLA models (DeepSeek) cache a normalized latent and
+    are not covered by the report.""",
+    "use kv_cache.dtype: bf16 for this model (the FP8 W8A8 linears stay), or compare rollout accuracy against a "
+    "BF16-KV run first and then acknowledge KV008",
+    acknowledgeable=True,
+    examples=Examples(
+        bad=fragment(QWEN25, {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}),
+        good=({"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}, fragment(QWEN25)),
+        message="no QK-norm",
+    ),
+)
+def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
+    model = ctx.known_model
+    if not ctx.spec.kv_cache.fp8 or model.attention != "gqa" or model.qk_norm:
+        return
+    risk = ctx.fact("verl", "risk.fp8_kv_without_qk_norm") or {}
+    seen = "; ".join(f"{r['model']}: {r['outcome']}" for r in risk.get("reported", [])[:1])
+    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], rule_hint("KV008"))
+    yield Finding(
+        f"kv_cache.dtype {ctx.spec.kv_cache.dtype} on {model.id} ({model.architecture}), whose attention has no "
+        f"QK-norm: FP8 KV caches broke RL runs of such models" + (f" (reported: {seen})" if seen else ""),
+        "kv_cache.dtype",
+        hint,
+        ok,
     )

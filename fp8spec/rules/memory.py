@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
@@ -17,9 +18,7 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
     """The verdict as a finding. With ``candidates(plan, verdict)`` the hint proposes those of them that pass
     every rule (the verdict's own arithmetic only suggests them), else the rule's general fix; without, it is
     the verdict's fix text (bounds, not values to set)."""
-    from fp8spec.plan.plan import cached_plan
-
-    plan = cached_plan(ctx)
+    plan = ctx.memory_plan
     if plan is None:
         return
     verdict = verdict_fn(plan)
@@ -53,6 +52,11 @@ def _bigger_tps(plan) -> list[dict]:
     data parallelism (verl transformer_impl.py:453-460, megatron distrib_optimizer.py). The DeepSeek-V3 (671B)
     end-to-end run on 4x8 H200 needs about twice the cluster's HBM for this alone.""",
     "use more GPUs or a layout that shards the state further (the message gives the lower bound)",
+    examples=Examples(
+        bad=DEEPSEEK_E2E,
+        good=fragment(MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 8}}}),
+        message="but a h200 holds",
+    ),
 )
 def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_state
@@ -72,6 +76,11 @@ def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
     max_position_embeddings.""",
     "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (linear.quantize: true)",
+    examples=Examples(
+        bad={"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}, "linear": {"quantize": False}},
+        good={"rollout": {"tp": 1, "gpu_memory_utilization": 0.6}, "linear": {"quantize": False}},
+        message="no memory left for the KV cache",
+    ),
 )
 def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import rollout_weights
@@ -98,6 +107,11 @@ def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
     "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
+    examples=Examples(
+        bad={"rollout": {"gpu_memory_utilization": 0.9}},
+        good={"rollout": {"gpu_memory_utilization": 0.9}, "training": {"offload": {"optimizer": True}}},
+        message="less than desired GPU memory utilization",
+    ),
 )
 def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import colocation
@@ -130,6 +144,11 @@ def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use an FP8 KV cache (kv_cache.dtype: fp8_e4m3), a larger rollout.tp or gpu_memory_utilization, or shorter "
     "responses",
     acknowledgeable=True,
+    examples=Examples(
+        bad={"rollout": {"max_response_length": 20480}},
+        good={"rollout": {"max_response_length": 2048}},
+        message="preempted",
+    ),
 )
 def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import preemption
@@ -156,6 +175,11 @@ def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     gradient: 8 bytes per token and vocabulary entry). These are estimates, so this is a warning.""",
     "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
     "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
+    examples=Examples(
+        bad={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}},
+        good={},
+        message="estimated training peak",
+    ),
 )
 def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_activations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import DEEPSEEK, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
@@ -24,9 +25,14 @@ if TYPE_CHECKING:
     rollout to the checkpoint's FP8 on its own (vllm_async_server.py:1263-1266).""",
     "convert the checkpoint to BF16 first (for DeepSeek-V3 its inference/fp8_cast_bf16.py), point model.path "
     "at the copy and model.config_path at its config.json, which has no quantization_config",
+    examples=Examples(
+        bad=fragment(DEEPSEEK, {"rollout": {"tp": 8}}),
+        good={"model": {"name": "Qwen/Qwen3-8B-Base"}},
+        message="quant_method 'fp8'",
+    ),
 )
 def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model = ctx.model
+    model = ctx.known_model
     if model.quantization:
         where = "model.config_path" if ctx.spec.model.config_path else "model.name"
         yield Finding(
@@ -47,9 +53,14 @@ def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
     trained for.""",
     "lower rollout.max_prompt_length / max_response_length to fit the number in the message, or use a "
     "checkpoint whose config.json allows longer contexts",
+    examples=Examples(
+        bad={"rollout": {"max_response_length": 40000}},
+        good={"rollout": {"max_response_length": 20480}},
+        message="2048 + 40000 = 42048 exceeds Qwen/Qwen3-8B-Base's max_position_embeddings 32768",
+    ),
 )
 def context_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model, r = ctx.model, ctx.spec.rollout
+    model, r = ctx.known_model, ctx.spec.rollout
     limit = model.max_position_embeddings
     total = r.max_prompt_length + r.max_response_length
     if limit is not None and total > limit:

@@ -22,12 +22,12 @@ def plan_json(*args) -> dict:
 
 @pytest.fixture
 def plan_of(validate):
-    from fp8spec.plan import build_plan
+    from fp8spec.plan import build_memory_plan
     from fp8spec.plan.plan import judged
 
     def run(*patches):
         result = validate(patched(BASE_SPEC, *patches))
-        return judged(build_plan(result.context), result.context)
+        return judged(build_memory_plan(result.context), result.context)
 
     return run
 

@@ -31,7 +31,7 @@ class Setting:
 
 
 @dataclass
-class Plan:
+class SettingsPlan:
     backend: str  # e.g. "megatron+vllm" or "vllm"
     entrypoint: list[str] = field(default_factory=list)
     settings: list[Setting] = field(default_factory=list)
@@ -82,7 +82,7 @@ class Plan:
         return sorted(s.key for s in self.of("patch"))
 
 
-def serve_flags(plan: Plan, profile: Profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
+def serve_flags(plan: SettingsPlan, profile: Profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
     """Engine flags for a standalone serve command: (fact id of the flag, value or None for a bare switch,
     spec source, why). Flag spellings come from the engine profile; each flag is recorded in the plan."""
     argv: list[str] = []
