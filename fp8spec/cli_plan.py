@@ -96,7 +96,7 @@ def plan(
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
     from fp8spec.plan import Overrides, PlanInputError, build_memory_plan
-    from fp8spec.plan.plan import judged
+    from fp8spec.plan.columns import judged
     from fp8spec.plan.render import render_json, render_text
 
     if format not in ("text", "json"):

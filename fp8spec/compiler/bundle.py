@@ -160,7 +160,7 @@ def bundle_files(
 def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
-    from fp8spec.plan.plan import judged
+    from fp8spec.plan.columns import judged
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
 

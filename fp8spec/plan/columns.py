@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from fp8spec.plan.plan import MemoryPlan
     from fp8spec.plan.rollout import Choice
     from fp8spec.resolve.context import ResolvedSpec
 
@@ -24,11 +25,8 @@ def column_changes(choice: Choice) -> dict:
 def refusals(ctx: ResolvedSpec, columns: list[tuple[Choice, bool]]) -> dict[str, tuple[str, ...]]:
     """Choice key -> the codes of the errors that refuse it (the spec's own column is never judged here: its
     own errors are the plan's verdicts)."""
-    from fp8spec.rules.probing import Prober
-    from fp8spec.rules.proposals import _verdict
-    from fp8spec.rules.runner import findings_of
+    from fp8spec.rules.proposals import refusing
 
-    prober = Prober(ctx, findings_of)  # one per plan: the variants share their rule runs
     out: dict[str, tuple[str, ...]] = {}
     for choice, is_spec in columns:
         if is_spec:
@@ -37,9 +35,16 @@ def refusals(ctx: ResolvedSpec, columns: list[tuple[Choice, bool]]) -> dict[str,
         variants = [base] + [
             {**base, "kv_cache.recalibrate": r} for r in RECALIBRATIONS if r != ctx.spec.kv_cache.recalibrate
         ]
-        verdicts = [_verdict(prober, changes, None) for changes in variants]
-        if any(ok for ok, _, _ in verdicts):
-            continue
-        _, left, new = verdicts[0]
-        out[choice.key] = tuple(sorted({code for code, _ in (new or left)}))
+        codes = refusing(ctx, variants)
+        if codes:
+            out[choice.key] = codes
     return out
+
+
+def judged(plan: MemoryPlan, ctx: ResolvedSpec) -> MemoryPlan:
+    """``plan`` with its columns judged by the rules: for the command and the bundle README, never inside a rule."""
+    from dataclasses import replace
+
+    from fp8spec.plan.rollout import choices
+
+    return replace(plan, refused=refusals(ctx, choices(ctx)))

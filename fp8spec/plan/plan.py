@@ -138,17 +138,6 @@ class MemoryPlan:
         return sorted(set(points))
 
 
-def judged(plan: MemoryPlan, ctx: ResolvedSpec) -> MemoryPlan:
-    """``plan`` with its columns judged by the rules (plan.columns): for the command and the bundle README,
-    never inside a rule."""
-    from dataclasses import replace
-
-    from fp8spec.plan.columns import refusals
-    from fp8spec.plan.rollout import choices
-
-    return replace(plan, refused=refusals(ctx, choices(ctx)))
-
-
 def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> MemoryPlan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)

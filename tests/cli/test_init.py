@@ -136,10 +136,11 @@ def test_cli_init_keeps_an_existing_file_without_force(tmp_path):
     assert run_cli("init", "-o", str(out), "--force").returncode == 0 and out.read_text().startswith("# ")
 
 
-MISTRAL_LIKE = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
-                "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-                "num_hidden_layers": 32, "vocab_size": 32768, "tie_word_embeddings": False,
-                "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}
+# a Qwen3-shaped model of a size the catalog does not have (a user's own pretraining run)
+LOCAL_QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 3072,
+               "intermediate_size": 8192, "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+               "num_hidden_layers": 30, "vocab_size": 151936, "tie_word_embeddings": False,
+               "max_position_embeddings": 40960, "rms_norm_eps": 1e-06, "torch_dtype": "bfloat16"}
 
 
 def test_init_config_path_writes_a_valid_spec_for_a_model_outside_the_catalog(tmp_path):
@@ -147,10 +148,10 @@ def test_init_config_path_writes_a_valid_spec_for_a_model_outside_the_catalog(tm
 
     from fp8spec.catalog import catalog_ids, model_from_config
 
-    folder = tmp_path / "my-mistral"
+    folder = tmp_path / "my-qwen3-5b"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(MISTRAL_LIKE))
-    assert not [i for i in catalog_ids() if "mistral-7b" in i.lower()]
+    (folder / "config.json").write_text(json.dumps(LOCAL_QWEN3))
+    assert not [i for i in catalog_ids() if i.lower().endswith("qwen3-5b")]
     out = tmp_path / "s.yaml"
     proc = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -158,12 +159,12 @@ def test_init_config_path_writes_a_valid_spec_for_a_model_outside_the_catalog(tm
     validation = validate_path(out)
     spec = validation.loaded.spec
     assert spec.model.config_path == str(folder / "config.json") and spec.model.path == str(folder)
-    assert spec.model.name == "my-mistral" and spec.name == "my-mistral-fp8-rollout"
+    assert spec.model.name == "my-qwen3-5b" and spec.name == "my-qwen3-5b-fp8-rollout"
     assert validation.context.model == model_from_config(folder / "config.json")  # what validate reads
     # a config.json path works the same, and --model names it
-    named = run_cli("init", "--config-path", str(folder / "config.json"), "--model", "me/mistral-7b-sft",
+    named = run_cli("init", "--config-path", str(folder / "config.json"), "--model", "me/qwen3-5b-sft",
                     "--gpu", "h200")
-    assert named.returncode == 0 and 'name: "me/mistral-7b-sft"' in named.stdout
+    assert named.returncode == 0 and 'name: "me/qwen3-5b-sft"' in named.stdout
 
 
 def test_init_config_path_reads_facts_as_the_catalog_does(tmp_path):
