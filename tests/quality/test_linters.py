@@ -39,26 +39,31 @@ def test_ruff_format():
 
 
 
-def _mypy_cache(tmp_path_factory) -> Path:
-    """mypy's incremental cache: in pytest's temporary root, beside the numbered run folders pytest rotates, so it
-    outlives a run (a warm run re-checks only what changed; a fresh machine, as in CI, checks everything) and never
-    lands in the checkout. One per checkout: two worktrees do not overwrite each other's entries."""
+def _mypy_home(tmp_path_factory) -> Path:
+    """mypy's incremental cache and the file the teeth check uses: in pytest's temporary root, beside the numbered run
+    folders pytest rotates, so the cache outlives a run (a warm run re-checks only what changed; a fresh machine, as
+    in CI, checks everything) and never lands in the checkout. One per checkout, so two worktrees do not overwrite
+    each other's entries. The teeth file keeps one path: mypy's cache reports a cached module's errors at the
+    path it was first checked at."""
     base = tmp_path_factory.getbasetemp()
     root = next((p for p in (base, *base.parents) if p.name.startswith("pytest-of-")), base)  # else --basetemp
-    return root / f"fp8spec-mypy-{hashlib.sha256(str(REPO).encode()).hexdigest()[:12]}"
+    home = root / f"fp8spec-mypy-{hashlib.sha256(str(REPO).encode()).hexdigest()[:12]}"
+    home.mkdir(exist_ok=True)
+    return home
 
 
 def test_mypy(tmp_path_factory):
     """One mypy run (one start, one cache, one pass over the third-party modules the package imports) does both
     jobs: the package ([tool.mypy] files) type-checks clean, and a file that breaks a rule fails beside it (so a
     clean package means something)."""
-    bad = tmp_path_factory.mktemp("mypy-teeth") / "bad.py"
+    home = _mypy_home(tmp_path_factory)
+    bad = home / "fp8spec_mypy_teeth.py"
     bad.write_text("def f(x: int) -> str:\n    return x\n", encoding="utf-8")
-    proc = _run([*_tool("mypy"), "--cache-dir", str(_mypy_cache(tmp_path_factory)),
-                 "--config-file", str(REPO / "pyproject.toml"), "fp8spec", str(bad)])
+    proc = _run([*_tool("mypy"), "--cache-dir", str(home / "cache"), "--config-file", str(REPO / "pyproject.toml"),
+                 "fp8spec", str(bad)])
     errors = [line for line in proc.stdout.splitlines() if ": error:" in line]
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert errors and all(line.startswith(str(bad)) for line in errors), proc.stdout  # the package: none
+    assert errors and all(line.startswith(f"{bad}:") for line in errors), proc.stdout  # the package: none
     assert any("Incompatible return value" in line for line in errors), proc.stdout
 
 
