@@ -27,6 +27,8 @@ class MemoryPlan:
     trainer: Optional[TrainerMemory]
     notes: list[str] = field(default_factory=list)
     trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
+    # choice key -> codes of the rules that refuse that column (plan.columns; None: not judged)
+    refused: Optional[dict[str, tuple[str, ...]]] = None
 
     @property
     def total_bytes(self) -> int:
@@ -59,10 +61,39 @@ class MemoryPlan:
     def spec_rollout(self) -> RolloutResult:
         return next(r for r in self.rollout if r.is_spec)
 
-    def gain(self, r: RolloutResult) -> Optional[Gain]:
-        if r.choice.key == "bf16":
+    @property
+    def host_ram_per_node(self) -> Optional[int]:
+        """Host RAM the trainer's offloaded state takes on one node (the busiest GPU's share x GPUs per node;
+        an upper bound where pipeline stages differ); None without offload."""
+        if self.trainer is None or not self.trainer.host_offload:
             return None
-        return expected_gain(self.model.is_moe, r.choice.quantized is not None, r.choice.kv_dtype != "bf16")
+        return self.trainer.host_offload * self.gpus_per_node
+
+    def gain(self, r: RolloutResult) -> Optional[Gain]:
+        """The measured speed-up of this column over BF16 for this engine and model class; None when nothing
+        covers them, for the BF16 column itself, and for a column the rules refuse."""
+        if r.choice.key == "bf16" or self.refusal(r):
+            return None
+        return expected_gain(
+            self.setup.engine,
+            self.model.architecture,
+            r.choice.quantized is not None,
+            r.choice.kv_dtype != "bf16",
+        )
+
+    def refusal(self, r: RolloutResult) -> tuple[str, ...]:
+        return (self.refused or {}).get(r.choice.key, ())
+
+    def gain_text(self, r: RolloutResult) -> str:
+        """The expected-gain cell: a measured range, 'refused (CODE)', 'not measured', or '-' for BF16."""
+        if r.choice.key == "bf16":
+            return "-"
+        if self.refusal(r):
+            return f"refused ({', '.join(self.refusal(r))})"
+        g = self.gain(r)
+        if g is None:
+            return "not measured"
+        return f"{g.low:.0%}" if g.low == g.high else f"{g.low:.0%}-{g.high:.0%}"
 
     def trainer_gain(self) -> Optional[TrainerGain]:
         """Measured FP8 layer speed for a Megatron trainer that can train in FP8 (None for FSDP or unmeasured)."""
@@ -107,6 +138,17 @@ class MemoryPlan:
         return sorted(set(points))
 
 
+def judged(plan: MemoryPlan, ctx: ResolvedSpec) -> MemoryPlan:
+    """``plan`` with its columns judged by the rules (plan.columns): for the command and the bundle README,
+    never inside a rule."""
+    from dataclasses import replace
+
+    from fp8spec.plan.columns import refusals
+    from fp8spec.plan.rollout import choices
+
+    return replace(plan, refused=refusals(ctx, choices(ctx)))
+
+
 def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> MemoryPlan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
@@ -144,6 +186,23 @@ def curves(plan: MemoryPlan) -> tuple[list[Curve], int]:
         for r in plan.rollout
     ]
     return out, plan.spec_rollout.running
+
+
+def response_ticks(lengths: list[int], min_gap: float = 0.6) -> list[tuple[int, str]]:
+    """(length, label) ticks for the log2 response-length axis: powers of two first, then the other lengths
+    where they sit at least ``min_gap`` octaves from every kept tick (so labels never overlap); labels carry no
+    thousands separator: 1024 multiples as '16K' (K = 1024 tokens), others in full digits."""
+    import math
+
+    ordered = sorted(set(lengths), key=lambda n: (n & (n - 1) != 0, n))  # powers of two first
+    kept: list[int] = []
+    for n in ordered:
+        if all(abs(math.log2(n) - math.log2(k)) >= min_gap for k in kept):
+            kept.append(n)
+    return [(n, f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)) for n in sorted(kept)]
+
+
+DOES_NOT_FIT = "does not fit"
 
 
 def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
