@@ -43,10 +43,7 @@ def test_a_rule_checked_directly_still_proposes(validate):
 def test_rules_do_not_read_the_prober():
     """Only the proposal helpers and the runner know the prober; a rule module that imported it could
     behave differently inside a probe than in the validation the user sees."""
-    allowed = {"fp8spec/rules/probing.py", "fp8spec/rules/proposals.py", "fp8spec/rules/runner.py",
-               # the planner judges its columns (each a spec variant) through a prober it makes itself, as
-               # the runner does: it reads no prober a validation made
-               "fp8spec/plan/columns.py"}
+    allowed = {"fp8spec/rules/probing.py", "fp8spec/rules/proposals.py", "fp8spec/rules/runner.py"}
     reads = re.compile(r"rules\.probing|\bProber\b|active_prober|\bctx\.probing|\bctx\.probes\b")
     readers = sorted(
         str(p.relative_to(REPO))
