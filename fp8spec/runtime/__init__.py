@@ -93,6 +93,12 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
     if "te_report" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
 
+    if {"fast_block_quant", "direct_sync"} & set(new):
+        # the trainer's side of each sync in one log line (verl's bucket sender: trainer processes only)
+        from .sync_timing import patch_bucket_sender
+
+        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_sender)
+
     if {"fast_block_quant", "ue8m0_scales"} & set(new):
 
         def _vllm_quant(mod):
