@@ -86,6 +86,9 @@ def rollout_weights(plan: Plan) -> Optional[Verdict]:
     fixes = []
     if util <= 1.0:
         fixes.append(f"rollout.gpu_memory_utilization >= {util:.2f}")
+    need_len = plan.spec.rollout.max_prompt_length + plan.spec.rollout.max_response_length
+    if need_len < plan.setup.max_model_len:
+        fixes.append(f"rollout.max_model_len: {need_len} reserves KV for prompt + response only")
     bigger = [tp for tp in (2, 4, 8) if tp > plan.setup.tp and tp <= plan.gpus_per_node]
     if bigger:
         fixes.append(f"a larger rollout.tp ({', '.join(map(str, bigger))}) splits the weights")
@@ -144,6 +147,8 @@ def preemption(plan: Plan) -> Optional[Verdict]:
         fp8w = next((x for x in plan.rollout if x.choice.key == "fp8"), None)
         if fp8w is not None:
             fixes.append(f"linear.quantize: true ({fp8w.concurrency:.0f} fit)")
+    if 1 <= int(r.concurrency) < r.running:
+        fixes.append(f"rollout.max_num_seqs: {int(r.concurrency)} (all of them fit at full length)")
     fixes.append("a larger rollout.tp or gpu_memory_utilization, or a shorter max_response_length")
     msg = (
         f"the engine runs {r.running} sequences of up to {r.seq_len} tokens per replica but its KV cache "

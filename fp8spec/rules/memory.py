@@ -36,6 +36,21 @@ def _check(ctx, verdict_fn, path: str, candidates=None):
     yield Finding(verdict.message, path, hint or None, ok)
 
 
+def _shorter_context(plan) -> list[dict]:
+    """rollout.max_model_len at prompt + response when the engine reserves for longer requests (verl passes the
+    model's whole context by default): vLLM then needs KV room for one shorter request only."""
+    r = plan.spec.rollout
+    need = r.max_prompt_length + r.max_response_length
+    return [{"rollout.max_model_len": need}] if need < plan.setup.max_model_len else []
+
+
+def _fewer_seqs(plan) -> list[dict]:
+    """rollout.max_num_seqs at the sequences the KV cache holds at full length: no preemption, fewer at once."""
+    r = plan.spec_rollout
+    fit = int(r.concurrency)
+    return [{"rollout.max_num_seqs": fit}] if 1 <= fit < r.running else []
+
+
 def _bigger_tps(plan) -> list[dict]:
     return [{"rollout.tp": tp} for tp in (2, 4, 8) if plan.setup.tp < tp <= plan.gpus_per_node]
 
@@ -70,8 +85,9 @@ def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     with nothing left it raises 'No available memory for the cache blocks', and when one request of
     max_model_len tokens does not fit, 'To serve at least one request with the model's max seq len'
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
-    max_position_embeddings.""",
-    "raise rollout.gpu_memory_utilization or rollout.tp, or quantize the linears (linear.quantize: true)",
+    max_position_embeddings unless rollout.max_model_len says otherwise.""",
+    "raise rollout.gpu_memory_utilization or rollout.tp, set rollout.max_model_len to max_prompt_length + "
+    "max_response_length, or quantize the linears (linear.quantize: true)",
 )
 def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import rollout_weights
@@ -79,6 +95,7 @@ def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     def candidates(plan, verdict):
         util = verdict.numbers.get("min_utilization", 2.0)
         out = [{_GMU: util}] if util <= 1.0 else []
+        out += _shorter_context(plan)
         out += _bigger_tps(plan)
         if not plan.spec.linear.quantize:
             out.append({"linear.quantize": True})
@@ -127,8 +144,8 @@ def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     runs out and vLLM preempts and recomputes sequences. The FP8-RL paper measured frequent preemption at
     20K-token responses with a BF16 KV cache and attributed FP8 KV's 38% rollout speed-up to avoiding it.
     Capacity here is vLLM 0.24's (GPU KV cache size) for the spec's FP8 choices.""",
-    "use an FP8 KV cache (kv_cache.dtype: fp8_e4m3), a larger rollout.tp or gpu_memory_utilization, or shorter "
-    "responses",
+    "use an FP8 KV cache (kv_cache.dtype: fp8_e4m3), a larger rollout.tp or gpu_memory_utilization, fewer "
+    "sequences at once (rollout.max_num_seqs), or shorter responses",
     acknowledgeable=True,
 )
 def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
@@ -140,7 +157,7 @@ def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
             out.append({"kv_cache.dtype": "fp8_e4m3"})
         if not ctx.spec.linear.quantize:
             out.append({"linear.quantize": True})
-        return out + _bigger_tps(plan)
+        return out + _bigger_tps(plan) + _fewer_seqs(plan)
 
     yield from _check(ctx, preemption, "rollout.max_response_length", candidates)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fp8spec.compiler.adapters.verl import add_engine_arg
-from fp8spec.compiler.plan import Plan, serve_flags
+from fp8spec.compiler.plan import Plan, serve_flags, serve_length_args
 from fp8spec.engines.ignore_lists import engine_module_names
 from fp8spec.patchset import manifest
 
@@ -54,6 +54,17 @@ def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "on the trainer side at every weight sync and SGLang loads them through an injected FP8 "
             "quantization_config."
         )
+    if spec.rollout.max_num_batched_tokens is not None:
+        add_engine_arg(
+            plan,
+            keys,
+            ctx,
+            "engine_arg.chunked_prefill_size",
+            spec.rollout.max_num_batched_tokens,
+            "rollout.max_num_batched_tokens",
+            "SGLang's per-step prefill budget: verl passes rollout.max_num_batched_tokens to vLLM only",
+            prof.evidence("engine_arg.chunked_prefill_size"),
+        )
     if spec.kv_cache.fp8:
         add_engine_arg(
             plan,
@@ -99,12 +110,7 @@ def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
             "GPU memory share",
         )
     )
-    args.append(
-        (
-            "flag.context_length",
-            spec.rollout.max_prompt_length + spec.rollout.max_response_length,
-            "rollout.max_prompt_length",
-            "prompt + response length",
-        )
+    args += serve_length_args(
+        spec.rollout, "flag.context_length", "flag.max_running_requests", "flag.chunked_prefill_size"
     )
     return argv + serve_flags(plan, prof, args)

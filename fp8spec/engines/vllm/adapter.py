@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from fp8spec.compiler.adapters.verl import add_engine_arg
-from fp8spec.compiler.plan import Plan, serve_flags
+from fp8spec.compiler.plan import Plan, serve_flags, serve_length_args
 from fp8spec.engines.ignore_lists import all_engine_names, compress, engine_module_names
 
 if TYPE_CHECKING:
@@ -152,12 +152,7 @@ def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
             "GPU memory share",
         )
     )
-    args.append(
-        (
-            "flag.max_model_len",
-            spec.rollout.max_prompt_length + spec.rollout.max_response_length,
-            "rollout.max_prompt_length",
-            "prompt + response length",
-        )
+    args += serve_length_args(
+        spec.rollout, "flag.max_model_len", "flag.max_num_seqs", "flag.max_num_batched_tokens"
     )
     return argv + serve_flags(plan, prof, args)
