@@ -27,6 +27,8 @@ class Plan:
     trainer: Optional[TrainerMemory]
     notes: list[str] = field(default_factory=list)
     trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
+    # the validated spec the plan is of: its fix lines are checked against every rule, as hints are
+    ctx: Optional[ResolvedSpec] = field(default=None, repr=False, compare=False)
 
     @property
     def total_bytes(self) -> int:
@@ -82,6 +84,20 @@ class Plan:
 
         return verdicts(self)
 
+    def failing(self) -> list[Verdict]:
+        """The verdicts that fail, one per problem: MEM005 gives way to MEM006 (the same peak, an error)."""
+        bad = [v for v in self.verdicts() if not v.ok]
+        codes = {v.code for v in bad}
+        return [v for v in bad if not (v.code == "MEM005" and "MEM006" in codes)]
+
+    def fix(self, verdict: Verdict) -> str:
+        """A failed verdict's fix line: the hint `validate` prints for it, values checked against every rule."""
+        if self.ctx is None:
+            return "; or ".join(a.text for a in verdict.advice if not a.changes)
+        from fp8spec.rules.memory import advised
+
+        return advised(self.ctx, verdict)[0]
+
     def response_lengths(self) -> list[int]:
         """Response lengths the concurrency curves are drawn at (powers of two, plus the spec's own)."""
         prompt = self.spec.rollout.max_prompt_length
@@ -105,7 +121,7 @@ def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
         )
     trainers = trainer_precisions(ctx)
     other = trainers[1] if len(trainers) > 1 else None
-    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
+    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other, ctx)
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def plan_json(plan: Plan) -> dict:
                 "code": v.code,
                 "ok": v.ok,
                 "message": v.message if not v.ok else "",
-                "fix": v.fix if not v.ok else "",
+                "fix": plan.fix(v) if not v.ok else "",
                 "acknowledged": plan.spec.acknowledge.get(v.code),
             }
             for v in plan.verdicts()
@@ -181,6 +181,11 @@ def _step_word(r) -> str:
     if r.kv_shortfall == "below_one_request":
         return "< 1 request"
     return "fits" if r.fits_without_preemption else "preempts"
+
+
+def fix_lines(plan: Plan) -> list[tuple[str, str]]:
+    """(code, fix) of each failed verdict, as `plan` prints them (values checked against every rule)."""
+    return [(v.code, plan.fix(v)) for v in plan.failing()]
 
 
 def render_text(plan: Plan) -> str:
@@ -277,14 +282,15 @@ def render_text(plan: Plan) -> str:
             )
         for note in t.notes:
             out.append(f"  note: {note}")
-    problems = [v for v in plan.verdicts() if not v.ok]
+    problems = plan.failing()
     out.append("")
     if problems:
         for v in problems:
             reason = plan.spec.acknowledge.get(v.code)
             out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
-            if v.fix:
-                out.append(f"    fix: {v.fix}")
+            fix = plan.fix(v)
+            if fix:
+                out.append(f"    fix: {fix}")
     else:
         out.append("Fits: trainer state, rollout weights, colocation and KV capacity all within the GPU.")
     for note in plan.notes:

@@ -18,7 +18,7 @@ log-probabilities and the bf16 logit gradient of one micro-batch (8 bytes per to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -115,6 +115,7 @@ class TrainerMemory:
     bytes_per_param: int = 0  # param + grad + optimizer (+ FP8 caches) bytes, summed over the cluster
     offload: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    micro_batch_tokens: int = 0  # tokens of the longest micro-batch (activations and logits scale with it)
 
     @property
     def state(self) -> int:
@@ -192,8 +193,10 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
     context = int(estimate("trainer", "cuda_context_bytes"))
     per_layer_act = _layer_bytes_per_token(model, fp8)
     if spec.training.backend == "fsdp":
-        return _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
-    return _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
+        memory = _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
+    else:
+        memory = _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
+    return replace(memory, micro_batch_tokens=tokens)
 
 
 def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:

@@ -50,15 +50,30 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     """Without a checkpoint or pushed scales, vLLM (since #49389) and SGLang fall back to k/v scales of 1.0
     ("Defaulting to scaling factors of 1.0"); sgl-cookbook #237 removed fp8_e4m3 KV from recipes because
     uncalibrated scales degraded reasoning accuracy.""",
-    "set kv_cache.recalibrate: per_step",
+    "calibrate the scales (kv_cache.recalibrate) where the engine and model allow it, or use a BF16 KV cache",
     needs_model=False,
 )
 def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.kv_cache.fp8 and spec.kv_cache.recalibrate == "none":
+        # per_step is refused on MLA models (KV005) and under SGLang's FlashInfer decode (KV007): proposed
+        # only where every rule takes it; a BF16 KV cache always removes the finding
+        hint, ok = proposal(
+            ctx,
+            "KV004",
+            "kv_cache.recalibrate",
+            [
+                {"kv_cache.recalibrate": "per_step"},
+                {"kv_cache.recalibrate": "once"},
+                {"kv_cache.dtype": "bf16"},
+            ],
+            rule_hint("KV004"),
+        )
         yield Finding(
             f"kv_cache.dtype {spec.kv_cache.dtype} with recalibrate none uses scales of 1.0",
             "kv_cache.recalibrate",
+            hint,
+            ok,
         )
 
 

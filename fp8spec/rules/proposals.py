@@ -149,21 +149,74 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def current(spec: Any, dotted: str) -> Any:
+    """The value of a dotted field of ``spec`` (AttributeError for a path the spec does not have)."""
+    node = spec
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def new_values(ctx: ResolvedSpec, changes: Changes) -> dict[str, Any]:
+    """``changes`` without the fields that already hold the value: a hint never proposes what is set."""
+    out = {}
+    for field, value in changes.items():
+        try:
+            if current(ctx.spec, field) == value and type(current(ctx.spec, field)) is type(value):
+                continue
+        except AttributeError:
+            pass  # not a field: with_values refuses it, and so the candidate fails
+        out[field] = value
+    return out
+
+
+def _combined(candidates: list[dict]) -> list[dict]:
+    """Pairs of candidates on different fields: what may pass where no single change does."""
+    out = []
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1 :]:
+            if not set(a) & set(b):
+                out.append({**a, **b})
+    return out
+
+
+def _set(ok: list) -> str:
+    return (
+        f"set {describe(ok)} (each passes every rule)"
+        if len(ok) > 1
+        else f"set {describe(ok)} (passes every rule)"
+    )
+
+
 def proposal(
-    ctx: ResolvedSpec, code: str, path: str, candidates: Iterable[Changes], otherwise: str
+    ctx: ResolvedSpec,
+    code: str,
+    path: str,
+    candidates: Iterable[Changes],
+    otherwise: str,
+    fallbacks: Iterable[Changes] = (),
 ) -> tuple[str, tuple]:
-    """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule, or
-    ``otherwise`` when none does (with the candidates that fix this finding and the rules that then refuse
-    the spec)."""
-    if ctx.probing or code in ctx.spec.acknowledge:
-        return otherwise, ()  # a probe needs no hint; an acknowledged finding is information, not a problem
-    candidates = [dict(c) for c in candidates]
+    """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule; else
+    the ``fallbacks`` (several fields changed together) or pairs of candidates that do; else ``otherwise``
+    (general advice, no values), after the candidates that fix this finding and the rules that then refuse
+    the spec. A value the spec already has is never proposed."""
+    if ctx.probing:
+        return otherwise, ()  # a probe needs no hint
+    candidates = [c for c in (new_values(ctx, c) for c in candidates) if c]
+    if code in ctx.spec.acknowledge:
+        # an acknowledged finding is information: only what would remove it and passes every rule is named
+        ok = working(ctx, candidates, (code, path))
+        return (_set(ok) if ok else otherwise), tuple(ok)
     ok = working(ctx, candidates, (code, path))
-    if not ok:
-        near = blocked(ctx, candidates, (code, path))
-        if near:
-            near = f"no single change passes every rule: {near}"
-        return "; ".join(p for p in (near, otherwise) if p), ()
-    return f"set {describe(ok)} (each passes every rule)" if len(
-        ok
-    ) > 1 else f"set {describe(ok)} (passes every rule)", tuple(ok)
+    if ok:
+        return _set(ok), tuple(ok)
+    # where no single change passes: the caller's combined changes (a memory share with offload), then pairs
+    more = [c for c in (new_values(ctx, c) for c in fallbacks) if c]
+    pairs = working(ctx, more, (code, path))[:3] or working(ctx, _combined(candidates), (code, path))[:3]
+    near = blocked(ctx, candidates, (code, path))
+    near = f"no single change passes every rule: {near}" if near else ""
+    if pairs:
+        return "; ".join(p for p in (near, _set(pairs).replace("set ", "together: set ", 1)) if p), tuple(
+            pairs
+        )
+    return "; ".join(p for p in (near, otherwise) if p), ()

@@ -13,7 +13,7 @@ from tests.conftest import BASE_SPEC, MOE, patched
 from tests.rules.test_rules import CASES, MEGATRON_FP8
 
 # Rules whose trigger case in CASES must come with at least one proposal.
-PROPOSING = {"BLK001", "HW001", "HW003", "HW004", "HW006", "MDL002", "MEM002", "MEM003", "PAR001", "PAR002",
+PROPOSING = {"BLK001", "HW001", "HW003", "HW004", "HW006", "MDL002", "MEM002", "MEM003", "MEM005", "MEM006", "PAR001", "PAR002",
              "PAR004", "PAR006", "PAR008", "PAR010", "PAR011", "PAR012"}
 
 

@@ -84,8 +84,13 @@ CASES = {
                "less than desired GPU memory utilization"),
     "MEM004": ([{"rollout": {"max_response_length": 20480}}], [{"rollout": {"max_response_length": 2048}}],
                "preempted"),
-    "MEM005": ([{"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}}], [],
+    # two 22,528-token micro-batch rows: 86.6 GiB on a 79.2 GiB H100, within the 10 % margin (a warning)
+    "MEM005": ([{"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}}], [],
                "estimated training peak"),
+    # four: 155.3 GiB, beyond the margin (an error)
+    "MEM006": ([{"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}}],
+               [{"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}}],
+               "beyond it by more than 10%"),
     "PAR001": ([MEGATRON_FP8, {"training": {"parallel": {"tp": 3}}}],
                [MEGATRON_FP8, {"training": {"parallel": {"tp": 2}}}], "not divisible by tp*cp*pp = 3*1*1 = 3"),
     "PAR002": ([{"rollout": {"tp": 3}}], [{"rollout": {"tp": 2}}], "not divisible by rollout.tp 3"),
@@ -326,7 +331,9 @@ def test_deepseek_v3_end_to_end_on_4x8_h200_is_refused(validate):
     found = _codes(result, "MEM001")
     assert found and found[0].severity == "error"
     assert "trainer state per GPU is 428.7 GiB" in found[0].message
-    assert "at least 90 GPUs (12 nodes of 8)" in found[0].hint
+    assert "the state needs at least 90 GPUs even perfectly sharded" in found[0].message
+    # no single change fits it; the hint names the combination that does, with values
+    assert "together: set hardware.nodes: 24, training.parallel.ep: 16 (passes every rule)" in found[0].hint
     assert result.errors
 
 
