@@ -31,6 +31,7 @@ class Advice:
 
     text: str
     changes: tuple[tuple[str, object], ...] = ()
+    fallback: bool = False  # tried only where no single change passes
 
 
 def advice(text: str, **changes: object) -> Advice:
@@ -84,6 +85,17 @@ def trainer_state(plan: Plan) -> Optional[Verdict]:
                     out.append(
                         advice(f"training.parallel.ep: {n} shards the experts", training__parallel__ep=n)
                     )
+        # where neither more nodes nor a layout alone fits: both, at the lower bound and twice it
+        layouts = [
+            ("training.parallel.pp", n)
+            for n in (2, 4, 8)
+            if p.pp < n and plan.model.num_hidden_layers % n == 0
+        ]
+        layouts += [("training.parallel.ep", n) for n in (16, 32) if plan.model.is_moe and p.ep < n]
+        for n in (nodes, 2 * nodes):
+            for name, value in layouts:
+                both = (("hardware.nodes", n), (name, value))
+                out.append(Advice(f"hardware.nodes: {n}, {name}: {value}", both, fallback=True))
     else:
         out.append(
             Advice(
@@ -137,6 +149,12 @@ def rollout_weights(plan: Plan) -> Optional[Verdict]:
             fixes.append(advice(f"rollout.tp: {tp} splits the weights", rollout__tp=tp))
     if not plan.spec.linear.quantize:
         fixes.append(advice("linear.quantize: true halves the weights", linear__quantize=True))
+    if util <= 1.0 and plan.trainer is not None:
+        # a larger engine share may not fit beside the trainer's resident state (MEM003) unless it is offloaded
+        share = (("rollout.gpu_memory_utilization", util),)
+        for what in (("optimizer",), ("optimizer", "params")):
+            both = share + tuple((f"training.offload.{w}", True) for w in what)
+            fixes.append(Advice(", ".join(f"{k}: {v}" for k, v in both), both, fallback=True))
     return Verdict(
         "MEM002", False, msg, tuple(fixes), {"min_utilization": util}, "rollout.gpu_memory_utilization"
     )

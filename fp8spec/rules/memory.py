@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 def advised(ctx: ResolvedSpec, verdict: Verdict) -> tuple[str, tuple]:
     """Hint and proposals for a failed verdict: the values its advice names, each applied and validated (pairs
     of them where none passes alone); the value-free advice, or the rule's general fix, where none does."""
-    candidates = [dict(a.changes) for a in verdict.advice if a.changes]
+    candidates = [dict(a.changes) for a in verdict.advice if a.changes and not a.fallback]
+    fallbacks = [dict(a.changes) for a in verdict.advice if a.changes and a.fallback]
     general = "; or ".join(a.text for a in verdict.advice if not a.changes) or rule_hint(verdict.code)
-    return proposal(ctx, verdict.code, verdict.path, candidates, general)
+    return proposal(ctx, verdict.code, verdict.path, candidates, general, fallbacks)
 
 
 def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:

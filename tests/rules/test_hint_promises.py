@@ -72,6 +72,9 @@ def corpus() -> list[tuple[str, dict]]:
         ("dsv3-e2e-4x8", patched(BASE_SPEC, DEEPSEEK, {"hardware": {"nodes": 4},
                                                        "training": {"backend": "megatron", "precision": "fp8",
                                                                     "parallel": {"tp": 8, "pp": 4, "ep": 8}}})),
+        ("dsv3-offload-0.7", patched(BASE_SPEC, DEEPSEEK, {"rollout": {"gpu_memory_utilization": 0.7},
+                                                           "training": {"offload": {"params": True,
+                                                                                    "optimizer": True}}})),
         ("long-micro-batch", patched(BASE_SPEC, {"algorithm": {"use_dynamic_bsz": True,
                                                                "ppo_max_token_len_per_gpu": 22528}})),
     ]
