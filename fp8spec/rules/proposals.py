@@ -170,7 +170,7 @@ def new_values(ctx: ResolvedSpec, changes: Changes) -> dict[str, Any]:
     return out
 
 
-def _combined(candidates: list[dict]) -> list[dict]:
+def _combined(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pairs of candidates on different fields: what may pass where no single change does."""
     out = []
     for i, a in enumerate(candidates):
@@ -202,18 +202,18 @@ def proposal(
     the spec. A value the spec already has is never proposed."""
     if ctx.probing:
         return otherwise, ()  # a probe needs no hint
-    candidates = [c for c in (new_values(ctx, c) for c in candidates) if c]
+    fresh: list[dict[str, Any]] = [c for c in (new_values(ctx, c) for c in candidates) if c]
     if code in ctx.spec.acknowledge:
         # an acknowledged finding is information: only what would remove it and passes every rule is named
-        ok = working(ctx, candidates, (code, path))
+        ok = working(ctx, fresh, (code, path))
         return (_set(ok) if ok else otherwise), tuple(ok)
-    ok = working(ctx, candidates, (code, path))
+    ok = working(ctx, fresh, (code, path))
     if ok:
         return _set(ok), tuple(ok)
     # where no single change passes: the caller's combined changes (a memory share with offload), then pairs
     more = [c for c in (new_values(ctx, c) for c in fallbacks) if c]
-    pairs = working(ctx, more, (code, path))[:3] or working(ctx, _combined(candidates), (code, path))[:3]
-    near = blocked(ctx, candidates, (code, path))
+    pairs = working(ctx, more, (code, path))[:3] or working(ctx, _combined(fresh), (code, path))[:3]
+    near = blocked(ctx, fresh, (code, path))
     near = f"no single change passes every rule: {near}" if near else ""
     if pairs:
         return "; ".join(p for p in (near, _set(pairs).replace("set ", "together: set ", 1)) if p), tuple(
