@@ -149,6 +149,13 @@ def rollout_weights(plan: Plan) -> Optional[Verdict]:
             fixes.append(advice(f"rollout.tp: {tp} splits the weights", rollout__tp=tp))
     if not plan.spec.linear.quantize:
         fixes.append(advice("linear.quantize: true halves the weights", linear__quantize=True))
+    # what to try where no value above passes: only what the spec has not done already
+    general = ["a larger rollout.tp (more GPUs per replica)", "a shorter rollout.max_model_len"]
+    if plan.setup.utilization < 1.0:
+        general.insert(0, "a larger rollout.gpu_memory_utilization")
+    if not plan.spec.linear.quantize:
+        general.append("FP8 linears")
+    fixes.append(Advice(", ".join(general[:-1]) + " or " + general[-1]))
     if util <= 1.0 and plan.trainer is not None:
         # a larger engine share may not fit beside the trainer's resident state (MEM003) unless it is offloaded
         share = (("rollout.gpu_memory_utilization", util),)
@@ -250,7 +257,7 @@ def preemption(plan: Plan) -> Optional[Verdict]:
     fixes.append(Advice("a larger rollout.tp or gpu_memory_utilization, or a shorter max_response_length"))
     msg = (
         f"the engine runs {r.running} sequences of up to {r.seq_len} tokens per replica but its KV cache "
-        f"({r.kv.tokens:,} tokens) holds {r.concurrency:.0f} at full length ({share:.0%}): long responses "
+        f"({r.kv.tokens:,} tokens) holds {int(r.concurrency)} at full length ({share:.0%}): long responses "
         "will be preempted and recomputed"
     )
     return Verdict("MEM004", ok, msg, tuple(fixes), {"share": share}, "rollout.max_response_length")

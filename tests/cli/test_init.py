@@ -99,3 +99,15 @@ def test_cli_init_keeps_an_existing_file_without_force(tmp_path):
     proc = run_cli("init", "-o", str(out))
     assert proc.returncode == 2 and "--force" in proc.stderr and out.read_text() == "mine\n"
     assert run_cli("init", "-o", str(out), "--force").returncode == 0 and out.read_text().startswith("# ")
+
+
+def test_init_draft_hints_propose_nothing_already_set(tmp_path):
+    """The issue's case: a fresh dense-vllm draft for DeepSeek-V3 has FP8 linears; its MEM002 hint used to
+    propose linear.quantize: true, which the draft already has."""
+    out = tmp_path / "d.yaml"
+    proc = run_cli(*_args("dense-vllm", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
+    assert proc.returncode == 1 and " error MEM002 " in proc.stderr and not out.exists()
+    lines = proc.stderr.splitlines()
+    mem002 = next(lines[i + 1] for i, line in enumerate(lines) if " error MEM002 " in line)
+    assert "hint: " in mem002
+    assert "linear.quantize" not in mem002 and "quantize the linears" not in mem002
