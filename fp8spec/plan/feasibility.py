@@ -282,11 +282,13 @@ def _peak_advice(plan: Plan) -> tuple[Advice, ...]:
     r, a = spec.rollout, spec.algorithm
     out: list[Advice] = []
     sequence = r.max_prompt_length + r.max_response_length
+    budget_above_floor = False
     if a.use_dynamic_bsz:
         split = spec.training.parallel.cp if spec.training.backend == "megatron" else 1
         floor = -(-sequence // split)
         budget = a.ppo_max_token_len_per_gpu or (plan.trainer.micro_batch_tokens if plan.trainer else 0)
-        if budget > floor:
+        budget_above_floor = budget > floor
+        if budget_above_floor:
             out.append(
                 advice(
                     f"algorithm.ppo_max_token_len_per_gpu: {floor} (one sequence per micro-batch)",
@@ -312,6 +314,16 @@ def _peak_advice(plan: Plan) -> tuple[Advice, ...]:
             if p.pp < n and world % n == 0
         ]
         out += [advice("training.parallel.cp: 2", training__parallel__cp=2)] if p.cp == 1 else []
+    # the same ways without values, for where none of the values passes: only those the spec can still take
+    ways = [
+        "a lower token budget" if a.use_dynamic_bsz and budget_above_floor else None,
+        "a smaller micro-batch" if not a.use_dynamic_bsz and a.ppo_micro_batch_size_per_gpu > 1 else None,
+        "shorter responses",
+        "more GPUs",
+        "a larger training.parallel.tp, pp or cp" if spec.training.backend == "megatron" else None,
+    ]
+    kept = [w for w in ways if w]
+    out.append(Advice(", ".join(kept[:-1]) + " or " + kept[-1]))
     out += [
         advice(
             f"rollout.max_response_length: {r.max_response_length // d}",

@@ -94,7 +94,7 @@ class Plan:
         """A failed verdict's fix line: the hint `validate` prints for it, values checked against every rule."""
         if self.ctx is None:
             return "; or ".join(a.text for a in verdict.advice if not a.changes)
-        from fp8spec.rules.memory import advised
+        from fp8spec.plan.advice import advised
 
         return advised(self.ctx, verdict)[0]
 

@@ -1,7 +1,7 @@
 """Memory feasibility: the planner's model of trainer and rollout memory (fp8spec.plan) as rules.
 
 Each rule is one verdict of fp8spec.plan.feasibility; its hint is the verdict's advice, and every value the
-advice names is applied and validated before it is printed (fp8spec.rules.proposals), the same text
+advice names is applied and validated before it is printed (fp8spec.plan.advice), the same text
 `fp8spec plan` prints on its fix lines.
 """
 
@@ -9,21 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, rule, rule_hint
+from fp8spec.plan.advice import advised
+from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
-    from fp8spec.plan.feasibility import Verdict
     from fp8spec.resolve.context import ResolvedSpec
-
-
-def advised(ctx: ResolvedSpec, verdict: Verdict) -> tuple[str, tuple]:
-    """Hint and proposals for a failed verdict: the values its advice names, each applied and validated (pairs
-    of them where none passes alone); the value-free advice, or the rule's general fix, where none does."""
-    candidates = [dict(a.changes) for a in verdict.advice if a.changes and not a.fallback]
-    fallbacks = [dict(a.changes) for a in verdict.advice if a.changes and a.fallback]
-    general = "; or ".join(a.text for a in verdict.advice if not a.changes) or rule_hint(verdict.code)
-    return proposal(ctx, verdict.code, verdict.path, candidates, general, fallbacks)
 
 
 def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
