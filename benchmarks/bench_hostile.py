@@ -3,7 +3,7 @@
 For every file in tests/hostile/corpus/ and every special file (symlinks to /dev/zero and /dev/urandom, a
 FIFO, a 1 GiB sparse file) it times, best of --repeat:
 
-* ``read+check``: reading and checking the spec in this process (``fp8spec.rules.engine.validate_path``),
+* ``read+check``: reading and checking the spec in this process (``fp8spec.rules.runner.validate_path``),
   which is what the limits bound;
 * ``cli``: the whole ``fp8spec validate`` command in a fresh process (interpreter start and imports included).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fp8spec.rules.engine import validate_path  # noqa: E402
+from fp8spec.rules.runner import validate_path  # noqa: E402
 from fp8spec.specfile.loader import InputError  # noqa: E402
 
 

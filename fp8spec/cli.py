@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import sys
 from pathlib import Path
@@ -169,32 +170,43 @@ def rules(
         None,
         metavar="CODE",
         autocompletion=complete_code,
-        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain.",
+        help="A code fp8spec printed (BLK001, S002, E003, ...) to explain, with a rule's examples.",
     ),
+    format: str = format_option(),
 ) -> None:
     """List the rules and the reader's and schema's codes, or explain one code."""
+    from fp8spec.rules import describe
     from fp8spec.rules.registry import all_rules, get_rule
     from fp8spec.specfile.codes import input_code, input_codes
 
+    if format not in ("text", "json"):
+        usage_error(f"--format must be text or json, not {format!r}")
+    as_json = format == "json"
     if code is None:
+        if as_json:
+            listing = {
+                "rules": [describe.rule_summary_data(r) for r in all_rules()],
+                "input_codes": [describe.input_code_data(c) for c in input_codes().values()],
+            }
+            typer.echo(json.dumps(listing, indent=2, sort_keys=True))
+            return
         for r in all_rules():
-            ack = " (acknowledgeable)" if r.acknowledgeable else ""
-            typer.echo(f"{r.code:<6}  {r.severity:<7}  {r.name:<34} {r.summary}{ack}")
+            typer.echo(describe.rule_line(r))
         typer.echo("")
         for ic in input_codes().values():
-            typer.echo(f"{ic.code:<6}  {'error':<7}  {ic.name:<34} {ic.summary} (exit {ic.exit_code})")
+            typer.echo(describe.input_code_line(ic))
         return
     rule = get_rule(code)
     if rule is not None:
-        r = rule
-        typer.echo(f"{r.code} {r.name} ({r.severity}{', acknowledgeable' if r.acknowledgeable else ''})\n")
-        typer.echo(f"{r.summary}\n")
-        typer.echo(f"Why: {r.rationale}\n")
-        typer.echo(f"Fix: {r.hint}")
+        data = describe.rule_data(rule)
+        typer.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else describe.rule_text(rule))
         return
     c = input_code(code)
     if c is None:
         fail(EXIT_BAD_INPUT, f"no rule or code {code!r}; `fp8spec rules` lists them")
+    if as_json:
+        typer.echo(json.dumps(describe.input_code_data(c), indent=2, sort_keys=True))
+        return
     typer.echo(f"{c.code} {c.name} (error: {c.kind}, exit {c.exit_code})\n")
     typer.echo(f"{c.summary}\n")
     typer.echo(f"Why: {c.why}\n")
@@ -235,7 +247,7 @@ def compile(
     ),
 ) -> None:
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.bundle import bundle_files, executable
     from fp8spec.compiler.writer import WriteError, write_bundle
     from fp8spec.launchers.base import BundleError
@@ -245,7 +257,7 @@ def compile(
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     valid = validation.valid()
-    plan = build_plan(valid, choice)
+    plan = build_settings_plan(valid, choice)
     try:
         files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md
     except BundleError as err:
@@ -274,12 +286,12 @@ def explain(
     backend: Optional[str] = backend_option(),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.explain import explain_text
 
     validation, choice = _validated(spec, backend)
     valid = validation.valid()
-    typer.echo(explain_text(valid, build_plan(valid, choice)), nl=False)
+    typer.echo(explain_text(valid, build_settings_plan(valid, choice)), nl=False)
 
 
 @app.command()
@@ -303,7 +315,7 @@ def diff(
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
-    from fp8spec.compiler.build import build_plan
+    from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.explain import diff_text
 
     backends = list(backends or [])
@@ -320,7 +332,7 @@ def diff(
         label = choice.name
         if valid.retargeted:
             label += f", retargeted from {valid.spec_backend}"
-        sides.append((build_plan(valid, choice), f"{printable(str(path))} ({label})"))
+        sides.append((build_settings_plan(valid, choice), f"{printable(str(path))} ({label})"))
     typer.echo(diff_text(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), nl=False)
 
 
@@ -345,9 +357,9 @@ app.add_typer(backends_app, name="backends", help="Backend releases: wheel snaps
 
 
 def _wants_json(argv: list[str]) -> bool:
-    """Whether this command line asked `validate` or `plan` for JSON: then every failure, usage and internal
-    errors included, prints JSON on stdout."""
-    if "validate" not in argv and "plan" not in argv:
+    """Whether this command line asked `validate`, `plan` or `rules` for JSON: then every failure, usage and
+    internal errors included, prints JSON on stdout."""
+    if "validate" not in argv and "plan" not in argv and "rules" not in argv:
         return False
     for i, arg in enumerate(argv):
         if arg in ("--format", "-f") and argv[i + 1 : i + 2] == ["json"]:

@@ -254,7 +254,7 @@ def check(
     with confirm clauses and whether the snapshot still confirms it; facts without clauses are listed as
     evidence only."""
     from fp8spec.profiles import ProfileError, ProfileNotFound
-    from fp8spec.profiles.drift import drift_report, render_text
+    from fp8spec.snapshots.drift import drift_report, render_text
 
     if format not in ("text", "json"):
         _fail(EXIT_BAD_INPUT, f"--format must be text or json, not {format!r}")

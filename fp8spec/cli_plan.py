@@ -82,7 +82,7 @@ def plan(
 ) -> None:
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
-    from fp8spec.plan import Overrides, PlanInputError, build_plan
+    from fp8spec.plan import Overrides, PlanInputError, build_memory_plan
     from fp8spec.plan.render import render_json, render_text
 
     if format not in ("text", "json"):
@@ -110,7 +110,7 @@ def plan(
         cuda_graphs,
     )
     try:
-        result = build_plan(ctx, overrides)
+        result = build_memory_plan(ctx, overrides)
     except PlanInputError as err:
         fail(EXIT_BAD_INPUT, f"{spec}: {err}")
     typer.echo(render_json(result) if format == "json" else render_text(result), nl=format == "json")

@@ -37,7 +37,7 @@ class StarterError(ValueError):
 @dataclass
 class Starter:
     text: str
-    validation: Any  # fp8spec.rules.engine.Validation of ``text``
+    validation: Any  # fp8spec.rules.runner.Validation of ``text``
     changes: list[str] = field(default_factory=list)  # "rollout.tp 1 -> 2 (BLK001)", in order
 
     @property
@@ -114,7 +114,7 @@ def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int)
 
 def _repair(text: str, file: str, spec_dir: Path) -> Starter:
     """Validate; apply the first proposal of the first finding that has one; repeat."""
-    from fp8spec.rules.engine import validate_loaded
+    from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     changes: list[str] = []
@@ -140,7 +140,7 @@ def _repair(text: str, file: str, spec_dir: Path) -> Starter:
 def _acknowledge_rest(text: str, file: str, spec_dir: Path, validation, changes: list[str]) -> Starter:
     """Warnings no single change removes, when every one is acknowledgeable (the paper's 20K-token responses
     preempt on most GPUs: MEM004), are acknowledged with a reason that says so; anything else stays."""
-    from fp8spec.rules.engine import validate_loaded
+    from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]

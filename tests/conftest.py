@@ -9,32 +9,15 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, base_spec  # noqa: F401 (re-exported to the tests)
+
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
 EXAMPLE_SPECS = sorted(SPECS.glob("*.yaml"))
 
-BASE_SPEC = {
-    "version": 1,
-    "name": "base",
-    "model": {"name": "Qwen/Qwen3-8B-Base", "path": "/models/Qwen3-8B-Base"},
-    "hardware": {"gpu": "h100", "nodes": 1, "gpus_per_node": 8, "cuda": "12.9"},
-    "linear": {"quantize": True, "scale_dtype": "fp32"},
-    "kv_cache": {"dtype": "bf16"},
-    "correction": {"method": "tis", "clip": 2.0},
-    "training": {"backend": "fsdp"},
-    "rollout": {"engine": "vllm", "tp": 2},
-    "algorithm": {"name": "grpo", "train_batch_size": 32, "ppo_mini_batch_size": 32},
-    "data": {"train_files": "/data/train.parquet", "val_files": "/data/val.parquet"},
-    "trainer": {"checkpoint_dir": "/shared/checkpoints/base"},
-}
-
-MEGATRON_FP8 = {"training": {"backend": "megatron", "precision": "fp8", "parallel": {"tp": 2}}}
-MOE = {"model": {"name": "Qwen/Qwen3-30B-A3B-Base", "path": "/models/Qwen3-30B-A3B-Base"}}
-# The DeepSeek-V3 end-to-end FP8 run on 4 x 8 H200 that must be refused (its training state alone does not fit).
-DEEPSEEK_E2E = {"model": {"name": "deepseek-ai/DeepSeek-V3", "path": "/models/DeepSeek-V3"},
-                "hardware": {"gpu": "h200", "nodes": 4, "gpus_per_node": 8},
-                "training": {"backend": "megatron", "precision": "fp8", "parallel": {"tp": 8, "pp": 4, "ep": 8}},
-                "rollout": {"tp": 8}}
+# The base spec every rule example is a fragment of, and the fragments the rules' examples share (one declaration,
+# in the package: `fp8spec rules CODE` prints the examples).
+BASE_SPEC = base_spec()
 
 
 def patched(base: dict, *patches: dict) -> dict:
@@ -72,7 +55,7 @@ def write_spec(tmp_path):
 
 @pytest.fixture
 def validate(write_spec):
-    from fp8spec.rules.engine import validate_path
+    from fp8spec.rules.runner import validate_path
 
     def run(data: dict):
         return validate_path(write_spec(data))

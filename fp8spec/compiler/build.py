@@ -1,4 +1,4 @@
-"""A validated spec (retargeted to a --backend choice) turned into a Plan: every setting, with provenance."""
+"""A validated spec (retargeted to a --backend choice) turned into a SettingsPlan: every setting, with provenance."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from fp8spec.compiler.adapters.megatron import build_megatron
 from fp8spec.compiler.adapters.runtime import build_runtime
 from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.engines import engine_names
+from fp8spec.megatron.adapter import build_megatron
 from fp8spec.resolve.valid import ValidSpec
-from fp8spec.rules.engine import Validation, validate_path
+from fp8spec.rules.runner import Validation, validate_path
 from fp8spec.targets import BACKENDS, ENGINES, TRAINERS  # noqa: F401 - re-exported
 
 
@@ -63,16 +63,6 @@ def validate_for(
     return validate_path(path, display, retarget_fields(choice)), choice
 
 
-def spec_backend(validation: Validation) -> str:
-    """The backend the spec file itself names (before any retargeting)."""
-    spec = validation.loaded.spec
-    assert spec is not None  # only asked of a spec that was read
-    values = {"training.backend": spec.training.backend, "rollout.engine": spec.rollout.engine}
-    for r in validation.retargeted:
-        values[r.field] = r.spec_value
-    return f"{values['training.backend']}+{values['rollout.engine']}"
-
-
 def retarget_note(validation: Validation, choice: BackendChoice) -> str:
     """One line saying how the spec was retargeted, or '' when it was compiled for its own backend."""
     if not validation.retargeted:
@@ -82,7 +72,7 @@ def retarget_note(validation: Validation, choice: BackendChoice) -> str:
         for r in validation.retargeted
     )
     return (
-        f"retargeted from {spec_backend(validation)} to {choice.name} ({changes}): every rule checked "
+        f"retargeted from {validation.spec_backend} to {choice.name} ({changes}): every rule checked "
         "the spec as if it said so"
     )
 
@@ -106,9 +96,9 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
     return choice
 
 
-def build_plan(ctx: ValidSpec, choice: BackendChoice) -> Plan:
+def build_settings_plan(ctx: ValidSpec, choice: BackendChoice) -> SettingsPlan:
     """Every setting of the bundle for ``choice``, from the valid spec (retargeted to it: validate_for)."""
-    plan = Plan(backend=choice.name)
+    plan = SettingsPlan(backend=choice.name)
     engine = ctx.engine  # the choice's: the spec was validated retargeted to it
     if choice.trainer is None:
         plan.entrypoint = engine.build_serve(plan, ctx)

@@ -1,4 +1,4 @@
-"""Render a Plan into bundle files (text in memory; writing is fp8spec.compiler.writer's job).
+"""Render a SettingsPlan into bundle files (text in memory; writing is fp8spec.compiler.writer's job).
 
 Same spec and fp8spec version in, byte-identical files out: no timestamps, sorted keys, fixed order.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.plan import Plan
 from fp8spec.compiler.quoting import yaml_string_list
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
 from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
 from fp8spec.launchers.base import runtime_env_yaml
@@ -22,6 +22,7 @@ from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir
 from fp8spec.rules.registry import all_rules
+from fp8spec.runtime import envs
 from fp8spec.targets import STACK_KINDS
 
 COMMANDS = {"launch.sh", "serve.sh"}  # and each launcher's file the table marks executable
@@ -61,7 +62,7 @@ _FP8_SOURCES = (
 )
 
 
-def _fp8_table(plan: Plan) -> list[dict]:
+def _fp8_table(plan: SettingsPlan) -> list[dict]:
     rows = []
     env_names = {s.key for s in plan.of("env")}
     for s in plan.settings:
@@ -82,7 +83,9 @@ def _fp8_table(plan: Plan) -> list[dict]:
     return rows
 
 
-def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file: str) -> dict[str, str]:
+def bundle_files(
+    valid: ValidSpec, choice: BackendChoice, plan: SettingsPlan, spec_file: str
+) -> dict[str, str]:
     """File name -> content of the bundle (manifest.json last, with every other file's sha256)."""
     spec = valid.spec
     ctx = valid
@@ -102,6 +105,7 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
         "env": plan.env,
         "patches": plan.patches,
         "runtime": runtime_manifest(),
+        "patches_variable": envs.RUNTIME_PATCHES.name,
         "model": ctx.model,
         "external_modules_env": ctx.profile("verl").value("env.external_modules"),
         "metrics": _metrics(ctx),
@@ -155,11 +159,10 @@ def bundle_files(valid: ValidSpec, choice: BackendChoice, plan: Plan, spec_file:
 def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
-    from fp8spec.plan import cached_plan
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
 
-    memory = cached_plan(valid.resolved)
+    memory = valid.resolved.memory_plan
     if memory is None:
         return {}
     common["memory_plan"] = render_text(memory)
@@ -173,7 +176,7 @@ def _metrics(valid: ValidSpec) -> dict:
 def _manifest(
     valid: ValidSpec,
     choice: BackendChoice,
-    plan: Plan,
+    plan: SettingsPlan,
     spec_file: str,
     stack: dict[str, str],
     files: dict[str, str],

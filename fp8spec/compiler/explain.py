@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from fp8spec.compiler.plan import Plan, Setting
+from fp8spec.compiler.settings import Setting, SettingsPlan
 from fp8spec.resolve.valid import ValidSpec
 
 _LAYER_NAMES = {
@@ -26,7 +26,7 @@ def _rendered(s: Setting) -> str:
     return f"{s.key}={s.value}"
 
 
-def explain_text(valid: ValidSpec, plan: Plan) -> str:
+def explain_text(valid: ValidSpec, plan: SettingsPlan) -> str:
     spec = valid.spec
     groups: "OrderedDict[str, list[Setting]]" = OrderedDict()
     for s in plan.settings:
@@ -52,10 +52,10 @@ def explain_text(valid: ValidSpec, plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def diff_text(a: Plan, b: Plan, name_a: str, name_b: str) -> str:
+def diff_text(a: SettingsPlan, b: SettingsPlan, name_a: str, name_b: str) -> str:
     """Settings that differ, keyed by layer and key; the names head the two sides (they say the backend)."""
 
-    def table(plan: Plan) -> dict[tuple[str, str], str]:
+    def table(plan: SettingsPlan) -> dict[tuple[str, str], str]:
         return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
 
     ta, tb = table(a), table(b)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.compiler.adapters.verl import VerlKeys
-    from fp8spec.compiler.plan import Plan
+    from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.plan.facts import ProfileFacts
     from fp8spec.plan.setup import EngineMemory, EngineSetup
     from fp8spec.resolve.valid import ValidSpec
@@ -64,11 +64,11 @@ class Engine:
         return []
 
     # ---------------------------------------------------------------------------------------------- the compiler
-    def build_in_verl(self, plan: Plan, valid: ValidSpec, keys: VerlKeys) -> None:
+    def build_in_verl(self, plan: SettingsPlan, valid: ValidSpec, keys: VerlKeys) -> None:
         """The engine's settings inside a verl run (engine_kwargs, environment)."""
         raise NotImplementedError(f"{self.name} has no verl adapter")
 
-    def build_serve(self, plan: Plan, valid: ValidSpec) -> list[str]:
+    def build_serve(self, plan: SettingsPlan, valid: ValidSpec) -> list[str]:
         """argv of the standalone server that evaluates the FP8 policy; its settings go into ``plan``."""
         raise NotImplementedError(f"{self.name} has no standalone server")
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from fp8spec.launchers.base import Launch, Launcher
 
 if TYPE_CHECKING:
-    from fp8spec.compiler.plan import Plan
+    from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.resolve.valid import ValidSpec
 
 
@@ -56,7 +56,9 @@ def executable_files() -> frozenset[str]:
     return frozenset(row.file for row in launchers() if row.executable)
 
 
-def launcher_files(valid: ValidSpec, backend: str, plan: Plan, files: dict[str, str]) -> dict[str, str]:
+def launcher_files(
+    valid: ValidSpec, backend: str, plan: SettingsPlan, files: dict[str, str]
+) -> dict[str, str]:
     """The preflight's files and every launcher's file of a trainer bundle. ``files`` are the bundle files
     rendered so far (rayjob.yaml's ConfigMap carries launch.sh from them)."""
     from fp8spec.launchers.preflight import preflight_files
@@ -70,7 +72,7 @@ def launcher_files(valid: ValidSpec, backend: str, plan: Plan, files: dict[str, 
     return out
 
 
-def readme_lines(valid: ValidSpec, backend: str, plan: Plan) -> list[tuple[str, str]]:
+def readme_lines(valid: ValidSpec, backend: str, plan: SettingsPlan) -> list[tuple[str, str]]:
     """(file, what it does) of every launcher, for the bundle README."""
     launch = Launch(valid, backend, plan, {}, launch_values(valid, backend))
     return [(row.file, module.readme(launch)) for row, module in _table()]

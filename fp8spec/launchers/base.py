@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fp8spec.compiler.quoting import json_scalar, yaml_string_list, yaml_string_map
 
 if TYPE_CHECKING:
-    from fp8spec.compiler.plan import Plan
+    from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.resolve.valid import ValidSpec
 
 
@@ -39,12 +39,12 @@ class Launch:
 
     valid: ValidSpec
     backend: str  # e.g. "megatron+vllm"
-    plan: Plan
+    plan: SettingsPlan
     files: dict[str, str]
     common: dict[str, Any] = field(default_factory=dict)
 
 
-def runtime_env_yaml(plan: Plan, working_dir: str, bundle_dir: str = "", comment: bool = True) -> str:
+def runtime_env_yaml(plan: SettingsPlan, working_dir: str, bundle_dir: str = "", comment: bool = True) -> str:
     """The one place the bundle's Ray runtime environment is written: every job gets it (submit.sh,
     slurm.sbatch through submit.sh, rayjob.yaml), and launch.sh run by hand passes the same to ray.init.
     ``bundle_dir``: where the bundle sits for the submitting `ray` (empty: its working directory)."""

@@ -16,7 +16,7 @@ from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher
 from fp8spec.profiles.kubernetes import kubernetes_limit
 
 if TYPE_CHECKING:
-    from fp8spec.compiler.plan import Plan
+    from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.specfile.model import Spec
 
 LAUNCHER = Launcher(
@@ -118,7 +118,7 @@ def _pod_yaml(kuberay, indent: int, mounts: list[str], volumes: list[str]) -> st
     return "\n".join(lines)
 
 
-def _check_secret_env(spec: Spec, plan: Plan) -> None:
+def _check_secret_env(spec: Spec, plan: SettingsPlan) -> None:
     """A Secret may not supply a name the bundle sets for every Ray worker: a pod-level value would silently fight
     the recipe's (names the process, Ray or the GPU assignment own are refused where typed: EnvName)."""
     if spec.cluster.launcher != "kuberay":
@@ -132,7 +132,7 @@ def _check_secret_env(spec: Spec, plan: Plan) -> None:
             )
 
 
-def _rayjob(spec: Spec, plan: Plan, files: dict[str, str], image: str, sha: str, common: dict) -> str:
+def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, sha: str, common: dict) -> str:
     from fp8spec.compiler.templates import render
     from fp8spec.patchset import BUNDLE_LIB
     from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE

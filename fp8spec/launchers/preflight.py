@@ -14,14 +14,14 @@ from fp8spec.preflight import program_text
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:
-    from fp8spec.compiler.plan import Plan
+    from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.resolve.valid import ValidSpec
     from fp8spec.specfile.model import Spec
 
 PREFLIGHT_FORMAT = 2
 
 
-def preflight_files(valid: ValidSpec, backend: str, plan: Plan) -> dict[str, str]:
+def preflight_files(valid: ValidSpec, backend: str, plan: SettingsPlan) -> dict[str, str]:
     expected = preflight_expected(valid, backend, plan)
     return {
         "preflight.py": program_text(),
@@ -38,7 +38,7 @@ def data_files(spec: Spec) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def preflight_expected(valid: ValidSpec, backend: str, plan: Plan) -> dict:
+def preflight_expected(valid: ValidSpec, backend: str, plan: SettingsPlan) -> dict:
     """What preflight.py checks on every node (written as preflight.json)."""
     spec = valid.spec
     hw = spec.hardware

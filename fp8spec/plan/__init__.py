@@ -6,7 +6,7 @@ memory.* facts); terms no release states are estimates from fp8spec/data/memory_
 matplotlib is imported only to draw the PNG (fp8spec.plan.figure).
 """
 
-from fp8spec.plan.plan import Plan, build_plan, cached_plan
+from fp8spec.plan.plan import MemoryPlan, build_memory_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, PlanInputError
 
-__all__ = ["Plan", "build_plan", "cached_plan", "EngineSetup", "Overrides", "PlanInputError"]
+__all__ = ["MemoryPlan", "build_memory_plan", "EngineSetup", "Overrides", "PlanInputError"]

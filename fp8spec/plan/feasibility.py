@@ -13,7 +13,7 @@ from fp8spec.engines import get_engine
 from fp8spec.plan.facts import estimate
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 GIB = 1 << 30
 #: below this share of the running sequences fitting at full length, preemption is "heavy"
@@ -53,7 +53,7 @@ class Verdict:
         return "; or ".join(a.text for a in self.advice)
 
 
-def trainer_state(plan: Plan) -> Optional[Verdict]:
+def trainer_state(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM001: the optimizer step needs parameters, gradients and optimizer state on the GPU at once."""
     t = plan.trainer
     if t is None:
@@ -113,7 +113,7 @@ def trainer_state(plan: Plan) -> Optional[Verdict]:
     )
 
 
-def rollout_weights(plan: Plan) -> Optional[Verdict]:
+def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM002: the engine must keep KV memory for at least one max_model_len request at its utilisation."""
     r = plan.spec_rollout
     problem = {
@@ -167,7 +167,7 @@ def rollout_weights(plan: Plan) -> Optional[Verdict]:
     )
 
 
-def colocation(plan: Plan) -> Optional[Verdict]:
+def colocation(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM003: what the trainer keeps on the GPU during rollout plus the engine's share must fit the GPU."""
     t = plan.trainer
     if t is None:
@@ -219,7 +219,7 @@ def colocation(plan: Plan) -> Optional[Verdict]:
     )
 
 
-def preemption(plan: Plan) -> Optional[Verdict]:
+def preemption(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM004: the KV cache holds fewer than half of the running sequences at full length."""
     r = plan.spec_rollout
     if r.kv_shortfall is not None or r.running == 0:
@@ -275,7 +275,7 @@ def _peak_terms(t) -> list[tuple[str, int]]:
     ]
 
 
-def _peak_advice(plan: Plan) -> tuple[Advice, ...]:
+def _peak_advice(plan: MemoryPlan) -> tuple[Advice, ...]:
     """Ways to a lower training peak, each with the values it sets; a token budget only above its floor (one
     sequence: a lower one is PAR012) and a micro-batch only above 1."""
     spec = plan.spec
@@ -334,7 +334,7 @@ def _peak_advice(plan: Plan) -> tuple[Advice, ...]:
     return tuple(out)
 
 
-def trainer_activations(plan: Plan) -> Optional[Verdict]:
+def trainer_activations(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM005: the training peak, activations included (an estimate), exceeds the GPU (within the margin
     of the estimate; beyond it, MEM006)."""
     t = plan.trainer
@@ -353,7 +353,7 @@ def peak_margin() -> float:
     return float(estimate("trainer", "peak_margin"))
 
 
-def trainer_peak_far_beyond(plan: Plan) -> Optional[Verdict]:
+def trainer_peak_far_beyond(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM006: the training peak exceeds the GPU by more than the estimate's margin: an error."""
     base = trainer_activations(plan)
     if base is None:
@@ -364,7 +364,7 @@ def trainer_peak_far_beyond(plan: Plan) -> Optional[Verdict]:
     return Verdict("MEM006", ok, msg, base.advice, base.numbers, base.path)
 
 
-def verdicts(plan: Plan) -> list[Verdict]:
+def verdicts(plan: MemoryPlan) -> list[Verdict]:
     return [
         v
         for v in (

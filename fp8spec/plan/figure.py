@@ -16,12 +16,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from fp8spec.plan.plan import curves  # noqa: E402
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
 
 
-def plan_png(plan: Plan) -> bytes:
+def plan_png(plan: MemoryPlan) -> bytes:
     series, running = curves(plan)
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Plan:
+class MemoryPlan:
     spec: Spec
     model: ModelFacts
     setup: EngineSetup
@@ -90,14 +90,6 @@ class Plan:
         codes = {v.code for v in bad}
         return [v for v in bad if not (v.code == "MEM005" and "MEM006" in codes)]
 
-    def fix(self, verdict: Verdict) -> str:
-        """A failed verdict's fix line: the hint `validate` prints for it, values checked against every rule."""
-        if self.ctx is None:
-            return "; or ".join(a.text for a in verdict.advice if not a.changes)
-        from fp8spec.plan.advice import advised
-
-        return advised(self.ctx, verdict)[0]
-
     def response_lengths(self) -> list[int]:
         """Response lengths the concurrency curves are drawn at (powers of two, plus the spec's own)."""
         prompt = self.spec.rollout.max_prompt_length
@@ -110,7 +102,7 @@ class Plan:
         return sorted(set(points))
 
 
-def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
+def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> MemoryPlan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
     notes = get_engine(setup.engine).memory_notes(setup, memory_facts(setup))
@@ -121,7 +113,9 @@ def build_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> Plan:
         )
     trainers = trainer_precisions(ctx)
     other = trainers[1] if len(trainers) > 1 else None
-    return Plan(ctx.spec, ctx.model, setup, rollout_plan(ctx, setup), trainers[0], notes, other, ctx)
+    return MemoryPlan(
+        ctx.spec, ctx.known_model, setup, rollout_plan(ctx, setup), trainers[0], notes, other, ctx
+    )
 
 
 @dataclass(frozen=True)
@@ -132,7 +126,7 @@ class Curve:
     points: tuple[tuple[int, float], ...]  # (response length, sequences that fit at prompt + response)
 
 
-def curves(plan: Plan) -> tuple[list[Curve], int]:
+def curves(plan: MemoryPlan) -> tuple[list[Curve], int]:
     """The picture's data: per choice, KV capacity and max concurrency against response length; and the
     sequences the engine runs at once (the demand line)."""
     prompt = plan.spec.rollout.max_prompt_length
@@ -149,17 +143,14 @@ def curves(plan: Plan) -> tuple[list[Curve], int]:
     return out, plan.spec_rollout.running
 
 
-def cached_plan(ctx: ResolvedSpec) -> Optional[Plan]:
-    """The spec's plan with verl's defaults, built once per context (rules and compiler share it); None
-    when the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
+    """The spec's plan with verl's defaults (ResolvedSpec.memory_plan keeps it); None when the inputs are not
+    enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
     from fp8spec.plan.setup import PlanInputError
 
-    if "_memory_plan" not in ctx.__dict__:
-        plan = None
-        if ctx.model is not None and ctx.profile("verl") is not None:
-            try:
-                plan = build_plan(ctx)
-            except PlanInputError:
-                plan = None
-        ctx.__dict__["_memory_plan"] = plan
-    return ctx.__dict__["_memory_plan"]
+    if ctx.model is None or ctx.profile("verl") is None:
+        return None
+    try:
+        return build_memory_plan(ctx)
+    except PlanInputError:
+        return None

@@ -6,11 +6,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from fp8spec.engines import get_engine
+from fp8spec.plan.advice import fix_line
 from fp8spec.plan.facts import estimate_basis
 from fp8spec.plan.gain import gain_source
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 GIB = 1 << 30
 
@@ -100,7 +101,7 @@ def _trainer_json(t) -> dict | None:
     }
 
 
-def plan_json(plan: Plan) -> dict:
+def plan_json(plan: MemoryPlan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
     headroom = None if plan.trainer is None else plan.headroom(plan.trainer)
@@ -143,7 +144,7 @@ def plan_json(plan: Plan) -> dict:
                 "code": v.code,
                 "ok": v.ok,
                 "message": v.message if not v.ok else "",
-                "fix": plan.fix(v) if not v.ok else "",
+                "fix": fix_line(plan, v) if not v.ok else "",
                 "acknowledged": plan.spec.acknowledge.get(v.code),
             }
             for v in plan.verdicts()
@@ -167,7 +168,7 @@ def plan_json(plan: Plan) -> dict:
     }
 
 
-def render_json(plan: Plan) -> str:
+def render_json(plan: MemoryPlan) -> str:
     return json.dumps(plan_json(plan), indent=2, sort_keys=True)
 
 
@@ -183,12 +184,12 @@ def _step_word(r) -> str:
     return "fits" if r.fits_without_preemption else "preempts"
 
 
-def fix_lines(plan: Plan) -> list[tuple[str, str]]:
+def fix_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
     """(code, fix) of each failed verdict, as `plan` prints them (values checked against every rule)."""
-    return [(v.code, plan.fix(v)) for v in plan.failing()]
+    return [(v.code, fix_line(plan, v)) for v in plan.failing()]
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: MemoryPlan) -> str:
     s, rs = plan.setup, plan.rollout
     spec_r = plan.spec_rollout
     out = [
@@ -288,7 +289,7 @@ def render_text(plan: Plan) -> str:
         for v in problems:
             reason = plan.spec.acknowledge.get(v.code)
             out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
-            fix = plan.fix(v)
+            fix = fix_line(plan, v)
             if fix:
                 out.append(f"    fix: {fix}")
     else:

@@ -120,6 +120,6 @@ def rollout_plan(ctx: ResolvedSpec, setup: EngineSetup) -> list[RolloutResult]:
     # verl cuts generation at max_model_len - prompt (vllm_async_server.py:593), so no sequence is longer
     seq_len = min(spec.rollout.max_prompt_length + spec.rollout.max_response_length, setup.max_model_len)
     return [
-        plan_choice(ctx.model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
+        plan_choice(ctx.known_model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
         for c, is_spec in choices(ctx)
     ]

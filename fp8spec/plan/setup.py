@@ -78,7 +78,7 @@ class Overrides:
 def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> EngineSetup:
     """The engine of one rollout replica as verl 0.9.1 starts it for this spec (rollout defaults from the
     verl profile's memory.rollout_engine_defaults), with ``overrides`` applied."""
-    spec, model = ctx.spec, ctx.model
+    spec, model = ctx.spec, ctx.known_model
     gpu = gpu_memory(spec.hardware.gpu)
     total = gpu.total_bytes
     if overrides.gpu_memory_gib is not None:

@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape
 from fp8spec.plan.plan import curves
 
 if TYPE_CHECKING:
-    from fp8spec.plan.plan import Plan
+    from fp8spec.plan.plan import MemoryPlan
 
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
 W, H = 900, 340
@@ -38,7 +38,7 @@ def _nice_top(v: float) -> float:
     return 10 * step
 
 
-def plan_svg(plan: Plan) -> str:
+def plan_svg(plan: MemoryPlan) -> str:
     series, running = curves(plan)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '

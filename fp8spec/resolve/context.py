@@ -18,28 +18,38 @@ from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
+    from fp8spec.megatron.layout import MegatronLayout
+    from fp8spec.plan.plan import MemoryPlan
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
-    from fp8spec.resolve.megatron import MegatronLayout
+    from fp8spec.resolve.reward import RewardFile, RewardFileProblem
 
 
-@dataclass
+@dataclass(eq=False)
 class ResolvedSpec:
+    """What rules, planner and compiler read: resolved facts as fields, derived views as cached properties
+    (each computed once, on first use). Nothing here knows about proposals (fp8spec.rules.proposals)."""
+
     spec: Spec
     spec_dir: Path
-    model: Any = None  # fp8spec.catalog.ModelFacts, or None when it could not be resolved
+    model: Optional[ModelFacts] = None  # None when it could not be resolved (model_error says why)
     model_error: Optional[str] = None
     model_error_path: str = "model.name"
-    profiles: dict[str, Any] = field(default_factory=dict)  # kind -> fp8spec.profiles.Profile
+    profiles: dict[str, Profile] = field(default_factory=dict)  # kind -> profile of the pinned version
     missing_profiles: dict[str, str] = field(default_factory=dict)  # stack field -> message
-    reward_file: Any = None  # fp8spec.resolve.reward.RewardFile when the spec names one and it is usable
-    reward_problem: Any = None  # fp8spec.resolve.reward.RewardFileProblem otherwise
-    # A context built only to see which errors a changed spec has (fp8spec.rules.proposals): its rules do not
-    # check their own proposals again.
-    probing: bool = False
-    probes: dict = field(default_factory=dict, repr=False)  # changes -> errors, filled by proposals
+    reward_file: Optional[RewardFile] = None  # when the spec names one and it is usable
+    reward_problem: Optional[RewardFileProblem] = None  # when the spec names one that is not
+
+    @property
+    def known_model(self) -> ModelFacts:
+        """The model's facts where the model is resolved by construction: in a rule that needs a model (the
+        runner runs it only then) and in the planner (built only then)."""
+        if self.model is None:
+            raise LookupError(f"the model is not resolved: {self.model_error}")
+        return self.model
 
     @property
     def gpu(self) -> Gpu:
@@ -81,8 +91,8 @@ class ResolvedSpec:
 
     @cached_property
     def megatron(self) -> MegatronLayout:
-        """The Megatron layout with its resolved defaults (fp8spec.resolve.megatron.MegatronLayout)."""
-        from fp8spec.resolve.megatron import megatron_layout
+        """The Megatron layout with its resolved defaults (fp8spec.megatron.layout.MegatronLayout)."""
+        from fp8spec.megatron.layout import megatron_layout
 
         return megatron_layout(self.spec, self.model)
 
@@ -98,6 +108,14 @@ class ResolvedSpec:
         from fp8spec.exclusions import resolve_exclusions
 
         return resolve_exclusions(self.spec, self.model)
+
+    @cached_property
+    def memory_plan(self) -> Optional[MemoryPlan]:
+        """The spec's memory plan with verl's defaults, shared by the MEM rules and the compiler; None when
+        the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+        from fp8spec.plan.plan import plan_or_none
+
+        return plan_or_none(self)
 
     def kuberay_image(self) -> str | None:
         """The pods' image: the spec's, else verl's published image for the pinned engine version."""
@@ -118,7 +136,8 @@ def build_context(spec: Spec, spec_dir: Path) -> ResolvedSpec:
 
 
 def derived_context(ctx: ResolvedSpec, spec: Spec) -> ResolvedSpec:
-    """A probing context for ``spec``, a variant of ``ctx.spec`` with the same model and reward file."""
+    """The context of ``spec``, a variant of ``ctx.spec`` with the same model and reward file (a proposal's
+    probe: fp8spec.rules.proposals)."""
     new = ResolvedSpec(
         spec=spec,
         spec_dir=ctx.spec_dir,
@@ -127,7 +146,6 @@ def derived_context(ctx: ResolvedSpec, spec: Spec) -> ResolvedSpec:
         model_error_path=ctx.model_error_path,
         reward_file=ctx.reward_file,
         reward_problem=ctx.reward_problem,
-        probing=True,
     )
     _resolve_profiles(new)
     return new

@@ -2,7 +2,7 @@
 
 The rules may run on a spec whose model is unknown or whose profiles are missing (that is what they report);
 the compiler may not. ``ValidSpec`` is made only from a validation without errors
-(``fp8spec.rules.engine.Validation.valid``), and checks on the way what that promises: the model's facts are
+(``fp8spec.rules.runner.Validation.valid``), and checks on the way what that promises: the model's facts are
 known and every package the run uses has a profile. So the compiler reads ``valid.model`` and
 ``valid.profile(kind)`` without checking for None.
 """
@@ -20,9 +20,10 @@ from fp8spec.targets import STACK_KINDS
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
+    from fp8spec.exclusions import ExclusionPlan
+    from fp8spec.megatron.layout import MegatronLayout
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
-    from fp8spec.resolve.megatron import MegatronLayout
     from fp8spec.resolve.reward import RewardFile
 
 
@@ -38,6 +39,14 @@ class Retarget:
     spec_value: str
     value: str
     written: bool
+
+
+def spec_backend(spec: Spec, retargeted: tuple[Retarget, ...]) -> str:
+    """The backend ``spec`` named before ``retargeted`` changed it: 'training.backend+rollout.engine'."""
+    values = {"training.backend": spec.training.backend, "rollout.engine": spec.rollout.engine}
+    for r in retargeted:
+        values[r.field] = r.spec_value
+    return f"{values['training.backend']}+{values['rollout.engine']}"
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,7 @@ class ValidSpec:
         return self.resolved.batching
 
     @property
-    def exclusions(self) -> Any:
+    def exclusions(self) -> ExclusionPlan:
         return self.resolved.exclusions
 
     @property
@@ -120,7 +129,4 @@ class ValidSpec:
     @property
     def spec_backend(self) -> str:
         """The backend the spec file itself names (before any retargeting)."""
-        values = {"training.backend": self.spec.training.backend, "rollout.engine": self.spec.rollout.engine}
-        for r in self.retargeted:
-            values[r.field] = r.spec_value
-        return f"{values['training.backend']}+{values['rollout.engine']}"
+        return spec_backend(self.spec, self.retargeted)

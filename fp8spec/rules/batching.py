@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.resolve.batching import explicit_budgets
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     the first batch holding a sequence of max_prompt_length + max_response_length tokens stops the run.""",
     "raise the budget to at least the number in the message, or leave it unset (it then defaults to that)",
     needs_model=False,
+    examples=Examples(
+        bad={"algorithm": {"ppo_max_token_len_per_gpu": 8000}},
+        good={"algorithm": {"ppo_max_token_len_per_gpu": 22528}},
+        message="at least 22528 holds one sequence",
+    ),
 )
 def budget_below_sequence(ctx: ResolvedSpec) -> Iterator[Finding]:
     b = ctx.batching
@@ -61,6 +67,11 @@ def budget_below_sequence(ctx: ResolvedSpec) -> Iterator[Finding]:
     (verl/workers/engine/utils.py:108-124); without it micro-batches are the fixed *_micro_batch_size_per_gpu.""",
     "set algorithm.use_dynamic_bsz: true, or remove the budgets",
     needs_model=False,
+    examples=Examples(
+        bad={"algorithm": {"use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 30000}},
+        good={"algorithm": {"use_dynamic_bsz": False}},
+        message="no effect with use_dynamic_bsz false",
+    ),
 )
 def budget_ignored(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.batching.dynamic:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from fp8spec.linear_classes import EngineModule, Member, engine_modules
 from fp8spec.patchset import patch_supports
+from fp8spec.rules.examples import MOE, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
@@ -110,9 +111,14 @@ def candidate_tps(world: int) -> list[int]:
     vLLM issue #25292) and SGLang checks every merged partition (Fp8LinearMethod.validate_block_quant_shapes).
     Example: Qwen3-30B-A3B's experts have 768 rows, so rollout tp 4 gives 192-row shards.""",
     "set rollout.tp to a value the hint lists (each passes every rule), or exclude the module in linear.exclude",
+    examples=Examples(
+        bad=fragment(MOE, {"rollout": {"tp": 4}}),
+        good=fragment(MOE, {"rollout": {"tp": 2}}),
+        message="768 / tp 4 = 192",
+    ),
 )
 def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec, model = ctx.spec, ctx.model
+    spec, model = ctx.spec, ctx.known_model
     if not spec.linear.quantize:
         return
     quantized = engine_modules(model, ctx.exclusions.quantized_names)
@@ -120,15 +126,11 @@ def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
     bad = misaligned_shards(quantized, model, block, spec.rollout.tp, spec.rollout.ep, ctx.engine)
     if not bad:
         return
-    aligned = (
-        []
-        if ctx.probing
-        else [  # a probe only asks whether the rule fires
-            t
-            for t in candidate_tps(spec.world_size)
-            if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
-        ]
-    )
+    aligned = [
+        t
+        for t in candidate_tps(spec.world_size)
+        if not misaligned_shards(quantized, model, block, t, spec.rollout.ep, ctx.engine)
+    ]
     hint, ok = proposal(
         ctx,
         "BLK001",
@@ -155,6 +157,11 @@ def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
     Another block size would be silently replaced, so trainer-side and engine-side scales would disagree.""",
     "use linear.block_size: [128, 128]",
     needs_model=False,
+    examples=Examples(
+        bad={"linear": {"block_size": [64, 64]}},
+        good={"linear": {"block_size": [128, 128]}},
+        message="[64, 64]",
+    ),
 )
 def block_size_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -179,6 +186,12 @@ def block_size_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     the real engine (BENCHMARKS.md 4.3).""",
     "use linear.sync_quantizer: auto (fp8spec where proven, verl elsewhere) or verl",
     needs_model=False,
+    # every profiled version is supported: a version without a profile (REF002 fires too) shows the rule
+    examples=Examples(
+        bad={"stack": {"vllm": "0.99.0"}, "linear": {"sync_quantizer": "fp8spec"}},
+        good={"linear": {"sync_quantizer": "fp8spec"}},
+        message="not 0.99.0",
+    ),
 )
 def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -206,6 +219,15 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     engine loaded from the reference quantization was not run.""",
     "use linear.sync_quantizer: auto (verl's quantizer here), or keep fp8spec knowingly and acknowledge BLK005",
     needs_model=False,
+    examples=Examples(
+        bad={
+            "rollout": {"engine": "sglang"},
+            "kv_cache": {"dtype": "bf16"},
+            "linear": {"sync_quantizer": "fp8spec"},
+        },
+        good={"linear": {"sync_quantizer": "fp8spec"}},
+        message="not shown byte-exact",
+    ),
 )
 def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -229,11 +251,17 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     (fp8spec/runtime/direct_sync_plan.py), bypassing vLLM's per-tensor load_weights. It is byte-equal to
     quantize-then-copy on CPU against vLLM 0.24.0's mapping tables, but writing into a live engine's parameters
     behind its loaders is only safe once a device run shows the synced engine byte-identical to a fresh one
-    with equal greedy outputs; the engine's profile records that as verified.direct_sync_in_engine. The plan
-    reads vLLM's loaders only: SGLang has no direct path.""",
+    (greedy outputs equal where the engine is reproducible); the engine's profile records that as
+    verified.direct_sync_in_engine, and the largest rollout tp it was shown at as verified.direct_sync_max_tp
+    (vLLM 0.24.0: TP1, BENCHMARKS.md 8.1). The plan reads vLLM's loaders only: SGLang has no direct path.""",
     "use linear.sync_quantizer: auto or fp8spec; for a measurement run, acknowledge BLK006 with the reason",
     acknowledgeable=True,
     needs_model=False,
+    examples=Examples(
+        bad={"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 2}},
+        good={"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 1}},
+        message="up to tp 1 only",
+    ),
 )
 def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -250,6 +278,12 @@ def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
             "byte-exact against a fresh engine there (verified.direct_sync_in_engine)",
             "linear.sync_quantizer",
         )
+    elif spec.rollout.tp > (max_tp := int(ctx.fact(ctx.engine.name, "verified.direct_sync_max_tp", 1))):
+        yield Finding(
+            f"linear.sync_quantizer direct with rollout.tp {spec.rollout.tp}: direct_sync was shown byte-exact "
+            f"on {ctx.engine.name} {ctx.engine_version} up to tp {max_tp} only (verified.direct_sync_max_tp)",
+            "linear.sync_quantizer",
+        )
 
 
 @rule(
@@ -262,6 +296,11 @@ def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     fp8spec does not set from this field.""",
     "remove linear.deep_gemm, or roll out with vLLM: rollout.engine: vllm",
     needs_model=False,
+    examples=Examples(
+        bad={"rollout": {"engine": "sglang"}, "linear": {"deep_gemm": False}},
+        good={"linear": {"deep_gemm": False}},
+        message="no effect on sglang",
+    ),
 )
 def deep_gemm_is_vllm_only(ctx: ResolvedSpec) -> Iterator[Finding]:
     lin = ctx.spec.linear

@@ -6,6 +6,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -25,6 +26,14 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
     version no image carries, fails its preflight on every node.""",
     "set cluster.kuberay.image to an image with the pinned stack, or pin the engine version verl's image has",
     needs_model=False,
+    examples=Examples(
+        bad={"cluster": {"launcher": "kuberay"}, "stack": {"vllm": "0.33.0"}},
+        good={
+            "cluster": {"launcher": "kuberay", "kuberay": {"image": "registry.example/verl:v033"}},
+            "stack": {"vllm": "0.33.0"},
+        },
+        message="no verl image is known for vllm 0.33.0",
+    ),
 )
 def kuberay_image_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.cluster.launcher != "kuberay" or ctx.profile("verl") is None:
@@ -54,6 +63,26 @@ def _under(path: str, mounts: list[str]) -> bool:
     "add a volume (hostPath or PVC) whose mount_path holds the path, or acknowledge it when the image holds it",
     acknowledgeable=True,
     needs_model=False,
+    examples=Examples(
+        bad={
+            "cluster": {
+                "launcher": "kuberay",
+                "kuberay": {"volumes": [{"name": "models", "mount_path": "/models", "pvc": "models"}]},
+            }
+        },
+        good={
+            "cluster": {
+                "launcher": "kuberay",
+                "kuberay": {
+                    "volumes": [
+                        {"name": "models", "mount_path": "/models", "pvc": "models"},
+                        {"name": "data", "mount_path": "/data/", "host_path": "/mnt/data"},
+                    ]
+                },
+            }
+        },
+        message="data.train_files /data/train.parquet is under no cluster.kuberay.volumes mount_path",
+    ),
 )
 def kuberay_path_not_mounted(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec

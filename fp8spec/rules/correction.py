@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -24,6 +25,11 @@ _MASKED = ("mask", "seq_mask")
     "set correction.method: tis (clip 2.0), or acknowledge COR001 with a reason",
     acknowledgeable=True,
     needs_model=False,
+    examples=Examples(
+        bad={"correction": {"method": "none"}},
+        good={"correction": {"method": "none"}, "linear": {"quantize": False}, "kv_cache": {"dtype": "bf16"}},
+        message="correction.method is 'none'",
+    ),
 )
 def fp8_rollout_without_correction(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -42,6 +48,11 @@ def fp8_rollout_without_correction(ctx: ResolvedSpec) -> Iterator[Finding]:
     log probs, set to True" (actor_rollout_ref.rollout.calculate_log_probs).""",
     "set rollout.calculate_log_probs: true",
     needs_model=False,
+    examples=Examples(
+        bad={"rollout": {"calculate_log_probs": False}},
+        good={"rollout": {"calculate_log_probs": True}},
+        message="calculate_log_probs is false",
+    ),
 )
 def correction_needs_logprobs(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -63,6 +74,9 @@ def correction_needs_logprobs(ctx: ResolvedSpec) -> Iterator[Finding]:
     The paper uses C = 2.""",
     "set correction.clip to a positive number; 2.0 is the paper's value",
     needs_model=False,
+    examples=Examples(
+        bad={"correction": {"clip": 0.0}}, good={"correction": {"clip": 2.0}}, message="must be > 0"
+    ),
 )
 def clip_not_positive(ctx: ResolvedSpec) -> Iterator[Finding]:
     c = ctx.spec.correction
@@ -80,6 +94,11 @@ def clip_not_positive(ctx: ResolvedSpec) -> Iterator[Finding]:
     (rollout_corr_helper._parse_rollout_is_threshold). low == high masks almost everything.""",
     "set correction.bounds: [0.5, 5.0] (or your band) with low < high",
     needs_model=False,
+    examples=Examples(
+        bad={"correction": {"method": "mask", "bounds": [5.0, 0.5]}},
+        good={"correction": {"method": "mask", "bounds": [0.5, 5.0]}},
+        message="0 <= low < high",
+    ),
 )
 def mask_bounds_invalid(ctx: ResolvedSpec) -> Iterator[Finding]:
     c = ctx.spec.correction
@@ -107,6 +126,11 @@ def mask_bounds_invalid(ctx: ResolvedSpec) -> Iterator[Finding]:
     from the verl profile before launch.""",
     "use one of the options listed in the message (comma-separated for several)",
     needs_model=False,
+    examples=Examples(
+        bad={"correction": {"rejection": "seq_mean_k9"}},
+        good={"correction": {"rejection": "seq_mean_k1"}},
+        message="'seq_mean_k9'",
+    ),
 )
 def rejection_option_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     option = ctx.spec.correction.rejection

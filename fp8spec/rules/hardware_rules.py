@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.hardware import version_tuple
+from fp8spec.rules.examples import MEGATRON_FP8, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
@@ -39,6 +40,18 @@ def _fp8_training(spec) -> bool:
     (_compute_mxfp8_support in transformer_engine/pytorch/quantization.py); Hopper has no MXFP8 tensor cores.""",
     "use the training.fp8_scaling the hint names for this GPU (blockwise on Hopper), or training.precision: bf16",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"fp8_scaling": "mxfp8"}}),
+        good=fragment(
+            MEGATRON_FP8,
+            {
+                "training": {"fp8_scaling": "mxfp8"},
+                "hardware": {"gpu": "b200"},
+                "linear": {"scale_dtype": "ue8m0"},
+            },
+        ),
+        message="compute capability 10.x",
+    ),
 )
 def mxfp8_needs_blackwell(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
@@ -64,6 +77,11 @@ def mxfp8_needs_blackwell(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use a Hopper or Blackwell GPU and a torch built with CUDA 12.9 or newer; the hint names what passes every "
     "rule on this GPU",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"hardware": {"cuda": "12.4"}}),
+        good=fragment(MEGATRON_FP8, {"hardware": {"cuda": "12.9"}}),
+        message="CUDA >= 12.9",
+    ),
 )
 def blockwise_needs_sm90(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
@@ -121,6 +139,11 @@ def blockwise_needs_sm90(ctx: ResolvedSpec) -> Iterator[Finding]:
     NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0.""",
     "set linear.scale_dtype: ue8m0 on Blackwell",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"hardware": {"gpu": "b200"}}),
+        good=fragment(MEGATRON_FP8, {"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}}),
+        message="power-of-two",
+    ),
 )
 def blackwell_training_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
@@ -150,6 +173,18 @@ def blackwell_training_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     transformer-engine profile's requirement.fp8). An A100 (8.0) cannot train in FP8 with any scaling.""",
     "set training.precision: bf16, or target a GPU with compute capability >= 8.9",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(
+            MEGATRON_FP8,
+            {
+                "hardware": {"gpu": "a100"},
+                "linear": {"quantize": False},
+                "training": {"fp8_scaling": "tensorwise"},
+            },
+        ),
+        good=fragment(MEGATRON_FP8, {"hardware": {"gpu": "l40s"}, "training": {"fp8_scaling": "tensorwise"}}),
+        message="compute capability >= 8.9; a100 is 8.0",
+    ),
 )
 def fp8_training_needs_fp8_cores(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu

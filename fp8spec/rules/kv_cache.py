@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.patchset import patch_attention, patch_supports
+from fp8spec.rules.examples import DEEPSEEK, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
     fp8spec runtime patch 'kv_scales', which must know the engine version.""",
     "use an engine version the runtime patch supports (listed in the message), or kv_cache.recalibrate: none",
     needs_model=False,
+    # every profiled version is supported: a version without a profile (REF002 fires too) shows the rule
+    examples=Examples(
+        bad={"stack": {"vllm": "0.99.0"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        good={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        message="supports vllm 0.24.0",
+    ),
 )
 def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -52,6 +59,11 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     uncalibrated scales degraded reasoning accuracy.""",
     "calibrate the scales (kv_cache.recalibrate) where the engine and model allow it, or use a BF16 KV cache",
     needs_model=False,
+    examples=Examples(
+        bad={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
+        good={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        message="scales of 1.0",
+    ),
 )
 def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -91,15 +103,22 @@ def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use kv_cache.recalibrate: none (scales 1.0, see KV004) or kv_cache.dtype: bf16; MLA support needs the "
     "calibrator to take amax of the latent vLLM writes (kv_a_layernorm output concatenated with the RoPE'd k_pe) "
     "and push it as the MLA attention layer's k_scale",
+    examples=Examples(
+        bad=fragment(
+            DEEPSEEK, {"rollout": {"tp": 8}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}
+        ),
+        good=fragment(DEEPSEEK, {"rollout": {"tp": 8}, "kv_cache": {"dtype": "bf16"}}),
+        message="uses MLA attention",
+    ),
 )
 def kv_recalibration_mla(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
-    if ctx.model.attention != "mla" or not spec.kv_cache.recalibrating or ctx.native_kv_calibration():
+    if ctx.known_model.attention != "mla" or not spec.kv_cache.recalibrating or ctx.native_kv_calibration():
         return
     covered = patch_attention("kv_scales")
-    if ctx.model.attention not in covered:
+    if ctx.known_model.attention not in covered:
         yield Finding(
-            f"{ctx.model.id} uses MLA attention; the kv_scales patch calibrates "
+            f"{ctx.known_model.id} uses MLA attention; the kv_scales patch calibrates "
             f"{', '.join(covered) or 'no'} attention only",
             "kv_cache.recalibrate",
         )

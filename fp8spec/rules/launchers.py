@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.profiles.sbatch import SBATCH_VERSION, judge, time_problem
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     Slurm release).""",
     "remove the option, set it through the spec field named in the message, or write its full name",
     needs_model=False,
+    examples=Examples(
+        bad={"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--partitio=long"]}}},
+        good={"cluster": {"slurm": {"extra_sbatch": ["--qos=high", "--mem-per-gpu=80G"]}}},
+        message="sbatch reads it as --partition",
+    ),
 )
 def sbatch_option_not_allowed(ctx: ResolvedSpec) -> Iterator[Finding]:
     for index, option in enumerate(ctx.spec.cluster.slurm.extra_sbatch):
@@ -48,6 +54,11 @@ def sbatch_option_not_allowed(ctx: ResolvedSpec) -> Iterator[Finding]:
     hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED.""",
     "write it as hours:minutes:seconds (48:00:00) or days-hours:minutes:seconds (2-00:00:00)",
     needs_model=False,
+    examples=Examples(
+        bad={"cluster": {"slurm": {"time_limit": "1:2:3:4"}}},
+        good={"cluster": {"slurm": {"time_limit": "2-00:00:00"}}},
+        message="sbatch would refuse it",
+    ),
 )
 def sbatch_time_limit_invalid(ctx: ResolvedSpec) -> Iterator[Finding]:
     limit = ctx.spec.cluster.slurm.time_limit

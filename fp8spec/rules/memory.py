@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.plan.advice import advised
+from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, Examples, fragment
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -17,9 +18,7 @@ if TYPE_CHECKING:
 
 
 def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
-    from fp8spec.plan.plan import cached_plan
-
-    plan = cached_plan(ctx)
+    plan = ctx.memory_plan
     if plan is None:
         return
     verdict = verdict_fn(plan)
@@ -42,6 +41,11 @@ def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
     data parallelism (verl transformer_impl.py:453-460, megatron distrib_optimizer.py). The DeepSeek-V3 (671B)
     end-to-end run on 4x8 H200 needs about twice the cluster's HBM for this alone.""",
     "use more GPUs or a layout that shards the state further (the message gives the lower bound)",
+    examples=Examples(
+        bad=DEEPSEEK_E2E,
+        good=fragment(MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 8}}}),
+        message="but a h200 holds",
+    ),
 )
 def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_state
@@ -61,7 +65,12 @@ def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     (vllm/v1/core/kv_cache_utils.py:733-770). verl sets max_model_len to the model's
     max_position_embeddings unless rollout.max_model_len says otherwise.""",
     "raise rollout.gpu_memory_utilization or rollout.tp, lower rollout.max_model_len toward max_prompt_length + "
-    "max_response_length, or quantize the linears",
+    "max_response_length, or quantize the linears (linear.quantize: true)",
+    examples=Examples(
+        bad={"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}, "linear": {"quantize": False}},
+        good={"rollout": {"tp": 1, "gpu_memory_utilization": 0.6}, "linear": {"quantize": False}},
+        message="no memory left for the KV cache",
+    ),
 )
 def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import rollout_weights
@@ -79,7 +88,12 @@ def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
-    "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params)",
+    "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
+    examples=Examples(
+        bad={"rollout": {"gpu_memory_utilization": 0.9}},
+        good={"rollout": {"gpu_memory_utilization": 0.9}, "training": {"offload": {"optimizer": True}}},
+        message="less than desired GPU memory utilization",
+    ),
 )
 def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import colocation
@@ -100,6 +114,11 @@ def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use an FP8 KV cache, a larger rollout.tp or gpu_memory_utilization, fewer sequences at once "
     "(rollout.max_num_seqs), or shorter responses",
     acknowledgeable=True,
+    examples=Examples(
+        bad={"rollout": {"max_response_length": 20480}},
+        good={"rollout": {"max_response_length": 2048}},
+        message="preempted",
+    ),
 )
 def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import preemption
@@ -120,6 +139,12 @@ def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     warning.""",
     "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
     "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
+    # two 22,528-token micro-batch rows: 86.6 GiB on a 79.2 GiB H100, within MEM006's 10 % margin
+    examples=Examples(
+        bad={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}},
+        good={},
+        message="estimated training peak",
+    ),
 )
 def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_activations, trainer_peak_far_beyond
@@ -144,6 +169,12 @@ def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     "lower the micro-batch or the dynamic-batching token budget (not below one sequence), shorten "
     "rollout.max_response_length, shard activations further (Megatron: training.parallel.tp, pp or cp), or "
     "use more GPUs",
+    # four rows: 155.3 GiB, beyond the margin; two stay within it (MEM005's warning, not this error)
+    examples=Examples(
+        bad={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}},
+        good={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}},
+        message="beyond it by more than 10%",
+    ),
 )
 def trainer_peak_far_beyond_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_peak_far_beyond

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import DEEPSEEK, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
@@ -24,9 +25,14 @@ if TYPE_CHECKING:
     rollout to the checkpoint's FP8 on its own (vllm_async_server.py:1263-1266).""",
     "convert the checkpoint to BF16 first (for DeepSeek-V3 its inference/fp8_cast_bf16.py), point model.path "
     "at the copy and model.config_path at its config.json, which has no quantization_config",
+    examples=Examples(
+        bad=fragment(DEEPSEEK, {"rollout": {"tp": 8}}),
+        good={"model": {"name": "Qwen/Qwen3-8B-Base"}},
+        message="quant_method 'fp8'",
+    ),
 )
 def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model = ctx.model
+    model = ctx.known_model
     if model.quantization:
         where = "model.config_path" if ctx.spec.model.config_path else "model.name"
         yield Finding(
@@ -47,9 +53,14 @@ def quantized_checkpoint(ctx: ResolvedSpec) -> Iterator[Finding]:
     trained for. A rollout.max_model_len below prompt + response cuts them the same way.""",
     "lower rollout.max_prompt_length / max_response_length to fit the number in the message, raise "
     "rollout.max_model_len, or use a checkpoint whose config.json allows longer contexts",
+    examples=Examples(
+        bad={"rollout": {"max_response_length": 40000}},
+        good={"rollout": {"max_response_length": 20480}},
+        message="2048 + 40000 = 42048 exceeds Qwen/Qwen3-8B-Base's max_position_embeddings 32768",
+    ),
 )
 def context_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model, r = ctx.model, ctx.spec.rollout
+    model, r = ctx.known_model, ctx.spec.rollout
     model_limit = model.max_position_embeddings
     total = r.max_prompt_length + r.max_response_length
     own = r.max_model_len if r.max_model_len is not None and total > r.max_model_len else None
@@ -100,16 +111,22 @@ def context_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
     verl/workers/rollout/sglang_rollout/async_sglang_server.py:169-174).""",
     "lower rollout.max_model_len to the model's max_position_embeddings or less, or leave it out (verl then "
     "uses max_position_embeddings)",
+    examples=Examples(
+        bad={"rollout": {"max_model_len": 40960}},
+        good={"rollout": {"max_model_len": 32768}},
+        message="rollout.max_model_len 40960 exceeds Qwen/Qwen3-8B-Base's max_position_embeddings 32768",
+    ),
 )
 def max_model_len_beyond_model(ctx: ResolvedSpec) -> Iterator[Finding]:
-    limit, value = ctx.model.max_position_embeddings, ctx.spec.rollout.max_model_len
+    model, value = ctx.known_model, ctx.spec.rollout.max_model_len
+    limit = model.max_position_embeddings
     if limit is None or value is None or value <= limit:
         return
     hint, ok = proposal(
         ctx, "MDL003", "rollout.max_model_len", [{"rollout.max_model_len": limit}], rule_hint("MDL003")
     )
     yield Finding(
-        f"rollout.max_model_len {value} exceeds {ctx.model.id}'s max_position_embeddings {limit}; verl "
+        f"rollout.max_model_len {value} exceeds {model.id}'s max_position_embeddings {limit}; verl "
         "refuses to start the engine",
         "rollout.max_model_len",
         hint,

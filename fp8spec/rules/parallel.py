@@ -5,6 +5,7 @@ from __future__ import annotations
 from math import gcd
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
@@ -32,6 +33,9 @@ def _value_finding(ctx, code: str, message: str, field: str, candidates, what: s
     in one node's GPUs.""",
     "set rollout.tp (or rollout.ep) to a value the hint lists: each passes every rule",
     needs_model=False,
+    examples=Examples(
+        bad={"rollout": {"tp": 3}}, good={"rollout": {"tp": 2}}, message="not divisible by rollout.tp 3"
+    ),
 )
 def rollout_tp(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -89,6 +93,7 @@ def rollout_tp(ctx: ResolvedSpec) -> Iterator[Finding]:
     with vllm, sglang and trtllm (verl/workers/config/rollout.py).""",
     "set rollout.pp: 1 and use rollout.tp / rollout.ep",
     needs_model=False,
+    examples=Examples(bad={"rollout": {"pp": 2}}, good={"rollout": {"pp": 1}}, message="rollout.pp 2"),
 )
 def rollout_pp(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.rollout.pp > 1:
@@ -106,6 +111,11 @@ def rollout_pp(ctx: ResolvedSpec) -> Iterator[Finding]:
     ppo_mini_batch_size (verl/workers/config/actor.py). Both are skipped with use_dynamic_bsz.""",
     "set the batch size the hint names (each value passes every rule), or algorithm.use_dynamic_bsz: true",
     needs_model=False,
+    examples=Examples(
+        bad={"algorithm": {"train_batch_size": 3, "use_dynamic_bsz": False}, "rollout": {"n": 1}},
+        good={"algorithm": {"train_batch_size": 32, "use_dynamic_bsz": False}, "rollout": {"n": 1}},
+        message="not divisible by 8",
+    ),
 )
 def batch_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -167,9 +177,14 @@ def batch_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     [0, num_layers // pipeline_model_parallel_size] (TransformerConfig.__post_init__); together they must
     leave at least one FP8 layer, or FP8 does nothing.""",
     "lower linear.bf16_first_layers / bf16_last_layers",
+    examples=Examples(
+        bad={"linear": {"bf16_first_layers": 20, "bf16_last_layers": 16}},
+        good={"linear": {"bf16_first_layers": 2, "bf16_last_layers": 2}},
+        message="cover all 36 layers",
+    ),
 )
 def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec, model = ctx.spec, ctx.model
+    spec, model = ctx.spec, ctx.known_model
     first, last = spec.linear.bf16_first_layers, spec.linear.bf16_last_layers
     layers = model.num_hidden_layers
     if first + last >= layers and (first or last):
@@ -192,9 +207,14 @@ def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     """vLLM requires num_attention_heads % tp == 0, and for KV heads either kv_heads % tp == 0 or
     tp % kv_heads == 0 (then KV heads are replicated); SGLang has the same checks.""",
     "set rollout.tp to a value the hint lists: each passes every rule",
+    examples=Examples(
+        bad={"model": {"name": "Qwen/Qwen2.5-7B", "path": "/m"}, "rollout": {"tp": 8}},
+        good={"model": {"name": "Qwen/Qwen2.5-7B", "path": "/m"}, "rollout": {"tp": 4}},
+        message="28 attention heads",
+    ),
 )
 def heads_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model, tp = ctx.model, ctx.spec.rollout.tp
+    model, tp = ctx.known_model, ctx.spec.rollout.tp
     gpn = ctx.spec.hardware.gpus_per_node
     heads, kv = model.num_attention_heads, model.num_key_value_heads
 
@@ -234,6 +254,11 @@ def heads_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     without its layout.""",
     "remove training.parallel, or use training.backend: megatron (--backend megatron+<engine>)",
     needs_model=False,
+    examples=Examples(
+        bad={"training": {"parallel": {"tp": 2}}},
+        good={"training": {"parallel": {"tp": 1}}},
+        message="no effect",
+    ),
 )
 def fsdp_ignores_parallel(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec

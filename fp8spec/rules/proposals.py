@@ -8,14 +8,26 @@ broader problem, another field), but none at the fields it changes and no new on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from fp8spec.rules.probing import PROBE, Changes, Prober, active_prober
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
 
-Changes = Mapping[str, Any]
 ErrorKey = tuple[str, str]  # (code, spec path)
-Found = tuple[str, str, str]  # (code, spec path, severity)
+
+
+def _prober(ctx: ResolvedSpec) -> Optional[Prober]:
+    """The prober for proposals about ``ctx``; None inside a probe."""
+    active = active_prober()
+    if active is PROBE:
+        return None
+    if isinstance(active, Prober) and active.ctx is ctx:
+        return active
+    from fp8spec.rules.runner import findings_of  # a rule checked directly (tests): a prober of its own
+
+    return Prober(ctx, findings_of)
 
 
 def _inside(path: str, field: str) -> bool:
@@ -25,90 +37,45 @@ def _inside(path: str, field: str) -> bool:
     return path == field or path.startswith(field + ".") or ("." in path and field.startswith(path + "."))
 
 
-def findings_of(ctx: ResolvedSpec) -> frozenset[Found]:
-    """(code, path, severity) of every finding a validation of ``ctx.spec`` reports (acknowledged: info)."""
-    from fp8spec.rules.engine import run_rules
-
-    acknowledged = set(ctx.spec.acknowledge)
-    out = set()
-    for rule, findings in run_rules(ctx):
-        if isinstance(findings, Exception):
-            out.add((rule.code, "", "error"))
-            continue
-        severity = "info" if rule.acknowledgeable and rule.code in acknowledged else rule.severity
-        out.update((rule.code, f.path, severity) for f in findings)
-    return frozenset(out)
-
-
-def _probe(ctx: ResolvedSpec, changes: Changes):
-    """Findings of the spec with ``changes`` applied; None when a changed value is not one the field takes."""
-    from fp8spec.resolve.context import derived_context
-    from fp8spec.specfile.edit import EditError, with_values
-
-    key = tuple(sorted(changes.items(), key=lambda kv: kv[0]))
-    if key not in ctx.probes:
-        try:
-            spec = with_values(ctx.spec, changes)
-        except EditError:
-            ctx.probes[key] = None
-        else:
-            ctx.probes[key] = findings_of(derived_context(ctx, spec))
-    return ctx.probes[key]
-
-
-def _verdict(ctx: ResolvedSpec, changes: Changes, fixes: ErrorKey | None):
+def _verdict(prober: Prober, changes: Changes, fixes: ErrorKey | None):
     """(passes, errors left after the change, new errors) for one candidate."""
-    after = _probe(ctx, changes)
+    after = prober.findings(changes)
     if after is None:
         return False, frozenset(), frozenset()
     if fixes is not None and any(found[:2] == tuple(fixes) for found in after):
         return False, frozenset(), frozenset()
-    before = {found[:2] for found in _probe(ctx, {}) if found[2] == "error"}
+    before = {found[:2] for found in prober.findings({}) or () if found[2] == "error"}
     left = frozenset(found[:2] for found in after if found[2] == "error")
     new = frozenset(e for e in left if e not in before)
     at_changed = any(_inside(path, field) for _, path in left for field in changes)
     return not new and not at_changed, left, new
 
 
-def passes(ctx: ResolvedSpec, changes: Changes, fixes: ErrorKey | None = None) -> bool:
-    """Whether ``changes`` remove ``fixes`` (the finding they are proposed for), add no error, and leave none
-    at the changed fields."""
-    if ctx.probing:
-        return True  # a probe only needs to know whether this rule fires, not which fixes work
-    return _verdict(ctx, changes, fixes)[0]
-
-
-def working(
-    ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | None = None
-) -> list[dict[str, Any]]:
+def _working(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | None) -> list[dict[str, Any]]:
     """The candidates (each a set of field changes) that pass every rule, in the order given, deduplicated.
     Of those, only the ones that leave the fewest of the spec's other errors are kept: a candidate after
     which an error remains that another candidate removes too is not proposed."""
-    if ctx.probing:
-        return [dict(c) for c in candidates]
     passing: list[tuple[dict, frozenset]] = []
     for changes in candidates:
         changes = dict(changes)
         if any(changes == c for c, _ in passing):
             continue
-        ok, left, _ = _verdict(ctx, changes, fixes)
+        ok, left, _ = _verdict(prober, changes, fixes)
         if ok:
             passing.append((changes, left))
     return [c for c, left in passing if not any(other < left for _, other in passing)]
 
 
-def blocked(ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | None = None) -> str:
+def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | None) -> str:
     """For a hint when no candidate passes: the candidates that would fix the finding, and the codes of the
     errors each would add ('' when none fixes it)."""
-    if ctx.probing:
-        return ""
     by_codes: dict[tuple, list] = {}
     for changes in candidates:
         changes = dict(changes)
-        after = _probe(ctx, changes)
+        after = prober.findings(changes)
         if after is None or (fixes is not None and any(found[:2] == tuple(fixes) for found in after)):
             continue
-        _, _, new = _verdict(ctx, changes, fixes)
+        _, _, new = _verdict(prober, changes, fixes)
         codes = tuple(sorted({code for code, _ in new}))
         if fixes is not None and fixes[0] in codes:
             continue  # the same problem, reported at the field the change sets: not a fix
@@ -123,10 +90,6 @@ def blocked(ctx: ResolvedSpec, candidates: Iterable[Changes], fixes: ErrorKey | 
         f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
         for codes, members in groups[:3]
     )
-
-
-def join(values: Iterable[Any]) -> str:
-    return ", ".join(map(str, values))
 
 
 def describe(proposals: Iterable[Changes]) -> str:
@@ -200,23 +163,22 @@ def proposal(
     the ``fallbacks`` (several fields changed together) or pairs of candidates that do; else ``otherwise``
     (general advice, no values), after the candidates that fix this finding and the rules that then refuse
     the spec. A value the spec already has is never proposed."""
-    if ctx.probing:
+    prober = _prober(ctx)
+    if prober is None:
         return otherwise, ()  # a probe needs no hint
     fresh: list[dict[str, Any]] = [c for c in (new_values(ctx, c) for c in candidates) if c]
+    ok = _working(prober, fresh, (code, path))
     if code in ctx.spec.acknowledge:
         # an acknowledged finding is information: only what would remove it and passes every rule is named
-        ok = working(ctx, fresh, (code, path))
         return (_set(ok) if ok else otherwise), tuple(ok)
-    ok = working(ctx, fresh, (code, path))
     if ok:
         return _set(ok), tuple(ok)
     # where no single change passes: the caller's combined changes (a memory share with offload), then pairs
     more = [c for c in (new_values(ctx, c) for c in fallbacks) if c]
-    pairs = working(ctx, more, (code, path))[:3] or working(ctx, _combined(fresh), (code, path))[:3]
-    near = blocked(ctx, fresh, (code, path))
+    pairs = _working(prober, more, (code, path))[:3] or _working(prober, _combined(fresh), (code, path))[:3]
+    near = _blocked(prober, fresh, (code, path))
     near = f"no single change passes every rule: {near}" if near else ""
     if pairs:
-        return "; ".join(p for p in (near, _set(pairs).replace("set ", "together: set ", 1)) if p), tuple(
-            pairs
-        )
+        together = _set(pairs).replace("set ", "together: set ", 1)
+        return "; ".join(p for p in (near, together) if p), tuple(pairs)
     return "; ".join(p for p in (near, otherwise) if p), ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     "use a catalog id (`fp8spec models` lists them), or point model.config_path at a local config.json of a "
     "supported architecture",
     needs_model=False,
+    examples=Examples(
+        bad={"model": {"name": "Qwen/Qwen3-8B-Bse"}},
+        good={"model": {"name": "Qwen/Qwen3-8B-Base"}},
+        message="Qwen/Qwen3-8B-Base",
+    ),
 )
 def model_unresolved(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not ctx.model_error:
@@ -48,6 +54,9 @@ def model_unresolved(ctx: ResolvedSpec) -> Iterator[Finding]:
     renamed or removed any of them.""",
     "pin a profiled version (listed in the message), or add a profile for the new release",
     needs_model=False,
+    examples=Examples(
+        bad={"stack": {"vllm": "0.99.0"}}, good={"stack": {"vllm": "0.24.0"}}, message="0.24.0"
+    ),
 )
 def stack_unprofiled(ctx: ResolvedSpec) -> Iterator[Finding]:
     for stack_field, message in sorted(ctx.missing_profiles.items()):
@@ -64,6 +73,11 @@ def stack_unprofiled(ctx: ResolvedSpec) -> Iterator[Finding]:
     #6393), so another engine version may fail at the first weight sync.""",
     "pin the engine version verl supports, or accept the risk",
     needs_model=False,
+    examples=Examples(
+        bad={"stack": {"vllm": "0.33.0"}},
+        good={"stack": {"vllm": "0.24.0"}},
+        message="tested with vllm 0.24.0",
+    ),
 )
 def engine_not_pinned(ctx: ResolvedSpec) -> Iterator[Finding]:
     pinned = ctx.fact("verl", f"supports.{ctx.engine.name}")

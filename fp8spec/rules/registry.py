@@ -9,11 +9,12 @@ feasibility.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
+    from fp8spec.rules.examples import Examples
 
 Severity = Literal["error", "warning"]
 
@@ -41,6 +42,8 @@ class Rule:
     acknowledgeable: bool = False
     needs_model: bool = True
     engine: Optional[str] = None  # a rule of one rollout engine's folder runs only for specs on that engine
+    # a spec fragment that fires it and one that does not (fp8spec.rules.examples); every shipped rule has them
+    examples: Optional[Examples] = field(default=None, compare=False)
 
     def applies(self, ctx: ResolvedSpec) -> bool:
         """Whether the rule runs on ``ctx``: its model is known if it needs one, and the spec's rollout engine
@@ -64,9 +67,12 @@ def rule(
     acknowledgeable: bool = False,
     needs_model: bool = True,
     engine: Optional[str] = None,
+    examples: Optional[Examples] = None,
 ) -> Callable[[Callable[["ResolvedSpec"], Iterable[Finding]]], Callable[["ResolvedSpec"], Iterable[Finding]]]:
     """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown; an
-    ``engine`` rule (one in fp8spec/engines/<engine>/rules.py) runs only on specs for that rollout engine."""
+    ``engine`` rule (one in fp8spec/engines/<engine>/rules.py) runs only on specs for that rollout engine.
+    ``examples`` are the spec fragments that make it fire and keep it quiet, printed by `fp8spec rules CODE`
+    and run by one test."""
 
     def register(check: Callable[["ResolvedSpec"], Iterable[Finding]]):
         if code in REGISTRY:
@@ -82,6 +88,7 @@ def rule(
             acknowledgeable,
             needs_model,
             engine,
+            examples,
         )
         return check
 
@@ -105,19 +112,21 @@ def rule_hint(code: str) -> str:
 
 
 def _load_rule_modules() -> None:
-    # Importing the modules registers their rules; kept here so the registry has one entry point. Each rollout
-    # engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its engine.
+    # Importing the modules registers their rules; kept here so the registry has one entry point. A topic with a
+    # folder of its own keeps its rules there (fp8spec/exclusions/rules.py, fp8spec/megatron/rules.py), and each
+    # rollout engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its
+    # engine.
+    import fp8spec.exclusions.rules
+    import fp8spec.megatron.rules  # noqa: F401
     from fp8spec.engines import all_engines
     from fp8spec.rules import (  # noqa: F401
         batching,
         blocks,
         cluster,
         correction,
-        exclusions,
         hardware_rules,
         kv_cache,
         launchers,
-        megatron_layout,
         memory,
         model_family,
         parallel,

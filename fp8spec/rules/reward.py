@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import REWARD_FILE, REWARD_FILES, Examples
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     (verl/experimental/reward_loop/reward_manager/*.py, the verl profile's values.reward_manager).""",
     "use a reward manager from the list in the message",
     needs_model=False,
+    examples=Examples(
+        bad={"reward": {"manager": "naiv"}},
+        good={"reward": {"manager": "dapo"}},
+        message="did you mean naive?",
+    ),
 )
 def manager_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     known = ctx.fact("verl", "values.reward_manager")
@@ -44,6 +50,11 @@ def manager_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     so the run would train without the penalty the spec asks for.""",
     "set reward.manager: dapo, or remove reward.overlong_buffer",
     needs_model=False,
+    examples=Examples(
+        bad={"reward": {"manager": "naive", "overlong_buffer": 512}},
+        good={"reward": {"manager": "dapo", "overlong_buffer": 512}},
+        message="no effect with reward manager 'naive'",
+    ),
 )
 def overlong_needs_dapo(ctx: ResolvedSpec) -> Iterator[Finding]:
     r = ctx.spec.reward
@@ -62,6 +73,11 @@ def overlong_needs_dapo(ctx: ResolvedSpec) -> Iterator[Finding]:
     (dapo.py:43-45); max_resp_len is rollout.max_response_length.""",
     "make reward.overlong_buffer at most rollout.max_response_length (DAPO used 4096 of 20480)",
     needs_model=False,
+    examples=Examples(
+        bad={"reward": {"manager": "dapo", "overlong_buffer": 30000}},
+        good={"reward": {"manager": "dapo", "overlong_buffer": 20480}},
+        message="longer than rollout.max_response_length",
+    ),
 )
 def overlong_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
     r, max_resp = ctx.spec.reward, ctx.spec.rollout.max_response_length
@@ -83,6 +99,12 @@ def overlong_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
     unreadable or non-Python file, a syntax error or a missing function would stop every reward worker.""",
     "fix the file or reward.custom_function.name as the message says",
     needs_model=False,
+    examples=Examples(
+        bad={"reward": {"custom_function": {"path": REWARD_FILE, "name": "score"}}},
+        good={"reward": {"custom_function": {"path": REWARD_FILE, "name": "compute_score"}}},
+        message="defines no top-level 'score'",
+        files=REWARD_FILES,
+    ),
 )
 def reward_file_unusable(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.reward_problem is not None:
@@ -99,6 +121,12 @@ def reward_file_unusable(ctx: ResolvedSpec) -> Iterator[Finding]:
     folder must be the working_dir (cluster.working_dir '.').""",
     "set cluster.working_dir: '.' (the default)",
     needs_model=False,
+    examples=Examples(
+        bad={"reward": {"custom_function": {"path": REWARD_FILE}}, "cluster": {"working_dir": ".."}},
+        good={"reward": {"custom_function": {"path": REWARD_FILE}}, "cluster": {"working_dir": "."}},
+        message="cluster.working_dir is '..'",
+        files=REWARD_FILES,
+    ),
 )
 def reward_file_outside_working_dir(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import MEGATRON_FP8, MOE, Examples, fragment
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
     "set training.router_replay: disabled, or train on Megatron: training.backend: megatron (or --backend "
     "megatron+<engine>)",
     needs_model=False,
+    examples=Examples(
+        bad={"training": {"router_replay": "R3"}},
+        good=fragment(MOE, MEGATRON_FP8, {"training": {"router_replay": "R3"}}),
+        message="no effect with training.backend fsdp",
+    ),
 )
 def replay_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
@@ -40,11 +46,16 @@ def replay_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     R2/R3); a dense model has no router, so there is nothing to replay and R3 asks the engine for routes it
     cannot produce.""",
     "set training.router_replay: disabled for a dense model",
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"router_replay": "R2"}}),
+        good=fragment(MOE, MEGATRON_FP8, {"training": {"router_replay": "R2"}}),
+        message="has no experts",
+    ),
 )
 def replay_dense(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if ctx.spec.training.router_replay != "disabled" and not ctx.model.is_moe:
+    if ctx.spec.training.router_replay != "disabled" and not ctx.known_model.is_moe:
         yield Finding(
-            f"{ctx.model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
+            f"{ctx.known_model.id} has no experts; training.router_replay {ctx.spec.training.router_replay} "
             "does nothing",
             "training.router_replay",
         )
@@ -62,17 +73,22 @@ def replay_dense(ctx: ResolvedSpec) -> Iterator[Finding]:
     (vllm/sglang profiles: capability.return_routed_experts).""",
     "set correction.method: tis, or training.router_replay: R3 (Megatron), or acknowledge MOE003",
     acknowledgeable=True,
+    examples=Examples(
+        bad=fragment(MOE, {"correction": {"method": "mask", "bounds": [0.5, 2.0]}}),
+        good=fragment(MOE, {"correction": {"method": "tis"}}),
+        message="routing mismatch goes uncorrected",
+    ),
 )
 def moe_fp8_uncorrected(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if (
-        ctx.model.is_moe
+        ctx.known_model.is_moe
         and spec.fp8_rollout
         and spec.training.router_replay != "R3"
         and spec.correction.method not in ("tis", "seq_tis")
     ):
         yield Finding(
-            f"{ctx.model.id} rolls out in FP8 with correction.method {spec.correction.method!r} and "
+            f"{ctx.known_model.id} rolls out in FP8 with correction.method {spec.correction.method!r} and "
             f"router_replay {spec.training.router_replay}: routing mismatch goes uncorrected",
             "correction.method",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     that stops early then has nothing to resume from.""",
     "set trainer.checkpoint_dir to an absolute folder every node shares, e.g. /shared/checkpoints/<spec name>",
     needs_model=False,
+    examples=Examples(
+        bad={"trainer": {"checkpoint_dir": None}},
+        good={"trainer": {"checkpoint_dir": "/shared/ckpt"}},
+        message="trainer.checkpoint_dir is not set",
+    ),
 )
 def no_checkpoint_folder(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.trainer.checkpoint_dir is None:
@@ -42,6 +48,11 @@ def no_checkpoint_folder(ctx: ResolvedSpec) -> Iterator[Finding]:
     fails at start on any cluster without it. Validation is also how a run shows it still learns.""",
     "set data.val_files to the evaluation parquet file(s) on the cluster",
     needs_model=False,
+    examples=Examples(
+        bad={"data": {"val_files": None}},
+        good={"data": {"val_files": "/data/val.parquet"}},
+        message="~/data/rlhf/gsm8k/test.parquet",
+    ),
 )
 def no_validation_files(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.data.val_files is None:
@@ -60,6 +71,11 @@ def no_validation_files(ctx: ResolvedSpec) -> Iterator[Finding]:
     values.trainer_logger.""",
     "use loggers from the list in the message",
     needs_model=False,
+    examples=Examples(
+        bad={"trainer": {"loggers": ["console", "wandbb"]}},
+        good={"trainer": {"loggers": ["console", "wandb"]}},
+        message="did you mean wandb?",
+    ),
 )
 def logger_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     known = ctx.fact("verl", "values.trainer_logger")
@@ -85,6 +101,11 @@ def logger_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
     silently not be used.""",
     "use resume: resume_path with resume_from: /shared/.../global_step_N, or drop resume_from",
     needs_model=False,
+    examples=Examples(
+        bad={"trainer": {"resume": "resume_path"}},
+        good={"trainer": {"resume": "resume_path", "resume_from": "/shared/ckpt/global_step_40"}},
+        message="resume_from is not set",
+    ),
 )
 def resume_path(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.trainer

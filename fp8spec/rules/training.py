@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import MEGATRON_FP8, MOE, Examples, fragment
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     "set training.precision: bf16 (FP8 then applies to the rollout only), or train on Megatron: "
     "training.backend: megatron (or --backend megatron+<engine>)",
     needs_model=False,
+    examples=Examples(
+        bad={"training": {"precision": "fp8"}}, good=MEGATRON_FP8, message="needs training.backend megatron"
+    ),
 )
 def fp8_training_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
@@ -40,6 +44,11 @@ def fp8_training_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     blockwise loss gap. verl's recipe comments: "hybrid works better ... trains more stably".""",
     "set training.fp8_recipe: hybrid",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"fp8_recipe": "e4m3"}}),
+        good=fragment(MEGATRON_FP8, {"training": {"fp8_recipe": "hybrid"}}),
+        message="collapse",
+    ),
 )
 def pure_e4m3(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
@@ -60,6 +69,15 @@ def pure_e4m3(ctx: ResolvedSpec) -> Iterator[Finding]:
     BF16." when first_last_layers_bf16 is combined with fp8_recipe delayed.""",
     "use training.fp8_scaling: blockwise, or set linear.bf16_first_layers/bf16_last_layers to 0",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(
+            MEGATRON_FP8, {"training": {"fp8_scaling": "delayed"}, "linear": {"bf16_first_layers": 1}}
+        ),
+        good=fragment(
+            MEGATRON_FP8, {"training": {"fp8_scaling": "blockwise"}, "linear": {"bf16_first_layers": 1}}
+        ),
+        message="delayed",
+    ),
 )
 def bf16_layers_with_delayed(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -83,10 +101,19 @@ def bf16_layers_with_delayed(ctx: ResolvedSpec) -> Iterator[Finding]:
     (prime-rl #3524: 3,866 of 6,396 tokens mismatched until both sides matched). verl's FP8 recipe leaves
     moe_router_dtype unset for this reason.""",
     "keep training.router_dtype: bf16 unless the engine also routes in FP32",
+    examples=Examples(
+        bad=fragment(MOE, MEGATRON_FP8, {"training": {"router_dtype": "fp32"}}),
+        good=fragment(MOE, MEGATRON_FP8, {"training": {"router_dtype": "bf16"}}),
+        message="routes in bf16",
+    ),
 )
 def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
-    if ctx.model.is_moe and spec.training.backend == "megatron" and spec.training.router_dtype == "fp32":
+    if (
+        ctx.known_model.is_moe
+        and spec.training.backend == "megatron"
+        and spec.training.router_dtype == "fp32"
+    ):
         yield Finding(
             f"training.router_dtype fp32 while {ctx.engine.name} routes in bf16", "training.router_dtype"
         )
@@ -105,6 +132,11 @@ def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use training.attention: fused (TransformerEngine's cuDNN attention, no flash-attn needed) or "
     "flash_attention_2",
     needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"attention": "sdpa"}}),
+        good=fragment(MEGATRON_FP8, {"training": {"attention": "fused"}}),
+        message="no effect on the Megatron trainer",
+    ),
 )
 def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
@@ -125,6 +157,11 @@ def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     model's init.""",
     "use training.attention: sdpa (no flash-attn needed) or flash_attention_2 on the FSDP trainer",
     needs_model=False,
+    examples=Examples(
+        bad={"training": {"attention": "fused"}},
+        good={"training": {"attention": "sdpa"}},
+        message="is a Megatron attention backend",
+    ),
 )
 def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
@@ -150,6 +187,9 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; keep fp8 if its lower "
     "rollout/trainer mismatch is what you want (acknowledge TRN007)",
     acknowledgeable=True,
+    examples=Examples(
+        bad=fragment(MOE, MEGATRON_FP8), good=MEGATRON_FP8, message="layer speed for this model class"
+    ),
 )
 def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.gain import trainer_gain
@@ -158,7 +198,7 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     if t.backend != "megatron" or t.precision != "fp8":
         return
     tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
-    g = trainer_gain(ctx.model.is_moe, t.fp8_scaling, tokens)
+    g = trainer_gain(ctx.known_model.is_moe, t.fp8_scaling, tokens)
     if g is not None and g.ratio < 1.0:
         yield Finding(
             f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "

@@ -8,10 +8,10 @@ patch verl / engine modules when (and only in the processes where) they are impo
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from .manifest import ENV_PATCHES, PATCHES, PATCHSET_NAME, PATCHSET_VERSION
+from .envs import RUNTIME_PATCHES, check_environment
+from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -24,12 +24,11 @@ _ACTIVE: set = set()
 
 def requested_patches(value: str | None = None) -> list[str]:
     """Parse a patch list (default: the ``FP8SPEC_RUNTIME_PATCHES`` environment variable)."""
-    raw = os.environ.get(ENV_PATCHES, "") if value is None else value
-    names = [p.strip() for p in raw.split(",") if p.strip()]
+    names = RUNTIME_PATCHES.read() if value is None else RUNTIME_PATCHES.read({RUNTIME_PATCHES.name: value})
     unknown = [p for p in names if p not in PATCHES]
     if unknown:
-        raise ValueError(f"{ENV_PATCHES}: unknown patch(es) {unknown}; known: {sorted(PATCHES)}")
-    return list(dict.fromkeys(names))
+        raise ValueError(f"{RUNTIME_PATCHES.name}: unknown patch(es) {unknown}; known: {sorted(PATCHES)}")
+    return names
 
 
 def active_patches() -> frozenset:
@@ -44,6 +43,7 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
         return active_patches()
     from . import _importhook, log, version_guard
 
+    check_environment(set(new))  # a malformed knob fails here, in every worker, naming the variable
     log.install()
 
     if version_guard.installed_version("verl") is not None:
@@ -101,5 +101,5 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
     return active_patches()
 
 
-if os.environ.get(ENV_PATCHES, "").strip():
+if RUNTIME_PATCHES.read():
     activate()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -37,6 +38,13 @@ log = logging.getLogger("fp8spec.runtime.direct_sync")
 
 MOD_VLLM_EXT = "verl.workers.rollout.vllm_rollout.utils"
 FLAG = "_fp8spec_direct_patched"
+MOD_QUANT_UTILS = (
+    "verl.utils.vllm.vllm_quant_utils"  # process_quanted_weights_after_loading, imported per sync
+)
+DEFER_TENSOR_BYTES = (
+    256 << 20
+)  # larger uncovered tensors (embeddings, lm_head) are loaded at once, not copied
+DEFER_TOTAL_BYTES = 1 << 30
 
 
 def stacked_from_packed(packed: Mapping[str, Sequence[str]]) -> list[tuple[str, str, int]]:
@@ -81,8 +89,30 @@ class DirectState:
         self.broken: str | None = None  # why the direct path is off for this engine (logged once)
         self.syncs = 0
         self.new_sync = False
-        self.counts = {"buckets": 0, "direct": 0, "verl": 0}
+        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0}
         self.left_out: list[str] = []
+        # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
+        # before the post-load processing: vLLM's load_weights and verl's load_quanted_weights cost ~14 ms per
+        # call on Qwen3-30B-A3B whatever they load (BENCHMARKS.md 8.3: 29 calls for 243 small tensors).
+        self.pending: list[tuple[str, torch.Tensor]] = []
+        self.pending_bytes = 0
+
+    def defer(self, weights: list) -> list:
+        """Keep the small uncovered tensors of a bucket for one load per sync; returns what verl must load now:
+        nothing, or (when a tensor is large, or the kept ones grow past ``DEFER_TOTAL_BYTES``) everything
+        kept so far plus this bucket's, in order."""
+        size = sum(t.numel() * t.element_size() for _, t in weights)
+        if any(t.numel() * t.element_size() > DEFER_TENSOR_BYTES for _, t in weights) or (
+            self.pending_bytes + size > DEFER_TOTAL_BYTES
+        ):
+            return self.take() + list(weights)
+        self.pending += [(n, t.clone()) for n, t in weights]
+        self.pending_bytes += size
+        return []
+
+    def take(self) -> list:
+        out, self.pending, self.pending_bytes = self.pending, [], 0
+        return out
 
     def _build(self, model: Any, dtype: torch.dtype) -> DirectSync:
         t = engine_tables(model)
@@ -126,15 +156,17 @@ class DirectState:
     def begin(self) -> None:
         self.syncs += 1
         self.new_sync = True
-        self.counts = {"buckets": 0, "direct": 0, "verl": 0}
+        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0}
+        self.pending, self.pending_bytes = [], 0
 
     def end(self, seconds: float | None = None) -> dict:
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors quantized into the engine's parameters, %d through verl's "
-            "receiver, %d buckets%s%s",
+            "receiver in %d calls, %d buckets%s%s",
             self.syncs,
             self.counts["direct"],
             self.counts["verl"],
+            self.counts["verl_calls"],
             self.counts["buckets"],
             f" ({self.broken})" if self.broken else "",
             "" if seconds is None else f", {seconds:.3f} s",
@@ -159,12 +191,37 @@ def patch_worker_extension(module: ModuleType, factory: Callable[[], DirectState
         return
     orig_update, orig_ipc = cls._update_weights, cls.update_weights_from_ipc
 
+    def flush(self, st: DirectState, peft_config, base_sync_done) -> None:
+        kept = st.take()
+        if kept:
+            st.counts["verl_calls"] += 1
+            orig_update(self, kept, peft_config, base_sync_done)
+
     @functools.wraps(orig_ipc)
     def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
         st = _state(self, factory)
         st.begin()
         t0 = time.perf_counter()
-        out = orig_ipc(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
+        # verl imports process_quanted_weights_after_loading inside this method (utils.py 343-345) and calls it
+        # after the last bucket: for this sync it first loads the uncovered tensors kept back (DirectState.defer)
+        quant_utils: Any = sys.modules.get(MOD_QUANT_UTILS)
+        post = getattr(quant_utils, "process_quanted_weights_after_loading", None)
+        if quant_utils is not None and post is not None:
+
+            @functools.wraps(post)
+            def post_after_kept(*args, **kwargs):
+                flush(self, st, peft_config, base_sync_done)
+                return post(*args, **kwargs)
+
+            quant_utils.process_quanted_weights_after_loading = post_after_kept
+        try:
+            out = orig_ipc(self, peft_config=peft_config, base_sync_done=base_sync_done, use_shm=use_shm)
+        finally:
+            if quant_utils is not None and post is not None:
+                quant_utils.process_quanted_weights_after_loading = post
+        if st.pending:  # a sync that ran no post-load processing: load what was kept now, and say so
+            log.warning("fp8spec direct_sync: %d kept tensors loaded after the sync", len(st.pending))
+            flush(self, st, peft_config, base_sync_done)
         self._fp8spec_direct_stats = st.end(time.perf_counter() - t0)
         return out
 
@@ -179,7 +236,10 @@ def patch_worker_extension(module: ModuleType, factory: Callable[[], DirectState
             return orig_update(self, weights, peft_config, base_sync_done)
         runner = self.model_runner
         rest = st.route(runner.model, runner.vllm_config.model_config.dtype, list(weights))
+        if rest and st.ds is not None and sys.modules.get(MOD_QUANT_UTILS) is not None:
+            rest = st.defer(rest)
         if rest:
+            st.counts["verl_calls"] += 1
             return orig_update(self, rest, peft_config, base_sync_done)
         return None
 

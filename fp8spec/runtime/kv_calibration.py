@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from .settings import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
+from .envs import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
 
 NAME_TEMPLATE = "model.layers.{layer}.self_attn.attn.{kind}_scale"
 KINDS = ("q", "k", "v")
@@ -89,6 +89,33 @@ def pushed_scales(
         if not v > 0.0:
             raise ValueError(f"{name}: scale must be positive, got {v}")
         yield prefix, kind, v
+
+
+def scales_per_layer(
+    model: torch.nn.Module,
+    named_scales: Iterable[tuple[str, torch.Tensor | float]],
+    factor: float,
+    layer: str,
+    marker: str,
+    skip: tuple[str, ...] = (),
+) -> list[tuple[str, torch.nn.Module, dict[str, float]]]:
+    """(path, attention module, {kind: scale}) per layer the pushed scales name, every module found before any is
+    written: a name with no module, or with a module that is not the engine's attention ``layer`` (it lacks
+    ``marker``), raises KeyError (a silent miss would leave the engine on stale scales). What the engine writers
+    share (engines/vllm_kv.py, engines/sglang_kv.py)."""
+    per_layer: dict[str, dict[str, float]] = {}
+    for prefix, kind, v in pushed_scales(named_scales, factor, skip):
+        per_layer.setdefault(prefix, {})[kind] = v
+    out = []
+    for prefix, kinds in per_layer.items():
+        try:
+            module = model.get_submodule(prefix)
+        except AttributeError as e:
+            raise KeyError(f"no attention module {prefix!r} in the model") from e
+        if not hasattr(module, marker):
+            raise KeyError(f"{prefix!r} is not a {layer} layer (no {marker})")
+        out.append((prefix, module, kinds))
+    return out
 
 
 def _amax(t: torch.Tensor) -> torch.Tensor:

@@ -8,9 +8,8 @@ worker. Ray forwards worker stderr to the driver, so the lines reach the run's l
 from __future__ import annotations
 
 import logging
-import os
 
-from .manifest import ENV_LOG_LEVEL
+from .envs import LOG_LEVEL
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -18,7 +17,7 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def install() -> logging.Logger:
     """Give the 'fp8spec' logger one stderr handler (idempotent); level from FP8SPEC_LOG_LEVEL (default INFO)."""
     logger = logging.getLogger("fp8spec")
-    level = os.environ.get(ENV_LOG_LEVEL, "INFO").strip().upper() or "INFO"
+    level = LOG_LEVEL.read()
     logger.setLevel(level if isinstance(logging.getLevelName(level), int) else "INFO")
     if not any(getattr(h, "_fp8spec", False) for h in logger.handlers):
         handler = logging.StreamHandler()

@@ -25,17 +25,13 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
 
 from fp8spec import __version__
 
-from .settings import env_defaults, env_help
+from .envs import env_defaults, env_help
 
 PATCHSET_NAME = "fp8spec-runtime"
 PATCHSET_VERSION = __version__  # the patch set is released with fp8spec: one version
 
-ENV_PATCHES = "FP8SPEC_RUNTIME_PATCHES"
-ENV_KV_RECALIBRATE = "FP8SPEC_KV_RECALIBRATE"  # per_step (default) | once
-ENV_LOG_LEVEL = "FP8SPEC_LOG_LEVEL"  # level of the patch set's own log lines (default INFO)
 MODULE = "fp8spec.runtime"
-# Set to 1 to patch an engine/verl version the patch set was not written against (not recommended).
-ENV_ALLOW_UNKNOWN_VERSIONS = "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS"
+# The environment variables (FP8SPEC_RUNTIME_PATCHES and every patch's knobs) are declared in envs.py.
 
 # Versions whose source the patches were written and checked against (exact match, local suffix ignored). The
 # runtime cannot read backends/ inside a GPU worker, so this copy lives here; it must equal the versions profiled
@@ -69,7 +65,7 @@ PATCHES = {
         # Hooks post-RoPE q/k/v of per-head attention and pushes per-layer attn.{q,k,v}_scale (kv_calibration.py).
         # MLA caches a compressed latent (kv_lora_rank + rope dims) with one scale per layer: not covered.
         "attention": ("gqa",),
-        "env": env_defaults("kv_scales"),  # optional knobs, defaults shown (settings.VARIABLES)
+        "env": env_defaults("kv_scales"),  # optional knobs, defaults shown (envs.VARIABLES)
         "notes": (
             "vLLM: prefer the FLASH_ATTN (FA3) backend on Hopper; it reads the device scale tensors, so "
             "in-place updates are CUDA-graph safe. FlashInfer bakes host floats into captured graphs. "
@@ -109,7 +105,8 @@ PATCHES = {
             "quantized with one launch straight into the fused / stacked FP8 parameters and their block scales "
             "(no per-tensor load_weights), everything else goes through verl's receiver, counted in one log "
             "line per sync. vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
-            "nothing). Refused by rule BLK006 until the engine's profile records it byte-exact in the real engine."
+            "nothing). Refused by rule BLK006 where the engine's profile does not record it byte-exact in the real "
+            "engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8)."
         ),
         "side": ("engine-process quantizer (vLLM path)",),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},

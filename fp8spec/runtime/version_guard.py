@@ -9,11 +9,11 @@ On a mismatch it raises ``UnsupportedVersionError`` with a one-line message, unl
 
 from __future__ import annotations
 
-import os
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from .manifest import ENV_ALLOW_UNKNOWN_VERSIONS, KNOWN_VERSIONS, PATCHSET_NAME, PATCHSET_VERSION
+from .envs import ALLOW_UNKNOWN_VERSIONS
+from .manifest import KNOWN_VERSIONS, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -42,11 +42,11 @@ def check(dist: str, version: str | None, patch: str = "", known: Iterable[str] 
         raise UnsupportedVersionError(f"{what}: {dist} is not installed in this process; cannot patch it.")
     if _norm(version) in known:
         return
-    if os.environ.get(ENV_ALLOW_UNKNOWN_VERSIONS, "") == "1":
+    if ALLOW_UNKNOWN_VERSIONS.read():
         return
     raise UnsupportedVersionError(
         f"{what} supports {dist} {', '.join(known) or '(none)'} but {version} is installed; "
-        f"refusing to patch (set {ENV_ALLOW_UNKNOWN_VERSIONS}=1 to override)."
+        f"refusing to patch (set {ALLOW_UNKNOWN_VERSIONS.name}=1 to override)."
     )
 
 

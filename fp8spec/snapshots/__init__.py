@@ -10,7 +10,11 @@ Library entry points (the CLI mounts these):
 - :func:`refresh` (``"vllm==0.33.0"`` -> path written), :func:`refresh_all`
 - :func:`verify` (path -> list of differences; empty means the artifact still confirms the snapshot)
 - :func:`check` (facts per spec -> :class:`FactResult` list), :func:`load` -> :class:`Snapshot`
-- :mod:`fp8spec.snapshots.megatron_check` for Megatron's own ``TransformerConfig`` validation on CPU.
+- :mod:`fp8spec.snapshots.drift` (a profile's facts against its snapshot, and a newer release's)
+
+A rollout engine's extractor is in its folder (fp8spec/engines/<name>/snapshot.py), megatron-core's in
+fp8spec/megatron/snapshot.py (with :mod:`fp8spec.megatron.config_check`, Megatron's own ``TransformerConfig``
+validation on CPU).
 """
 
 from .artifacts import ArtifactError, cache_root, parse_spec, wheel_cache

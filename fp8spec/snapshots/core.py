@@ -55,13 +55,13 @@ class PackageInfo:
         return args
 
 
-# One extractor per profiled kind (fp8spec.targets.KINDS): a rollout engine's in its folder, the others here under
-# the kind's name unless said below.
+# One extractor per profiled kind (fp8spec.targets.KINDS): a rollout engine's in its folder, megatron-core's in
+# fp8spec/megatron/, the others here under the kind's name.
 # megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311 wheel for
 # every version (only its Python source is read), matching the profiles' source artifacts.
 _EXTRACTOR_OPTIONS: dict[str, dict[str, Any]] = {
     "megatron-core": {
-        "module": "fp8spec.snapshots.megatron",
+        "module": "fp8spec.megatron.snapshot",
         "python_versions": ("3.11",),
         "extra_pip_args": ("--ignore-requires-python",),
     },

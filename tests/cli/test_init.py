@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp8spec.rules.engine import validate_path
+from fp8spec.rules.runner import validate_path
 from fp8spec.specfile.loader import load_spec
 from tests.specfile.test_bad_inputs import run_cli
 

@@ -54,14 +54,14 @@ def compile_files(spec_path: Path, backend: str) -> dict[str, str]:
 
 @lru_cache(maxsize=None)
 def _compiled(spec_path: Path, backend: str) -> dict[str, str]:
-    from fp8spec.compiler.build import build_plan, validate_for
+    from fp8spec.compiler.build import build_settings_plan, validate_for
     from fp8spec.compiler.bundle import bundle_files
 
     rel = str(spec_path.relative_to(REPO))
     validation, choice = validate_for(spec_path, rel, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
     valid = validation.valid()
-    return bundle_files(valid, choice, build_plan(valid, choice), rel)
+    return bundle_files(valid, choice, build_settings_plan(valid, choice), rel)
 
 
 def sha256(text: str) -> str:

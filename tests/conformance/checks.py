@@ -19,7 +19,7 @@ that hand-made bad bundles are caught. What is checked:
 - Environment variables: read by the package they target (VLLM_*/SGLANG_*/NVTE_* in that release's
   snapshot; FP8SPEC_* by fp8spec.runtime; VERL_* by the installed verl release's source).
 - Megatron bundles: the TransformerConfig/OptimizerConfig overrides pass
-  ``fp8spec.snapshots.megatron_check.validate_transformer_config`` (the real dataclasses on CPU torch)
+  ``fp8spec.megatron.config_check.validate_transformer_config`` (the real dataclasses on CPU torch)
   and the TE recipe exists with those fields (``check_te_recipe``).
 """
 
@@ -57,8 +57,8 @@ MEGATRON_CONFIG = "ppo_trainer+model_engine=megatron"
 class Compiled:
     label: str
     backend: str  # "fsdp+vllm", "vllm", ...
-    validation: Any  # fp8spec.rules.engine.Validation
-    plan: Any  # fp8spec.compiler.plan.Plan
+    validation: Any  # fp8spec.rules.runner.Validation
+    plan: Any  # fp8spec.compiler.settings.SettingsPlan
     files: dict[str, str]
 
     @property
@@ -98,13 +98,13 @@ class Compiled:
 
 def compile_path(path: Path, backend: str, display: Optional[str] = None, label: str = "") -> Compiled:
     """Compile a spec file in memory exactly as ``fp8spec compile`` does, through the real API."""
-    from fp8spec.compiler.build import build_plan, validate_for
+    from fp8spec.compiler.build import build_settings_plan, validate_for
     from fp8spec.compiler.bundle import bundle_files
 
     display = display or str(path)
     validation, choice = validate_for(path, display, backend)  # retargeted when backend is not the spec's
     assert not validation.errors, [d.render() for d in validation.errors]
-    plan = build_plan(validation.valid(), choice)
+    plan = build_settings_plan(validation.valid(), choice)
     files = bundle_files(validation.valid(), choice, plan, display)
     return Compiled(label or f"{Path(display).stem}:{choice.name}", choice.name, validation, plan, files)
 
@@ -254,7 +254,7 @@ VERL_FP8_QUANT_KEYS = {"activation_scheme", "fmt", "quant_method", "weight_block
 
 
 def check_hf_quantization_config(c: Compiled, key: str, value: Any) -> list[str]:
-    from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
+    from fp8spec.exclusions.ignore_lists import all_engine_names, engine_module_names
 
     problems: list[str] = []
     if set(value) != {"quantization_config"}:
@@ -352,7 +352,7 @@ def te_version_seen_by_megatron(version: str):
 
 
 def check_megatron(c: Compiled, overrides: Optional[list[str]] = None) -> list[str]:
-    from fp8spec.snapshots.megatron_check import check_te_recipe, validate_transformer_config
+    from fp8spec.megatron.config_check import check_te_recipe, validate_transformer_config
 
     tc, opt, par = megatron_overrides(overrides if overrides is not None else c.overrides)
     model = c.ctx.model
@@ -476,7 +476,7 @@ def check_quantization_config(obj: dict, engine: str, version: str, quantization
             except re.error as e:
                 problems.append(f"ignore pattern {p!r} is not a valid regex ({e})")
     if ctx is not None and ctx.model is not None:
-        from fp8spec.engines.ignore_lists import all_engine_names, engine_module_names
+        from fp8spec.exclusions.ignore_lists import all_engine_names, engine_module_names
 
         wanted = set(engine_module_names(ctx))
         got = {n for n in all_engine_names(ctx) if any(ignored_by(p, n, styles) for p in patterns)}
@@ -522,7 +522,7 @@ def check_serve(c: Compiled) -> list[str]:
 # ----------------------------------------------------------------------------- environment
 def _env_reads_in(source: str) -> set[str]:
     """Names a module reads from the environment: os.environ.get / os.getenv / os.environ[...] with a string
-    literal or a module-level constant."""
+    literal or a module-level constant, and ``X.read(...)`` of a variable X declared in fp8spec/runtime/envs.py."""
     tree = ast.parse(source)
     consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
               for t in n.targets if isinstance(t, ast.Name)
@@ -539,6 +539,10 @@ def _env_reads_in(source: str) -> set[str]:
         return None
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "read":
+            declared = ast.unparse(node.func.value).rsplit(".", 1)[-1]
+            if declared in _ENV_NAMES:
+                names.add(_ENV_NAMES[declared])
         if isinstance(node, ast.Call) and node.args:
             f = ast.unparse(node.func)
             if f in ("os.environ.get", "os.getenv", "environ.get", "getenv", "os.environ.setdefault"):
@@ -559,6 +563,16 @@ def _manifest_consts() -> dict[str, str]:
 
 
 _MANIFEST_CONSTS = _manifest_consts()
+
+
+def _env_names() -> dict[str, str]:
+    """envs.py's declared variables: constant name -> variable name."""
+    from fp8spec.runtime import envs
+
+    return {k: v.name for k, v in vars(envs).items() if isinstance(v, envs.EnvVar)}
+
+
+_ENV_NAMES = _env_names()
 
 
 class _RecordingEnv(dict):
@@ -632,7 +646,7 @@ def check_env(c: Compiled) -> list[str]:
         elif owner == "FP8SPEC":
             if name not in fp8spec_runtime_env():
                 problems.append(f"{name}: not read by fp8spec.runtime")
-            if name == _MANIFEST_CONSTS["ENV_PATCHES"]:
+            if name == _ENV_NAMES["RUNTIME_PATCHES"]:
                 from fp8spec.runtime import manifest
 
                 unknown = [p for p in value.split(",") if p not in manifest.PATCHES]
@@ -744,7 +758,7 @@ def check_kv_calibration(c: Compiled) -> list[str]:
     kwargs = {o.key_or_group: o.value() for o in parse_overrides(c.overrides)}
     if spec.kv_cache.recalibrate == "once" and kwargs.get(key) is True:
         return [] if native else [f"{key}: {c.engine} {version} has no calculate_kv_scales"]
-    patches = c.env.get(_MANIFEST_CONSTS["ENV_PATCHES"], "").split(",")
+    patches = c.env.get(_ENV_NAMES["RUNTIME_PATCHES"], "").split(",")
     modules = c.env.get("VERL_USE_EXTERNAL_MODULES", "").split(",")
     if "kv_scales" in patches and _MANIFEST_CONSTS["MODULE"] in modules:
         return []

@@ -11,8 +11,8 @@ import textwrap
 import pytest
 
 from fp8spec.profiles import KINDS, ProfileError, available_versions, load_profile, parse_profile_text
-from fp8spec.profiles.drift import drift_report, render_text
 from fp8spec.snapshots import snapshot_dir
+from fp8spec.snapshots.drift import drift_report, render_text
 
 ALL = [(k, v) for k in KINDS for v in available_versions(k)]
 

@@ -201,7 +201,7 @@ def test_example_bundle_layout_starts(spec_path, backend, one_process_world, mon
     """The layout each Megatron example bundle emits (its overrides) passes megatron-core's start-up checks."""
     from ruamel.yaml import YAML
 
-    from fp8spec.rules.engine import validate_path
+    from fp8spec.rules.runner import validate_path
     from tests.conformance.checks import megatron_overrides
 
     tc, _, par = megatron_overrides(list(YAML(typ="safe").load(compile_files(spec_path, backend)["overrides.yaml"])))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tests.conftest import REPO, SPECS
+from tests.conftest import REPO, SPECS, patched
 from tests.engines.toy_engine import ENGINE_INIT, ENGINE_RULES, PROFILE
 from tests.extending import cli_in, copy_of_the_package, package_file_of
 
@@ -58,6 +58,21 @@ def test_its_rule_is_listed_and_explained(tree):
     assert "TOY001" in listing and "toy-serves-bf16-only" in listing
     explained = fp8spec(tree, "rules", "TOY001")
     assert explained.returncode == 0 and "loads BF16 weights only" in explained.stdout
+    assert 'Fires (the message says "cannot run FP8 linears"):\n  rollout:\n    engine: toy\n' in explained.stdout
+
+
+def test_its_rule_examples_hold(tree, tmp_path):
+    """The examples the rule carries (as `fp8spec rules TOY001 -f json` gives them) fire and pass for real."""
+    examples = json.loads(fp8spec(tree, "rules", "TOY001", "-f", "json").stdout)["examples"]
+    base = YAML(typ="safe").load((tree / examples["base"]).read_text(encoding="utf-8"))
+    for name, fragment, fires in [("bad", examples["bad"], True)] + [("good", g, False) for g in examples["good"]]:
+        spec = tmp_path / f"{name}.yaml"
+        with open(spec, "w", encoding="utf-8") as fh:
+            YAML().dump(patched(base, fragment), fh)
+        out = json.loads(fp8spec(tree, "validate", str(spec), "--format", "json").stdout)
+        found = [d for d in out["files"][0]["diagnostics"] if d["code"] == "TOY001"]
+        assert bool(found) == fires, (name, found)
+        assert not fires or examples["message"] in found[0]["message"]
 
 
 def test_its_rule_fires_for_it_and_only_for_it(tree):

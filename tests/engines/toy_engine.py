@@ -40,7 +40,7 @@ class Toy(Engine):
                  prof.evidence("env.fast_path"))
 
     def build_serve(self, plan, valid) -> list[str]:
-        from fp8spec.compiler.plan import serve_flags
+        from fp8spec.compiler.settings import serve_flags
 
         prof = valid.profile("toy")
         argv = prof.value("cli.serve").split() + [valid.spec.model.path]
@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 
 
@@ -72,6 +73,11 @@ from fp8spec.rules.registry import Finding, rule
     "set linear.quantize: false, or roll out with another engine",
     needs_model=False,
     engine="toy",
+    examples=Examples(
+        bad={"rollout": {"engine": "toy"}},
+        good={"rollout": {"engine": "toy"}, "linear": {"quantize": False}},
+        message="cannot run FP8 linears",
+    ),
 )
 def toy_serves_bf16_only(ctx) -> Iterator[Finding]:
     if ctx.spec.linear.quantize:

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fp8spec.rules.engine import validate_loaded
+from fp8spec.rules.runner import validate_loaded
 from fp8spec.specfile.loader import InputError, load_spec, load_spec_text
 from tests.conftest import SPECS
 

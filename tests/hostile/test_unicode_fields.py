@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fp8spec.compiler.build import build_plan, choose_backend
+from fp8spec.compiler.build import build_settings_plan, choose_backend
 from fp8spec.compiler.bundle import bundle_files
-from fp8spec.rules.engine import validate_path
+from fp8spec.rules.runner import validate_path
 from fp8spec.specfile.text import first_refused
 from tests.conftest import BASE_SPEC, patched
 from tests.hostile.bundle_oracle import check_bundle
@@ -106,7 +106,7 @@ def test_any_text_in_any_field(backend, field, value, launcher):
     spec = validation.loaded.spec
     assert _field_value(spec, path, shape) == value, "the reader changed the value"
     choice = choose_backend(backend, validation)
-    plan = build_plan(validation.valid(), choice)
+    plan = build_settings_plan(validation.valid(), choice)
     files = bundle_files(validation.valid(), choice, plan, "spec.yaml")
     assert check_bundle(spec, plan, choice, files) == []
 
@@ -122,7 +122,7 @@ def test_examples_read_back_exactly(backend):
         validation = validate_path(spec_file)
     assert not validation.errors, [d.render() for d in validation.errors]
     choice = choose_backend(backend, validation)
-    plan = build_plan(validation.valid(), choice)
+    plan = build_settings_plan(validation.valid(), choice)
     files = bundle_files(validation.valid(), choice, plan, "spec.yaml")
     assert check_bundle(validation.loaded.spec, plan, choice, files) == []
 
@@ -154,6 +154,6 @@ def test_any_text_in_list_item_fields(list_path, name, value):
         assert all(d.line >= 1 and d.col >= 1 for d in validation.errors)
         return
     choice = choose_backend("fsdp+vllm", validation)
-    plan = build_plan(validation.valid(), choice)
+    plan = build_settings_plan(validation.valid(), choice)
     files = bundle_files(validation.valid(), choice, plan, "spec.yaml")
     assert check_bundle(validation.loaded.spec, plan, choice, files) == []

@@ -12,11 +12,11 @@ from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
 
 @pytest.fixture
 def plan_of(validate):
-    from fp8spec.plan import build_plan
+    from fp8spec.plan import build_memory_plan
 
     def run(*patches):
         result = validate(patched(BASE_SPEC, *patches))
-        return build_plan(result.context)
+        return build_memory_plan(result.context)
 
     return run
 
@@ -82,7 +82,7 @@ def test_longer_micro_batches_grow_activations_and_logits(plan_of):
 def test_offload_settings_compose_in_verl(backend_patch, validate):
     """training.offload becomes verl's own keys, accepted by its Hydra tree."""
     pytest.importorskip("hydra")
-    from fp8spec.compiler.build import build_plan, choose_backend
+    from fp8spec.compiler.build import build_settings_plan, choose_backend
     from fp8spec.compiler.bundle import bundle_files
     from tests.compiler.test_verl_compose import compose, overrides_of
 
@@ -92,14 +92,14 @@ def test_offload_settings_compose_in_verl(backend_patch, validate):
                                                              "rollout": {"max_response_length": 8192}}))
     assert not validation.errors, [d.render() for d in validation.errors]
     choice = choose_backend(None, validation)
-    files = bundle_files(validation.valid(), choice, build_plan(validation.valid(), choice), "spec.yaml")
+    files = bundle_files(validation.valid(), choice, build_settings_plan(validation.valid(), choice), "spec.yaml")
     cfg = compose(overrides_of(files))
     engine = cfg.actor_rollout_ref.actor.megatron if backend_patch else cfg.actor_rollout_ref.actor.fsdp_config
     assert engine.param_offload is True and engine.optimizer_offload is True
     # without offload the 8B trainer state needs Megatron tp 4 on an H100 (tp 2: MEM003)
     off = validate(patched(BASE_SPEC, backend_patch, {"training": {"parallel": {"tp": 4}}} if backend_patch else {}))
     assert not off.errors, [d.render() for d in off.errors]
-    plain = bundle_files(off.valid(), choose_backend(None, off), build_plan(off.valid(), choose_backend(None, off)),
+    plain = bundle_files(off.valid(), choose_backend(None, off), build_settings_plan(off.valid(), choose_backend(None, off)),
                          "spec.yaml")
     assert "offload" not in plain["overrides.yaml"]
 

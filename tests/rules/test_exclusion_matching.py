@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import fp8spec.exclusions as exclusions
 from fp8spec.catalog import get_model
 from fp8spec.catalog._types import ModelFacts
-from fp8spec.name_match import MAX_STEPS, Budget, Pattern, PatternError, match, name_index
+from fp8spec.exclusions.name_match import MAX_STEPS, Budget, Pattern, PatternError, match, name_index
 from tests.conftest import BASE_SPEC, patched
 
 QWEN = get_model("Qwen/Qwen3-30B-A3B-Base")

@@ -93,10 +93,9 @@ def _printed(validation) -> list[tuple[str, str, str]]:
     out = [(d.code, d.path, d.hint) for d in validation.diagnostics if d.hint]
     ctx = validation.context
     if ctx is not None and ctx.model is not None:
-        from fp8spec.plan.plan import cached_plan
         from fp8spec.plan.render import fix_lines
 
-        plan = cached_plan(ctx)
+        plan = ctx.memory_plan
         if plan is not None:
             paths = {d.code: d.path for d in validation.diagnostics}
             out += [(code, paths.get(code, ""), text) for code, text in fix_lines(plan)]

@@ -18,10 +18,9 @@ def _one(result, code):
 
 
 def _fix_lines(result) -> dict[str, str]:
-    from fp8spec.plan.plan import cached_plan
     from fp8spec.plan.render import fix_lines
 
-    return dict(fix_lines(cached_plan(result.context)))
+    return dict(fix_lines(result.context.memory_plan))
 
 
 def test_mem004_with_fp8_kv_already_does_not_propose_fp8_kv(validate):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from fp8spec.rules.registry import get_rule
-from tests.conftest import BASE_SPEC, MOE, patched
-from tests.rules.test_rules import CASES, MEGATRON_FP8
+from fp8spec.rules.registry import all_rules, get_rule
+from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
 
-# Rules whose trigger case in CASES must come with at least one proposal.
+# Rules whose bad example must come with at least one proposal.
 PROPOSING = {"BLK001", "HW001", "HW003", "HW004", "HW006", "MDL002", "MEM002", "MEM003", "MEM005", "MEM006", "PAR001", "PAR002",
              "PAR004", "PAR006", "PAR008", "PAR010", "PAR011", "PAR012"}
 
@@ -54,12 +53,14 @@ def _check_proposals(validate, data: dict, code: str) -> int:
     return checked
 
 
-@pytest.mark.parametrize("code", sorted(CASES))
-def test_proposals_pass_every_rule(code, validate):
-    trigger, _, _ = CASES[code]
-    checked = _check_proposals(validate, patched(BASE_SPEC, *trigger), code)
+@pytest.mark.parametrize("code", [r.code for r in all_rules()])
+def test_proposals_pass_every_rule(code, validate, tmp_path):
+    examples = get_rule(code).examples
+    for name, text in examples.files.items():  # beside the spec the validate fixture writes
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    checked = _check_proposals(validate, examples.bad_spec(), code)
     if code in PROPOSING:
-        assert checked, f"{code}'s hint proposes nothing for its trigger case"
+        assert checked, f"{code}'s hint proposes nothing for its bad example"
 
 
 def test_blk001_does_not_propose_a_tp_par002_refuses(validate):

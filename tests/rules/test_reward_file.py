@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8spec.compiler.build import build_plan, validate_for
+from fp8spec.compiler.build import build_settings_plan, validate_for
 from fp8spec.compiler.bundle import bundle_files
 from fp8spec.resolve.reward import BUNDLE_NAME, MAX_BYTES
 from tests.conftest import BASE_SPEC, patched
@@ -47,7 +47,7 @@ def test_read_once_and_the_bundle_ships_what_was_checked(tmp_path, write_spec):
     assert OPENED.count(str(reward)) == 1, "one open, by the reader"
     reward.write_text("def compute_score(*a, **k):\n    return 'changed after the check'\n")
     OPENED.clear()
-    files = bundle_files(valid, choice, build_plan(valid, choice), str(spec))
+    files = bundle_files(valid, choice, build_settings_plan(valid, choice), str(spec))
     assert files[BUNDLE_NAME] == "def compute_score(*a, **k):\n    return 1.0\n"
     assert str(reward) not in OPENED, "the compiler ships what was read, it does not read again"
 
@@ -106,7 +106,7 @@ def test_files_python_loads_are_accepted_and_ship_the_same_source(tmp_path, writ
     validation, choice = validate_for(spec, str(spec), None)
     assert not _rwd004(validation), [d.message for d in _rwd004(validation)]
     valid = validation.valid()
-    shipped = bundle_files(valid, choice, build_plan(valid, choice), str(spec))[BUNDLE_NAME].encode("utf-8")
+    shipped = bundle_files(valid, choice, build_settings_plan(valid, choice), str(spec))[BUNDLE_NAME].encode("utf-8")
     # Python reads the shipped UTF-8 bytes as the same program it reads from the user's bytes
     assert ast.dump(ast.parse(shipped)) == ast.dump(ast.parse(raw))
     namespace: dict = {}

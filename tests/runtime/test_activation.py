@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 import fp8spec.runtime as rt
-from fp8spec.runtime import _importhook, manifest, version_guard
+from fp8spec.runtime import _importhook, envs, manifest, version_guard
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -96,7 +96,7 @@ def test_loader_paths_in_manifest_resolve():
 
 
 def test_version_guard(monkeypatch):
-    monkeypatch.delenv(manifest.ENV_ALLOW_UNKNOWN_VERSIONS, raising=False)
+    monkeypatch.delenv(envs.ALLOW_UNKNOWN_VERSIONS.name, raising=False)
     version_guard.check("vllm", "0.24.0")
     version_guard.check("vllm", "0.33.0+cu130")
     version_guard.check("verl", "0.9.1")
@@ -108,14 +108,14 @@ def test_version_guard(monkeypatch):
         version_guard.check("sglang", None)
     with pytest.raises(version_guard.UnsupportedVersionError):
         version_guard.require("definitely-not-a-real-dist-fp8spec")
-    monkeypatch.setenv(manifest.ENV_ALLOW_UNKNOWN_VERSIONS, "1")
+    monkeypatch.setenv(envs.ALLOW_UNKNOWN_VERSIONS.name, "1")
     version_guard.check("vllm", "0.25.1")
     # the installed verl is the one the patches were written against
     assert version_guard.installed_version("verl") in (None, "0.9.1")
 
 
 def test_activation_rejects_unknown_installed_verl(monkeypatch):
-    monkeypatch.delenv(manifest.ENV_ALLOW_UNKNOWN_VERSIONS, raising=False)
+    monkeypatch.delenv(envs.ALLOW_UNKNOWN_VERSIONS.name, raising=False)
     monkeypatch.setattr(version_guard, "installed_version", lambda d: "0.8.0" if d == "verl" else None)
     monkeypatch.setattr(rt, "_ACTIVE", set())
     with pytest.raises(version_guard.UnsupportedVersionError, match="verl 0.9.1 but 0.8.0"):

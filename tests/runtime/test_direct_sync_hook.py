@@ -126,12 +126,14 @@ def test_buckets_route_direct_and_the_rest_to_verl(cfg, tp, rank, caplog):
     direct = len(weights) - len(rest)
     assert [m.split(": ", 1)[1].split(", 3 buckets")[0] for m in msgs if "sync " in m and "tensors" in m] == [
         f"sync {i}: {direct} tensors quantized into the engine's parameters, {len(rest)} through verl's receiver"
+        " in 3 calls"  # one per bucket: verl's post-load step is not imported here, so nothing is kept back
         for i in (1, 2)
     ]
     assert ext._fp8spec_direct_stats == {
         "buckets": 3,
         "direct": direct,
         "verl": len(rest),
+        "verl_calls": 3,
         "syncs": 2,
         "broken": None,
     }
@@ -170,3 +172,74 @@ def test_gpu_routing_through_the_triton_path_equals_the_cpu_reference():
     ext.update_weights_from_ipc()
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, {n: p.data.cpu() for n, p in model.named_parameters()}, fp8)
+
+
+class VerlLikeExt(Ext):
+    """As verl 0.9.1's update_weights_from_ipc: buckets from a reused buffer, then the post-load processing read
+    from verl.utils.vllm.vllm_quant_utils at call time (utils.py 343-345)."""
+
+    def __init__(self, model, buckets):
+        super().__init__(model, buckets)
+        self.loaded, self.events = [], []
+
+    def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
+        import sys
+
+        for b in self.buckets:
+            sent = [(n, t.clone()) for n, t in b]  # the IPC buffer's views for this bucket
+            self._update_weights(sent, peft_config=peft_config, base_sync_done=base_sync_done)
+            for _, t in sent:
+                t.zero_()  # the buffer is refilled with the next bucket
+        sys.modules[hook.MOD_QUANT_UTILS].process_quanted_weights_after_loading(self.model_runner.model)
+
+    def _update_weights(self, weights, peft_config, base_sync_done):
+        self.events.append("load")
+        self.loaded.append([(n, t.clone()) for n, t in weights])
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+def test_uncovered_tensors_reach_verl_in_one_call_before_the_post_load_processing(cfg, monkeypatch, caplog):
+    quant_utils = types.ModuleType(hook.MOD_QUANT_UTILS)
+    post_calls = []
+    quant_utils.process_quanted_weights_after_loading = lambda model: post_calls.append(model)
+    monkeypatch.setitem(__import__("sys").modules, hook.MOD_QUANT_UTILS, quant_utils)
+    original = quant_utils.process_quanted_weights_after_loading
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    dst = _garbage(params)
+    model = _model(cfg, params, parts, dst)
+    step = -(-len(weights) // 3)
+    cls = type("V", (VerlLikeExt,), {})
+    hook.patch_worker_extension(
+        types.SimpleNamespace(vLLMColocateWorkerExtension=cls), factory=lambda: hook.DirectState(tp=lambda: (0, 1))
+    )
+    ext = cls(model, [weights[i : i + step] for i in range(0, len(weights), step)])
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    for sync in (1, 2):
+        ext.events.clear()
+        ext.loaded.clear()
+        ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
+        # one load of every uncovered tensor, in stream order, with the values sent (kept copies survive the
+        # buffer's refill), and it comes before the post-load processing
+        rest = [(n, t) for n, t in weights if not n.endswith("_proj.weight")]
+        assert ext.events == ["load"] and len(post_calls) == sync
+        assert [n for n, _ in ext.loaded[0]] == [n for n, _ in rest]
+        assert all(torch.equal(a, b.to(a.dtype)) for (_, a), (_, b) in zip(ext.loaded[0], rest))
+        assert quant_utils.process_quanted_weights_after_loading is original  # put back after the sync
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
+    assert ext._fp8spec_direct_stats["verl_calls"] == 1
+    assert any("through verl's receiver in 1 calls" in r.getMessage() for r in caplog.records)
+
+
+def test_a_large_uncovered_tensor_is_loaded_at_once_with_what_was_kept(monkeypatch):
+    st = hook.DirectState(tp=lambda: (0, 1))
+    monkeypatch.setattr(hook, "DEFER_TENSOR_BYTES", 1000)
+    small, big = ("norm.weight", torch.ones(8)), ("embed.weight", torch.ones(300))  # 32 B, 1200 B
+    assert st.defer([small]) == [] and st.pending_bytes == 32
+    now = st.defer([big])
+    assert [n for n, _ in now] == ["norm.weight", "embed.weight"] and st.pending == []
+    monkeypatch.setattr(hook, "DEFER_TOTAL_BYTES", 40)
+    assert st.defer([small]) == []
+    assert [n for n, _ in st.defer([small])] == ["norm.weight", "norm.weight"]  # past the total: flushed

@@ -395,3 +395,26 @@ def test_scale_summary_names_each_kind_range():
              ("model.layers.0.self_attn.attn.k_scale", torch.tensor(0.125)),
              ("model.layers.0.self_attn.attn.v_scale", 2.0)]
     assert vllm_kv.scale_summary(named) == "k [0.125, 0.125] q [0.25, 0.5] v [2, 2]"
+
+
+# ------------------------------------------------------------------------------ what both engines' writers share
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_bad_name_writes_no_scale_at_all(engine):
+    """Both writers find every named attention layer first (kv_calibration.scales_per_layer): a push naming a
+    module that is missing, or is not the engine's attention layer, raises before any layer changes."""
+    if engine == "vllm":
+        model, write, before = _fake_vllm_model(), vllm_kv.apply_kv_scales, lambda a: a._k_scale.item()
+    else:
+        model = _fake_vllm_model()
+        for layer in model.model.layers:
+            layer.self_attn.attn = FakeRadixAttention()
+        write, before = sglang_kv.apply_kv_scales, lambda a: a.k_scale.item()
+    model.model.layers[1].self_attn.mlp = torch.nn.Linear(2, 2)
+    first = model.model.layers[0].self_attn.attn
+    for bad, message in (("model.layers.9.self_attn.attn", "no attention module"),
+                         ("model.layers.1.self_attn.mlp", "is not a")):
+        with pytest.raises(KeyError, match=message):
+            write(model, [("model.layers.0.self_attn.attn.k_scale", 0.5), (f"{bad}.k_scale", 0.5)], fnuz_factor=1.0)
+        assert before(first) == 1.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp8spec.snapshots import megatron_check as mc
+from fp8spec.megatron import config_check as mc
 
 REASON = mc.unavailable_reason()
 needs_megatron = pytest.mark.skipif(REASON is not None, reason=REASON or "")

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fp8spec.launchers.kuberay import k8s_name
-from fp8spec.rules.engine import validate_path
+from fp8spec.rules.runner import validate_path
 from tests.conftest import BASE_SPEC, REPO, dump_yaml, patched
 from tests.specfile.test_bad_inputs import run_cli
 

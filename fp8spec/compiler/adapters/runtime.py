@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys, add_engine_arg
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.patchset import manifest, shipped_fileset
 from fp8spec.resolve.valid import ValidSpec
+from fp8spec.runtime import envs
 
 
 def needed_patches(ctx: ValidSpec) -> dict[str, str]:
@@ -37,8 +38,9 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
 def sync_quantizer(ctx: ValidSpec) -> str | None:
     """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', 'direct', or None without FP8 linears.
 
-    auto never picks 'direct': rule BLK006 refuses it until a device run shows it byte-exact in the real engine,
-    and even then auto stays on fast_block_quant until that evidence is reviewed (issue 23)."""
+    auto never picks 'direct': rule BLK006 refuses it where no device run showed it byte-exact in the real engine,
+    and where one did (vLLM 0.24.0 at tp 1, BENCHMARKS.md 8) it has not yet run inside an RL loop's sleep / wake
+    cycle, so auto stays on fast_block_quant (issue 23)."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None
@@ -52,7 +54,7 @@ def sync_quantizer(ctx: ValidSpec) -> str | None:
     )
 
 
-def build_runtime(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     """Activate the needed patches in a verl bundle (standalone serving has no weight sync to patch)."""
     needed = needed_patches(ctx)
     if not needed:
@@ -70,7 +72,7 @@ def build_runtime(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
         )
     plan.add(
         "env",
-        m.ENV_PATCHES,
+        envs.RUNTIME_PATCHES.name,
         ",".join(names),
         sources,
         f"activates {m.PATCHSET_NAME} patches in every Ray worker",
@@ -78,7 +80,7 @@ def build_runtime(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
     if "kv_scales" in needed and ctx.spec.kv_cache.recalibrate == "once":
         plan.add(
             "env",
-            m.ENV_KV_RECALIBRATE,
+            envs.KV_RECALIBRATE.name,
             "once",
             "kv_cache.recalibrate",
             "keep the first q/k/v scales computed from real rollout data and push them at every sync "

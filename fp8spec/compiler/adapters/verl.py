@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.resolve.valid import ValidSpec
 
 _CORRECTION = {  # method -> (rollout_is level, threshold kind)
@@ -43,14 +43,14 @@ class VerlKeys:
 
 
 def add(
-    plan: Plan, keys: VerlKeys, fact_id: str, value: Any, source: str, why: str, suffix: str = ""
+    plan: SettingsPlan, keys: VerlKeys, fact_id: str, value: Any, source: str, why: str, suffix: str = ""
 ) -> None:
     key = keys.key(fact_id) + suffix
     plan.add("hydra", key, value, source, why, keys.evidence(fact_id), keys.needs_plus(key))
 
 
 def add_engine_arg(
-    plan: Plan,
+    plan: SettingsPlan,
     keys: VerlKeys,
     ctx: ValidSpec,
     arg_fact: str,
@@ -66,7 +66,7 @@ def add_engine_arg(
     plan.add("hydra", key, value, source, why, evidence, keys.needs_plus(key))
 
 
-def build_verl(plan: Plan, ctx: ValidSpec, trainer: str, engine: str) -> VerlKeys:
+def build_verl(plan: SettingsPlan, ctx: ValidSpec, trainer: str, engine: str) -> VerlKeys:
     spec = ctx.spec
     keys = VerlKeys(ctx.profile("verl"))
     plan.entrypoint = keys.key("entrypoint").split()
@@ -91,7 +91,7 @@ def build_verl(plan: Plan, ctx: ValidSpec, trainer: str, engine: str) -> VerlKey
     return keys
 
 
-def _attention(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def _attention(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     attention = ctx.spec.training.attention
     if attention == "flash_attention_2":  # verl's default: nothing to set
         return
@@ -114,7 +114,7 @@ def _attention(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     )
 
 
-def _rollout(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def _rollout(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     r = spec.rollout
     add(plan, keys, "key.rollout_tp", r.tp, "rollout.tp", "tensor parallel size of each rollout replica")
@@ -158,7 +158,7 @@ def _rollout(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
         )
 
 
-def _correction(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def _correction(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     c = ctx.spec.correction
     if c.method == "none":
         add(plan, keys, "key.rollout_is", None, "correction.method", "no importance-sampling correction")
@@ -206,7 +206,7 @@ def _correction(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
             )
 
 
-def _algorithm(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def _algorithm(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     a = ctx.spec.algorithm
     add(
         plan,
@@ -248,7 +248,7 @@ def _algorithm(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
         )
 
 
-def _offload(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
+def _offload(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
     offload = ctx.spec.training.offload
     for field, on, why in (
         ("params", offload.params, "trainer parameters leave the GPU while the rollout runs"),
@@ -265,7 +265,7 @@ def _offload(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
             )
 
 
-def _data_and_trainer(plan: Plan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
+def _data_and_trainer(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec, trainer: str) -> None:
     spec = ctx.spec
     add(plan, keys, "key.data_train_files", spec.data.train_files, "data.train_files", "training data")
     if spec.data.val_files is not None:

@@ -6,12 +6,12 @@ Key names come from the verl profile (backends/verl/<version>.yaml), as in fp8sp
 from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys, add
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.resolve.reward import BUNDLE_NAME
 from fp8spec.resolve.valid import ValidSpec
 
 
-def build_batching(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def build_batching(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     b = ctx.batching
     add(
         plan,
@@ -58,7 +58,7 @@ def build_batching(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
         add(plan, keys, fact_id, value, f"algorithm.{field}", why)
 
 
-def build_run(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def build_run(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     t = spec.trainer
     if t.checkpoint_dir is not None:
@@ -141,7 +141,7 @@ def build_run(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
     )
 
 
-def build_reward(plan: Plan, keys: VerlKeys, ctx: ValidSpec) -> None:
+def build_reward(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     spec = ctx.spec
     r = spec.reward
     add(plan, keys, "key.reward_manager_name", r.manager, "reward.manager", "reward manager verl builds")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fp8spec.compiler.adapters.verl import add_engine_arg
-from fp8spec.compiler.plan import Plan, serve_flags, serve_length_args
-from fp8spec.engines.ignore_lists import engine_module_names
+from fp8spec.compiler.settings import SettingsPlan, serve_flags
+from fp8spec.engines.common import ServeArg, kv_cache_dtype_arg, kv_cache_dtype_flag, sizing_flags
+from fp8spec.exclusions.ignore_lists import engine_module_names
 from fp8spec.patchset import manifest
 
 if TYPE_CHECKING:
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from fp8spec.resolve.valid import ValidSpec
 
 
-def _ignored_layers_env(plan: Plan, ctx: ValidSpec) -> None:
+def _ignored_layers_env(plan: SettingsPlan, ctx: ValidSpec) -> None:
     """Exclusions beyond the router go to SGLANG_FP8_IGNORED_LAYERS, read both by verl's trainer-side
     quantizer and by SGLang's Fp8Config (verl/utils/sglang/sglang_fp8_utils.py)."""
     routers = set(ctx.model.symbolic_groups().get("router", ()))
@@ -39,9 +40,8 @@ def patch_engine_args(patch: str) -> dict[str, Any]:
     return {}
 
 
-def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_in_verl(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
-    prof = ctx.profile("sglang")
     if spec.linear.quantize:
         _ignored_layers_env(plan, ctx)
         if ctx.model.is_moe:
@@ -63,25 +63,16 @@ def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             spec.rollout.max_num_batched_tokens,
             "rollout.max_num_batched_tokens",
             "SGLang's per-step prefill budget: verl passes rollout.max_num_batched_tokens to vLLM only",
-            prof.evidence("engine_arg.chunked_prefill_size"),
+            ctx.profile("sglang").evidence("engine_arg.chunked_prefill_size"),
         )
     if spec.kv_cache.fp8:
-        add_engine_arg(
-            plan,
-            keys,
-            ctx,
-            "engine_arg.kv_cache_dtype",
-            spec.kv_cache.dtype,
-            "kv_cache.dtype",
-            "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)",
-            prof.evidence("flag.kv_cache_dtype"),
-        )
+        kv_cache_dtype_arg(plan, keys, ctx, "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)")
 
 
-def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
     spec, prof = ctx.spec, ctx.profile("sglang")
     argv = prof.value("cli.serve").split()
-    args: list[tuple[str, object, str, str]] = [
+    args: list[ServeArg] = [
         ("flag.model_path", spec.model.path, "model.path", "the FP8 policy's BF16 checkpoint"),
     ]
     if spec.linear.quantize:
@@ -100,17 +91,13 @@ def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
             "serve an FP8 checkpoint quantized with fp8spec.runtime.blockquant."
         )
     if spec.kv_cache.fp8:
-        args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
-    args.append(("flag.tp_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
-    args.append(
-        (
-            "flag.mem_fraction_static",
-            spec.rollout.gpu_memory_utilization,
-            "rollout.gpu_memory_utilization",
-            "GPU memory share",
-        )
-    )
-    args += serve_length_args(
-        spec.rollout, "flag.context_length", "flag.max_running_requests", "flag.chunked_prefill_size"
+        args.append(kv_cache_dtype_flag(spec))
+    args += sizing_flags(
+        spec,
+        "flag.tp_size",
+        "flag.mem_fraction_static",
+        "flag.context_length",
+        "flag.max_running_requests",
+        "flag.chunked_prefill_size",
     )
     return argv + serve_flags(plan, prof, args)

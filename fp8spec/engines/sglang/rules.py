@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.kv_cache import static_kv_fix
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     "accept it, or use vLLM (FA3 applies the q scale), or kv_cache.dtype: bf16",
     needs_model=False,
     engine="sglang",
+    examples=Examples(
+        bad={"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3"}},
+        good={"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "bf16"}},
+        message="unscaled",
+    ),
 )
 def sglang_q_scale(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.kv_cache.fp8:
@@ -43,6 +49,14 @@ def sglang_q_scale(ctx: ResolvedSpec) -> Iterator[Finding]:
     "on Hopper, where per-step scales were run in the real engine (BENCHMARKS.md 4.2)",
     needs_model=False,
     engine="sglang",
+    examples=Examples(
+        bad={"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        good=(
+            {"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
+            {"rollout": {"engine": "vllm"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        ),
+        message="captured in its CUDA graphs",
+    ),
 )
 def kv_scales_flashinfer_sglang(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -73,6 +87,11 @@ def kv_scales_flashinfer_sglang(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use linear.scale_dtype: fp32 with SGLang on Hopper",
     needs_model=False,
     engine="sglang",
+    examples=Examples(
+        bad={"rollout": {"engine": "sglang"}, "linear": {"scale_dtype": "ue8m0"}},
+        good={"rollout": {"engine": "sglang"}, "linear": {"scale_dtype": "fp32"}},
+        message="only on Blackwell",
+    ),
 )
 def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu

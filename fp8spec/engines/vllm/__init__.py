@@ -9,7 +9,7 @@ from fp8spec.engines.base import Engine
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.compiler.adapters.verl import VerlKeys
-    from fp8spec.compiler.plan import Plan
+    from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.plan.facts import ProfileFacts
     from fp8spec.plan.setup import EngineMemory, EngineSetup
     from fp8spec.resolve.valid import ValidSpec
@@ -63,12 +63,12 @@ class VLLM(Engine):
 
         return memory_notes(setup, facts)
 
-    def build_in_verl(self, plan: Plan, valid: ValidSpec, keys: VerlKeys) -> None:
+    def build_in_verl(self, plan: SettingsPlan, valid: ValidSpec, keys: VerlKeys) -> None:
         from fp8spec.engines.vllm.adapter import build_in_verl
 
         build_in_verl(plan, valid, keys)
 
-    def build_serve(self, plan: Plan, valid: ValidSpec) -> list[str]:
+    def build_serve(self, plan: SettingsPlan, valid: ValidSpec) -> list[str]:
         from fp8spec.engines.vllm.adapter import build_serve
 
         return build_serve(plan, valid)

@@ -6,15 +6,16 @@ import json
 from typing import TYPE_CHECKING
 
 from fp8spec.compiler.adapters.verl import add_engine_arg
-from fp8spec.compiler.plan import Plan, serve_flags, serve_length_args
-from fp8spec.engines.ignore_lists import all_engine_names, compress, engine_module_names
+from fp8spec.compiler.settings import SettingsPlan, serve_flags
+from fp8spec.engines.common import ServeArg, kv_cache_dtype_arg, kv_cache_dtype_flag, sizing_flags
+from fp8spec.exclusions.ignore_lists import all_engine_names, compress, engine_module_names
 
 if TYPE_CHECKING:
     from fp8spec.compiler.adapters.verl import VerlKeys
     from fp8spec.resolve.valid import ValidSpec
 
 
-def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
+def _deep_gemm_env(plan: SettingsPlan, ctx: ValidSpec) -> None:
     prof = ctx.profile("vllm")
     env = prof.value("env.deep_gemm_e8m0")
     value = "0" if ctx.spec.linear.scale_dtype == "fp32" else "1"
@@ -39,7 +40,7 @@ def _deep_gemm_env(plan: Plan, ctx: ValidSpec) -> None:
         )
 
 
-def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_in_verl(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     prof = ctx.profile("vllm")
     if spec.linear.quantize:
@@ -68,16 +69,7 @@ def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
                 keys.evidence("key.rollout_engine_kwargs"),
             )
     if spec.kv_cache.fp8:
-        add_engine_arg(
-            plan,
-            keys,
-            ctx,
-            "engine_arg.kv_cache_dtype",
-            spec.kv_cache.dtype,
-            "kv_cache.dtype",
-            "FP8 KV cache",
-            prof.evidence("flag.kv_cache_dtype"),
-        )
+        kv_cache_dtype_arg(plan, keys, ctx)
         if spec.kv_cache.recalibrate == "once" and ctx.native_kv_calibration():
             add_engine_arg(
                 plan,
@@ -91,11 +83,11 @@ def build_in_verl(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
             )
 
 
-def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
+def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
     """argv of a standalone `vllm serve` for evaluating the FP8 policy (online block quantization)."""
     spec, prof = ctx.spec, ctx.profile("vllm")
     argv = prof.value("cli.serve").split() + [spec.model.path]
-    args: list[tuple[str, object, str, str]] = []
+    args: list[ServeArg] = []
     if spec.linear.quantize:
         method = prof.value("block_fp8.quantization")
         args.append(
@@ -126,7 +118,7 @@ def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
             )
         _deep_gemm_env(plan, ctx)
     if spec.kv_cache.fp8:
-        args.append(("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache"))
+        args.append(kv_cache_dtype_flag(spec))
         if spec.kv_cache.recalibrate != "none" and prof.value("flag.calculate_kv_scales"):
             args.append(
                 (
@@ -143,16 +135,12 @@ def build_serve(plan: Plan, ctx: ValidSpec) -> list[str]:
                 "standalone server runs its FP8 KV cache with q/k/v scales of 1.0 (per-step calibration exists only "
                 "inside a training run, through the kv_scales runtime patch). Compare against a BF16 KV server."
             )
-    args.append(("flag.tensor_parallel_size", spec.rollout.tp, "rollout.tp", "tensor parallel size"))
-    args.append(
-        (
-            "flag.gpu_memory_utilization",
-            spec.rollout.gpu_memory_utilization,
-            "rollout.gpu_memory_utilization",
-            "GPU memory share",
-        )
-    )
-    args += serve_length_args(
-        spec.rollout, "flag.max_model_len", "flag.max_num_seqs", "flag.max_num_batched_tokens"
+    args += sizing_flags(
+        spec,
+        "flag.tensor_parallel_size",
+        "flag.gpu_memory_utilization",
+        "flag.max_model_len",
+        "flag.max_num_seqs",
+        "flag.max_num_batched_tokens",
     )
     return argv + serve_flags(plan, prof, args)

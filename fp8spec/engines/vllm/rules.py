@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.rules.examples import Examples
 from fp8spec.rules.kv_cache import static_kv_fix
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     "use kv_cache.dtype: fp8_e4m3",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"kv_cache": {"dtype": "fp8_e5m2"}}, good={"kv_cache": {"dtype": "fp8_e4m3"}}, message="fp8_e5m2"
+    ),
 )
 def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -53,6 +57,14 @@ def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
     "scales are proven on Hopper (FLASH_ATTN)",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"hardware": {"gpu": "b200"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+        good=(
+            {"hardware": {"gpu": "h100"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},
+            {"hardware": {"gpu": "b200"}, "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
+        ),
+        message="FLASHINFER",
+    ),
 )
 def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
@@ -82,6 +94,11 @@ def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
     "set linear.scale_dtype: ue8m0 on Blackwell",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"hardware": {"gpu": "b200"}},
+        good={"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}},
+        message="DeepGEMM",
+    ),
 )
 def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
@@ -104,6 +121,11 @@ def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     "raise rollout.max_num_batched_tokens to at least rollout.max_num_seqs, or lower max_num_seqs",
     needs_model=False,
     engine="vllm",
+    examples=Examples(
+        bad={"rollout": {"max_num_batched_tokens": 128}},
+        good={"rollout": {"max_num_batched_tokens": 256}},
+        message="rollout.max_num_batched_tokens 128 is below rollout.max_num_seqs 256",
+    ),
 )
 def batched_tokens_below_seqs(ctx: ResolvedSpec) -> Iterator[Finding]:
     r = ctx.spec.rollout

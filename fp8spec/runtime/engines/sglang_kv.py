@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..kv_calibration import pushed_scales
+from ..kv_calibration import scales_per_layer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -50,25 +50,23 @@ def apply_kv_scales(
 ) -> int:
     """Write k/v scales into SGLang ``RadixAttention`` layers; returns the number of layers updated."""
     factor = _fnuz_factor() if fnuz_factor is None else fnuz_factor
-    layers = set()
-    for prefix, kind, v in pushed_scales(named_scales, factor, skip=("q",)):  # MHA backends take no q scale
-        try:
-            layer = model.get_submodule(prefix)
-        except AttributeError as e:
-            raise KeyError(f"no attention module {prefix!r} in the SGLang model") from e
-        if not hasattr(layer, f"{kind}_scale_float"):
-            raise KeyError(f"{prefix!r} is not an SGLang RadixAttention layer")
-        t = getattr(layer, f"{kind}_scale")
-        if isinstance(t, torch.Tensor):
-            t.data.fill_(v)
-        else:
-            logger.warning(
-                "fp8spec kv_scales: %s has no %s_scale tensor (no FP8 KV quant method); setting the host float only",
-                prefix,
-                kind,
-            )
-        setattr(layer, f"{kind}_scale_float", v)
-        layers.add(prefix)
+    # MHA backends take no q scale
+    layers = scales_per_layer(
+        model, named_scales, factor, "SGLang RadixAttention", "k_scale_float", skip=("q",)
+    )
+    for prefix, layer, kinds in layers:
+        for kind, v in kinds.items():
+            t = getattr(layer, f"{kind}_scale")
+            if isinstance(t, torch.Tensor):
+                t.data.fill_(v)
+            else:
+                logger.warning(
+                    "fp8spec kv_scales: %s has no %s_scale tensor (no FP8 KV quant method); setting the host "
+                    "float only",
+                    prefix,
+                    kind,
+                )
+            setattr(layer, f"{kind}_scale_float", v)
     return len(layers)
 
 

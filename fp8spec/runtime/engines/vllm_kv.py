@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..kv_calibration import is_kv_scale_name, pushed_scales
+from ..kv_calibration import is_kv_scale_name, scales_per_layer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -67,23 +67,15 @@ def apply_kv_scales(
     leave the engine on stale scales).
     """
     factor = _fnuz_factor() if fnuz_factor is None else fnuz_factor
-    per_layer: dict[str, dict[str, float]] = {}
-    for prefix, kind, v in pushed_scales(named_scales, factor):
-        per_layer.setdefault(prefix, {})[kind] = v
-    for prefix, kinds in per_layer.items():
-        try:
-            layer = model.get_submodule(prefix)
-        except AttributeError as e:
-            raise KeyError(f"no attention module {prefix!r} in the vLLM model") from e
-        if not hasattr(layer, "_k_scale"):
-            raise KeyError(f"{prefix!r} is not a vLLM Attention layer (no _k_scale buffer)")
+    layers = scales_per_layer(model, named_scales, factor, "vLLM Attention", "_k_scale")
+    for _prefix, layer, kinds in layers:
         for kind, v in kinds.items():
             getattr(layer, f"_{kind}_scale").fill_(v)
             setattr(layer, f"_{kind}_scale_float", v)
             cpu = getattr(layer, f"_{kind}_scale_cpu", None)  # vLLM >= 0.33 (k and v only)
             if isinstance(cpu, torch.Tensor):
                 cpu.fill_(v)
-    return len(per_layer)
+    return len(layers)
 
 
 def keep_across_kv_wake(model_runner: Any, named_scales: Iterable[tuple[str, torch.Tensor | float]]) -> None:

@@ -31,7 +31,7 @@ class Setting:
 
 
 @dataclass
-class Plan:
+class SettingsPlan:
     backend: str  # e.g. "megatron+vllm" or "vllm"
     entrypoint: list[str] = field(default_factory=list)
     settings: list[Setting] = field(default_factory=list)
@@ -82,7 +82,7 @@ class Plan:
         return sorted(s.key for s in self.of("patch"))
 
 
-def serve_flags(plan: Plan, profile: Profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
+def serve_flags(plan: SettingsPlan, profile: Profile, args: list[tuple[str, Any, str, str]]) -> list[str]:
     """Engine flags for a standalone serve command: (fact id of the flag, value or None for a bare switch,
     spec source, why). Flag spellings come from the engine profile; each flag is recorded in the plan."""
     argv: list[str] = []
@@ -93,35 +93,3 @@ def serve_flags(plan: Plan, profile: Profile, args: list[tuple[str, Any, str, st
             argv.append(str(value))
         plan.add("engine_arg", flag, True if value is None else value, source, why, profile.evidence(fact_id))
     return argv
-
-
-def serve_length_args(
-    rollout: Any, length_flag: str, seqs_flag: str, tokens_flag: str
-) -> list[tuple[str, Any, str, str]]:
-    """The standalone server's length and batch flags (fact ids of the engine's profile): the context is the
-    spec's rollout.max_model_len, else prompt + response; the other two only when the spec sets them (the
-    server's own defaults otherwise)."""
-    r = rollout
-    if r.max_model_len is not None:
-        out = [(length_flag, r.max_model_len, "rollout.max_model_len", "longest sequence served")]
-    else:
-        out = [
-            (
-                length_flag,
-                r.max_prompt_length + r.max_response_length,
-                "rollout.max_prompt_length",
-                "prompt + response length",
-            )
-        ]
-    if r.max_num_seqs is not None:
-        out.append((seqs_flag, r.max_num_seqs, "rollout.max_num_seqs", "sequences run at once"))
-    if r.max_num_batched_tokens is not None:
-        out.append(
-            (
-                tokens_flag,
-                r.max_num_batched_tokens,
-                "rollout.max_num_batched_tokens",
-                "tokens per engine step",
-            )
-        )
-    return out

@@ -6,7 +6,7 @@ without them is *evidence only* (behaviour read from code paths, upstream statem
 checked. The profile's ``source`` (artifact file name and sha256) must also be the file the snapshot was
 extracted from, so both describe the same bytes.
 
-    from fp8spec.profiles.drift import drift_report
+    from fp8spec.snapshots.drift import drift_report
     reports = drift_report()               # every profiled version
     all(r.ok for r in reports)
 

@@ -5,8 +5,12 @@ Patterns are anchored, never substrings: a glob must match a whole name or a who
 ``re:<regex>`` is matched against the whole name. Symbolic groups (lm_head, embeddings, norms, router)
 come from the model catalog.
 
-Patterns are matched in linear time (fp8spec.name_match) and once per model and exclusion list: every rule
-and every hint probe of a spec shares the result, so validation does not scale with modules x probes.
+Patterns are matched in linear time (``name_match``) and once per model and exclusion list: every rule and every
+hint probe of a spec shares the result, so validation does not scale with modules x probes.
+
+The exclusions topic, in one place: this module resolves the patterns, ``name_match`` matches them, ``rules``
+checks them (EXC001-EXC004), ``ignore_lists`` writes the BF16 modules in the forms each engine's ignore list
+accepts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
 
-from fp8spec.name_match import Budget, Pattern, PatternError, match, name_index
+from fp8spec.exclusions.name_match import Budget, Pattern, PatternError, match, name_index
 from fp8spec.specfile.model import SYMBOLIC_EXCLUSIONS, Spec
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys, add
-from fp8spec.compiler.plan import Plan
+from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.resolve.valid import ValidSpec
 
 
-def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
+def build_megatron(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     spec = ctx.spec
     t = spec.training
     p = t.parallel
@@ -177,7 +177,9 @@ def build_megatron(plan: Plan, ctx: ValidSpec, keys: VerlKeys) -> None:
         )
 
 
-def _mc(plan: Plan, keys: VerlKeys, mc, group: str, fact_id: str, value, source: str, why: str) -> None:
+def _mc(
+    plan: SettingsPlan, keys: VerlKeys, mc, group: str, fact_id: str, value, source: str, why: str
+) -> None:
     """A Megatron config field (its name from the megatron-core profile) under verl's override group."""
     key = f"{group}.{mc.value(fact_id)['name']}"
     plan.add("hydra", key, value, source, why, mc.evidence(fact_id), keys.needs_plus(key))

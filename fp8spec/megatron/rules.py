@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.resolve.megatron import divisors, stage_layers, uneven_split
+from fp8spec.megatron.layout import divisors, stage_layers, uneven_split
+from fp8spec.rules.examples import MEGATRON_FP8, MEGATRON_TP1, MOE, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
 
@@ -37,6 +38,11 @@ def _join(values) -> str:
     when etp*ep*pp does not (parallel_state.py; megatron-core 0.18.2 :733-790). verl's validate_config asserts
     the first too. verl leaves expert_tensor_parallel_size null, which megatron-core reads as etp = tp.""",
     "set the training.parallel values the hint lists (each passes every rule; etp 1 for MoE models)",
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"parallel": {"tp": 3}}}),
+        good=fragment(MEGATRON_FP8, {"training": {"parallel": {"tp": 2}}}),
+        message="not divisible by tp*cp*pp = 3*1*1 = 3",
+    ),
 )
 def trainer_layout(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
@@ -92,11 +98,19 @@ def trainer_layout(ctx: ResolvedSpec) -> Iterator[Finding]:
     middle stage ... must be divisible", "Mismatch: ... middle layers remaining"). A first and last stage on
     pp 1 is accepted but builds only the last stage's layers, a wrong model.""",
     "set the pp, or the first_stage_layers / last_stage_layers, the hint lists (each passes every rule)",
+    examples=Examples(
+        bad=fragment(MEGATRON_TP1, {"training": {"parallel": {"pp": 8}}}),
+        good=fragment(
+            MEGATRON_TP1,
+            {"training": {"parallel": {"pp": 8, "first_stage_layers": 6, "last_stage_layers": 6}}},
+        ),
+        message="num_layers 36 is not divisible by pp 8",
+    ),
 )
 def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
-    m, layers = ctx.megatron, ctx.model.num_hidden_layers
+    m, layers = ctx.megatron, ctx.known_model.num_hidden_layers
     _, problem = stage_layers(layers, m.pp, m.first_stage_layers, m.last_stage_layers)
     if not problem:
         return
@@ -122,7 +136,7 @@ def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
         candidates,
         f"pp must divide {layers}, or the first/last stages take the layers the middle stages cannot split",
     )
-    yield Finding(f"{ctx.model.id} at pp {m.pp}: {problem}", where, hint, ok)
+    yield Finding(f"{ctx.known_model.id} at pp {m.pp}: {problem}", where, hint, ok)
 
 
 @rule(
@@ -133,9 +147,14 @@ def pipeline_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     """Every expert-parallel rank holds num_moe_experts / ep experts: megatron-core's BaseMoELayer asserts
     num_moe_experts % expert_model_parallel_size == 0 when it builds each MoE layer (moe/moe_layer.py:185).""",
     "set training.parallel.ep to a value the hint lists (each passes every rule)",
+    examples=Examples(
+        bad=fragment(MOE, MEGATRON_TP1, {"hardware": {"nodes": 3}, "training": {"parallel": {"ep": 24}}}),
+        good=fragment(MOE, MEGATRON_TP1, {"hardware": {"nodes": 3}, "training": {"parallel": {"ep": 8}}}),
+        message="128 experts of Qwen/Qwen3-30B-A3B-Base are not divisible by ep 24",
+    ),
 )
 def experts_by_ep(ctx: ResolvedSpec) -> Iterator[Finding]:
-    model = ctx.model
+    model = ctx.known_model
     if not _megatron(ctx) or not model.is_moe:
         return
     m = ctx.megatron
@@ -160,9 +179,14 @@ def experts_by_ep(ctx: ResolvedSpec) -> Iterator[Finding]:
     """megatron-core's TransformerConfig raises "num_moe_experts must be non None to use expert-parallel."
     when expert_model_parallel_size > 1 and the model has no MoE layers.""",
     "set training.parallel.ep: 1 for a dense model",
+    examples=Examples(
+        bad=fragment(MEGATRON_TP1, {"training": {"parallel": {"ep": 2}}}),
+        good=fragment(MEGATRON_TP1, MOE, {"training": {"parallel": {"ep": 2}}}),
+        message="has no experts",
+    ),
 )
 def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if _megatron(ctx) and not ctx.model.is_moe and ctx.spec.training.parallel.ep > 1:
+    if _megatron(ctx) and not ctx.known_model.is_moe and ctx.spec.training.parallel.ep > 1:
         hint, ok = proposal(
             ctx,
             "PAR010",
@@ -171,7 +195,7 @@ def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
             "set training.parallel.ep: 1, then fix the layout errors reported with it",
         )
         yield Finding(
-            f"{ctx.model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
+            f"{ctx.known_model.id} has no experts, but training.parallel.ep is {ctx.spec.training.parallel.ep}",
             _P + "ep",
             hint,
             ok,
@@ -187,11 +211,16 @@ def ep_without_experts(ctx: ResolvedSpec) -> Iterator[Finding]:
     tensor_model_parallel_size (T)" and "num_query_groups (G) must be a multiple or divisor of
     tensor_model_parallel_size (T)" (KV heads are Megatron's query groups).""",
     "set training.parallel.tp to a value the hint lists (each passes every rule)",
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"hardware": {"nodes": 3}, "training": {"parallel": {"tp": 3}}}),
+        good=fragment(MEGATRON_FP8, {"hardware": {"nodes": 3}, "training": {"parallel": {"tp": 2}}}),
+        message="32 attention heads of Qwen/Qwen3-8B-Base are not divisible by training tp 3",
+    ),
 )
 def trainer_heads(ctx: ResolvedSpec) -> Iterator[Finding]:
     if not _megatron(ctx):
         return
-    m, model = ctx.megatron, ctx.model
+    m, model = ctx.megatron, ctx.known_model
     heads, groups = model.num_attention_heads, model.num_key_value_heads
     hint, ok = "", ()
     if heads % m.tp or (groups % m.tp and m.tp % groups):

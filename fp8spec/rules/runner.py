@@ -9,7 +9,8 @@ from typing import Iterator, Mapping, Optional, Union
 
 from fp8spec.diagnostics import Diagnostic, Severity
 from fp8spec.resolve.context import ResolvedSpec, build_context
-from fp8spec.resolve.valid import Retarget, ValidSpec
+from fp8spec.resolve.valid import Retarget, ValidSpec, spec_backend
+from fp8spec.rules.probing import PROBE, Findings, Prober, proposing_with
 from fp8spec.rules.registry import Finding, Rule, all_rules, get_rule
 from fp8spec.specfile.edit import with_values
 from fp8spec.specfile.loader import LoadedSpec, load_spec
@@ -33,6 +34,12 @@ class Validation:
     @property
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity == "warning"]
+
+    @property
+    def spec_backend(self) -> str:
+        """The backend the spec file itself names (before any retargeting)."""
+        assert self.loaded.spec is not None  # only asked of a spec that was read
+        return spec_backend(self.loaded.spec, self.retargeted)
 
     def valid(self) -> ValidSpec:
         """The spec as the compiler receives it; raises NotValid when it has errors (check ``errors`` first)."""
@@ -111,15 +118,35 @@ def validate_loaded(
     return result
 
 
-def run_rules(ctx: ResolvedSpec) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
-    """Every applicable rule with its findings, or the exception it raised."""
+def run_rules(
+    ctx: ResolvedSpec, *, probe: bool = False
+) -> Iterator[tuple[Rule, Union[list[Finding], Exception]]]:
+    """Every applicable rule with its findings, or the exception it raised. Their hints' proposals are checked
+    by one prober for ``ctx`` (shared by all rules); a ``probe`` run (a proposal's check) proposes nothing."""
+    prober = PROBE if probe else Prober(ctx, findings_of)
     for rule in all_rules():
         if not rule.applies(ctx):
             continue
-        try:
-            yield rule, list(rule.check(ctx))
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            yield rule, exc
+        with proposing_with(prober):
+            try:
+                found: Union[list[Finding], Exception] = list(rule.check(ctx))
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                found = exc
+        yield rule, found
+
+
+def findings_of(ctx: ResolvedSpec) -> Findings:
+    """(code, path, severity) of every finding a validation of ``ctx.spec`` reports (acknowledged: info), from
+    a probe run: what the prober compares a changed spec by."""
+    acknowledged = set(ctx.spec.acknowledge)
+    out = set()
+    for rule, findings in run_rules(ctx, probe=True):
+        if isinstance(findings, Exception):
+            out.add((rule.code, "", "error"))
+            continue
+        severity = "info" if rule.acknowledgeable and rule.code in acknowledged else rule.severity
+        out.update((rule.code, f.path, severity) for f in findings)
+    return frozenset(out)
 
 
 def _retargets(loaded: LoadedSpec, retarget: Mapping[str, str]) -> tuple[Retarget, ...]:

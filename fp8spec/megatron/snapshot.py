@@ -15,8 +15,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from . import _ast
-from .artifacts import Artifact
+from fp8spec.snapshots import _ast
+from fp8spec.snapshots.artifacts import Artifact
 
 EXTRACTOR_VERSION = 1
 

@@ -219,7 +219,7 @@ def check_te_recipe(
     Megatron builds for ``fp8_recipe`` exists in that release, and every ``recipe_kwargs`` key is a real
     constructor field (a class attribute such as ``fp8_quant_fwd_inp`` is reported: TE fixes it at
     import time from NVTE_* variables and ignores a constructor argument of that name)."""
-    from .query import Snapshot
+    from fp8spec.snapshots.query import Snapshot
 
     snap = te_snapshot if isinstance(te_snapshot, Snapshot) else Snapshot.load(te_snapshot)
     errors: list[str] = []

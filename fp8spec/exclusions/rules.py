@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.module_names import shape_pattern
+from fp8spec.rules.examples import MOE, Examples, fragment
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -59,6 +60,11 @@ def _candidates(model) -> list[str]:
     a whole dotted suffix, never a substring). A pattern that matches nothing is almost always a typo, and
     the module the user meant to keep in BF16 would silently run in FP8.""",
     "fix the pattern (see the did-you-mean) or remove it",
+    examples=Examples(
+        bad={"linear": {"exclude": ["router", "mlp.gates"]}},
+        good={"linear": {"exclude": ["router", "model.layers.0.*"]}},
+        message="matches no module",
+    ),
 )
 def exclusion_matches_nothing(ctx: ResolvedSpec) -> Iterator[Finding]:
     for entry in ctx.exclusions.entries:
@@ -68,9 +74,9 @@ def exclusion_matches_nothing(ctx: ResolvedSpec) -> Iterator[Finding]:
         if entry.error:
             yield Finding(f"exclusion '{entry.text}': {entry.error}", path)
         elif not entry.matched:
-            close = _suggestions(ctx.model, entry.text)
+            close = _suggestions(ctx.known_model, entry.text)
             hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else None
-            yield Finding(f"exclusion '{entry.text}' matches no module of {ctx.model.id}", path, hint)
+            yield Finding(f"exclusion '{entry.text}' matches no module of {ctx.known_model.id}", path, hint)
 
 
 @rule(
@@ -83,6 +89,11 @@ def exclusion_matches_nothing(ctx: ResolvedSpec) -> Iterator[Finding]:
     engines that match by substring, 'mlp.gate' catches gate_proj / gate_up_proj (prime-rl #2442,
     verl #7519). fp8spec flags such a pattern when its matches span several module kinds.""",
     "anchor the pattern on whole components, e.g. '*.mlp.gate' for the router only",
+    examples=Examples(
+        bad=fragment(MOE, {"linear": {"exclude": ["*gate*"]}}),
+        good=fragment(MOE, {"linear": {"exclude": ["*.mlp.gate"]}}),
+        message="several kinds",
+    ),
 )
 def exclusion_too_broad(ctx: ResolvedSpec) -> Iterator[Finding]:
     cats = _categories(ctx.model)
@@ -107,6 +118,11 @@ def exclusion_too_broad(ctx: ResolvedSpec) -> Iterator[Finding]:
     vLLM refuses mixed precision inside it ("Detected some but not all shards of {prefix} are quantized. All
     shards of fused layers to have the same precision", is_layer_skipped in vLLM's quant_utils).""",
     "exclude all members of the group (e.g. q_proj, k_proj and v_proj together) or none",
+    examples=Examples(
+        bad={"linear": {"exclude": ["q_proj"]}},
+        good={"linear": {"exclude": ["q_proj", "k_proj", "v_proj"]}},
+        message="k_proj, v_proj quantized",
+    ),
 )
 def fused_group_split(ctx: ResolvedSpec) -> Iterator[Finding]:
     plan = ctx.exclusions
@@ -149,14 +165,19 @@ def _split_groups(model, excluded: frozenset[str]) -> tuple[tuple[str, str, str,
     rollout/trainer mismatch KL in its MoE ablation. verl adds model.layers.{i}.mlp.gate to vLLM's
     ignored_layers for the same reason (verl #5107, #5122).""",
     "add 'router' to linear.exclude",
+    examples=Examples(
+        bad=fragment(MOE, {"linear": {"exclude": ["lm_head", "embeddings", "norms"]}}),
+        good=MOE,
+        message="48 of 48",
+    ),
 )
 def router_quantized(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if not ctx.model.is_moe or not ctx.spec.linear.quantize:
+    if not ctx.known_model.is_moe or not ctx.spec.linear.quantize:
         return
-    routers = _routers(ctx.model)
+    routers = _routers(ctx.known_model)
     missing = routers - ctx.exclusions.excluded
     if missing:
         yield Finding(
-            f"{len(missing)} of {len(routers)} MoE router modules of {ctx.model.id} would run in FP8",
+            f"{len(missing)} of {len(routers)} MoE router modules of {ctx.known_model.id} would run in FP8",
             "linear.exclude",
         )
