@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import gains, trainer_gains
+
+if TYPE_CHECKING:
+    from fp8spec.catalog import ModelFacts
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,32 @@ class TrainerGain:
     source: str
 
 
-def trainer_gain(is_moe: bool, recipe: str, tokens: int) -> Optional[TrainerGain]:
-    """The measured layer speed ratio for this model kind and TE recipe, or None when it was not measured."""
-    data = trainer_gains()
-    kind = "moe" if is_moe else "dense"
-    rows = [e for e in data["entries"] if e["model"] == kind and e["recipe"] == recipe]
-    if not rows:
+def trainer_gain(model: ModelFacts, gpu_arch: str, recipe: str, tokens: int) -> Optional[TrainerGain]:
+    """The measured layer speed ratio for this model's class, GPU generation and TE recipe, or None when it was
+    not measured (``trainer_gain_unmeasured`` says why)."""
+    if trainer_gain_unmeasured(model, gpu_arch, recipe):
         return None
+    kind = "moe" if model.is_moe else "dense"
+    rows = [e for e in trainer_gains()["entries"] if e["model"] == kind and e["recipe"] == recipe]
     e = min(rows, key=lambda row: (abs(int(row["tokens"]) - tokens), int(row["tokens"])))
     return TrainerGain(
-        float(e["ratio"]), int(e["tokens"]), str(e["workload"]), " ".join(str(data["source"]).split())
+        float(e["ratio"]),
+        int(e["tokens"]),
+        str(e["workload"]),
+        " ".join(str(trainer_gains()["source"]).split()),
     )
+
+
+def trainer_gain_unmeasured(model: ModelFacts, gpu_arch: str, recipe: str) -> str:
+    """Why no measured layer figure covers this spec ('' when one does): never a figure carried over from
+    another architecture, GPU generation or recipe."""
+    data = trainer_gains()
+    kind = "moe" if model.is_moe else "dense"
+    scope = data["classes"][kind]
+    if model.architecture not in scope["architectures"]:
+        return f"{model.architecture} layers were not measured (only {scope['measured']})"
+    if gpu_arch not in scope["gpu_arch"]:
+        return f"not measured on {gpu_arch} GPUs (only {scope['measured']})"
+    if not any(e["model"] == kind and e["recipe"] == recipe for e in data["entries"]):
+        return f"the {recipe} recipe was not measured (only {scope['measured']})"
+    return ""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines import get_engine
-from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain
+from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain, trainer_gain_unmeasured
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
 from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
@@ -39,6 +39,13 @@ class MemoryPlan:
         return self.setup.gpu
 
     @property
+    def gpu_arch(self) -> str:
+        """The target GPU's generation (hopper, blackwell, ...): what the measured figures are scoped by."""
+        from fp8spec.hardware import gpu
+
+        return gpu(self.spec.hardware.gpu).arch
+
+    @property
     def world(self) -> int:
         return self.spec.world_size
 
@@ -64,7 +71,13 @@ class MemoryPlan:
         if self.spec.training.backend != "megatron":
             return None
         tokens = self.spec.rollout.max_prompt_length + self.spec.rollout.max_response_length
-        return trainer_gain(self.model.is_moe, self.spec.training.fp8_scaling, tokens)
+        return trainer_gain(self.model, self.gpu_arch, self.spec.training.fp8_scaling, tokens)
+
+    def trainer_gain_unmeasured(self) -> str:
+        """Why a Megatron trainer has no measured FP8 layer figure ('' when it has one or is not Megatron)."""
+        if self.spec.training.backend != "megatron":
+            return ""
+        return trainer_gain_unmeasured(self.model, self.gpu_arch, self.spec.training.fp8_scaling)
 
     def headroom(self, trainer: TrainerMemory) -> int:
         """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts

@@ -128,9 +128,12 @@ def plan_json(plan: MemoryPlan) -> dict:
         "rollout": [_rollout_json(plan, r) for r in plan.rollout],
         "trainer": _trainer_json(plan.trainer),
         "trainer_other_precision": _trainer_json(plan.trainer_other),
-        "trainer_fp8_layer_speed": None
+        "trainer_fp8_layer_speed": (
+            {"measured": False, "why": why} if (why := plan.trainer_gain_unmeasured()) else None
+        )
         if (tg := plan.trainer_gain()) is None
         else {
+            "measured": True,
             "ratio_vs_bf16": q(tg.ratio, "ratio"),
             "tokens": q(tg.tokens, "tokens"),
             "workload": tg.workload,
@@ -281,6 +284,10 @@ def render_text(plan: MemoryPlan) -> str:
             out.append(
                 f"  FP8 training {word} than BF16 for this model class: {tg.workload}; source: {tg.source}"
             )
+        elif why := plan.trainer_gain_unmeasured():
+            speed = ["1.00x" if c.precision == "bf16" else "not measured" for c in cols]
+            out.append(row("layer fwd+bwd speed vs BF16", speed))
+            out.append(f"  FP8 training speed not measured for this model class: {why}")
         for note in t.notes:
             out.append(f"  note: {note}")
     problems = plan.failing()

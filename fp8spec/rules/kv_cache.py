@@ -134,3 +134,46 @@ def static_kv_fix(ctx: ResolvedSpec, code: str) -> tuple[str, tuple]:
         [{"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}, {"kv_cache.recalibrate": "none"}],
         rule_hint(code),
     )
+
+
+# A model whose attention has no QK-norm (KV008's examples).
+QWEN25 = {"model": {"name": "Qwen/Qwen2.5-7B", "path": "/models/Qwen2.5-7B"}}
+
+
+@rule(
+    "KV008",
+    "kv-fp8-without-qk-norm",
+    "warning",
+    "FP8 KV cache on a model whose attention has no QK-norm (Qwen2.5 / Llama / Mistral class).",
+    """Reported, not reproduced here: verl PR #4435 (FP8 KV cache for vLLM rollouts), comment of 2026-03-29:
+    Qwen2.5-Math-7B GRPO on MATH with an FP8 KV cache fell to about 0 accuracy with garbage responses, while
+    Qwen3-8B-Base trained fine in the same set-up (the reporter attributes it to Qwen3's QK-norm, which curbs
+    key outliers); vLLM PR #11906: an FP8 KV cache
+    costs Qwen2-7B most (perplexity 34.84 with scales of 1.0, 22.62 with computed scales); HabanaAI/vllm-fork
+    PR #1598 turned the FP8 KV cache off for Qwen2.5-7B-Instruct. Which architectures normalize q/k per head is
+    the catalog's ModelFacts.qk_norm (checked against transformers' modules); the report is recorded in
+    backends/verl/0.9.1.yaml (risk.fp8_kv_without_qk_norm). MLA models (DeepSeek) cache a normalized latent and
+    are not covered by the report.""",
+    "use kv_cache.dtype: bf16 for this model (the FP8 W8A8 linears stay), or compare rollout accuracy against a "
+    "BF16-KV run first and then acknowledge KV008",
+    acknowledgeable=True,
+    examples=Examples(
+        bad=fragment(QWEN25, {"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}),
+        good=({"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}}, fragment(QWEN25)),
+        message="no QK-norm",
+    ),
+)
+def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
+    model = ctx.known_model
+    if not ctx.spec.kv_cache.fp8 or model.attention != "gqa" or model.qk_norm:
+        return
+    risk = ctx.fact("verl", "risk.fp8_kv_without_qk_norm") or {}
+    seen = "; ".join(f"{r['model']}: {r['outcome']}" for r in risk.get("reported", [])[:1])
+    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], rule_hint("KV008"))
+    yield Finding(
+        f"kv_cache.dtype {ctx.spec.kv_cache.dtype} on {model.id} ({model.architecture}), whose attention has no "
+        f"QK-norm: FP8 KV caches broke RL runs of such models" + (f" (reported: {seen})" if seen else ""),
+        "kv_cache.dtype",
+        hint,
+        ok,
+    )

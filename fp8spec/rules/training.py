@@ -183,7 +183,9 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     (small per-expert GEMMs do not pay for the quantization of activations, weights and gradients) while a dense
     Qwen3-8B layer gains 19 % at 22.5K-token micro-batches. Users report both signs (the FP8-RL paper: about 20 %
     less learner time; verl #7232: end-to-end FP8 slower for Qwen3-30B-A3B on H200). The FP8 rollout's gain does
-    not depend on the trainer's precision.""",
+    not depend on the trainer's precision. A figure covers only the measured layer's architecture on the GPU
+    generation it ran on (fp8spec/data/trainer_gains.yaml, classes); for any other model or GPU the rule stays
+    quiet and `fp8spec plan` says "not measured".""",
     "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; keep fp8 if its lower "
     "rollout/trainer mismatch is what you want (acknowledge TRN007)",
     acknowledgeable=True,
@@ -198,7 +200,7 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     if t.backend != "megatron" or t.precision != "fp8":
         return
     tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
-    g = trainer_gain(ctx.known_model.is_moe, t.fp8_scaling, tokens)
+    g = trainer_gain(ctx.known_model, ctx.gpu.arch, t.fp8_scaling, tokens)
     if g is not None and g.ratio < 1.0:
         yield Finding(
             f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "

@@ -113,3 +113,50 @@ def test_sglang_runner_backends_and_relayout_sites():
     ):
         assert site in fp8
     assert f'self.moe_runner_backend = "{fact["auto_on_blackwell_deepseek_fp8"]}"' in server
+
+
+def _calls(node: ast.AST, name: str) -> list[ast.Call]:
+    return [
+        n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
+
+
+def test_vllm_flashinfer_cutlass_block_fp8_relayout_keeps_shapes():
+    """BLK007's vLLM fact: for block FP8 the FlashInfer preparation swaps gate/up (same shape) and only the
+    TRT-LLM kernel shuffles into another shape; FlashInfer CUTLASS serves block FP8 on cc 9.0; vLLM requires
+    flashinfer."""
+    fi = ast.parse(_source("vllm-0.24.0.json", "vllm/model_executor/layers/quantization/utils/flashinfer_utils.py"))
+    prepare = _function(fi, "prepare_fp8_moe_layer_for_fi")
+    assert _calls(prepare, "swap_w13_to_w31")
+    shuffles = [
+        n for n in ast.walk(prepare) if isinstance(n, ast.If) and _calls(n, "_shuffle_deepseek_fp8_moe_weights")
+    ]
+    assert shuffles and all("is_trtllm" in ast.unparse(n.test) for n in shuffles)
+    cutlass = _source("vllm-0.24.0.json", "vllm/model_executor/layers/fused_moe/experts/flashinfer_cutlass_moe.py")
+    scheme = ast.unparse(_function(ast.parse(cutlass), "_supports_quant_scheme"))
+    block = scheme.split("kFp8Static128BlockSym, kFp8Dynamic128Sym", 1)[1]
+    assert block.index("is_device_capability(90)") < block.index("or")
+    fact = VLLM.value("capability.fp8_moe_relayout_keeps_shape")
+    assert fact["block_fp8"] == ["FLASHINFER_CUTLASS"]
+    assert set(fact["block_fp8"]) <= set(VLLM.value("capability.fp8_moe_backend_relayout")["relayout"])
+    assert VLLM.value("capability.fp8_moe_backend_auto")["hopper_block_fp8_ep"] in fact["block_fp8"]
+    meta = _source("vllm-0.24.0.json", "vllm-0.24.0.dist-info/METADATA")
+    assert "Requires-Dist: flashinfer-python==" in meta
+
+
+def test_sglang_blackwell_requant_and_an_update_that_only_reloads():
+    """BLK008's SGLang facts: DeepGEMM is the auto block-FP8 path, UE8M0 requantization (with packed scales) runs
+    on Blackwell only, and update_weights_from_tensor calls load_weights without re-processing."""
+    utils = ast.parse(_source("sglang-0.5.12.json", "sglang/srt/layers/quantization/fp8_utils.py"))
+    auto = _function(utils, "_dispatch_auto_backend").body
+    first = next(n for n in auto if isinstance(n, ast.If))
+    assert "ENABLE_JIT_DEEPGEMM" in ast.unparse(first.test) and "deepgemm" in ast.unparse(first.body)
+    assert _calls(_function(utils, "requant_weight_ue8m0"), "transform_scale_ue8m0")
+    configurer = _source("sglang-0.5.12.json", "sglang/srt/layers/deep_gemm_wrapper/configurer.py")
+    assert "DEEPGEMM_SCALE_UE8M0 = DEEPGEMM_BLACKWELL" in configurer
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM = EnvBool(True)" in _source("sglang-0.5.12.json", "sglang/srt/environ.py")
+    runner = ast.parse(_source("sglang-0.5.12.json", "sglang/srt/model_executor/model_runner.py"))
+    update = ast.unparse(_function(runner, "update_weights_from_tensor"))
+    assert "self.model.load_weights(named_tensors)" in update and "process_weights_after_loading" not in update
+    assert SGLANG.value("capability.weight_update_reprocesses") is False
+    assert SGLANG.value("capability.fp8_block_relayout_by_arch") == {"blackwell": "deep_gemm_ue8m0"}

@@ -14,6 +14,7 @@ The real extension in the real engine: the GPU test below and the device plan (b
 from __future__ import annotations
 
 import logging
+import sys
 import types
 
 import pytest
@@ -183,8 +184,6 @@ class VerlLikeExt(Ext):
         self.loaded, self.events = [], []
 
     def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
-        import sys
-
         for b in self.buckets:
             sent = [(n, t.clone()) for n, t in b]  # the IPC buffer's views for this bucket
             self._update_weights(sent, peft_config=peft_config, base_sync_done=base_sync_done)
@@ -202,7 +201,7 @@ def test_uncovered_tensors_reach_verl_in_one_call_before_the_post_load_processin
     quant_utils = types.ModuleType(hook.MOD_QUANT_UTILS)
     post_calls = []
     quant_utils.process_quanted_weights_after_loading = lambda model: post_calls.append(model)
-    monkeypatch.setitem(__import__("sys").modules, hook.MOD_QUANT_UTILS, quant_utils)
+    monkeypatch.setitem(sys.modules, hook.MOD_QUANT_UTILS, quant_utils)
     original = quant_utils.process_quanted_weights_after_loading
     params, parts = engine_params(cfg, 1)
     weights = _weights(cfg, torch.bfloat16)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterator
 from fp8spec.rules.examples import Examples
 from fp8spec.rules.kv_cache import static_kv_fix
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, rule
+from fp8spec.rules.registry import Finding, rule, rule_hint
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
@@ -103,3 +103,59 @@ def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
             hint,
             ok,
         )
+
+
+@rule(
+    "BLK008",
+    "sglang-fp8-relayout-breaks-refit",
+    "error",
+    "SGLang re-lays the block-FP8 weights after loading on this GPU, and its weight update never redoes it.",
+    """On Blackwell SGLang 0.5.12 runs block-FP8 linears and experts on DeepGEMM by default and, once the model
+    has loaded, re-quantizes every FP8 weight against power-of-two scales and replaces its float32
+    (N/128, K/128) scale tensor by a packed, per-row UE8M0 one (quantization/fp8.py:513-538 and :1226-1245,
+    fp8_utils.py:1209-1296; profile fact capability.fp8_block_relayout_by_arch). Its update_weights_from_tensor
+    only calls the model's load_weights (model_runner.py:2070-2098; capability.weight_update_reprocesses), and
+    verl 0.9.1's SGLang sync sends checkpoint-layout weights and float32 block scales through it
+    (sglang_rollout.py:359-384), so after the first sync the engine's weights and scales no longer match the
+    layout its kernels read. Reported in the field: sglang PR #25692 (an RL update loads canonical weights into a packed layout;
+    the fix re-runs process_weights_after_loading), verl PR #7519 (SGLang's update path never rebuilds derived
+    scale copies; its MXFP8 loader re-runs process_weights_after_loading after load_weights). On Hopper SGLang keeps
+    the checkpoint layout; its sync there ran on an H200 (BENCHMARKS.md 7.4).""",
+    "on Blackwell keep SGLang with linear.quantize: false (BF16 linears), or use "
+    "rollout.engine: vllm (verl's vLLM sync re-processes layers whose layout changed)",
+    engine="sglang",
+    examples=Examples(
+        bad={
+            "rollout": {"engine": "sglang"},
+            "hardware": {"gpu": "b200"},
+            "linear": {"scale_dtype": "ue8m0"},
+        },
+        good=(
+            {"rollout": {"engine": "sglang"}},
+            {"rollout": {"engine": "sglang"}, "hardware": {"gpu": "b200"}, "linear": {"quantize": False}},
+        ),
+        message="deep_gemm_ue8m0",
+    ),
+)
+def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec = ctx.spec
+    relayout = (ctx.fact("sglang", "capability.fp8_block_relayout_by_arch") or {}).get(ctx.gpu.arch)
+    reprocesses = ctx.fact("sglang", "capability.weight_update_reprocesses", True)
+    if not spec.linear.quantize or not relayout or reprocesses:
+        return
+    hint, ok = proposal(
+        ctx,
+        "BLK008",
+        "linear.quantize",
+        # the user's engine first kept (fp8spec init applies the first proposal): BF16 linears, else vLLM
+        [{"linear.quantize": False}, {"rollout.engine": "vllm"}],
+        rule_hint("BLK008"),
+    )
+    yield Finding(
+        f"linear.quantize on {spec.hardware.gpu}: SGLang {ctx.engine_version} re-lays the block-FP8 weights after "
+        f"loading ({relayout}), and its weight update only reloads them: every weight sync writes checkpoint-layout "
+        "weights and float32 block scales where its kernels read the re-laid ones",
+        "linear.quantize",
+        hint,
+        ok,
+    )

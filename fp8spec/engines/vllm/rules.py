@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.rules.examples import Examples
+from fp8spec.rules.examples import MOE, Examples, fragment
 from fp8spec.rules.kv_cache import static_kv_fix
 from fp8spec.rules.proposals import proposal
-from fp8spec.rules.registry import Finding, rule
+from fp8spec.rules.registry import Finding, rule, rule_hint
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
@@ -148,6 +148,66 @@ def batched_tokens_below_seqs(ctx: ResolvedSpec) -> Iterator[Finding]:
     yield Finding(
         f"rollout.max_num_batched_tokens {tokens} is below rollout.max_num_seqs {seqs}: vLLM refuses to start",
         path,
+        hint,
+        ok,
+    )
+
+
+def _fp8_moe_backend(ctx: ResolvedSpec) -> str | None:
+    """The FP8 MoE kernel vLLM picks for the spec's block-FP8 experts, where the profile says (Hopper only:
+    elsewhere the choice depends on installed kernels the spec does not pin)."""
+    auto = ctx.fact("vllm", "capability.fp8_moe_backend_auto") or {}
+    if ctx.gpu.arch != "hopper" or ctx.spec.linear.deep_gemm:  # VLLM_USE_DEEP_GEMM=1 forces DEEPGEMM first
+        return None
+    return auto.get("hopper_block_fp8_ep" if ctx.spec.rollout.ep > 1 else "hopper_block_fp8_tp")
+
+
+@rule(
+    "BLK007",
+    "fp8-moe-relayout-breaks-refit",
+    "error",
+    "vLLM's FP8 MoE kernel re-lays the experts after loading in a way the weight sync does not redo.",
+    """Some vLLM FP8 MoE kernels rewrite the expert weights once, in process_weights_after_loading. For block
+    FP8 on Hopper with expert parallelism vLLM 0.24.0 picks FLASHINFER_CUTLASS (fused_moe/oracle/fp8.py:105-115;
+    flashinfer-python is one of its requirements), which swaps the gate and up halves of every w13 weight and
+    scale without changing a shape or dtype (quantization/utils/flashinfer_utils.py:444-535; profile fact
+    capability.fp8_moe_relayout_keeps_shape). verl 0.9.1's FP8 weight sync re-runs that processing only for
+    layers whose parameters changed shape or dtype (verl/utils/vllm/vllm_fp8_utils.py:198-292; profile fact
+    capability.vllm_fp8_refit_reprocess), so after the first sync every expert computes with gate and up
+    exchanged: garbage rollouts with no error. The same failure is reported for other re-laid kernels: NeMo-RL PR
+    #3545 (FlashInfer TRT-LLM repacked MoE experts: a refit without vLLM's reload protocol keeps executing stale
+    experts); vLLM RFC #48312 tracks weight-reload correctness for RL, FlashInfer CUTLASS MoE among its rows. Tensor-parallel
+    experts run on TRITON, which keeps the checkpoint layout; through that sync a tiny Qwen3-MoE
+    engine matched a fresh one byte for byte on an H200 (BENCHMARKS.md 4.3).""",
+    "use rollout.ep: 1 (tensor-parallel experts on vLLM's TRITON kernel, which keeps the checkpoint layout), or "
+    "keep the routed experts in BF16 (linear.exclude)",
+    engine="vllm",
+    examples=Examples(
+        bad=fragment(MOE, {"rollout": {"tp": 2, "ep": 2}}),
+        good=(
+            fragment(MOE, {"rollout": {"tp": 2, "ep": 1}}),
+            fragment(MOE, {"rollout": {"tp": 2, "ep": 2}, "linear": {"quantize": False}}),
+        ),
+        message="FLASHINFER_CUTLASS",
+    ),
+)
+def fp8_moe_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
+    spec = ctx.spec
+    if not spec.linear.quantize or not any(m.kind.startswith("expert_") for m in ctx.exclusions.quantized):
+        return
+    backend = _fp8_moe_backend(ctx)
+    same_shape = (ctx.fact("vllm", "capability.fp8_moe_relayout_keeps_shape") or {}).get("block_fp8", [])
+    reprocess = ctx.fact("verl", "capability.vllm_fp8_refit_reprocess") or {}
+    verl = ctx.profile("verl")
+    if backend is None or backend not in same_shape or reprocess.get("same_shape_relayout", True) or not verl:
+        return
+    hint, ok = proposal(ctx, "BLK007", "rollout.ep", [{"rollout.ep": 1}], rule_hint("BLK007"))
+    yield Finding(
+        f"rollout.ep {spec.rollout.ep} on {spec.hardware.gpu}: vLLM {ctx.engine_version} runs {ctx.known_model.id}'s "
+        f"block-FP8 experts on {backend}, which re-lays them after loading without changing their shapes; "
+        f"verl {verl.version}'s weight sync re-processes only layers whose shape or dtype changed, "
+        "so every synced expert would compute with gate and up exchanged",
+        "rollout.ep",
         hint,
         ok,
     )
