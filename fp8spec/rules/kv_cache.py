@@ -169,7 +169,12 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
         return
     risk = ctx.fact("verl", "risk.fp8_kv_without_qk_norm") or {}
     seen = "; ".join(f"{r['model']}: {r['outcome']}" for r in risk.get("reported", [])[:1])
-    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], rule_hint("KV008"))
+    # where bf16 brings another warning (MEM004's preemption), the value-free advice: values are promises
+    otherwise = (
+        "use a BF16 KV cache for this model (the FP8 W8A8 linears stay), or compare rollout accuracy against a "
+        "BF16-KV run first and then acknowledge KV008"
+    )
+    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], otherwise)
     yield Finding(
         f"kv_cache.dtype {ctx.spec.kv_cache.dtype} on {model.id} ({model.architecture}), whose attention has no "
         f"QK-norm: FP8 KV caches broke RL runs of such models" + (f" (reported: {seen})" if seen else ""),

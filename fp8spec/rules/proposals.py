@@ -38,15 +38,25 @@ def _inside(path: str, field: str) -> bool:
 
 
 def _verdict(prober: Prober, changes: Changes, fixes: ErrorKey | None):
-    """(passes, errors left after the change, new errors) for one candidate."""
+    """(passes, errors left after the change, findings it adds) for one candidate.
+
+    A proposal is a promise: the change removes the finding and adds none of the same or a higher severity from
+    a rule in force (acknowledged findings are info). An error's fix may leave a warning (that is progress); a
+    warning's fix may not trade it for another warning, whose rule would propose undoing it (MEM004's FP8 KV
+    cache draws KV008, which proposes bf16). So each applied proposal lowers (errors, warnings), and
+    `fp8spec init`, which applies them, cannot go back and forth. Without ``fixes`` (judging alternatives, not
+    fixing a finding) only errors count."""
     after = prober.findings(changes)
     if after is None:
         return False, frozenset(), frozenset()
     if fixes is not None and any(found[:2] == tuple(fixes) for found in after):
         return False, frozenset(), frozenset()
-    before = {found[:2] for found in prober.findings({}) or () if found[2] == "error"}
+    now = prober.findings({}) or frozenset()
+    fixed = next((found[2] for found in now if fixes is not None and found[:2] == tuple(fixes)), "warning")
+    counted = ("error",) if fixes is None or fixed == "error" else ("error", "warning")
+    before = {found[:2] for found in now}
     left = frozenset(found[:2] for found in after if found[2] == "error")
-    new = frozenset(e for e in left if e not in before)
+    new = frozenset(found for found in after if found[2] in counted and found[:2] not in before)
     at_changed = any(_inside(path, field) for _, path in left for field in changes)
     return not new and not at_changed, left, new
 
@@ -68,7 +78,7 @@ def _working(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | No
 
 def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | None) -> str:
     """For a hint when no candidate passes: the candidates that would fix the finding, and the codes of the
-    errors each would add ('' when none fixes it)."""
+    errors each would add and of the rules in force that would then warn ('' when none fixes it)."""
     by_codes: dict[tuple, list] = {}
     for changes in candidates:
         changes = dict(changes)
@@ -76,20 +86,24 @@ def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | No
         if after is None or (fixes is not None and any(found[:2] == tuple(fixes) for found in after)):
             continue
         _, _, new = _verdict(prober, changes, fixes)
-        codes = tuple(sorted({code for code, _ in new}))
-        if fixes is not None and fixes[0] in codes:
+        errors = tuple(sorted({code for code, _, severity in new if severity == "error"}))
+        warns = tuple(sorted({code for code, _, severity in new if severity == "warning"} - set(errors)))
+        if fixes is not None and fixes[0] in errors + warns:
             continue  # the same problem, reported at the field the change sets: not a fix
-        if codes:
-            by_codes.setdefault(codes, []).append(changes)
-    groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0]), kv[0]))
+        if errors or warns:
+            by_codes.setdefault((errors, warns), []).append(changes)
+    groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0][0]) + len(kv[0][1]), kv[0]))
+    return "; ".join(f"{describe(members)} ({_then(*codes)})" for codes, members in groups[:3])
 
-    def verb(codes: tuple) -> str:
-        return "refuses" if len(codes) == 1 else "refuse"
 
-    return "; ".join(
-        f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
-        for codes, members in groups[:3]
-    )
+def _then(errors: tuple, warns: tuple) -> str:
+    """'then KV007 refuses the spec', 'then KV008 warns', or both joined by 'and'."""
+    parts = []
+    if errors:
+        parts.append(f"{' and '.join(errors)} {'refuses' if len(errors) == 1 else 'refuse'} the spec")
+    if warns:
+        parts.append(f"{' and '.join(warns)} {'warns' if len(warns) == 1 else 'warn'}")
+    return "then " + " and ".join(parts)
 
 
 def describe(proposals: Iterable[Changes]) -> str:

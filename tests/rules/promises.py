@@ -39,18 +39,22 @@ def is_field(spec: Spec, dotted: str) -> bool:
     return True
 
 
-_REFUSED = re.compile(r"\(then ((?:[A-Z]+[0-9]+(?: and )?)+) refuses? the spec\)")
+_CODES = r"(?:[A-Z]+[0-9]+(?: and (?=[A-Z]+[0-9]))?)+"
+# 'X (then KV007 refuses the spec)', 'X (then KV008 warns)', 'X (then KV007 refuses the spec and KV008 warns)'
+_REFUSED = re.compile(rf"\(then (?:({_CODES}) refuses? the spec)?(?: and )?(?:({_CODES}) warns?)?\)")
 
 
-def refusals(text: str, spec: Spec) -> list[tuple[dict[str, Any], set[str]]]:
-    """The changes a hint names as refused ('X (then KV007 refuses the spec)') and the codes it names: a claim
-    too, which the property test checks."""
+def refusals(text: str, spec: Spec) -> list[tuple[dict[str, Any], set[str], set[str]]]:
+    """The changes a hint names as refused ('X (then KV007 refuses the spec)') or warned of ('X (then KV008
+    warns)'), with the codes of the errors and of the warnings it names: claims too, which the property test
+    checks."""
     out = []
     for clause in text.split(";"):
         m = _REFUSED.search(clause)
-        if m:
-            codes = set(m.group(1).split(" and "))
-            out += [(changes, codes) for changes in _assignments(clause[: m.start()], spec)]
+        if m and (m.group(1) or m.group(2)):
+            errors = set(m.group(1).split(" and ")) if m.group(1) else set()
+            warns = set(m.group(2).split(" and ")) if m.group(2) else set()
+            out += [(changes, errors, warns) for changes in _assignments(clause[: m.start()], spec)]
     return out
 
 

@@ -30,6 +30,28 @@ def test_mem004_with_fp8_kv_already_does_not_propose_fp8_kv(validate):
     assert "kv_cache.dtype" not in found.hint and "rollout.max_num_seqs" in found.hint
 
 
+def test_mem004_does_not_propose_an_fp8_kv_cache_kv008_warns_of(validate):
+    """A proposal is a promise: on a model without QK-norm (Llama) an FP8 KV cache draws KV008, whose own
+    proposal is bf16, so MEM004 proposes the next way out (max_num_seqs) instead."""
+    llama = {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/models/llama"}}
+    spec = patched(BASE_SPEC, llama, {"kv_cache": {"dtype": "bf16"},
+                                      "rollout": {"tp": 1, "gpu_memory_utilization": 0.7, "max_model_len": 22528}})
+    found = _one(validate(spec), "MEM004")
+    assert "kv_cache.dtype" not in found.hint and re.search(r"set rollout\.max_num_seqs: \d+", found.hint), found.hint
+    assert not any("kv_cache.dtype" in c for c in _proposals(validate(spec), "MEM004"))
+    fp8 = validate(patched(spec, {"kv_cache": {"dtype": "fp8_e4m3"}}))  # it would remove MEM004, but KV008 warns
+    assert {d.code for d in fp8.warnings} == {"KV008"}
+    # with KV008 acknowledged (not in force) the same FP8 KV cache is proposed
+    known = _one(validate(patched(spec, {"acknowledge": {"KV008": "compared against BF16 KV"}})), "MEM004")
+    assert re.search(r"set [^;(]*kv_cache\.dtype: fp8_e4m3", known.hint), known.hint
+
+
+def _proposals(result, code):
+    from fp8spec.rules.registry import get_rule
+
+    return [c for f in get_rule(code).check(result.context) for c in f.proposals]
+
+
 def test_mem002_with_quantized_linears_does_not_propose_quantizing(validate):
     spec = patched(BASE_SPEC, {"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}})
     found = _one(validate(spec), "MEM002")
