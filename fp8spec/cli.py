@@ -213,11 +213,18 @@ def rules(
     typer.echo(f"Fix: {c.fix}")
 
 
+def _check_format(format: str) -> None:
+    if format not in ("text", "json"):
+        usage_error(f"--format must be text or json, not {format!r}")
+
+
 def _validated(spec: Path, backend: Optional[str]):
     """Validate a spec for compile/explain/diff (retargeted to ``backend``): errors print located diagnostics
-    and exit non-zero."""
+    and exit non-zero (with --format json, also as JSON on stdout)."""
     validation, choice = validate_on_backend(spec, backend)
     if validation.errors:
+        if JSON_OUTPUT["on"]:
+            typer.echo(render_json({str(spec): validation.diagnostics}))
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)
         summary = summary_line(validation.diagnostics)
@@ -284,14 +291,21 @@ def explain(
         ..., metavar="SPEC", help="Spec file (YAML).", show_default=False, readable=False
     ),
     backend: Optional[str] = backend_option(),
+    format: str = format_option(),
 ) -> None:
     """For every spec field, what it became in each layer (Hydra key, env var, engine flag, patch) and why."""
-    from fp8spec.compiler.build import build_settings_plan
-    from fp8spec.compiler.explain import explain_text
 
+    from fp8spec.compiler.build import build_settings_plan
+    from fp8spec.compiler.explain import explain_data, explain_text
+
+    _check_format(format)
     validation, choice = _validated(spec, backend)
     valid = validation.valid()
-    typer.echo(explain_text(valid, build_settings_plan(valid, choice)), nl=False)
+    plan = build_settings_plan(valid, choice)
+    if format == "json":
+        typer.echo(json.dumps(explain_data(valid, plan), indent=2, sort_keys=True))
+        return
+    typer.echo(explain_text(valid, plan), nl=False)
 
 
 @app.command()
@@ -312,12 +326,15 @@ def diff(
         help="Without it each spec is compiled for its own backend. Once: both specs retargeted to it. "
         "Twice: the first spec for the first backend, the second (or the same) spec for the second.",
     ),
+    format: str = format_option(),
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
     either way)."""
-    from fp8spec.compiler.build import build_settings_plan
-    from fp8spec.compiler.explain import diff_text
 
+    from fp8spec.compiler.build import build_settings_plan
+    from fp8spec.compiler.explain import diff_data, diff_text
+
+    _check_format(format)
     backends = list(backends or [])
     if len(specs) > 2 or len(backends) > 2 or len(specs) + len(backends) < 3 and len(specs) < 2:
         usage_error(
@@ -333,6 +350,9 @@ def diff(
         if valid.retargeted:
             label += f", retargeted from {valid.spec_backend}"
         sides.append((build_settings_plan(valid, choice), f"{printable(str(path))} ({label})"))
+    if format == "json":
+        typer.echo(json.dumps(diff_data(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), indent=2))
+        return
     typer.echo(diff_text(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), nl=False)
 
 
@@ -357,9 +377,9 @@ app.add_typer(backends_app, name="backends", help="Backend releases: wheel snaps
 
 
 def _wants_json(argv: list[str]) -> bool:
-    """Whether this command line asked `validate`, `plan` or `rules` for JSON: then every failure, usage and
-    internal errors included, prints JSON on stdout."""
-    if "validate" not in argv and "plan" not in argv and "rules" not in argv:
+    """Whether this command line asked a command with --format (validate, plan, explain, diff, rules) for JSON:
+    then every failure, usage and internal errors included, prints JSON on stdout."""
+    if not {"validate", "plan", "explain", "diff", "rules"} & set(argv):
         return False
     for i, arg in enumerate(argv):
         if arg in ("--format", "-f") and argv[i + 1 : i + 2] == ["json"]:

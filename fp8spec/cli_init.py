@@ -6,8 +6,9 @@ written), 2 bad usage (unknown template, model or GPU, an existing file without 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -31,6 +32,22 @@ def _complete_gpu(incomplete: str) -> list[str]:
     from fp8spec.hardware import GPU_NAMES
 
     return [g for g in GPU_NAMES if g.startswith(incomplete)]
+
+
+DRAFT = "draft"  # what the diagnostics of an unwritten spec point into: its text, shown with them
+
+
+def _show_draft_errors(result) -> None:
+    """A rejected draft's findings, located in the draft's own text (quoted line by line), not in a file that
+    was never written."""
+    lines = result.text.splitlines()
+    noted = {code for code, _ in result.unacknowledged}  # said once, as a note
+    for d in result.validation.diagnostics:
+        if d.severity == "info" or (d.severity == "warning" and d.code in noted):
+            continue
+        typer.echo(dataclasses.replace(d, file=DRAFT).render(), err=True)
+        if 1 <= d.line <= len(lines):
+            typer.echo(f"    {d.line:>4} | {printable(lines[d.line - 1])}", err=True)
 
 
 def init(
@@ -85,6 +102,21 @@ def init(
         help="Write the spec to FILE instead of printing it.",
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing FILE."),
+    config_path: Optional[Path] = typer.Option(
+        None,
+        "--config-path",
+        metavar="PATH",
+        readable=False,
+        help="A model outside the catalog: its local Hugging Face folder or config.json (written into the spec "
+        "as model.config_path; --model names it, default the config's _name_or_path or its folder).",
+    ),
+    acknowledge: Optional[List[str]] = typer.Option(
+        None,
+        "--acknowledge",
+        metavar="CODE",
+        help="Accept this acknowledgeable warning when no change removes it (repeatable); init acknowledges "
+        "nothing on its own.",
+    ),
 ) -> None:
     """Write a commented starter spec for a model and cluster. Values the template's first guess gets wrong
     for this hardware (a rollout tp, a layout, a memory share) are replaced by ones that pass every rule and
@@ -104,19 +136,21 @@ def init(
             name,
             printable(display),
             (output.parent if output is not None else Path(".")).resolve(),
+            tuple(acknowledge or ()),
+            config_path,
         )
     except StarterError as err:
         fail(EXIT_BAD_INPUT, str(err))
     for change in result.changes:
         typer.echo(f"init: {change}", err=True)
+    for _, note in result.unacknowledged:
+        typer.echo(f"init: note: {note}", err=True)
     if not result.clean:
-        for d in result.validation.diagnostics:
-            if d.severity != "info":
-                typer.echo(d.render(), err=True)
+        _show_draft_errors(result)
         hw = result.validation.loaded.spec.hardware
         typer.echo(
             f"init: no {template} spec validates clean on {hw.nodes} x {hw.gpus_per_node} {hw.gpu} "
-            "for this model; nothing written",
+            "for this model; nothing written (the draft's lines are quoted above)",
             err=True,
         )
         raise typer.Exit(EXIT_RULE_ERRORS)

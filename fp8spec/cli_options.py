@@ -82,7 +82,7 @@ def output_folder(text: str) -> Path:
     return Path(text)
 
 
-def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
+def validate_on_backend(spec: Path, backend: Optional[str], gpu: Optional[str] = None) -> tuple[Any, Any]:
     """Validate ``spec`` as compiled for ``backend`` (its own when None) and say on stderr how it was
     retargeted; unreadable input or an unknown backend exits EXIT_BAD_INPUT with one line.
     Returns (Validation, BackendChoice); the caller decides what errors in the spec mean for it."""
@@ -90,7 +90,7 @@ def validate_on_backend(spec: Path, backend: Optional[str]) -> tuple[Any, Any]:
     from fp8spec.specfile.loader import InputError
 
     try:
-        validation, choice = validate_for(spec, str(spec), backend)
+        validation, choice = validate_for(spec, str(spec), backend, gpu)
     except BackendChoiceError as err:
         fail(EXIT_BAD_INPUT, str(err))
     except InputError as err:

@@ -18,6 +18,16 @@ from fp8spec.cli_options import (
 from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, summary_line
 
 
+def _complete_gpu(incomplete: str) -> list[str]:
+    return [name for name in _gpu_names() if name.startswith(incomplete)]
+
+
+def _gpu_names() -> list[str]:
+    from fp8spec.hardware import gpu_table
+
+    return list(gpu_table())
+
+
 def plan(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
     format: str = format_option(),
@@ -30,6 +40,14 @@ def plan(
         "'fp8spec[plot]') and plan.svg into this folder.",
     ),
     backend: Optional[str] = backend_option(),
+    gpu: Optional[str] = typer.Option(
+        None,
+        "--gpu",
+        metavar="NAME",
+        autocompletion=_complete_gpu,
+        help="Plan for this GPU instead of hardware.gpu (every rule checks it too); its memory as CUDA "
+        "reports it, from fp8spec/data/gpu_memory.yaml.",
+    ),
     gpu_memory_gib: Optional[float] = typer.Option(
         None,
         "--gpu-memory-gib",
@@ -83,12 +101,17 @@ def plan(
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
     from fp8spec.plan import Overrides, PlanInputError, build_memory_plan
+    from fp8spec.plan.columns import judged
     from fp8spec.plan.render import render_json, render_text
 
     if format not in ("text", "json"):
         usage_error(f"--format must be text or json, not {format!r}")
     out_dir = output_folder(output) if output is not None else None
-    validation, _ = validate_on_backend(spec, backend)
+    if gpu is not None:
+        gpu = gpu.strip().lower()
+        if gpu not in _gpu_names():
+            usage_error(f"--gpu {gpu!r} is not a GPU fp8spec knows; choose one of {', '.join(_gpu_names())}")
+    validation, _ = validate_on_backend(spec, backend, gpu)
     ctx = validation.context
     if ctx is None or ctx.model is None or ctx.profile("verl") is None:
         for d in validation.diagnostics:
@@ -110,7 +133,7 @@ def plan(
         cuda_graphs,
     )
     try:
-        result = build_memory_plan(ctx, overrides)
+        result = judged(build_memory_plan(ctx, overrides), ctx)
     except PlanInputError as err:
         fail(EXIT_BAD_INPUT, f"{spec}: {err}")
     typer.echo(render_json(result) if format == "json" else render_text(result), nl=format == "json")

@@ -27,6 +27,8 @@ DEFAULTS = {  # template -> (model, gpu, nodes)
     "sglang": ("Qwen/Qwen3-8B", "h200", 1),
 }
 SUFFIX = {"dense-vllm": "fp8-rollout", "moe-megatron": "fp8-e2e", "sglang": "sglang-fp8-rollout"}
+# the name of a starter that ends up with no FP8 at all (a GPU without FP8 tensor cores): it must not say fp8
+SUFFIX_BF16 = {"dense-vllm": "bf16-rollout", "moe-megatron": "bf16", "sglang": "sglang-bf16-rollout"}
 MAX_REPAIRS = 12
 
 
@@ -39,15 +41,18 @@ class Starter:
     text: str
     validation: Any  # fp8spec.rules.runner.Validation of ``text``
     changes: list[str] = field(default_factory=list)  # "rollout.tp 1 -> 2 (BLK001)", in order
+    # warnings no change removes that the user did not acknowledge (--acknowledge CODE accepts one): printed as
+    # notes; the spec stays unwritten until each is either fixed or acknowledged by the user
+    unacknowledged: list[tuple[str, str]] = field(default_factory=list)  # (code, note)
 
     @property
     def clean(self) -> bool:
         return not any(d.severity in ("error", "warning") for d in self.validation.diagnostics)
 
 
-def default_name(template: str, model_id: str) -> str:
+def default_name(template: str, model_id: str, fp8: bool = True) -> str:
     base = re.sub(r"[^a-z0-9._-]+", "-", model_id.rsplit("/", 1)[-1].lower()).strip("-._") or "model"
-    return f"{base}-{SUFFIX[template]}"[:63]
+    return f"{base}-{(SUFFIX if fp8 else SUFFIX_BF16)[template]}"[:63]
 
 
 def starter_spec(
@@ -59,20 +64,27 @@ def starter_spec(
     name: Optional[str] = None,
     file: str = "spec.yaml",
     spec_dir: Path = Path("."),
+    acknowledge: tuple[str, ...] = (),
+    config_path: Optional[Path] = None,
 ) -> Starter:
     from fp8spec.catalog import CatalogError, catalog_ids, get_model
 
     if template not in TEMPLATES:
         raise StarterError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
     d_model, d_gpu, d_nodes = DEFAULTS[template]
-    model_id = model_id or d_model
-    try:
-        model = get_model(model_id)
-    except CatalogError:
-        raise StarterError(
-            f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
-            "another model write model.config_path into the spec"
-        ) from None
+    config_file = None
+    if config_path is not None:
+        model, config_file = _model_of_config(config_path, model_id)
+        model_id = model_id or model.id
+    else:
+        model_id = model_id or d_model
+        try:
+            model = get_model(model_id)
+        except CatalogError:
+            raise StarterError(
+                f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
+                "another model pass --config-path (its local Hugging Face folder or config.json)"
+            ) from None
     gpu = gpu or d_gpu
     nodes = nodes or d_nodes
     from fp8spec.hardware import GPU_NAMES
@@ -90,11 +102,65 @@ def starter_spec(
         gpu=gpu,
         nodes=nodes,
         gpus_per_node=gpus_per_node,
-        model_path=f"/models/{model_id.rsplit('/', 1)[-1]}",
+        model_path=str(config_file.parent) if config_file else f"/models/{model_id.rsplit('/', 1)[-1]}",
+        config_path=str(config_file) if config_file else None,
+        no_fp8=None,
         file=file,
     )
-    text = template_environment().get_template(f"init/{template}.yaml.j2").render(**values)
-    return _repair(text, file, spec_dir)
+    chosen = _acknowledgeable(acknowledge)
+    template_text = template_environment().get_template(f"init/{template}.yaml.j2")
+    result = _repair(template_text.render(**values), file, spec_dir, chosen)
+    spec = result.validation.loaded.spec
+    if spec is not None and not spec.linear.quantize:
+        # the repairs turned the template's FP8 linears off (no FP8 tensor cores on this GPU): the starter says so in
+        # its name and header instead of keeping the FP8 recipe's; the same repairs apply again to the new draft
+        import textwrap
+
+        from fp8spec.hardware import gpu as gpu_facts
+
+        kept = "the KV cache stays FP8 (kv_cache.dtype)" if spec.kv_cache.fp8 else "nothing else is FP8"
+        bf16_name = default_name(template, model_id, fp8=False) + ("-fp8kv" if spec.kv_cache.fp8 else "")
+
+        why = (
+            f"The {template} template without FP8 linears: {gpu} (compute capability {gpu_facts(gpu).cc_text}) "
+            f"cannot run them, so init turned them off; {kept}. stderr lists each change and the rule behind it."
+        )
+        values.update(name=name or bf16_name[:63], no_fp8="\n# ".join(textwrap.wrap(why, 108)))
+        result = _repair(template_text.render(**values), file, spec_dir, chosen)
+    return result
+
+
+def _model_of_config(path: Path, model_id: Optional[str]):
+    """(facts, config.json path) of a local model outside the catalog: the folder's config.json or the file,
+    read by the catalog's own parser (fp8spec.catalog.model_from_config), exactly as model.config_path is."""
+    from fp8spec.catalog import CatalogError, model_from_config
+
+    path = path.expanduser().resolve()
+    config_file = path / "config.json" if path.is_dir() else path
+    try:
+        model = model_from_config(config_file, model_id)
+    except CatalogError as err:
+        raise StarterError(f"--config-path {path}: {err}") from None
+    if not model_id and model.id == str(config_file):  # no _name_or_path: name it after its folder
+        from dataclasses import replace
+
+        model = replace(model, id=config_file.parent.name or "local-model")
+    return model, config_file
+
+
+def _acknowledgeable(codes: tuple[str, ...]) -> frozenset[str]:
+    """The --acknowledge codes, each an acknowledgeable rule (anything else is bad usage)."""
+    from fp8spec.rules.registry import get_rule
+
+    out = set()
+    for code in codes:
+        rule = get_rule(code.strip().upper())
+        if rule is None or not rule.acknowledgeable:
+            raise StarterError(
+                f"--acknowledge {code!r} is not an acknowledgeable rule (`fp8spec rules` marks them)"
+            )
+        out.add(rule.code)
+    return frozenset(out)
 
 
 def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int) -> dict:
@@ -112,7 +178,7 @@ def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int)
     return values
 
 
-def _repair(text: str, file: str, spec_dir: Path) -> Starter:
+def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = frozenset()) -> Starter:
     """Validate; apply the first proposal of the first finding that has one; repeat."""
     from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
@@ -126,7 +192,7 @@ def _repair(text: str, file: str, spec_dir: Path) -> Starter:
         pending.sort(key=lambda rf: (rf[0].severity != "error", rf[0].code))
         fix = next(((rule, f.proposals[0]) for rule, f in pending if f.proposals), None)
         if fix is None:
-            return _acknowledge_rest(text, file, spec_dir, validation, changes)
+            return _acknowledge_rest(text, file, spec_dir, validation, changes, acknowledge)
         rule, proposal = fix
         spec_data = validation.loaded.spec
         for dotted, value in proposal.items():
@@ -137,25 +203,40 @@ def _repair(text: str, file: str, spec_dir: Path) -> Starter:
     return Starter(text, validation, changes)
 
 
-def _acknowledge_rest(text: str, file: str, spec_dir: Path, validation, changes: list[str]) -> Starter:
-    """Warnings no single change removes, when every one is acknowledgeable (the paper's 20K-token responses
-    preempt on most GPUs: MEM004), are acknowledged with a reason that says so; anything else stays."""
+def _acknowledge_rest(
+    text: str, file: str, spec_dir: Path, validation, changes: list[str], acknowledge: frozenset[str]
+) -> Starter:
+    """Warnings no single change removes (the paper's 20K-token responses preempt on most GPUs: MEM004) are
+    acknowledged only where the user asked for it (--acknowledge CODE), with a reason saying so; the others
+    are left as notes and keep the spec unwritten: init accepts nothing the user did not choose."""
     from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]
-    if not left or any(rule.severity == "error" or not rule.acknowledgeable for rule, _ in left):
+    if not left or any(rule.severity == "error" for rule, _ in left):
         return Starter(text, validation, changes)
+    chosen = {rule.code: rule for rule, _ in left if rule.code in acknowledge}
+    unchosen = [
+        (
+            rule.code,
+            f"{rule.code} {rule.name}: {f.message} (no single change removes it on this hardware; "
+            f"`--acknowledge {rule.code}` accepts it as a warning you know of)"
+            if rule.acknowledgeable
+            else f"{rule.code} {rule.name}: {f.message}",
+        )
+        for rule, f in left
+        if rule.code not in chosen
+    ]
+    if not chosen:
+        return Starter(text, validation, changes, unchosen)
     acks = {
-        f"acknowledge.{rule.code}": f"fp8spec init found no change that removes it on this hardware: "
-        f"{rule.summary[0].lower()}{rule.summary[1:].rstrip('.')}"
-        for rule, _ in left
+        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: no change removes it on this "
+        f"hardware ({rule.summary[0].lower()}{rule.summary[1:].rstrip('.')})"
+        for code, rule in sorted(chosen.items())
     }
     text = set_values(text, acks)
-    changes.extend(
-        f"{key} (kept as a warning you accept; `fp8spec rules {key.split('.')[1]}`)" for key in acks
-    )
-    return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes)
+    changes.extend(f"{key} (--acknowledge; `fp8spec rules {key.split('.')[1]}`)" for key in acks)
+    return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes, unchosen)
 
 
 def set_values(text: str, changes: dict[str, Any]) -> str:

@@ -61,3 +61,16 @@ def validate(write_spec):
         return validate_path(write_spec(data))
 
     return run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test of one bundle (an example spec compiled for one backend: golden, compose, conformance, launcher
+    and plan tests) runs on one xdist worker, which compiles the bundle and composes its verl config once
+    (tests/compiler/golden.py and verl_config.py cache them per process) instead of once per worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if set(params) != {"spec_path", "backend"} or item.get_closest_marker("xdist_group"):
+            continue  # variants (a patch beside them) compile bundles of their own
+        item.add_marker(pytest.mark.xdist_group(f"bundle:{Path(params['spec_path']).stem}:{params['backend']}"))

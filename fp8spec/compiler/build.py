@@ -48,19 +48,20 @@ def retarget_fields(choice: BackendChoice) -> dict[str, str]:
 
 
 def validate_for(
-    path: str | Path, display: Optional[str], backend: Optional[str]
+    path: str | Path, display: Optional[str], backend: Optional[str], gpu: Optional[str] = None
 ) -> tuple[Validation, BackendChoice]:
     """Validate a spec for a backend: without one, the spec's own; with one, the spec retargeted to it (every
-    rule checks the spec as if training.backend / rollout.engine said so).
+    rule checks the spec as if training.backend / rollout.engine said so); ``gpu`` likewise for hardware.gpu.
     Raises BackendChoiceError, InputError."""
+    extra = {"hardware.gpu": gpu} if gpu is not None else {}
     if backend is None:
-        validation = validate_path(path, display)
+        validation = validate_path(path, display, extra or None)
         spec = validation.loaded.spec
         if spec is None:
             return validation, BackendChoice(None, engine_names()[0])
         return validation, BackendChoice(spec.training.backend, spec.rollout.engine)
     choice = parse_backend(backend)
-    return validate_path(path, display, retarget_fields(choice)), choice
+    return validate_path(path, display, {**retarget_fields(choice), **extra}), choice
 
 
 def retarget_note(validation: Validation, choice: BackendChoice) -> str:
@@ -71,10 +72,9 @@ def retarget_note(validation: Validation, choice: BackendChoice) -> str:
         f"{r.field} {r.spec_value}{'' if r.written else ' (its default)'} -> {r.value}"
         for r in validation.retargeted
     )
-    return (
-        f"retargeted from {validation.spec_backend} to {choice.name} ({changes}): every rule checked "
-        "the spec as if it said so"
-    )
+    moved = validation.spec_backend != choice.name
+    head = f"retargeted from {validation.spec_backend} to {choice.name}" if moved else "retargeted"
+    return f"{head} ({changes}): every rule checked the spec as if it said so"
 
 
 def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice:

@@ -151,6 +151,7 @@ def bundle_files(
         files.update(launcher_files(valid, choice.name, plan, files))
         common["launcher_run"] = get_launcher(spec.cluster.launcher).run
         common["launcher_lines"] = readme_lines(valid, choice.name, plan)
+        common["ray_cpus"] = json.loads(files["preflight.json"])["ray_cpus"]
     files["README.md"] = render("bundle_README.md.j2", **common)
     files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
     return files
@@ -159,12 +160,14 @@ def bundle_files(
 def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
+    from fp8spec.plan.columns import judged
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
 
     memory = valid.resolved.memory_plan
     if memory is None:
         return {}
+    memory = judged(memory, valid.resolved)  # no expected gain for a column the rules refuse
     common["memory_plan"] = render_text(memory)
     return {"plan.svg": plan_svg(memory)}
 

@@ -70,3 +70,49 @@ def diff_text(a: SettingsPlan, b: SettingsPlan, name_a: str, name_b: str) -> str
     if len(lines) == 2:
         lines.append("(no difference in the compiled configuration)")
     return "\n".join(lines) + "\n"
+
+
+# ---- the same views as data (--format json) -------------------------------------------------------------------
+
+
+def _setting_record(s: Setting) -> dict:
+    return {
+        "layer": s.layer,
+        "key": ("+" if s.plus else "") + s.key,
+        "value": s.value,
+        "rendered": _rendered(s),
+        "why": s.why,
+        "evidence": s.evidence,
+    }
+
+
+def explain_data(valid: ValidSpec, plan: SettingsPlan) -> dict:
+    """explain_text as data: each spec field (source) with the settings it became, in the same order."""
+    groups: "OrderedDict[str, list[Setting]]" = OrderedDict()
+    for s in plan.settings:
+        groups.setdefault(s.source, []).append(s)
+    return {
+        "spec": valid.spec.name,
+        "backend": plan.backend,
+        "retargeted_from": [{"field": r.field, "value": r.spec_value} for r in valid.retargeted],
+        "fields": [
+            {"source": source, "settings": [_setting_record(s) for s in groups[source]]}
+            for source in sorted(groups)
+        ],
+        "notes": list(plan.notes),
+    }
+
+
+def diff_data(a: SettingsPlan, b: SettingsPlan, name_a: str, name_b: str) -> dict:
+    """diff_text as data: every (layer, key) whose rendered setting differs; null where a side lacks it."""
+
+    def table(plan: SettingsPlan) -> dict[tuple[str, str], str]:
+        return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
+
+    ta, tb = table(a), table(b)
+    changes = [
+        {"layer": layer, "key": key, "a": ta.get((layer, key)), "b": tb.get((layer, key))}
+        for layer, key in sorted(set(ta) | set(tb))
+        if ta.get((layer, key)) != tb.get((layer, key))
+    ]
+    return {"a": name_a, "b": name_b, "same": not changes, "differences": changes}

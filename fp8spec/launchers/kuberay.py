@@ -144,6 +144,7 @@ def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, s
         "launch.sh": files["launch.sh"],
         "preflight.json": files["preflight.json"],
         "preflight.py": files["preflight.py"],
+        "preflight_cpus.py": files["preflight_cpus.py"],
         **shipped,
         # the custom reward file is loaded relative to the working_dir (this ConfigMap)
         **{path: files[path] for path in (REWARD_FILE,) if path in files},

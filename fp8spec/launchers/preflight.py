@@ -10,7 +10,7 @@ from fp8spec import __version__
 from fp8spec.hardware import gpu as gpu_facts
 from fp8spec.launchers.base import submission_id
 from fp8spec.patchset import shipped_fileset
-from fp8spec.preflight import program_text
+from fp8spec.preflight import program_files
 from fp8spec.targets import STACK_KINDS
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ PREFLIGHT_FORMAT = 2
 def preflight_files(valid: ValidSpec, backend: str, plan: SettingsPlan) -> dict[str, str]:
     expected = preflight_expected(valid, backend, plan)
     return {
-        "preflight.py": program_text(),
+        **program_files(),
         "preflight.json": json.dumps(expected, indent=2, sort_keys=True) + "\n",
     }
 
@@ -98,4 +98,17 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: SettingsPlan) -> di
             "config": config,
         },
         "data": {"files": data_files(spec)},
+        "ray_cpus": ray_cpus(valid),
+    }
+
+
+def ray_cpus(valid: ValidSpec) -> dict:
+    """The logical CPUs verl's main_ppo takes from the Ray cluster (backends/verl/<version>.yaml: the CPU-only
+    actors placed before it asks for GPUs, then each GPU's placement-group bundle): without them it waits
+    forever in silence, so preflight_cpus.py refuses such a cluster in seconds."""
+    verl = valid.profile("verl")
+    return {
+        "verl": valid.used_stack()["verl"],
+        "before_gpus": verl.value("requirement.ray_cpus_before_gpus"),
+        "per_gpu": verl.value("requirement.ray_cpus_per_gpu"),
     }

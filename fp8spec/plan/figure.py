@@ -13,43 +13,53 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from fp8spec.plan.plan import curves  # noqa: E402
+from fp8spec.plan.plan import DOES_NOT_FIT, curves, response_ticks  # noqa: E402
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from fp8spec.plan.plan import MemoryPlan
 
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
 
 
 def plan_png(plan: MemoryPlan) -> bytes:
-    series, running = curves(plan)
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
-        names = [c.label + (" *" if c.is_spec else "") for c in series]
-        left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[: len(series)])
-        left.set_xticks(range(len(series)), names, fontsize=8)
-        left.set_ylabel("KV capacity per replica (thousand tokens)")
-        left.set_title(f"{plan.spec.model.name}: KV cache capacity", fontsize=10)
-        for colour, c in zip(COLOURS, series):
-            xs = [p[0] for p in c.points]
-            ys = [p[1] for p in c.points]
-            right.plot(
-                xs, ys, marker="o", markersize=3, color=colour, label=c.label + (" *" if c.is_spec else "")
-            )
-        right.axhline(
-            running, color="black", linestyle="--", linewidth=1, label=f"running sequences ({running})"
-        )
-        right.axvline(plan.spec.rollout.max_response_length, color="grey", linestyle=":", linewidth=1)
-        right.set_xscale("log", base=2)
-        ticks = [p[0] for p in series[0].points]
-        right.set_xticks(ticks, [f"{n:,}" for n in ticks], fontsize=7, rotation=30)
-        right.minorticks_off()
-        right.set_xlabel(f"response length (tokens, prompt {plan.spec.rollout.max_prompt_length})")
-        right.set_ylabel("sequences that fit in the KV cache")
-        right.set_title("max concurrency vs response length (* = spec)", fontsize=10)
-        right.legend(fontsize=8)
-        fig.tight_layout()
+        fig = plan_figure(plan)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
         plt.close(fig)
     return buf.getvalue()
+
+
+def plan_figure(plan: MemoryPlan) -> Figure:
+    """The figure (left: KV capacity bars; right: concurrency curves), laid out; the caller closes it."""
+    series, running = curves(plan)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    names = [c.label + (" *" if c.is_spec else "") for c in series]
+    left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[: len(series)])
+    left.set_xticks(range(len(series)), names, fontsize=8)
+    left.set_ylabel("KV capacity per replica (thousand tokens)")
+    top = max([c.capacity_tokens / 1e3 for c in series] + [1.0])
+    for i, c in enumerate(series):
+        if c.capacity_tokens <= 0:  # an empty bar: say why there is nothing to see
+            left.text(i, top * 0.02, DOES_NOT_FIT, ha="center", va="bottom", fontsize=8, color="#d62728")
+    left.set_title(f"{plan.spec.model.name}: KV cache capacity", fontsize=10)
+    for colour, c in zip(COLOURS, series):
+        xs = [p[0] for p in c.points]
+        ys = [p[1] for p in c.points]
+        right.plot(
+            xs, ys, marker="o", markersize=3, color=colour, label=c.label + (" *" if c.is_spec else "")
+        )
+    right.axhline(running, color="black", linestyle="--", linewidth=1, label=f"running sequences ({running})")
+    right.axvline(plan.spec.rollout.max_response_length, color="grey", linestyle=":", linewidth=1)
+    right.set_xscale("log", base=2)
+    ticks = response_ticks([p[0] for p in series[0].points])
+    right.set_xticks([n for n, _ in ticks], [label for _, label in ticks], fontsize=8)
+    right.minorticks_off()
+    right.set_xlabel(f"response length (tokens, prompt {plan.spec.rollout.max_prompt_length})")
+    right.set_ylabel("sequences that fit in the KV cache")
+    right.set_title("max concurrency vs response length (* = spec)", fontsize=10)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -19,12 +19,17 @@ class Gain:
     source: str
 
 
-def expected_gain(is_moe: bool, linear: bool, kv_fp8: bool) -> Optional[Gain]:
-    """The recorded range for this model kind and choice, or None when nothing was measured for it."""
+def expected_gain(engine: str, architecture: str, linear: bool, kv_fp8: bool) -> Optional[Gain]:
+    """The recorded range for this rollout engine, model class (architecture) and choice, or None when nothing
+    was measured for them."""
     data = gains()
-    kind = "moe" if is_moe else "dense"
     for e in data["entries"]:
-        if e["model"] == kind and bool(e["linear"]) == linear and bool(e["kv_fp8"]) == kv_fp8:
+        if (
+            engine in e["engines"]  # data names the engines measured; code special-cases none
+            and architecture in e["architectures"]
+            and bool(e["linear"]) == linear
+            and bool(e["kv_fp8"]) == kv_fp8
+        ):
             return Gain(
                 float(e["low"]), float(e["high"]), str(e["workload"]), " ".join(str(data["source"]).split())
             )

@@ -29,6 +29,8 @@ class MemoryPlan:
     trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
     # the validated spec the plan is of: its fix lines are checked against every rule, as hints are
     ctx: Optional[ResolvedSpec] = field(default=None, repr=False, compare=False)
+    # choice key -> codes of the rules that refuse that column (plan.columns; None: not judged)
+    refused: Optional[dict[str, tuple[str, ...]]] = None
 
     @property
     def total_bytes(self) -> int:
@@ -61,10 +63,39 @@ class MemoryPlan:
     def spec_rollout(self) -> RolloutResult:
         return next(r for r in self.rollout if r.is_spec)
 
-    def gain(self, r: RolloutResult) -> Optional[Gain]:
-        if r.choice.key == "bf16":
+    @property
+    def host_ram_per_node(self) -> Optional[int]:
+        """Host RAM the trainer's offloaded state takes on one node (the busiest GPU's share x GPUs per node;
+        an upper bound where pipeline stages differ); None without offload."""
+        if self.trainer is None or not self.trainer.host_offload:
             return None
-        return expected_gain(self.model.is_moe, r.choice.quantized is not None, r.choice.kv_dtype != "bf16")
+        return self.trainer.host_offload * self.gpus_per_node
+
+    def gain(self, r: RolloutResult) -> Optional[Gain]:
+        """The measured speed-up of this column over BF16 for this engine and model class; None when nothing
+        covers them, for the BF16 column itself, and for a column the rules refuse."""
+        if r.choice.key == "bf16" or self.refusal(r):
+            return None
+        return expected_gain(
+            self.setup.engine,
+            self.model.architecture,
+            r.choice.quantized is not None,
+            r.choice.kv_dtype != "bf16",
+        )
+
+    def refusal(self, r: RolloutResult) -> tuple[str, ...]:
+        return (self.refused or {}).get(r.choice.key, ())
+
+    def gain_text(self, r: RolloutResult) -> str:
+        """The expected-gain cell: a measured range, 'refused (CODE)', 'not measured', or '-' for BF16."""
+        if r.choice.key == "bf16":
+            return "-"
+        if self.refusal(r):
+            return f"refused ({', '.join(self.refusal(r))})"
+        g = self.gain(r)
+        if g is None:
+            return "not measured"
+        return f"{g.low:.0%}" if g.low == g.high else f"{g.low:.0%}-{g.high:.0%}"
 
     def trainer_gain(self) -> Optional[TrainerGain]:
         """Measured FP8 layer speed for a Megatron trainer that can train in FP8 (None for FSDP or unmeasured)."""
@@ -154,6 +185,23 @@ def curves(plan: MemoryPlan) -> tuple[list[Curve], int]:
         for r in plan.rollout
     ]
     return out, plan.spec_rollout.running
+
+
+def response_ticks(lengths: list[int], min_gap: float = 0.6) -> list[tuple[int, str]]:
+    """(length, label) ticks for the log2 response-length axis: powers of two first, then the other lengths
+    where they sit at least ``min_gap`` octaves from every kept tick (so labels never overlap); labels carry no
+    thousands separator: 1024 multiples as '16K' (K = 1024 tokens), others in full digits."""
+    import math
+
+    ordered = sorted(set(lengths), key=lambda n: (n & (n - 1) != 0, n))  # powers of two first
+    kept: list[int] = []
+    for n in ordered:
+        if all(abs(math.log2(n) - math.log2(k)) >= min_gap for k in kept):
+            kept.append(n)
+    return [(n, f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)) for n in sorted(kept)]
+
+
+DOES_NOT_FIT = "does not fit"
 
 
 def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:

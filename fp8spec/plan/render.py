@@ -70,6 +70,8 @@ def _rollout_json(plan, r) -> dict:
             "workload": gain.workload,
             "source": gain.source,
         },
+        "expected_gain_status": plan.gain_text(r) if gain is None else "measured",
+        "refused_by": list(plan.refusal(r)),
     }
 
 
@@ -139,6 +141,20 @@ def plan_json(plan: MemoryPlan) -> dict:
             "workload": tg.workload,
             "source": tg.source,
         },
+        "host_ram_per_node": None
+        if plan.host_ram_per_node is None
+        else q(plan.host_ram_per_node, "bytes", "exact"),
+        "checkpoint": None
+        if plan.trainer is None
+        else {
+            "per_save": q(plan.trainer.checkpoint_bytes, "bytes", "exact"),
+            "bytes_per_parameter": q(plan.trainer.checkpoint_bytes_per_param, "bytes"),
+            "contents": CHECKPOINT_CONTENTS,
+            "kept": None
+            if plan.spec.trainer.keep_checkpoints is None
+            else q(plan.spec.trainer.keep_checkpoints, "checkpoints"),
+        },
+        "verdict": verdict_line(plan),
         "colocation": None
         if headroom is None
         else {"headroom_beside_rollout": q(headroom, "bytes", "estimate")},
@@ -169,6 +185,37 @@ def plan_json(plan: MemoryPlan) -> dict:
             "notes": plan.notes,
         },
     }
+
+
+CHECKPOINT_CONTENTS = (
+    "the actor's model and optimizer state (verl's checkpoint.save_contents model, optimizer, extra; "
+    "backends/verl profile memory.checkpoint_contents): parameters as the trainer stores them plus AdamW's state"
+)
+
+
+def verdict_line(plan: MemoryPlan) -> str:
+    """The one verdict of the plan: 'fits', or 'does not fit: ...' naming every failing check whose rule is an
+    error; warnings (preemption, an estimated peak) are named after 'fits' without changing it."""
+    from fp8spec.rules.registry import get_rule
+
+    failing = [v for v in plan.verdicts() if not v.ok]
+    errors = [v for v in failing if (rule := get_rule(v.code)) is None or rule.severity == "error"]
+    if errors:
+        return "does not fit: " + "; ".join(f"{v.code} {_rule_name(v.code)}" for v in errors)
+    if failing:
+        warned = ", ".join(
+            f"{v.code} {_rule_name(v.code)}" + (" (acknowledged)" if v.code in plan.spec.acknowledge else "")
+            for v in failing
+        )
+        return f"fits (warning: {warned})"
+    return "fits"
+
+
+def _rule_name(code: str) -> str:
+    from fp8spec.rules.registry import get_rule
+
+    rule = get_rule(code)
+    return rule.name if rule is not None else ""
 
 
 def render_json(plan: MemoryPlan) -> str:
@@ -237,15 +284,15 @@ def render_text(plan: MemoryPlan) -> str:
             [_step_word(r) for r in rs],
         )
     )
-    gains = []
-    for r in rs:
-        g = plan.gain(r)
-        gains.append(
-            "-" if g is None else (f"{g.low:.0%}" if g.low == g.high else f"{g.low:.0%}-{g.high:.0%}")
-        )
-    out.append(row("expected rollout speed-up", gains))
+    out.append(row("expected rollout speed-up", [plan.gain_text(r) for r in rs]))
     out.append("  * the spec's choice")
-    out.append("  speed-up source: " + gain_source())
+    if any(plan.gain(r) is not None for r in rs):
+        out.append("  speed-up source: " + gain_source())
+    else:
+        out.append(
+            f"  speed-up: no measurement covers {s.engine} with {plan.model.architecture} "
+            "(fp8spec/data/expected_gains.yaml)"
+        )
     t = plan.trainer
     if t is not None:
         out.append("")
@@ -290,17 +337,27 @@ def render_text(plan: MemoryPlan) -> str:
             out.append(f"  FP8 training speed not measured for this model class: {why}")
         for note in t.notes:
             out.append(f"  note: {note}")
+        if plan.host_ram_per_node is not None:
+            what = " + ".join(k for k in ("params", "optimizer") if t.offload.get(k))
+            out.append(
+                f"  host RAM per node for offloaded state ({what}): {_g(plan.host_ram_per_node)} "
+                f"({_g(t.host_offload)} x {plan.gpus_per_node} GPUs)"
+            )
+        kept = plan.spec.trainer.keep_checkpoints
+        out.append(
+            f"  checkpoint per save: {_g(t.checkpoint_bytes)} ({t.model_params / 1e9:.2f}B parameters x "
+            f"{t.checkpoint_bytes_per_param} bytes: model + optimizer state)"
+            + (f", {_g(t.checkpoint_bytes * kept)} with the newest {kept} kept" if kept else "")
+        )
     problems = plan.failing()
     out.append("")
-    if problems:
-        for v in problems:
-            reason = plan.spec.acknowledge.get(v.code)
-            out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
-            fix = fix_line(plan, v)
-            if fix:
-                out.append(f"    fix: {fix}")
-    else:
-        out.append("Fits: trainer state, rollout weights, colocation and KV capacity all within the GPU.")
+    for v in problems:
+        reason = plan.spec.acknowledge.get(v.code)
+        out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
+        fix = fix_line(plan, v)
+        if fix:
+            out.append(f"    fix: {fix}")
     for note in plan.notes:
         out.append(f"note: {note}")
+    out.append(f"verdict: {verdict_line(plan)}")
     return "\n".join(out) + "\n"

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
-from fp8spec.plan.plan import curves
+from fp8spec.plan.plan import DOES_NOT_FIT, curves, response_ticks
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
@@ -52,7 +52,7 @@ def plan_svg(plan: MemoryPlan) -> str:
     for i in range(5):
         v = top * i / 4
         y = y0 + ph - ph * i / 4
-        out.append(_text(x0 - 6, y + 4, f"{v:,.0f}", 10, "end"))
+        out.append(_text(x0 - 6, y + 4, f"{v:.0f}", 10, "end"))
     out.append(
         _text(18, y0 + ph / 2, "thousand tokens", 10, extra=f' transform="rotate(-90 18 {_f(y0 + ph / 2)})"')
     )
@@ -64,7 +64,10 @@ def plan_svg(plan: MemoryPlan) -> str:
             f'<rect x="{_f(x)}" y="{_f(y0 + ph - h)}" width="{_f(slot * 0.6)}" height="{_f(h)}" '
             f'fill="{colour}"/>'
         )
-        out.append(_text(x + slot * 0.3, y0 + ph - h - 4, f"{c.capacity_tokens:,}", 9))
+        if c.capacity_tokens > 0:
+            out.append(_text(x + slot * 0.3, y0 + ph - h - 4, f"{c.capacity_tokens}", 9))
+        else:  # an empty bar reads as missing data without a word: vLLM would refuse to start
+            out.append(_text(x + slot * 0.3, y0 + ph - 6, DOES_NOT_FIT, 9, extra=' fill="#d62728"'))
         out.append(_text(x + slot * 0.3, y0 + ph + 16, c.label + (" *" if c.is_spec else ""), 9))
     x0, y0, pw, ph = RIGHT
     xs = [p[0] for c in series for p in c.points]
@@ -76,9 +79,9 @@ def plan_svg(plan: MemoryPlan) -> str:
     out.append(f'<path d="M{x0} {y0} V{y0 + ph} H{x0 + pw}" stroke="black" fill="none"/>')
     for i in range(5):
         v = ymax * i / 4
-        out.append(_text(x0 - 6, py(v) + 4, f"{v:,.0f}", 10, "end"))
-    for n in series[0].points:
-        out.append(_text(px(n[0]), y0 + ph + 14, f"{n[0]:,}", 8))
+        out.append(_text(x0 - 6, py(v) + 4, f"{v:.0f}", 10, "end"))
+    for n, label in response_ticks([p[0] for p in series[0].points]):
+        out.append(_text(px(n), y0 + ph + 14, label, 8))
     out.append(
         _text(
             x0 + pw / 2,

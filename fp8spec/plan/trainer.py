@@ -115,6 +115,9 @@ class TrainerMemory:
     bytes_per_param: int = 0  # param + grad + optimizer (+ FP8 caches) bytes, summed over the cluster
     offload: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    checkpoint_bytes_per_param: int = (
+        0  # model + optimizer state one save writes (memory.checkpoint_contents)
+    )
     micro_batch_tokens: int = 0  # tokens of the longest micro-batch (activations and logits scale with it)
 
     @property
@@ -127,6 +130,21 @@ class TrainerMemory:
         """Training peak: the whole state (verl loads offloaded state back for the whole training pass,
         verl/workers/engine/base.py:300-335) plus activations, logits, gather buffers and the CUDA context."""
         return self.state + self.activations + self.logits + self.transient + self.context
+
+    @property
+    def host_offload(self) -> int:
+        """Host RAM this GPU's offloaded state takes: the parameters with param offload (verl copies them to
+        pinned host memory; Megatron frees its grad buffer instead of copying it: verl/utils/megatron_utils.py
+        offload_megatron_model_to_cpu), the optimizer state with optimizer offload."""
+        return (self.params if self.offload.get("params") else 0) + (
+            self.optimizer if self.offload.get("optimizer") else 0
+        )
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """Bytes one checkpoint save writes for the whole model: every parameter once (shards are not
+        duplicated across data-parallel ranks) in the trainer's stored dtype, plus its optimizer state."""
+        return self.model_params * self.checkpoint_bytes_per_param
 
     @property
     def resident_during_rollout(self) -> int:
@@ -237,6 +255,7 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
         f["param_bytes"] + f["grad_bytes"] + f["optimizer_bytes"],
         offload,
         ("FSDP shards parameters, gradients and optimizer state over all GPUs (fsdp_size -1)",),
+        checkpoint_bytes_per_param=_checkpoint_bytes_per_param(verl, f),
     )
 
 
@@ -331,6 +350,15 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
             f"distributed optimizer over dp {dp} (experts over expert-dp {edp}); {in_flight} "
             "micro-batch(es) of activations in flight on the busiest pipeline stage (1F1B)",
         ),
+        checkpoint_bytes_per_param=_checkpoint_bytes_per_param(ctx.profile("verl"), m),
+    )
+
+
+def _checkpoint_bytes_per_param(verl, state: dict) -> int:
+    """Bytes per parameter of one save (memory.checkpoint_contents: the model as stored, the optimizer)."""
+    contents = verl.value("memory.checkpoint_contents") if verl.has("memory.checkpoint_contents") else []
+    return (state["param_bytes"] if "model" in contents else 0) + (
+        state["optimizer_bytes"] if "optimizer" in contents else 0
     )
 
 

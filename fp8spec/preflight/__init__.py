@@ -10,8 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 PROGRAM = Path(__file__).with_name("preflight.py")
+CPU_CHECK = Path(__file__).with_name("preflight_cpus.py")  # preflight.py imports it from beside itself
 
 
 def program_text() -> str:
     """The text of preflight.py, exactly as it goes into a bundle."""
     return PROGRAM.read_text(encoding="utf-8")
+
+
+def program_files() -> dict[str, str]:
+    """Bundle file name -> text of every preflight program file (preflight.py and the Ray CPU check it imports)."""
+    return {path.name: path.read_text(encoding="utf-8") for path in (PROGRAM, CPU_CHECK)}

@@ -14,6 +14,7 @@ torch was built with, the installed versions of the pinned packages (and flash-a
 flash_attention_2), the runtime patch set the workers import (the files the bundle ships in lib/, by sha256),
 every environment variable the bundle sets (as the worker sees it), the model folder and its config.json (unless a
 hub id), and every data file. One table, node by node; exit 1 on any mismatch, 2 when it could not run.
+Before any node task it checks the Ray cluster's logical CPUs (preflight_cpus.py, shipped beside it): exit 3.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import shlex
 import socket
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # preflight_cpus.py ships beside this file
+import preflight_cpus  # noqa: E402
 
 PASS, FAIL, SKIP, INFO = "PASS", "FAIL", "SKIP", "INFO"
 RESULT_TAG = "FP8SPEC_PREFLIGHT_RESULT"
@@ -48,9 +52,7 @@ class PreflightError(Exception):
     """The preflight could not run (bad preflight.json, no Ray): exit code 2."""
 
 
-# ---------------------------------------------------------------------------------------------------
-# facts: what one node sees (runs inside a Ray task, or in-process with --local)
-# ---------------------------------------------------------------------------------------------------
+# --- facts: what one node sees (runs inside a Ray task, or in-process with --local) -------------------------
 
 
 def node_facts(expected: dict, skip_gpu: bool = False) -> dict:
@@ -195,9 +197,7 @@ def _model_facts(model: dict) -> dict:
     return {"status": "read", "path": config_path, "values": values}
 
 
-# ---------------------------------------------------------------------------------------------------
-# checks: pure functions of (expected, facts) -> rows
-# ---------------------------------------------------------------------------------------------------
+# --- checks: pure functions of (expected, facts) -> rows ----------------------------------------------------
 
 
 def _row(check: str, expected, found, status: str) -> dict:
@@ -340,9 +340,7 @@ def check_cluster(expected: dict, node_count: int, skip_gpu: bool, local: bool) 
     return [_row("gpu nodes", nodes, found, PASS if node_count == nodes else FAIL)]
 
 
-# ---------------------------------------------------------------------------------------------------
-# running: in-process (--local) or one Ray task per node
-# ---------------------------------------------------------------------------------------------------
+# --- running: in-process (--local) or one Ray task per node -------------------------------------------------
 
 
 def run_local(expected: dict, skip_gpu: bool) -> list:
@@ -364,6 +362,7 @@ def run_ray(expected: dict, skip_gpu: bool, address: str | None, timeout: float)
     except Exception as err:
         raise PreflightError(f"cannot join the Ray cluster ({type(err).__name__}: {err}); "
                              "run it as a Ray job (submit.sh) or pass --address") from err
+    preflight_cpus.require_cpus(ray, expected)  # seconds: a cluster short of CPUs would hang verl silently
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if skip_gpu:
         targets = [(n, 0) for n in alive]
@@ -398,9 +397,7 @@ def run_ray(expected: dict, skip_gpu: bool, address: str | None, timeout: float)
     return results
 
 
-# ---------------------------------------------------------------------------------------------------
-# output
-# ---------------------------------------------------------------------------------------------------
+# --- output -------------------------------------------------------------------------------------------------
 
 
 def render(expected: dict, results: list, mode: str) -> str:
@@ -485,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as err:
         print(f"preflight: error: {err}", file=sys.stderr)
         return 2
+    except preflight_cpus.CpuShortage as err:
+        print(f"preflight: error: {err}", file=sys.stderr)
+        return preflight_cpus.EXIT_CPU_SHORTAGE
     ok, summary = summarize(results)
     print(render(expected, results, mode))
     print()

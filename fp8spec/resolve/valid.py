@@ -45,7 +45,8 @@ def spec_backend(spec: Spec, retargeted: tuple[Retarget, ...]) -> str:
     """The backend ``spec`` named before ``retargeted`` changed it: 'training.backend+rollout.engine'."""
     values = {"training.backend": spec.training.backend, "rollout.engine": spec.rollout.engine}
     for r in retargeted:
-        values[r.field] = r.spec_value
+        if r.field in values:  # not hardware.gpu (plan --gpu)
+            values[r.field] = r.spec_value
     return f"{values['training.backend']}+{values['rollout.engine']}"
 
 

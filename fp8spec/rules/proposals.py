@@ -196,3 +196,17 @@ def proposal(
         together = _set(pairs).replace("set ", "together: set ", 1)
         return "; ".join(p for p in (near, together) if p), tuple(pairs)
     return "; ".join(p for p in (near, otherwise) if p), ()
+
+
+def refusing(ctx: ResolvedSpec, variants: Iterable[Changes]) -> tuple[str, ...]:
+    """() when one of ``variants`` (each a set of field changes of ``ctx.spec``) passes every rule without adding
+    an error; else the codes of the errors the first variant adds (or keeps at its fields). For views that judge
+    alternatives outside a rule (the plan's columns)."""
+    prober = _prober(ctx)
+    if prober is None:
+        return ()
+    verdicts = [_verdict(prober, changes, None) for changes in variants]
+    if not verdicts or any(ok for ok, _, _ in verdicts):
+        return ()
+    _, left, new = verdicts[0]
+    return tuple(sorted({found[0] for found in (new or left)}))

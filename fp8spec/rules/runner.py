@@ -16,7 +16,7 @@ from fp8spec.specfile.edit import with_values
 from fp8spec.specfile.loader import LoadedSpec, load_spec
 
 # The fields a --backend choice sets: retargeting re-validates the spec as if it said these.
-RETARGETABLE = ("training.backend", "rollout.engine")
+RETARGETABLE = ("training.backend", "rollout.engine", "hardware.gpu")  # --backend; plan --gpu
 
 
 @dataclass

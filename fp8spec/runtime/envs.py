@@ -67,6 +67,19 @@ def _switch(text: str) -> bool:
     raise ValueError(f"must be 0 or 1, got {text!r}")
 
 
+def _quant_switch(name: str, default: str, doc: str, setting: str) -> EnvVar:
+    """An on/off knob of the fast_block_quant patch (each names the QuantSettings field it sets)."""
+    return EnvVar(
+        name=name,
+        patch="fast_block_quant",
+        type="switch",
+        default=default,
+        parse=_switch,
+        doc=doc,
+        setting=setting,
+    )
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -167,60 +180,42 @@ BLOCK_QUANT_BACKEND = EnvVar(
     parse=_choice(*QUANT_BACKENDS),
     doc="auto | triton | reference",
 )
-QUANT_FLAT_BUCKETS = EnvVar(
-    name="FP8SPEC_QUANT_FLAT_BUCKETS",
-    patch="fast_block_quant",
-    type="switch",
-    default="1",
-    parse=_switch,
-    doc="vLLM path: one launch on the received flat buffer",
+QUANT_FLAT_BUCKETS = _quant_switch(
+    "FP8SPEC_QUANT_FLAT_BUCKETS",
+    "1",
+    "vLLM path: one launch on the received flat buffer",
     setting="flat_buckets",
 )
-QUANT_REUSE_OUTPUTS = EnvVar(
-    name="FP8SPEC_QUANT_REUSE_OUTPUTS",
-    patch="fast_block_quant",
-    type="switch",
-    default="1",
-    parse=_switch,
-    doc="output views made once per layout and handed out again",
+QUANT_REUSE_OUTPUTS = _quant_switch(
+    "FP8SPEC_QUANT_REUSE_OUTPUTS",
+    "1",
+    "output views made once per layout and handed out again",
     setting="reuse_outputs",
 )
-QUANT_LEAN_PRELAUNCH = EnvVar(
-    name="FP8SPEC_QUANT_LEAN_PRELAUNCH",
-    patch="fast_block_quant",
-    type="switch",
-    default="1",
-    parse=_switch,
-    doc="cheaper layout key; identity check after the launch; no memory cost",
+QUANT_LEAN_PRELAUNCH = _quant_switch(
+    "FP8SPEC_QUANT_LEAN_PRELAUNCH",
+    "1",
+    "cheaper layout key; identity check after the launch; no memory cost",
     setting="lean_prelaunch",
 )
-QUANT_FAST_LAUNCH = EnvVar(
-    name="FP8SPEC_QUANT_FAST_LAUNCH",
-    patch="fast_block_quant",
-    type="switch",
-    default="1",
-    parse=_switch,
-    doc="launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
+QUANT_FAST_LAUNCH = _quant_switch(
+    "FP8SPEC_QUANT_FAST_LAUNCH",
+    "1",
+    "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
     "kernel[grid]); no memory cost",
     setting="fast_launch",
 )
-QUANT_PREALLOC_OUTPUTS = EnvVar(
-    name="FP8SPEC_QUANT_PREALLOC_OUTPUTS",
-    patch="fast_block_quant",
-    type="switch",
-    default="0",
-    parse=_switch,
-    doc="re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
+QUANT_PREALLOC_OUTPUTS = _quant_switch(
+    "FP8SPEC_QUANT_PREALLOC_OUTPUTS",
+    "0",
+    "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
     "nothing held between syncs",
     setting="prealloc_outputs",
 )
-QUANT_KEEP_OUTPUTS = EnvVar(
-    name="FP8SPEC_QUANT_KEEP_OUTPUTS",
-    patch="fast_block_quant",
-    type="switch",
-    default="0",
-    parse=_switch,
-    doc="keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
+QUANT_KEEP_OUTPUTS = _quant_switch(
+    "FP8SPEC_QUANT_KEEP_OUTPUTS",
+    "0",
+    "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
     "held per rollout GPU all the time",
     setting="keep_outputs",
 )

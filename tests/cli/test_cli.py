@@ -6,13 +6,14 @@ import json
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, REPO, patched
 from tests.specfile.test_bad_inputs import run_cli
 
 
 @pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=lambda p: p.name)
 def test_example_specs_validate_clean(spec):
-    proc = run_cli("validate", "--strict", str(spec))
+    proc = run_cli_here("validate", "--strict", str(spec))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 errors, 0 warnings" in proc.stdout
 
@@ -32,7 +33,7 @@ def test_example_specs_cover_the_paper_runs():
 
 def test_json_format_many_files(write_spec):
     bad = write_spec(patched(BASE_SPEC, {"rollout": {"tp": 3}}), "bad.yaml")
-    proc = run_cli("validate", "--format", "json", str(EXAMPLE_SPECS[0]), str(bad))
+    proc = run_cli_here("validate", "--format", "json", str(EXAMPLE_SPECS[0]), str(bad))
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
     files = {f["file"]: f for f in data["files"]}
@@ -43,8 +44,8 @@ def test_json_format_many_files(write_spec):
 
 def test_warnings_pass_unless_strict(write_spec):
     path = write_spec(patched(BASE_SPEC, {"training": {"parallel": {"tp": 2}}}))  # PAR007 warning
-    assert run_cli("validate", str(path)).returncode == 0
-    assert run_cli("validate", "--strict", str(path)).returncode == 1
+    assert run_cli_here("validate", str(path)).returncode == 0
+    assert run_cli_here("validate", "--strict", str(path)).returncode == 1
 
 
 def test_bad_usage_exit_2():
@@ -73,14 +74,14 @@ def test_schema_validates_examples_and_rejects_bad():
 
 
 def test_rules_list_and_explain():
-    proc = run_cli("rules")
+    proc = run_cli_here("rules")
     assert proc.returncode == 0 and "BLK001" in proc.stdout and "KV002" in proc.stdout
-    proc = run_cli("rules", "blk001")
+    proc = run_cli_here("rules", "blk001")
     assert proc.returncode == 0 and "Why:" in proc.stdout and "Fix:" in proc.stdout and "192" in proc.stdout
 
 
 def test_models_lists_catalog():
-    proc = run_cli("models")
+    proc = run_cli_here("models")
     assert proc.returncode == 0 and "Qwen/Qwen3-30B-A3B-Base" in proc.stdout and "deepseek-ai/DeepSeek-V3" in proc.stdout
 
 
@@ -129,19 +130,19 @@ def test_shell_completion_is_on():
 
 def test_validate_retargets_with_backend():
     spec = str(REPO / "specs" / "qwen3-30b.yaml")
-    proc = run_cli("validate", spec, "--backend", "fsdp+vllm")
+    proc = run_cli_here("validate", spec, "--backend", "fsdp+vllm")
     assert proc.returncode == 1 and " error TRN001 " in proc.stdout
     assert proc.stdout.rstrip().endswith("(retargeted from megatron+vllm to fsdp+vllm (training.backend megatron "
                                          "-> fsdp): every rule checked the spec as if it said so)")
-    data = json.loads(run_cli("validate", spec, "-b", "megatron+sglang", "-f", "json").stdout)
+    data = json.loads(run_cli_here("validate", spec, "-b", "megatron+sglang", "-f", "json").stdout)
     (entry,) = data["files"]
     assert entry["backend"] == "megatron+sglang" and entry["errors"] == 0
     assert entry["retargeted"].startswith("retargeted from megatron+vllm to megatron+sglang")
-    assert run_cli("validate", spec, "-b", "tpu+jax").returncode == 2
+    assert run_cli_here("validate", spec, "-b", "tpu+jax").returncode == 2
 
 
 def test_plan_retargets_with_backend():
-    proc = run_cli("plan", str(REPO / "specs" / "qwen3-8b.yaml"), "--backend", "megatron+vllm")
+    proc = run_cli_here("plan", str(REPO / "specs" / "qwen3-8b.yaml"), "--backend", "megatron+vllm")
     assert proc.returncode == 1, proc.stderr  # Megatron keeps more beside the engine than the spec's 0.6 leaves
     assert "retargeted from fsdp+vllm to megatron+vllm" in proc.stderr and " error MEM003 " in proc.stderr
     assert "Trainer: megatron (world 8" in proc.stdout

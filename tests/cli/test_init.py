@@ -38,6 +38,13 @@ def test_init_output_validates_clean(case, tmp_path):
     template, model, gpu, nodes, gpn = case
     out = tmp_path / "spec.yaml"
     result = starter_spec(template, model, gpu, nodes, gpn, file=str(out), spec_dir=tmp_path)
+    noted = tuple(code for code, _ in result.unacknowledged)
+    if noted:  # init accepts no warning on its own: each is a note naming the flag, and nothing is clean yet
+        assert not result.clean and not result.validation.loaded.spec.acknowledge
+        assert all(f"--acknowledge {code}" in note for code, note in result.unacknowledged)
+        result = starter_spec(template, model, gpu, nodes, gpn, file=str(out), spec_dir=tmp_path,
+                              acknowledge=noted)
+        assert result.validation.loaded.spec.acknowledge.keys() == set(noted)  # exactly what was chosen
     assert result.clean, [d.render() for d in result.validation.diagnostics]
     out.write_text(result.text, encoding="utf-8")
     validation = validate_path(out)  # the file as written, from scratch
@@ -55,12 +62,15 @@ def test_init_output_validates_clean(case, tmp_path):
 
 def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
     out = tmp_path / "mine.yaml"
-    proc = run_cli(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out))
+    proc = run_cli(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out),
+                   "--acknowledge", "TRN007")
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "# Check: fp8spec validate " in text and "parallel: {tp:" in text  # comments and layout kept
     for line in proc.stderr.splitlines():  # each change init made is reported with the rule behind it
         assert line.startswith("init: ") and "(" in line
+    assert "init: rollout.max_num_seqs null -> 51 (MEM004)" in proc.stderr  # a value that fits, applied
+    assert "init: acknowledge.TRN007 (--acknowledge" in proc.stderr
     assert run_cli("validate", "--strict", str(out)).returncode == 0
     proc = run_cli("compile", str(out), "-o", str(tmp_path / "b"))
     assert proc.returncode == 0, proc.stderr
@@ -79,6 +89,33 @@ def test_cli_init_refuses_what_cannot_be_clean(tmp_path):
     proc = run_cli(*_args("moe-megatron", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
     assert proc.returncode == 1 and " error MEM001 " in proc.stderr and "nothing written" in proc.stderr
     assert not out.exists()
+    # located in the draft's own text, which is quoted, not in the file that was never written
+    assert "ds.yaml:" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("draft:") and " error MEM001 " in line)
+    line_no = int(lines[i].split(":")[1])
+    quoted = next(x for x in lines[i + 1:] if not x.startswith("    hint:"))
+    assert quoted.startswith(f"    {line_no:>4} | ") and "backend: megatron" in quoted
+
+
+def test_cli_init_acknowledges_only_what_the_user_chose(tmp_path):
+    """The moe-megatron template's long responses preempt on 2 x 8 H200 (MEM004: init applies the max_num_seqs
+    that fits) and FP8 training was measured slower for this class (TRN007, which no change removes): init says
+    so and writes nothing until the user accepts it by name."""
+    out = tmp_path / "m.yaml"
+    args = _args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8) + ["-o", str(out)]
+    proc = run_cli(*args)
+    assert proc.returncode == 1 and not out.exists()
+    assert "(MEM004)" in proc.stderr and "init: note: MEM004" not in proc.stderr
+    assert "init: note: TRN007 fp8-training-measured-slower:" in proc.stderr
+    assert "`--acknowledge TRN007`" in proc.stderr
+    one = run_cli(*args, "--acknowledge", "trn007")
+    assert one.returncode == 0, one.stderr
+    acks = load_spec(out).spec.acknowledge
+    assert set(acks) == {"TRN007"}
+    assert all(reason.startswith(f"accepted with fp8spec init --acknowledge {code}") for code, reason in acks.items())
+    bad = run_cli(*args, "--force", "--acknowledge", "BLK001")
+    assert bad.returncode == 2 and "not an acknowledgeable rule" in bad.stderr
 
 
 @pytest.mark.parametrize("args,text", [
@@ -111,3 +148,79 @@ def test_init_draft_hints_propose_nothing_already_set(tmp_path):
     mem002 = next(lines[i + 1] for i, line in enumerate(lines) if " error MEM002 " in line)
     assert "hint: " in mem002
     assert "linear.quantize" not in mem002 and "quantize the linears" not in mem002
+
+
+# a Qwen3-shaped model of a size the catalog does not have (a user's own pretraining run)
+LOCAL_QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 3072,
+               "intermediate_size": 8192, "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+               "num_hidden_layers": 30, "vocab_size": 151936, "tie_word_embeddings": False,
+               "max_position_embeddings": 40960, "rms_norm_eps": 1e-06, "torch_dtype": "bfloat16"}
+
+
+def test_init_config_path_writes_a_valid_spec_for_a_model_outside_the_catalog(tmp_path):
+    import json
+
+    from fp8spec.catalog import catalog_ids, model_from_config
+
+    folder = tmp_path / "my-qwen3-5b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LOCAL_QWEN3))
+    assert not [i for i in catalog_ids() if i.lower().endswith("qwen3-5b")]
+    out = tmp_path / "s.yaml"
+    proc = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("validate", "--strict", str(out)).returncode == 0
+    validation = validate_path(out)
+    spec = validation.loaded.spec
+    assert spec.model.config_path == str(folder / "config.json") and spec.model.path == str(folder)
+    assert spec.model.name == "my-qwen3-5b" and spec.name == "my-qwen3-5b-fp8-rollout"
+    assert validation.context.model == model_from_config(folder / "config.json")  # what validate reads
+    # a config.json path works the same, and --model names it
+    named = run_cli("init", "--config-path", str(folder / "config.json"), "--model", "me/qwen3-5b-sft",
+                    "--gpu", "h200")
+    assert named.returncode == 0 and 'name: "me/qwen3-5b-sft"' in named.stdout
+
+
+def test_init_config_path_reads_facts_as_the_catalog_does(tmp_path):
+    import dataclasses
+    import json
+
+    from fp8spec.catalog import get_model, model_from_config
+    from fp8spec.catalog._store import load_entry
+
+    (tmp_path / "config.json").write_text(json.dumps(load_entry("Qwen/Qwen3-8B")["config"]))
+    local = model_from_config(tmp_path / "config.json", "Qwen/Qwen3-8B")
+    catalog = get_model("Qwen/Qwen3-8B")
+    skip = {"source", "path"}
+    assert {f.name: getattr(local, f.name) for f in dataclasses.fields(local) if f.name not in skip} == \
+        {f.name: getattr(catalog, f.name) for f in dataclasses.fields(catalog) if f.name not in skip}
+    proc = run_cli("init", "--config-path", str(tmp_path), "--model", "Qwen/Qwen3-8B")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_init_config_path_bad_input_is_one_line(tmp_path):
+    missing = run_cli("init", "--config-path", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and missing.stderr.startswith("fp8spec: error: --config-path ")
+    assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
+    (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "hidden_size": 8}')
+    odd = run_cli("init", "--config-path", str(tmp_path))
+    assert odd.returncode == 2 and "--config-path" in odd.stderr and "Traceback" not in odd.stderr
+
+
+def test_init_on_a_gpu_without_fp8_says_so_in_name_and_comments(tmp_path):
+    from fp8spec.starter import starter_spec
+
+    fp8 = starter_spec("dense-vllm", gpu="h100", spec_dir=tmp_path)
+    assert "blockwise 128x128 E4M3" in fp8.text and fp8.validation.loaded.spec.name.endswith("-fp8-rollout")
+    for template in ("dense-vllm", "sglang"):
+        result = starter_spec(template, gpu="a100", spec_dir=tmp_path)
+        spec = result.validation.loaded.spec
+        assert result.clean and not spec.linear.quantize
+        assert "linear.quantize true -> false (HW002)" in result.changes
+        assert "fp8-rollout" not in result.text and "E4M3 linears" not in result.text
+        assert f"# The {template} template without FP8 linears: a100 (compute capability 8.0)" in result.text
+        assert spec.name == ("qwen3-8b-base-bf16-rollout-fp8kv" if template == "dense-vllm"
+                             else "qwen3-8b-sglang-bf16-rollout")
+        assert spec.trainer.checkpoint_dir.endswith(spec.name)
+    named = starter_spec("dense-vllm", gpu="a100", name="mine", spec_dir=tmp_path)
+    assert named.validation.loaded.spec.name == "mine"  # a name the user chose is kept

@@ -30,6 +30,7 @@ if REGEN and os.environ.get("CI"):
     raise RuntimeError("FP8SPEC_REGEN_GOLDEN=1 is refused when CI is set: regenerate locally and commit the diff")
 
 PREFLIGHT = "preflight.py"
+PREFLIGHT_PROGRAMS = (PREFLIGHT, "preflight_cpus.py")  # copied from fp8spec/preflight/ unchanged
 SHA_PLACEHOLDER = "<sha256, checked against the file>"
 RUNTIME_PLACEHOLDER = "<the shipped runtime's file-set sha256: tests/golden/shipped.json>"
 COPY_PLACEHOLDER = "<the shipped file, checked against the package's copy>"
@@ -70,18 +71,19 @@ def sha256(text: str) -> str:
 
 def is_shipped(name: str) -> bool:
     """A file the package copies into the bundle unchanged: the runtime patch set and the preflight program."""
-    return name == PREFLIGHT or name.startswith("lib/")
+    return name in PREFLIGHT_PROGRAMS or name.startswith("lib/")
 
 
 def shipped_pins(shipped: dict[str, str]) -> dict[str, str]:
     """What shipped.json pins of ``shipped``: the runtime file set's digest (as manifest and preflight compute
-    it) and preflight.py's sha256."""
+    it) and the preflight programs' sha256."""
     from fp8spec.patchset import fileset_digest
 
     runtime = {name.split("/", 1)[1]: sha256(text) for name, text in shipped.items() if name.startswith("lib/")}
     pins = {"runtime_fileset_sha256": fileset_digest(runtime)} if runtime else {}
-    if PREFLIGHT in shipped:
-        pins[PREFLIGHT] = sha256(shipped[PREFLIGHT])
+    for name in PREFLIGHT_PROGRAMS:
+        if name in shipped:
+            pins[name] = sha256(shipped[name])
     return pins
 
 

@@ -96,3 +96,64 @@ def test_explain_a_retargeted_spec():
                     "for this backend"]
     block = proc.stdout.split("\nrollout.engine\n", 1)[1].split("\n\n", 1)[0]
     assert "actor_rollout_ref.rollout.name='vllm'" in block and "sglang" not in block
+
+
+# --- --format json: the same views as data -------------------------------------------------------------------
+
+
+def _json(*args):
+    import json
+
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_explain_json_matches_the_text():
+    path = str(SPECS / "qwen3-8b.yaml")
+    data = _json("explain", path, "--format", "json")
+    text = run_cli("explain", path).stdout
+    assert data["spec"] == "qwen3-8b-fp8-rollout" and data["backend"] == "fsdp+vllm"
+    assert data["retargeted_from"] == []
+    fields = {f["source"]: f["settings"] for f in data["fields"]}
+    # every field and every rendered setting of the text view is in the data, and nothing else
+    assert [f["source"] for f in data["fields"]] == sorted(fields)
+    for source, settings in fields.items():
+        block = text.split(f"\n{source}\n", 1)[1].split("\n\n", 1)[0]
+        for s in settings:
+            assert s["rendered"] in block and s["why"] in block
+    (kv,) = fields["kv_cache.dtype"]
+    assert kv["layer"] == "hydra" and kv["value"] == "fp8_e4m3"
+    assert kv["key"] == "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype"
+
+
+def test_explain_json_retargeted_and_refused():
+    import json
+
+    data = _json("explain", str(SPECS / "qwen3-8b-sglang.yaml"), "-b", "fsdp+vllm", "-f", "json")
+    assert data["backend"] == "fsdp+vllm"
+    assert data["retargeted_from"] == [{"field": "rollout.engine", "value": "sglang"}]
+    # a spec the target refuses: exit 1, its diagnostics as JSON on stdout, nothing else there
+    refused = run_cli("explain", str(SPECS / "qwen3-30b.yaml"), "-b", "fsdp+vllm", "-f", "json")
+    assert refused.returncode == 1
+    diags = json.loads(refused.stdout)
+    assert "TRN001" in refused.stdout and isinstance(diags, dict)
+
+
+def test_diff_json_lists_only_changes(write_spec):
+    a = write_spec(BASE_SPEC, "a.yaml")
+    b = write_spec(patched(BASE_SPEC, {"correction": {"clip": 3.0}}), "b.yaml")
+    data = _json("diff", str(a), str(b), "--format", "json")
+    assert data["same"] is False and data["a"].startswith(str(a)) and data["b"].startswith(str(b))
+    assert {"layer": "hydra", "key": "algorithm.rollout_correction.rollout_is_threshold",
+            "a": "algorithm.rollout_correction.rollout_is_threshold=2.0",
+            "b": "algorithm.rollout_correction.rollout_is_threshold=3.0"} in data["differences"]
+    assert all(d["a"] != d["b"] for d in data["differences"])
+    same = _json("diff", str(a), str(a), "-f", "json")
+    assert same["same"] is True and same["differences"] == []
+
+
+def test_bad_format_is_a_usage_error():
+    for command in (["explain", str(SPECS / "qwen3-8b.yaml")], ["rules"]):
+        proc = run_cli(*command, "--format", "xml")
+        assert proc.returncode == 2 and "--format must be text or json, not 'xml'" in proc.stderr

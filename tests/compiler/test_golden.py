@@ -33,7 +33,7 @@ def test_golden_bundle(spec_path, backend):
     shipped = {name: files.pop(name) for name in sorted(files) if is_shipped(name)}
     if shipped and not REGEN:  # pinned once for every bundle (shipped.json, rewritten by the next test)
         assert shipped_pins(shipped).items() <= json.loads(SHIPPED.read_text(encoding="utf-8")).items(), (
-            "the shipped runtime or preflight.py changed; regenerate if intended (see golden.py)"
+            "the shipped runtime or a preflight program changed; regenerate if intended (see golden.py)"
         )
     expected = normalized(files, shipped)
     if "+" in backend:
@@ -56,10 +56,10 @@ def test_golden_bundle(spec_path, backend):
 def test_shipped_pins_are_current():
     """shipped.json is what a trainer bundle ships now (regenerated with the goldens)."""
     from fp8spec.patchset import shipped_files
-    from fp8spec.preflight import program_text
+    from fp8spec.preflight import program_files
 
     shipped = {f"lib/{path}": text for path, text in shipped_files().items()}
-    shipped["preflight.py"] = program_text()
+    shipped.update(program_files())
     pins = shipped_pins(shipped)
     if REGEN:
         SHIPPED.write_text(json.dumps(pins, indent=2, sort_keys=True) + "\n", encoding="utf-8")

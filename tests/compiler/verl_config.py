@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 from pathlib import Path
@@ -14,7 +15,20 @@ def verl_config_dir() -> Path:
     return Path(spec.submodule_search_locations[0]) / "trainer" / "config"
 
 
+# override list -> verl's composed tree. Composing is the suite's dearest step (tens of seconds for a Megatron bundle
+# on a loaded 2-core machine), and the golden, compose and conformance tests compose the same bundles: once per
+# process (an xdist worker; tests/conftest.py keeps a bundle's tests on one worker), a copy for each caller.
+_COMPOSED: dict[tuple[str, ...], Any] = {}
+
+
 def compose(overrides: list[str]):
+    key = tuple(overrides)
+    if key not in _COMPOSED:
+        _COMPOSED[key] = _compose(list(key))  # a refused list raises, and is composed again when asked again
+    return copy.deepcopy(_COMPOSED[key])
+
+
+def _compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 

@@ -681,14 +681,20 @@ def _exports(script: str) -> dict[str, str]:
 
 
 def _job_checks(script: str) -> dict[str, str]:
-    """What launch.sh requires of a Ray job's environment: [[ ${NAME-} == VALUE ]] lines."""
+    """What launch.sh requires of a Ray job's environment: `want=VALUE` then `[[ ${NAME-} == "$want" ]]` (the
+    value in a variable, so the refusal message can name it without nesting quotes)."""
     import shlex
 
-    out = {}
+    out, want = {}, None
     for line in script.splitlines():
-        m = re.match(r"^\s*\[\[ \$\{([A-Za-z_][A-Za-z0-9_]*)-\} == (.*) \]\] \\$", line)
+        m = re.match(r"^\s*want=(.*)$", line)
         if m:
-            out[m.group(1)] = " ".join(shlex.split(m.group(2)))
+            want = " ".join(shlex.split(m.group(1))) if m.group(1) else ""
+            continue
+        m = re.match(r'^\s*\[\[ \$\{([A-Za-z_][A-Za-z0-9_]*)-\} == "\$want" \]\] \\$', line)
+        if m and want is not None:
+            out[m.group(1)] = want
+            want = None
     return out
 
 
@@ -724,7 +730,8 @@ def check_launch(c: Compiled) -> list[str]:
                if "runtime_env.py_modules=" not in w and "runtime_env.working_dir=" not in w]
     working_dir = [w for w in launch_ray_init(script) if "runtime_env.working_dir=" in w]
     if working_dir != ["+ray_kwargs.ray_init.runtime_env.working_dir='$wd'"] or \
-            f"cd -- {shell_word(c.spec.cluster.working_dir)} 2>/dev/null &&" not in script:
+            f"\n  spec_wd={shell_word(c.spec.cluster.working_dir)}\n" not in script or \
+            'cd -- "$spec_wd" 2>/dev/null &&' not in script:
         problems.append(f"launch.sh by hand gives Ray the working_dir {working_dir}, not cluster.working_dir "
                         f"{c.spec.cluster.working_dir!r} from the bundle folder")
     if passed + by_hand != c.overrides:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from ruamel.yaml import YAML
@@ -12,7 +13,7 @@ from tests.compiler.golden import cases, compile_files
 from tests.conftest import BASE_SPEC, REPO, patched
 from tests.launchers.conftest import compile_bundle
 
-LAUNCHERS = {"preflight.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
+LAUNCHERS = {"preflight.py", "preflight_cpus.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
 
 
 @pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
@@ -74,9 +75,10 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
 
 
 def test_preflight_program_is_shipped_verbatim(bundle_8b):
-    from fp8spec.preflight import PROGRAM
+    from fp8spec.preflight import CPU_CHECK, PROGRAM
 
     assert (bundle_8b / "preflight.py").read_bytes() == PROGRAM.read_bytes()
+    assert (bundle_8b / "preflight_cpus.py").read_bytes() == CPU_CHECK.read_bytes()
 
 
 def test_scripts_are_executable(bundle_8b):
@@ -112,3 +114,74 @@ def test_scripts_are_valid_bash(spec_path, backend, tmp_path):
         (tmp_path / name).write_text(files[name])
         proc = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{name}: {proc.stderr}"
+
+
+MESSAGE = re.compile(r"\b(?:die|echo)\s+\"")
+
+
+def _double_quoted_end(line: str, start: int) -> int:
+    """Index just past the closing quote of the bash double-quoted string opened at ``start`` (its quote);
+    $(...) and ${...} inside are skipped whole (quotes in them open a new context, which is fine)."""
+    i = start + 1
+    while i < len(line):
+        c = line[i]
+        if c == "\\":
+            i += 2
+            continue
+        if line.startswith("$(", i) or line.startswith("${", i):
+            close, depth, i = ")" if line[i + 1] == "(" else "}", 1, i + 2
+            opener = line[i - 1]
+            while i < len(line) and depth:
+                depth += (line[i] == opener) - (line[i] == close)
+                i += 1
+            continue
+        if c == '"':
+            return i + 1
+        i += 1
+    raise AssertionError(f"unterminated message: {line}")
+
+
+def nested_quote_messages(script: str) -> list[str]:
+    """Message lines (die/echo "...") whose string is glued to more text: a double quote meant as a literal
+    inside the message that ended it early instead (bash still parses it, the quoting is silently wrong)."""
+    bad = []
+    for line in script.splitlines():
+        for m in MESSAGE.finditer(line):
+            end = _double_quoted_end(line, m.end() - 1)
+            if end < len(line) and not (line[end].isspace() or line[end] in ";|&)>"):
+                bad.append(line.strip())
+    return bad
+
+
+def test_the_quote_check_fires_on_a_nested_quote():
+    assert nested_quote_messages('  || die "the job needs "abc": submit it"') != []
+    assert nested_quote_messages("  || die \"dir '$wd' is not \\\"here\\\" $(cd \"$x\" && pwd)\" >&2") == []
+
+
+@pytest.mark.parametrize("spec_path,backend", [c for c in cases() if "+" in c[1]], ids=lambda v: getattr(v, "stem", v))
+def test_script_messages_nest_no_double_quotes(spec_path, backend):
+    files = compile_files(spec_path, backend)
+    for name in ("launch.sh", "submit.sh", "slurm.sbatch"):
+        assert nested_quote_messages(files[name]) == [], name
+
+
+FILE_NAME = re.compile(r"`([A-Za-z0-9_./-]+\.(?:sh|sbatch|yaml|json|py|svg|png|txt))`")
+
+
+@pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
+def test_readme_names_only_files_the_bundle_has(spec_path, backend):
+    """Every bundle file the README names in backticks is in the bundle (a standalone serve bundle has no
+    launch.sh, overrides.yaml or runtime_env.yaml). Not bundle files: the spec it came from, the reward file's
+    source path as the spec names it, the model folder's config.json the preflight reads."""
+    from fp8spec.specfile.loader import load_spec
+
+    files = compile_files(spec_path, backend)
+    spec = load_spec(spec_path).spec
+    readme = files["README.md"]
+    sources = {spec_path.name, spec_path.relative_to(REPO).as_posix(), "config.json"}
+    if spec.reward.custom_function is not None:
+        sources.add(spec.reward.custom_function.path)
+    named = set(FILE_NAME.findall(readme)) - sources
+    assert named, readme  # the pattern finds the names (manifest.json at least)
+    missing = sorted(n for n in named if n not in files and not any(f.startswith(n.rstrip("/") + "/") for f in files))
+    assert missing == [], missing

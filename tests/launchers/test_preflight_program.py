@@ -20,6 +20,14 @@ PROGRAM = Path(__file__).resolve().parents[2] / "fp8spec" / "preflight" / "prefl
 
 
 @pytest.fixture(scope="module")
+def cpus():
+    spec = importlib.util.spec_from_file_location("preflight_cpus_under_test", PROGRAM.with_name("preflight_cpus.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
 def pf():
     spec = importlib.util.spec_from_file_location("preflight_under_test", PROGRAM)
     module = importlib.util.module_from_spec(spec)
@@ -243,6 +251,31 @@ def test_cluster_rows(pf, expected):
     assert pf.check_cluster(expected, 1, False, True)[0]["status"] == "SKIP"
 
 
+def test_ray_cpu_need_comes_from_the_verl_profile(expected):
+    from fp8spec.profiles import load_profile
+
+    verl = load_profile("verl", "0.9.1")
+    assert expected["ray_cpus"] == {"verl": "0.9.1",
+                                    "before_gpus": verl.value("requirement.ray_cpus_before_gpus"),
+                                    "per_gpu": verl.value("requirement.ray_cpus_per_gpu")}
+
+
+def test_ray_cpu_shortage(cpus, expected):
+    pf = cpus
+    need = expected["ray_cpus"]  # 9 before the GPUs, 3 per GPU; this bundle runs on 1 GPU
+    before, per_gpu = need["before_gpus"], need["per_gpu"]
+    # a cluster without the run's GPUs: verl stops itself at its GPU check, so only the CPU-only actors count
+    assert pf.ray_cpu_shortage(need, before, 0, 1) is None
+    short = pf.ray_cpu_shortage(need, 2, 0, 1)
+    assert short.startswith("the Ray cluster offers 2 logical CPUs; verl 0.9.1's main_ppo needs 9 (9 for its")
+    assert "--num-cpus=9" in short and "\n" not in short
+    # with its GPUs, every GPU's placement-group bundle takes per_gpu more (16 GPUs: 9 + 48)
+    assert pf.ray_cpu_shortage(need, before + 16 * per_gpu, 16, 16) is None
+    short = pf.ray_cpu_shortage(need, before + 16 * per_gpu - 1, 16, 16)
+    assert f"needs {before + 16 * per_gpu} (" in short and "3 per GPU for its 16 GPU" in short
+    assert pf.ray_cpu_shortage(None, 0, 0, 1) is None  # a preflight.json without the fact checks nothing
+
+
 # --- the program as a process ----------------------------------------------------------------------
 
 
@@ -280,7 +313,11 @@ def test_program_imports_only_stdlib_torch_and_ray():
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             modules.add(node.module.split(".")[0])
     third_party = modules - set(sys.stdlib_module_names)
-    assert third_party == {"torch", "ray"}, third_party
+    assert third_party == {"torch", "ray", "preflight_cpus"}, third_party  # the CPU check, shipped beside it
+    beside = ast.parse(PROGRAM.with_name("preflight_cpus.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(beside) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(beside) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    assert imported - set(sys.stdlib_module_names) == {"ray"}
 
 
 def test_local_mode_on_this_cpu_machine(h200_bundle, tmp_path):

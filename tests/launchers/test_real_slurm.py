@@ -76,6 +76,10 @@ def test_sbatch_allocates_starts_ray_runs_the_preflight_and_tears_down(slurm, tm
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_"))}
     env.update(slurm.env)
     env.update(ray_env(short, mark))
+    # The preflight refuses a Ray cluster with fewer logical CPUs than verl's main_ppo takes (preflight.json
+    # ray_cpus); this machine's node has 2 cores, so its head declares the count, as the bundle README says
+    need = expected["ray_cpus"]["before_gpus"] + expected["ray_cpus"]["per_gpu"] * 8  # qwen3-8b: 1 node x 8 GPUs
+    env["FP8SPEC_RAY_START_ARGS"] += f" --num-cpus={need}"
     out = tmp_path / "job.out"
     try:
         proc = subprocess.run(["sbatch", "--wait", f"--output={out}", "--parsable", "slurm.sbatch",
