@@ -224,3 +224,68 @@ def test_init_on_a_gpu_without_fp8_says_so_in_name_and_comments(tmp_path):
         assert spec.trainer.checkpoint_dir.endswith(spec.name)
     named = starter_spec("dense-vllm", gpu="a100", name="mine", spec_dir=tmp_path)
     assert named.validation.loaded.spec.name == "mine"  # a name the user chose is kept
+
+
+# a Mistral-7B-shaped local model (no QK-norm): with the dense-vllm template's FP8 KV cache, KV008 proposed bf16
+# and MEM004 proposed fp8_e4m3 again, and init went back and forth until it gave up
+MISTRAL_LIKE = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+                "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "num_hidden_layers": 32, "vocab_size": 32768, "tie_word_embeddings": False,
+                "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}
+
+
+def _changed_fields(lines) -> list[str]:
+    """The fields init changed, one per applied change ('init: rollout.tp 1 -> 2 (BLK001)')."""
+    return [line.split()[0] for line in lines if " -> " in line]
+
+
+def _mistral(tmp_path):
+    import json
+
+    folder = tmp_path / "my-mistral"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MISTRAL_LIKE))
+    return folder
+
+
+def test_init_config_path_mistral_like_ends_with_the_documented_exit(tmp_path):
+    """The regression: init --config-path on a Mistral-like model ends at once with exit 1 and nothing written
+    (KV008 stays: bf16 would bring back MEM004), says which flag accepts it, and writes a valid spec with it."""
+    folder = _mistral(tmp_path)
+    out = tmp_path / "s.yaml"
+    proc = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
+    assert proc.returncode == 1 and not out.exists() and "Traceback" not in proc.stderr
+    changed = _changed_fields(line.removeprefix("init: ") for line in proc.stderr.splitlines())
+    assert len(changed) == len(set(changed))  # no field set twice
+    assert "init: note: KV008 kv-fp8-without-qk-norm:" in proc.stderr and "`--acknowledge KV008`" in proc.stderr
+    ok = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out), "--acknowledge", "KV008")
+    assert ok.returncode == 0, ok.stderr
+    assert run_cli("validate", "--strict", str(out)).returncode == 0
+    reason = load_spec(out).spec.acknowledge["KV008"]
+    assert "(FP8 KV cache on a model whose attention has no QK-norm" in reason  # not 'fP8'
+
+
+def test_init_never_undoes_its_own_change(tmp_path, monkeypatch):
+    """The guard, on its own: with proposals checked for errors only (the check before a proposal became a
+    promise), KV008 proposes bf16 and MEM004 then proposes fp8_e4m3 back. init applies the first, does not
+    apply the second, names MEM004 in a comment of the draft and a note, and ends unclean (exit 1)."""
+    import fp8spec.rules.proposals as proposals
+    from fp8spec.starter import starter_spec
+
+    checked = proposals._verdict
+
+    def errors_only(prober, changes, fixes):
+        after = prober.findings(changes)
+        if after is not None and fixes is not None and any(found[:2] == tuple(fixes) for found in after):
+            return False, frozenset(), frozenset()
+        return checked(prober, changes, None)
+
+    monkeypatch.setattr(proposals, "_verdict", errors_only)
+    result = starter_spec("dense-vllm", gpu="h200", config_path=_mistral(tmp_path), spec_dir=tmp_path)
+    assert result.changes == ["kv_cache.dtype fp8_e4m3 -> bf16 (KV008)"]
+    assert result.kept == ["MEM004 heavy-preemption left unfixed: kv_cache.dtype: fp8_e4m3 would undo the change "
+                           "kv_cache.dtype fp8_e4m3 -> bf16 (KV008)"]
+    assert result.text.endswith(f"# init: {result.kept[0]}\n")
+    assert not result.clean and result.validation.loaded.spec.kv_cache.dtype == "bf16"
+    assert [code for code, _ in result.unacknowledged] == ["MEM004"]
+    assert "its proposal would undo an earlier change" in result.unacknowledged[0][1]
