@@ -174,7 +174,9 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
         "use a BF16 KV cache for this model (the FP8 W8A8 linears stay), or compare rollout accuracy against a "
         "BF16-KV run first and then acknowledge KV008"
     )
-    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], otherwise)
+    hint, ok = proposal(
+        ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], otherwise, _bf16_that_fits(ctx)
+    )
     yield Finding(
         f"kv_cache.dtype {ctx.spec.kv_cache.dtype} on {model.id} ({model.architecture}), whose attention has no "
         f"QK-norm: FP8 KV caches broke RL runs of such models" + (f" (reported: {seen})" if seen else ""),
@@ -182,3 +184,16 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
         hint,
         ok,
     )
+
+
+def _bf16_that_fits(ctx: ResolvedSpec) -> list[dict]:
+    """A BF16 KV cache together with the rollout.max_num_seqs whose sequences it holds at full length: where
+    bf16 alone makes the engine preempt (MEM004), this pair may pass every rule (checked, as every proposal)."""
+    plan = ctx.memory_plan
+    if plan is None:
+        return []
+    key = "fp8" if ctx.spec.linear.quantize else "bf16"  # the spec's linears with a BF16 KV cache
+    column = next((r for r in plan.rollout if r.choice.key == key), None)
+    if column is None or column.kv_shortfall is not None or not 1 <= int(column.concurrency) < column.running:
+        return []
+    return [{"kv_cache.dtype": "bf16", "rollout.max_num_seqs": int(column.concurrency)}]

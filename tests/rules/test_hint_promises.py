@@ -77,6 +77,13 @@ def corpus() -> list[tuple[str, dict]]:
         ("dsv3-offload-0.7", patched(BASE_SPEC, DEEPSEEK, {"rollout": {"gpu_memory_utilization": 0.7},
                                                            "training": {"offload": {"params": True,
                                                                                     "optimizer": True}}})),
+        # no QK-norm: an FP8 KV cache draws KV008, a BF16 one MEM004 (the pair init went back and forth on)
+        ("llama-preempting-bf16-kv", patched(BASE_SPEC, models["llama-8b"], {
+            "kv_cache": {"dtype": "bf16"},
+            "rollout": {"tp": 1, "gpu_memory_utilization": 0.7, "max_model_len": 22528}})),
+        ("llama-preempting-fp8-kv", patched(BASE_SPEC, models["llama-8b"], {
+            "kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"},
+            "rollout": {"tp": 1, "gpu_memory_utilization": 0.7, "max_model_len": 22528}})),
         ("long-micro-batch", patched(BASE_SPEC, {"algorithm": {"use_dynamic_bsz": True,
                                                                "ppo_max_token_len_per_gpu": 22528}})),
     ]
