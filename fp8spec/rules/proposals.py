@@ -3,7 +3,8 @@
 A rule that knows candidate fixes (rollout tp values, layouts, budgets) does not trust its own arithmetic:
 each candidate is applied to the spec and every rule runs again. A candidate is proposed only if it removes
 the finding it is proposed for and adds no error: the changed spec may keep errors the spec already has (a
-broader problem, another field), but none at the fields it changes and no new one anywhere.
+broader problem, another field), but none at the fields it changes and no new one anywhere. A warning's
+proposal adds no warning of a rule in force either: that rule would propose undoing it (see _verdict).
 """
 
 from __future__ import annotations
