@@ -8,6 +8,7 @@ patch verl / engine modules when (and only in the processes where) they are impo
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from .envs import RUNTIME_PATCHES, check_environment
@@ -73,6 +74,11 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
             patch_worker_extension(mod)
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
+        # the receiver's flat buffer and metadata for each bucket: the direct path reads its input in place
+        _importhook.when_imported(
+            verl_patch.MOD_BUCKET_TRANSFER,
+            functools.partial(verl_patch.patch_bucket_receiver, report=False),
+        )
 
     if "mbridge_compat" in new:
         from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
