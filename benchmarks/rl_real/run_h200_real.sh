@@ -79,6 +79,9 @@ case $step in
     reps=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks/rl_real'); import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
     eval "$(bundle_env "$bundle")"
     export PYTHONPATH="$PWD/.rl/bundles/$bundle/lib:$PYTHONPATH"  # as launch.sh: verl imports the patch set
+    # the driver has touched CUDA before LLM() starts its worker: a forked worker cannot re-initialise it
+    # (seen on the H200, 2026-12-02); verl's server process is spawned by Ray, so its worker never inherits CUDA
+    export VLLM_WORKER_MULTIPROC_METHOD=spawn
     for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
       CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 benchmarks/engine/bench_rollout.py \
         --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --json "$dir/replica$r.json" \
