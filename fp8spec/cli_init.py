@@ -143,6 +143,8 @@ def init(
         fail(EXIT_BAD_INPUT, str(err))
     for change in result.changes:
         typer.echo(f"init: {change}", err=True)
+    for note in result.kept:  # a proposal init did not apply: it would undo an earlier change
+        typer.echo(f"init: note: {note}", err=True)
     for _, note in result.unacknowledged:
         typer.echo(f"init: note: {note}", err=True)
     if not result.clean:

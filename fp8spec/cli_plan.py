@@ -76,10 +76,15 @@ def plan(
         min=1,
         max=10_000_000,
         metavar="N",
-        help="Default: verl's rollout default.",
+        help="Default: the spec's rollout.max_num_batched_tokens, else verl's 8192.",
     ),
     max_num_seqs: Optional[int] = typer.Option(
-        None, "--max-num-seqs", min=1, max=1_000_000, metavar="N", help="Default: verl's rollout default."
+        None,
+        "--max-num-seqs",
+        min=1,
+        max=1_000_000,
+        metavar="N",
+        help="Default: the spec's rollout.max_num_seqs, else verl's 256.",
     ),
     max_model_len: Optional[int] = typer.Option(
         None,
@@ -87,7 +92,7 @@ def plan(
         min=1,
         max=100_000_000,
         metavar="N",
-        help="Default: the model's max_position_embeddings (what verl passes).",
+        help="Default: the spec's rollout.max_model_len, else the model's max_position_embeddings (what verl passes).",
     ),
     cuda_graphs: Optional[bool] = typer.Option(
         None, "--cuda-graphs/--no-cuda-graphs", help="Default: on (verl's enforce_eager false)."

@@ -44,6 +44,8 @@ class Starter:
     # warnings no change removes that the user did not acknowledge (--acknowledge CODE accepts one): printed as
     # notes; the spec stays unwritten until each is either fixed or acknowledged by the user
     unacknowledged: list[tuple[str, str]] = field(default_factory=list)  # (code, note)
+    # findings whose proposal init did not apply because it would undo an earlier change (also comments in text)
+    kept: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -179,32 +181,92 @@ def _first_guess(template: str, model, gpu: str, nodes: int, gpus_per_node: int)
 
 
 def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = frozenset()) -> Starter:
-    """Validate; apply the first proposal of the first finding that has one; repeat."""
+    """Validate; apply the first proposal of the first finding that has one; repeat.
+
+    The loop never goes back: a proposal that would set a field to a value it held before in this loop (one
+    rule's fix undoing another's) or give a draft already seen is not applied. Its finding stays, named in a
+    comment at the end of the draft and in a note, and init ends as for any finding it cannot fix (exit 1,
+    nothing written, unless the user acknowledges it)."""
     from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import load_spec_text
 
     changes: list[str] = []
+    held: dict[str, list[Any]] = {}  # field -> every value it has held in this loop
+    seen = {text}
+    kept: list[str] = []  # why a finding's proposal was not applied
     for _ in range(MAX_REPAIRS):
         validation = validate_loaded(load_spec_text(text, file), spec_dir)
         if validation.loaded.spec is None:
             break
+        spec_data = validation.loaded.spec
         pending = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]
         pending.sort(key=lambda rf: (rf[0].severity != "error", rf[0].code))
-        fix = next(((rule, f.proposals[0]) for rule, f in pending if f.proposals), None)
+        fix = None
+        for rule, f in pending:
+            if not f.proposals:
+                continue
+            proposal = f.proposals[0]
+            undone = [d for d, v in proposal.items() if any(_same(v, h) for h in held.get(d, ()))]
+            after = set_values(text, proposal)
+            if undone or after in seen:
+                why = (
+                    "; ".join(
+                        f"{d}: {_shown(proposal[d])} would undo the change {c}"
+                        for d in undone
+                        for c in changes
+                        if c.startswith(d + " ")
+                    )
+                    or f"{_proposal_text(proposal)} would give a draft already tried"
+                )
+                note = f"{rule.code} {rule.name} left unfixed: {why}"
+                if note not in kept:
+                    kept.append(note)
+                continue
+            fix = rule, proposal, after
+            break
         if fix is None:
-            return _acknowledge_rest(text, file, spec_dir, validation, changes, acknowledge)
-        rule, proposal = fix
-        spec_data = validation.loaded.spec
+            return _acknowledge_rest(
+                _with_notes(text, kept), file, spec_dir, validation, changes, acknowledge, kept
+            )
+        rule, proposal, text = fix
+        seen.add(text)
         for dotted, value in proposal.items():
             old = _get(spec_data, dotted)
+            held.setdefault(dotted, []).extend((old, value))
             changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code})")
-        text = set_values(text, proposal)
+    text = _with_notes(text, kept)
     validation = validate_loaded(load_spec_text(text, file), spec_dir)
-    return Starter(text, validation, changes)
+    return Starter(text, validation, changes, kept=kept)
+
+
+def _lowered(summary: str) -> str:
+    """A rule's summary inside a sentence: 'The KV cache ...' -> 'the KV cache ...', 'FP8 KV ...' kept."""
+    return summary if summary[1:2].isupper() else summary[:1].lower() + summary[1:]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b and type(a) is type(b)
+
+
+def _proposal_text(proposal: dict[str, Any]) -> str:
+    return ", ".join(f"{d}: {_shown(v)}" for d, v in proposal.items())
+
+
+def _with_notes(text: str, kept: list[str]) -> str:
+    """The draft with a comment for each finding whose proposal init did not apply (it would go back)."""
+    if not kept:
+        return text
+    return text.rstrip("\n") + "\n" + "".join(f"# init: {note}\n" for note in kept)
 
 
 def _acknowledge_rest(
-    text: str, file: str, spec_dir: Path, validation, changes: list[str], acknowledge: frozenset[str]
+    text: str,
+    file: str,
+    spec_dir: Path,
+    validation,
+    changes: list[str],
+    acknowledge: frozenset[str],
+    kept: list[str],
 ) -> Starter:
     """Warnings no single change removes (the paper's 20K-token responses preempt on most GPUs: MEM004) are
     acknowledged only where the user asked for it (--acknowledge CODE), with a reason saying so; the others
@@ -214,12 +276,19 @@ def _acknowledge_rest(
 
     left = [(rule, f) for rule, f, severity in validation.findings if severity in ("error", "warning")]
     if not left or any(rule.severity == "error" for rule, _ in left):
-        return Starter(text, validation, changes)
+        return Starter(text, validation, changes, kept=kept)
     chosen = {rule.code: rule for rule, _ in left if rule.code in acknowledge}
+    undoing = {note.split(" ", 1)[0] for note in kept}  # its proposal would undo an earlier change
+
+    def why(code: str) -> str:
+        return (
+            "its proposal would undo an earlier change" if code in undoing else "no single change removes it"
+        )
+
     unchosen = [
         (
             rule.code,
-            f"{rule.code} {rule.name}: {f.message} (no single change removes it on this hardware; "
+            f"{rule.code} {rule.name}: {f.message} ({why(rule.code)} on this hardware; "
             f"`--acknowledge {rule.code}` accepts it as a warning you know of)"
             if rule.acknowledgeable
             else f"{rule.code} {rule.name}: {f.message}",
@@ -228,15 +297,15 @@ def _acknowledge_rest(
         if rule.code not in chosen
     ]
     if not chosen:
-        return Starter(text, validation, changes, unchosen)
+        return Starter(text, validation, changes, unchosen, kept)
     acks = {
-        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: no change removes it on this "
-        f"hardware ({rule.summary[0].lower()}{rule.summary[1:].rstrip('.')})"
+        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: {why(code)} on this "
+        f"hardware ({_lowered(rule.summary).rstrip('.')})"
         for code, rule in sorted(chosen.items())
     }
     text = set_values(text, acks)
     changes.extend(f"{key} (--acknowledge; `fp8spec rules {key.split('.')[1]}`)" for key in acks)
-    return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes, unchosen)
+    return Starter(text, validate_loaded(load_spec_text(text, file), spec_dir), changes, unchosen, kept)
 
 
 def set_values(text: str, changes: dict[str, Any]) -> str:

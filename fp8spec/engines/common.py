@@ -35,16 +35,37 @@ def kv_cache_dtype_flag(spec: Spec) -> ServeArg:
     return ("flag.kv_cache_dtype", spec.kv_cache.dtype, "kv_cache.dtype", "FP8 KV cache")
 
 
-def sizing_flags(spec: Spec, tp: str, memory_share: str, context_length: str) -> list[ServeArg]:
-    """Tensor parallel size, GPU memory share and prompt + response length, under the engine's flag ids."""
+def sizing_flags(
+    spec: Spec, tp: str, memory_share: str, context_length: str, max_seqs: str, batched_tokens: str
+) -> list[ServeArg]:
+    """Tensor parallel size, GPU memory share, context length and batch limits, under the engine's flag ids.
+    The context is rollout.max_model_len, else prompt + response; the batch limits only when the spec sets
+    them (the server's own defaults otherwise)."""
     r = spec.rollout
-    return [
+    out: list[ServeArg] = [
         (tp, r.tp, "rollout.tp", "tensor parallel size"),
         (memory_share, r.gpu_memory_utilization, "rollout.gpu_memory_utilization", "GPU memory share"),
-        (
-            context_length,
-            r.max_prompt_length + r.max_response_length,
-            "rollout.max_prompt_length",
-            "prompt + response length",
-        ),
     ]
+    if r.max_model_len is not None:
+        out.append((context_length, r.max_model_len, "rollout.max_model_len", "longest sequence served"))
+    else:
+        out.append(
+            (
+                context_length,
+                r.max_prompt_length + r.max_response_length,
+                "rollout.max_prompt_length",
+                "prompt + response length",
+            )
+        )
+    if r.max_num_seqs is not None:
+        out.append((max_seqs, r.max_num_seqs, "rollout.max_num_seqs", "sequences run at once"))
+    if r.max_num_batched_tokens is not None:
+        out.append(
+            (
+                batched_tokens,
+                r.max_num_batched_tokens,
+                "rollout.max_num_batched_tokens",
+                "tokens per engine step",
+            )
+        )
+    return out

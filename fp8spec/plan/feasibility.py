@@ -25,12 +25,32 @@ def gib(n: float) -> str:
 
 
 @dataclass(frozen=True)
+class Advice:
+    """One way out of a verdict: the text a user reads and, when it names values, the spec changes it stands
+    for. Changes are applied and validated before the text is printed (fp8spec.rules.proposals.checked)."""
+
+    text: str
+    changes: tuple[tuple[str, object], ...] = ()
+    fallback: bool = False  # tried only where no single change passes
+
+
+def advice(text: str, **changes: object) -> Advice:
+    return Advice(text, tuple((k.replace("__", "."), v) for k, v in changes.items()))
+
+
+@dataclass(frozen=True)
 class Verdict:
     code: str
     ok: bool
     message: str = ""
-    fix: str = ""
+    advice: tuple[Advice, ...] = ()
     numbers: dict = field(default_factory=dict)
+    path: str = ""  # the spec field the diagnostic points at
+
+    @property
+    def fix(self) -> str:
+        """Every way out, unchecked (what the arithmetic suggests); users see the checked ones only."""
+        return "; or ".join(a.text for a in self.advice)
 
 
 def trainer_state(plan: MemoryPlan) -> Optional[Verdict]:
@@ -43,26 +63,54 @@ def trainer_state(plan: MemoryPlan) -> Optional[Verdict]:
     # a lower bound: every byte per parameter counted once over the cluster, as if perfectly sharded
     min_gpus = math.ceil(t.model_params * t.bytes_per_param / usable)
     gpn = plan.gpus_per_node
-    fix = (
-        f"the state needs at least {min_gpus} GPUs ({math.ceil(min_gpus / gpn)} nodes of {gpn}) even perfectly sharded "
-        f"({t.bytes_per_param} bytes per parameter x {t.model_params / 1e9:.1f}B parameters)"
+    nodes = math.ceil(min_gpus / gpn)
+    why = (
+        f"the state needs at least {min_gpus} GPUs even perfectly sharded ({t.bytes_per_param} bytes per "
+        f"parameter x {t.model_params / 1e9:.1f}B parameters)"
     )
+    out = [advice(f"hardware.nodes: {nodes} ({nodes * gpn} GPUs; {why})", hardware__nodes=nodes)]
+    out += [
+        advice(f"hardware.nodes: {n} ({n * gpn} GPUs)", hardware__nodes=n) for n in (nodes + 1, 2 * nodes)
+    ]
     if t.backend == "megatron":
-        fix += (
-            "; a larger training.parallel.pp / ep (or tp) shrinks each GPU's model-parallel share, more "
-            "nodes shrink the distributed-optimizer share"
-        )
+        p = plan.spec.training.parallel
+        for n in (2, 4, 8):
+            if p.pp < n and plan.model.num_hidden_layers % n == 0:
+                out.append(
+                    advice(f"training.parallel.pp: {n} shrinks each GPU's layers", training__parallel__pp=n)
+                )
+        if plan.model.is_moe:
+            for n in (8, 16, 32):
+                if p.ep < n:
+                    out.append(
+                        advice(f"training.parallel.ep: {n} shards the experts", training__parallel__ep=n)
+                    )
+        # where neither more nodes nor a layout alone fits: both, at the lower bound and twice it
+        layouts = [
+            ("training.parallel.pp", n)
+            for n in (2, 4, 8)
+            if p.pp < n and plan.model.num_hidden_layers % n == 0
+        ]
+        layouts += [("training.parallel.ep", n) for n in (16, 32) if plan.model.is_moe and p.ep < n]
+        for n in (nodes, 2 * nodes):
+            for name, value in layouts:
+                both = (("hardware.nodes", n), (name, value))
+                out.append(Advice(f"hardware.nodes: {n}, {name}: {value}", both, fallback=True))
     else:
-        fix += (
-            "; training.backend megatron with the distributed optimizer needs 6 + 12/dp bytes per parameter"
+        out.append(
+            Advice(
+                "training.backend megatron with the distributed optimizer needs 6 + 12/dp bytes per parameter"
+            )
         )
     msg = (
         f"trainer state per GPU is {gib(t.state)} (params {gib(t.params)}, grads {gib(t.grads)}, optimizer "
         f"{gib(t.optimizer)}"
         + (f", FP8 weight caches {gib(t.fp8_weight_cache)}" if t.fp8_weight_cache else "")
-        + f") but a {plan.gpu} holds {gib(usable)} after the CUDA context"
+        + f") but a {plan.gpu} holds {gib(usable)} after the CUDA context; {why}"
     )
-    return Verdict("MEM001", ok, msg, fix, {"state": t.state, "usable": usable, "min_gpus": min_gpus})
+    return Verdict(
+        "MEM001", ok, msg, tuple(out), {"state": t.state, "usable": usable, "min_gpus": min_gpus}, "training"
+    )
 
 
 def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
@@ -73,7 +121,7 @@ def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
         "below_one_request": "the KV cache cannot hold one request of max_model_len tokens",
     }.get(r.kv_shortfall or "")
     if problem is None:
-        return Verdict("MEM002", True)
+        return Verdict("MEM002", True, path="rollout.gpu_memory_utilization")
     m = r.memory
     need = m.weights + m.activation_peak + m.non_torch + m.cudagraph + r.kv.one_request_bytes
     util = math.ceil(need / plan.total_bytes * 100) / 100
@@ -85,14 +133,37 @@ def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
     )
     fixes = []
     if util <= 1.0:
-        fixes.append(f"rollout.gpu_memory_utilization >= {util:.2f}")
-    bigger = [tp for tp in (2, 4, 8) if tp > plan.setup.tp and tp <= plan.gpus_per_node]
-    if bigger:
-        fixes.append(f"a larger rollout.tp ({', '.join(map(str, bigger))}) splits the weights")
+        fixes.append(
+            advice(f"rollout.gpu_memory_utilization: {util:.2f}", rollout__gpu_memory_utilization=util)
+        )
+    need_len = plan.spec.rollout.max_prompt_length + plan.spec.rollout.max_response_length
+    if need_len < plan.setup.max_model_len:
+        fixes.append(
+            advice(
+                f"rollout.max_model_len: {need_len} reserves KV for prompt + response only",
+                rollout__max_model_len=need_len,
+            )
+        )
+    for tp in (2, 4, 8):
+        if plan.setup.tp < tp <= plan.gpus_per_node:
+            fixes.append(advice(f"rollout.tp: {tp} splits the weights", rollout__tp=tp))
     if not plan.spec.linear.quantize:
-        fixes.append("linear.quantize: true halves the weights")
+        fixes.append(advice("linear.quantize: true halves the weights", linear__quantize=True))
+    # what to try where no value above passes: only what the spec has not done already
+    general = ["a larger rollout.tp (more GPUs per replica)", "a shorter rollout.max_model_len"]
+    if plan.setup.utilization < 1.0:
+        general.insert(0, "a larger rollout.gpu_memory_utilization")
+    if not plan.spec.linear.quantize:
+        general.append("FP8 linears")
+    fixes.append(Advice(", ".join(general[:-1]) + " or " + general[-1]))
+    if util <= 1.0 and plan.trainer is not None:
+        # a larger engine share may not fit beside the trainer's resident state (MEM003) unless it is offloaded
+        share = (("rollout.gpu_memory_utilization", util),)
+        for what in (("optimizer",), ("optimizer", "params")):
+            both = share + tuple((f"training.offload.{w}", True) for w in what)
+            fixes.append(Advice(", ".join(f"{k}: {v}" for k, v in both), both, fallback=True))
     return Verdict(
-        "MEM002", False, msg, "; or ".join(fixes) or "use more GPUs per replica", {"min_utilization": util}
+        "MEM002", False, msg, tuple(fixes), {"min_utilization": util}, "rollout.gpu_memory_utilization"
     )
 
 
@@ -109,23 +180,43 @@ def colocation(plan: MemoryPlan) -> Optional[Verdict]:
     max_util = math.floor(max(room, 0) / plan.total_bytes * 100) / 100
     fixes = []
     if max_util > 0:
-        fixes.append(f"rollout.gpu_memory_utilization <= {max_util:.2f}")
-    for what, label in (
-        ("optimizer", "training.offload.optimizer: true"),
-        ("params", "training.offload.params: true"),
-    ):
-        if not t.offload.get(what):
-            keep = (
-                t.optimizer if what == "optimizer" else t.params + (t.grads if t.backend == "megatron" else 0)
+        fixes.append(
+            advice(
+                f"rollout.gpu_memory_utilization: {max_util:.2f}", rollout__gpu_memory_utilization=max_util
             )
-            fixes.append(f"{label} frees {gib(keep)} during rollout")
+        )
+    off = {what: not t.offload.get(what) for what in ("optimizer", "params")}
+    frees = {"optimizer": t.optimizer, "params": t.params + (t.grads if t.backend == "megatron" else 0)}
+    for what in ("optimizer", "params"):
+        if off[what]:
+            fixes.append(
+                Advice(
+                    f"training.offload.{what}: true frees {gib(frees[what])} during rollout",
+                    ((f"training.offload.{what}", True),),
+                )
+            )
+    if all(off.values()):
+        fixes.append(
+            Advice(
+                f"training.offload.optimizer: true, training.offload.params: true free "
+                f"{gib(frees['optimizer'] + frees['params'])}",
+                (("training.offload.optimizer", True), ("training.offload.params", True)),
+            )
+        )
     refusal = get_engine(plan.setup.engine).start_refusal
     msg = (
         f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU (params, optimizer, CUDA "
         f"context) and the engine asks for {gib(requested)} (gpu_memory_utilization "
         f"{plan.setup.utilization:g}) plus its context: {gib(used)} on a {gib(plan.total_bytes)} GPU; {refusal}"
     )
-    return Verdict("MEM003", ok, msg, "; or ".join(fixes), {"used": used, "max_utilization": max_util})
+    return Verdict(
+        "MEM003",
+        ok,
+        msg,
+        tuple(fixes),
+        {"used": used, "max_utilization": max_util},
+        "rollout.gpu_memory_utilization",
+    )
 
 
 def preemption(plan: MemoryPlan) -> Optional[Verdict]:
@@ -139,35 +230,138 @@ def preemption(plan: MemoryPlan) -> Optional[Verdict]:
     if r.choice.kv_dtype == "bf16":
         fp8 = next((x for x in plan.rollout if x.choice.key == "fp8_kv"), None)
         if fp8 is not None:
-            fixes.append(f"kv_cache.dtype: fp8_e4m3 ({fp8.concurrency:.0f} sequences fit)")
+            fixes.append(
+                advice(
+                    f"kv_cache.dtype: fp8_e4m3 ({fp8.concurrency:.0f} sequences fit)",
+                    kv_cache__dtype="fp8_e4m3",
+                )
+            )
+            fixes.append(
+                advice(
+                    f"kv_cache.dtype: fp8_e4m3, kv_cache.recalibrate: none ({fp8.concurrency:.0f} fit; scales 1.0)",
+                    kv_cache__dtype="fp8_e4m3",
+                    kv_cache__recalibrate="none",
+                )
+            )
     if not plan.spec.linear.quantize:
         fp8w = next((x for x in plan.rollout if x.choice.key == "fp8"), None)
         if fp8w is not None:
-            fixes.append(f"linear.quantize: true ({fp8w.concurrency:.0f} fit)")
-    fixes.append("a larger rollout.tp or gpu_memory_utilization, or a shorter max_response_length")
+            fixes.append(advice(f"linear.quantize: true ({fp8w.concurrency:.0f} fit)", linear__quantize=True))
+    if 1 <= int(r.concurrency) < r.running:
+        fixes.append(
+            advice(
+                f"rollout.max_num_seqs: {int(r.concurrency)} (all of them fit at full length)",
+                rollout__max_num_seqs=int(r.concurrency),
+            )
+        )
+    fixes.append(Advice("a larger rollout.tp or gpu_memory_utilization, or a shorter max_response_length"))
     msg = (
         f"the engine runs {r.running} sequences of up to {r.seq_len} tokens per replica but its KV cache "
-        f"({r.kv.tokens:,} tokens) holds {r.concurrency:.0f} at full length ({share:.0%}): long responses "
+        f"({r.kv.tokens:,} tokens) holds {int(r.concurrency)} at full length ({share:.0%}): long responses "
         "will be preempted and recomputed"
     )
-    return Verdict("MEM004", ok, msg, "; or ".join(fixes), {"share": share})
+    return Verdict("MEM004", ok, msg, tuple(fixes), {"share": share}, "rollout.max_response_length")
+
+
+def _peak_terms(t) -> list[tuple[str, int]]:
+    """Every term of the training peak, named; they sum to ``t.peak``."""
+    gather = "FSDP gather buffers" if t.backend == "fsdp" else "transient buffers"
+    return [
+        ("state", t.state),
+        ("activations", t.activations),
+        ("logits", t.logits),
+        (gather, t.transient),
+        ("CUDA context", t.context),
+    ]
+
+
+def _peak_advice(plan: MemoryPlan) -> tuple[Advice, ...]:
+    """Ways to a lower training peak, each with the values it sets; a token budget only above its floor (one
+    sequence: a lower one is PAR012) and a micro-batch only above 1."""
+    spec = plan.spec
+    r, a = spec.rollout, spec.algorithm
+    out: list[Advice] = []
+    sequence = r.max_prompt_length + r.max_response_length
+    budget_above_floor = False
+    if a.use_dynamic_bsz:
+        split = spec.training.parallel.cp if spec.training.backend == "megatron" else 1
+        floor = -(-sequence // split)
+        budget = a.ppo_max_token_len_per_gpu or (plan.trainer.micro_batch_tokens if plan.trainer else 0)
+        budget_above_floor = budget > floor
+        if budget_above_floor:
+            out.append(
+                advice(
+                    f"algorithm.ppo_max_token_len_per_gpu: {floor} (one sequence per micro-batch)",
+                    algorithm__ppo_max_token_len_per_gpu=floor,
+                )
+            )
+    elif a.ppo_micro_batch_size_per_gpu > 1:
+        out.append(
+            advice("algorithm.ppo_micro_batch_size_per_gpu: 1", algorithm__ppo_micro_batch_size_per_gpu=1)
+        )
+    if spec.training.backend == "megatron":
+        p, gpn, world = spec.training.parallel, spec.hardware.gpus_per_node, spec.world_size
+        out += [
+            advice(
+                f"training.parallel.tp: {n} (sequence parallel splits activations)", training__parallel__tp=n
+            )
+            for n in (2, 4, 8)
+            if p.tp < n <= gpn
+        ]
+        out += [
+            advice(f"training.parallel.pp: {n}", training__parallel__pp=n)
+            for n in (2, 4)
+            if p.pp < n and world % n == 0
+        ]
+        out += [advice("training.parallel.cp: 2", training__parallel__cp=2)] if p.cp == 1 else []
+    # the same ways without values, for where none of the values passes: only those the spec can still take
+    ways = [
+        "a lower token budget" if a.use_dynamic_bsz and budget_above_floor else None,
+        "a smaller micro-batch" if not a.use_dynamic_bsz and a.ppo_micro_batch_size_per_gpu > 1 else None,
+        "shorter responses",
+        "more GPUs",
+        "a larger training.parallel.tp, pp or cp" if spec.training.backend == "megatron" else None,
+    ]
+    kept = [w for w in ways if w]
+    out.append(Advice(", ".join(kept[:-1]) + " or " + kept[-1]))
+    out += [
+        advice(
+            f"rollout.max_response_length: {r.max_response_length // d}",
+            rollout__max_response_length=r.max_response_length // d,
+        )
+        for d in (2, 4)
+    ]
+    return tuple(out)
 
 
 def trainer_activations(plan: MemoryPlan) -> Optional[Verdict]:
-    """MEM005: the training peak, activations included (an estimate), exceeds the GPU."""
+    """MEM005: the training peak, activations included (an estimate), exceeds the GPU (within the margin
+    of the estimate; beyond it, MEM006)."""
     t = plan.trainer
     if t is None:
         return None
     ok = t.peak <= plan.total_bytes
-    msg = (
-        f"estimated training peak per GPU is {gib(t.peak)} (state {gib(t.state)}, activations "
-        f"{gib(t.activations)}, logits {gib(t.logits)}) on a {gib(plan.total_bytes)} GPU"
+    terms = " + ".join(f"{name} {gib(n)}" for name, n in _peak_terms(t))
+    msg = f"estimated training peak per GPU is {gib(t.peak)} = {terms}, on a {gib(plan.total_bytes)} GPU"
+    return Verdict(
+        "MEM005", ok, msg, _peak_advice(plan), {"peak": t.peak}, "algorithm.ppo_micro_batch_size_per_gpu"
     )
-    fix = (
-        "lower algorithm.ppo_micro_batch_size_per_gpu or use dynamic batching with a smaller token budget; "
-        "Megatron: raise training.parallel.tp (sequence parallel splits activations) or cp"
-    )
-    return Verdict("MEM005", ok, msg, fix, {"peak": t.peak})
+
+
+def peak_margin() -> float:
+    """Share of the GPU by which a predicted training peak may exceed it and still be only a warning."""
+    return float(estimate("trainer", "peak_margin"))
+
+
+def trainer_peak_far_beyond(plan: MemoryPlan) -> Optional[Verdict]:
+    """MEM006: the training peak exceeds the GPU by more than the estimate's margin: an error."""
+    base = trainer_activations(plan)
+    if base is None:
+        return None
+    limit = plan.total_bytes * (1 + peak_margin())
+    ok = base.numbers["peak"] <= limit
+    msg = base.message + f", beyond it by more than {peak_margin():.0%} ({gib(limit)})"
+    return Verdict("MEM006", ok, msg, base.advice, base.numbers, base.path)
 
 
 def verdicts(plan: MemoryPlan) -> list[Verdict]:
@@ -179,6 +373,7 @@ def verdicts(plan: MemoryPlan) -> list[Verdict]:
             colocation(plan),
             preemption(plan),
             trainer_activations(plan),
+            trainer_peak_far_beyond(plan),
         )
         if v is not None
     ]

@@ -27,6 +27,8 @@ class MemoryPlan:
     trainer: Optional[TrainerMemory]
     notes: list[str] = field(default_factory=list)
     trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
+    # the validated spec the plan is of: its fix lines are checked against every rule, as hints are
+    ctx: Optional[ResolvedSpec] = field(default=None, repr=False, compare=False)
     # choice key -> codes of the rules that refuse that column (plan.columns; None: not judged)
     refused: Optional[dict[str, tuple[str, ...]]] = None
 
@@ -126,6 +128,12 @@ class MemoryPlan:
 
         return verdicts(self)
 
+    def failing(self) -> list[Verdict]:
+        """The verdicts that fail, one per problem: MEM005 gives way to MEM006 (the same peak, an error)."""
+        bad = [v for v in self.verdicts() if not v.ok]
+        codes = {v.code for v in bad}
+        return [v for v in bad if not (v.code == "MEM005" and "MEM006" in codes)]
+
     def response_lengths(self) -> list[int]:
         """Response lengths the concurrency curves are drawn at (powers of two, plus the spec's own)."""
         prompt = self.spec.rollout.max_prompt_length
@@ -149,7 +157,9 @@ def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> 
         )
     trainers = trainer_precisions(ctx)
     other = trainers[1] if len(trainers) > 1 else None
-    return MemoryPlan(ctx.spec, ctx.known_model, setup, rollout_plan(ctx, setup), trainers[0], notes, other)
+    return MemoryPlan(
+        ctx.spec, ctx.known_model, setup, rollout_plan(ctx, setup), trainers[0], notes, other, ctx
+    )
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from fp8spec.engines import get_engine
+from fp8spec.plan.advice import fix_line
 from fp8spec.plan.facts import estimate_basis
 from fp8spec.plan.gain import gain_source
 
@@ -162,7 +163,7 @@ def plan_json(plan: MemoryPlan) -> dict:
                 "code": v.code,
                 "ok": v.ok,
                 "message": v.message if not v.ok else "",
-                "fix": v.fix if not v.ok else "",
+                "fix": fix_line(plan, v) if not v.ok else "",
                 "acknowledged": plan.spec.acknowledge.get(v.code),
             }
             for v in plan.verdicts()
@@ -231,6 +232,11 @@ def _step_word(r) -> str:
     if r.kv_shortfall == "below_one_request":
         return "< 1 request"
     return "fits" if r.fits_without_preemption else "preempts"
+
+
+def fix_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
+    """(code, fix) of each failed verdict, as `plan` prints them (values checked against every rule)."""
+    return [(v.code, fix_line(plan, v)) for v in plan.failing()]
 
 
 def render_text(plan: MemoryPlan) -> str:
@@ -343,13 +349,14 @@ def render_text(plan: MemoryPlan) -> str:
             f"{t.checkpoint_bytes_per_param} bytes: model + optimizer state)"
             + (f", {_g(t.checkpoint_bytes * kept)} with the newest {kept} kept" if kept else "")
         )
-    problems = [v for v in plan.verdicts() if not v.ok]
+    problems = plan.failing()
     out.append("")
     for v in problems:
         reason = plan.spec.acknowledge.get(v.code)
         out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
-        if v.fix:
-            out.append(f"    fix: {v.fix}")
+        fix = fix_line(plan, v)
+        if fix:
+            out.append(f"    fix: {fix}")
     for note in plan.notes:
         out.append(f"note: {note}")
     out.append(f"verdict: {verdict_line(plan)}")

@@ -117,7 +117,8 @@ def rollout_plan(ctx: ResolvedSpec, setup: EngineSetup) -> list[RolloutResult]:
     replicas = max(1, spec.world_size // setup.gpus_per_replica)
     total = spec.algorithm.train_batch_size * spec.rollout.n
     per_replica = -(-total // replicas)
-    seq_len = spec.rollout.max_prompt_length + spec.rollout.max_response_length
+    # verl cuts generation at max_model_len - prompt (vllm_async_server.py:593), so no sequence is longer
+    seq_len = min(spec.rollout.max_prompt_length + spec.rollout.max_response_length, setup.max_model_len)
     return [
         plan_choice(ctx.known_model, setup, c, seq_len=seq_len, sequences=per_replica, is_spec=is_spec)
         for c, is_spec in choices(ctx)

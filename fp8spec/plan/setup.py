@@ -95,10 +95,11 @@ def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> En
             "(memory.rollout_engine_defaults)"
         )
     d = verl.value("memory.rollout_engine_defaults")
-    max_model_len = overrides.max_model_len or model.max_position_embeddings
+    r = spec.rollout
+    # command line, then the spec, then what verl passes when the spec leaves the field out
+    max_model_len = overrides.max_model_len or r.max_model_len or model.max_position_embeddings
     if max_model_len is None:
         raise PlanInputError(f"{model.id} has no max_position_embeddings; pass --max-model-len")
-    r = spec.rollout
     return EngineSetup(
         engine=r.engine,
         engine_version=getattr(spec.stack, r.engine),
@@ -108,10 +109,20 @@ def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> En
         utilization=overrides.gpu_memory_utilization or r.gpu_memory_utilization,
         tp=overrides.tp or r.tp,
         ep=overrides.ep or r.ep,
-        max_num_batched_tokens=overrides.max_num_batched_tokens or int(d["max_num_batched_tokens"]),
-        max_num_seqs=overrides.max_num_seqs or int(d["max_num_seqs"]),
+        max_num_batched_tokens=overrides.max_num_batched_tokens
+        or r.max_num_batched_tokens
+        or int(d["max_num_batched_tokens"]),
+        max_num_seqs=overrides.max_num_seqs or r.max_num_seqs or int(d["max_num_seqs"]),
         max_model_len=max_model_len,
         cuda_graphs=(not d["enforce_eager"]) if overrides.cuda_graphs is None else overrides.cuda_graphs,
         kv_dtype=spec.kv_cache.dtype,
-        defaults=f"verl {spec.stack.verl} rollout defaults",
+        defaults=_defaults_source(r, spec.stack.verl),
     )
+
+
+def _defaults_source(r, verl_version: str) -> str:
+    """Where the engine's length and batch settings come from: the spec's fields where set, verl's defaults."""
+    fields = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")
+    own = [f"rollout.{f}" for f in fields if getattr(r, f) is not None]
+    base = f"verl {verl_version} rollout defaults"
+    return f"{', '.join(own)} from the spec, else {base}" if own else base

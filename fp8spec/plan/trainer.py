@@ -18,7 +18,7 @@ log-probabilities and the bf16 logit gradient of one micro-batch (8 bytes per to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -118,6 +118,7 @@ class TrainerMemory:
     checkpoint_bytes_per_param: int = (
         0  # model + optimizer state one save writes (memory.checkpoint_contents)
     )
+    micro_batch_tokens: int = 0  # tokens of the longest micro-batch (activations and logits scale with it)
 
     @property
     def state(self) -> int:
@@ -210,8 +211,10 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
     context = int(estimate("trainer", "cuda_context_bytes"))
     per_layer_act = _layer_bytes_per_token(model, fp8)
     if spec.training.backend == "fsdp":
-        return _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
-    return _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
+        memory = _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
+    else:
+        memory = _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
+    return replace(memory, micro_batch_tokens=tokens)
 
 
 def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:
@@ -252,7 +255,7 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
         f["param_bytes"] + f["grad_bytes"] + f["optimizer_bytes"],
         offload,
         ("FSDP shards parameters, gradients and optimizer state over all GPUs (fsdp_size -1)",),
-        _checkpoint_bytes_per_param(verl, f),
+        checkpoint_bytes_per_param=_checkpoint_bytes_per_param(verl, f),
     )
 
 
@@ -347,7 +350,7 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
             f"distributed optimizer over dp {dp} (experts over expert-dp {edp}); {in_flight} "
             "micro-batch(es) of activations in flight on the busiest pipeline stage (1F1B)",
         ),
-        _checkpoint_bytes_per_param(ctx.profile("verl"), m),
+        checkpoint_bytes_per_param=_checkpoint_bytes_per_param(ctx.profile("verl"), m),
     )
 
 

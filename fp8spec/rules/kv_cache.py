@@ -57,7 +57,7 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     """Without a checkpoint or pushed scales, vLLM (since #49389) and SGLang fall back to k/v scales of 1.0
     ("Defaulting to scaling factors of 1.0"); sgl-cookbook #237 removed fp8_e4m3 KV from recipes because
     uncalibrated scales degraded reasoning accuracy.""",
-    "set kv_cache.recalibrate: per_step",
+    "calibrate the scales (kv_cache.recalibrate) where the engine and model allow it, or use a BF16 KV cache",
     needs_model=False,
     examples=Examples(
         bad={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
@@ -68,9 +68,24 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
 def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.kv_cache.fp8 and spec.kv_cache.recalibrate == "none":
+        # per_step is refused on MLA models (KV005) and under SGLang's FlashInfer decode (KV007): proposed
+        # only where every rule takes it; a BF16 KV cache always removes the finding
+        hint, ok = proposal(
+            ctx,
+            "KV004",
+            "kv_cache.recalibrate",
+            [
+                {"kv_cache.recalibrate": "per_step"},
+                {"kv_cache.recalibrate": "once"},
+                {"kv_cache.dtype": "bf16"},
+            ],
+            rule_hint("KV004"),
+        )
         yield Finding(
             f"kv_cache.dtype {spec.kv_cache.dtype} with recalibrate none uses scales of 1.0",
             "kv_cache.recalibrate",
+            hint,
+            ok,
         )
 
 
@@ -154,7 +169,14 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
         return
     risk = ctx.fact("verl", "risk.fp8_kv_without_qk_norm") or {}
     seen = "; ".join(f"{r['model']}: {r['outcome']}" for r in risk.get("reported", [])[:1])
-    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], rule_hint("KV008"))
+    # where bf16 brings another warning (MEM004's preemption), the value-free advice: values are promises
+    otherwise = (
+        "use a BF16 KV cache for this model (the FP8 W8A8 linears stay), or compare rollout accuracy against a "
+        "BF16-KV run first and then acknowledge KV008"
+    )
+    hint, ok = proposal(
+        ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], otherwise, _bf16_that_fits(ctx)
+    )
     yield Finding(
         f"kv_cache.dtype {ctx.spec.kv_cache.dtype} on {model.id} ({model.architecture}), whose attention has no "
         f"QK-norm: FP8 KV caches broke RL runs of such models" + (f" (reported: {seen})" if seen else ""),
@@ -162,3 +184,16 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
         hint,
         ok,
     )
+
+
+def _bf16_that_fits(ctx: ResolvedSpec) -> list[dict]:
+    """A BF16 KV cache together with the rollout.max_num_seqs whose sequences it holds at full length: where
+    bf16 alone makes the engine preempt (MEM004), this pair may pass every rule (checked, as every proposal)."""
+    plan = ctx.memory_plan
+    if plan is None:
+        return []
+    key = "fp8" if ctx.spec.linear.quantize else "bf16"  # the spec's linears with a BF16 KV cache
+    column = next((r for r in plan.rollout if r.choice.key == key), None)
+    if column is None or column.kv_shortfall is not None or not 1 <= int(column.concurrency) < column.running:
+        return []
+    return [{"kv_cache.dtype": "bf16", "rollout.max_num_seqs": int(column.concurrency)}]

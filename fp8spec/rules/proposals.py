@@ -3,7 +3,8 @@
 A rule that knows candidate fixes (rollout tp values, layouts, budgets) does not trust its own arithmetic:
 each candidate is applied to the spec and every rule runs again. A candidate is proposed only if it removes
 the finding it is proposed for and adds no error: the changed spec may keep errors the spec already has (a
-broader problem, another field), but none at the fields it changes and no new one anywhere.
+broader problem, another field), but none at the fields it changes and no new one anywhere. A warning's
+proposal adds no warning of a rule in force either: that rule would propose undoing it (see _verdict).
 """
 
 from __future__ import annotations
@@ -38,15 +39,25 @@ def _inside(path: str, field: str) -> bool:
 
 
 def _verdict(prober: Prober, changes: Changes, fixes: ErrorKey | None):
-    """(passes, errors left after the change, new errors) for one candidate."""
+    """(passes, errors left after the change, findings it adds) for one candidate.
+
+    A proposal is a promise: the change removes the finding and adds none of the same or a higher severity from
+    a rule in force (acknowledged findings are info). An error's fix may leave a warning (that is progress); a
+    warning's fix may not trade it for another warning, whose rule would propose undoing it (MEM004's FP8 KV
+    cache draws KV008, which proposes bf16). So each applied proposal lowers (errors, warnings), and
+    `fp8spec init`, which applies them, cannot go back and forth. Without ``fixes`` (judging alternatives, not
+    fixing a finding) only errors count."""
     after = prober.findings(changes)
     if after is None:
         return False, frozenset(), frozenset()
     if fixes is not None and any(found[:2] == tuple(fixes) for found in after):
         return False, frozenset(), frozenset()
-    before = {found[:2] for found in prober.findings({}) or () if found[2] == "error"}
+    now = prober.findings({}) or frozenset()
+    fixed = next((found[2] for found in now if fixes is not None and found[:2] == tuple(fixes)), "warning")
+    counted = ("error",) if fixes is None or fixed == "error" else ("error", "warning")
+    before = {found[:2] for found in now}
     left = frozenset(found[:2] for found in after if found[2] == "error")
-    new = frozenset(e for e in left if e not in before)
+    new = frozenset(found for found in after if found[2] in counted and found[:2] not in before)
     at_changed = any(_inside(path, field) for _, path in left for field in changes)
     return not new and not at_changed, left, new
 
@@ -68,7 +79,7 @@ def _working(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | No
 
 def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | None) -> str:
     """For a hint when no candidate passes: the candidates that would fix the finding, and the codes of the
-    errors each would add ('' when none fixes it)."""
+    errors each would add and of the rules in force that would then warn ('' when none fixes it)."""
     by_codes: dict[tuple, list] = {}
     for changes in candidates:
         changes = dict(changes)
@@ -76,20 +87,24 @@ def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | No
         if after is None or (fixes is not None and any(found[:2] == tuple(fixes) for found in after)):
             continue
         _, _, new = _verdict(prober, changes, fixes)
-        codes = tuple(sorted({code for code, _ in new}))
-        if fixes is not None and fixes[0] in codes:
+        errors = tuple(sorted({code for code, _, severity in new if severity == "error"}))
+        warns = tuple(sorted({code for code, _, severity in new if severity == "warning"} - set(errors)))
+        if fixes is not None and fixes[0] in errors + warns:
             continue  # the same problem, reported at the field the change sets: not a fix
-        if codes:
-            by_codes.setdefault(codes, []).append(changes)
-    groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0]), kv[0]))
+        if errors or warns:
+            by_codes.setdefault((errors, warns), []).append(changes)
+    groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0][0]) + len(kv[0][1]), kv[0]))
+    return "; ".join(f"{describe(members)} ({_then(*codes)})" for codes, members in groups[:3])
 
-    def verb(codes: tuple) -> str:
-        return "refuses" if len(codes) == 1 else "refuse"
 
-    return "; ".join(
-        f"{describe(members)} (then {' and '.join(codes)} {verb(codes)} the spec)"
-        for codes, members in groups[:3]
-    )
+def _then(errors: tuple, warns: tuple) -> str:
+    """'then KV007 refuses the spec', 'then KV008 warns', or both joined by 'and'."""
+    parts = []
+    if errors:
+        parts.append(f"{' and '.join(errors)} {'refuses' if len(errors) == 1 else 'refuse'} the spec")
+    if warns:
+        parts.append(f"{' and '.join(warns)} {'warns' if len(warns) == 1 else 'warn'}")
+    return "then " + " and ".join(parts)
 
 
 def describe(proposals: Iterable[Changes]) -> str:
@@ -112,25 +127,76 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def current(spec: Any, dotted: str) -> Any:
+    """The value of a dotted field of ``spec`` (AttributeError for a path the spec does not have)."""
+    node = spec
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def new_values(ctx: ResolvedSpec, changes: Changes) -> dict[str, Any]:
+    """``changes`` without the fields that already hold the value: a hint never proposes what is set."""
+    out = {}
+    for field, value in changes.items():
+        try:
+            if current(ctx.spec, field) == value and type(current(ctx.spec, field)) is type(value):
+                continue
+        except AttributeError:
+            pass  # not a field: with_values refuses it, and so the candidate fails
+        out[field] = value
+    return out
+
+
+def _combined(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pairs of candidates on different fields: what may pass where no single change does."""
+    out = []
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1 :]:
+            if not set(a) & set(b):
+                out.append({**a, **b})
+    return out
+
+
+def _set(ok: list) -> str:
+    return (
+        f"set {describe(ok)} (each passes every rule)"
+        if len(ok) > 1
+        else f"set {describe(ok)} (passes every rule)"
+    )
+
+
 def proposal(
-    ctx: ResolvedSpec, code: str, path: str, candidates: Iterable[Changes], otherwise: str
+    ctx: ResolvedSpec,
+    code: str,
+    path: str,
+    candidates: Iterable[Changes],
+    otherwise: str,
+    fallbacks: Iterable[Changes] = (),
 ) -> tuple[str, tuple]:
-    """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule, or
-    ``otherwise`` when none does (with the candidates that fix this finding and the rules that then refuse
-    the spec)."""
+    """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule; else
+    the ``fallbacks`` (several fields changed together) or pairs of candidates that do; else ``otherwise``
+    (general advice, no values), after the candidates that fix this finding and the rules that then refuse
+    the spec. A value the spec already has is never proposed."""
     prober = _prober(ctx)
-    if prober is None or code in ctx.spec.acknowledge:
-        return otherwise, ()  # a probe needs no hint; an acknowledged finding is information, not a problem
-    candidates = [dict(c) for c in candidates]
-    ok = _working(prober, candidates, (code, path))
-    if not ok:
-        near = _blocked(prober, candidates, (code, path))
-        if near:
-            near = f"no single change passes every rule: {near}"
-        return "; ".join(p for p in (near, otherwise) if p), ()
-    return f"set {describe(ok)} (each passes every rule)" if len(
-        ok
-    ) > 1 else f"set {describe(ok)} (passes every rule)", tuple(ok)
+    if prober is None:
+        return otherwise, ()  # a probe needs no hint
+    fresh: list[dict[str, Any]] = [c for c in (new_values(ctx, c) for c in candidates) if c]
+    ok = _working(prober, fresh, (code, path))
+    if code in ctx.spec.acknowledge:
+        # an acknowledged finding is information: only what would remove it and passes every rule is named
+        return (_set(ok) if ok else otherwise), tuple(ok)
+    if ok:
+        return _set(ok), tuple(ok)
+    # where no single change passes: the caller's combined changes (a memory share with offload), then pairs
+    more = [c for c in (new_values(ctx, c) for c in fallbacks) if c]
+    pairs = _working(prober, more, (code, path))[:3] or _working(prober, _combined(fresh), (code, path))[:3]
+    near = _blocked(prober, fresh, (code, path))
+    near = f"no single change passes every rule: {near}" if near else ""
+    if pairs:
+        together = _set(pairs).replace("set ", "together: set ", 1)
+        return "; ".join(p for p in (near, together) if p), tuple(pairs)
+    return "; ".join(p for p in (near, otherwise) if p), ()
 
 
 def refusing(ctx: ResolvedSpec, variants: Iterable[Changes]) -> tuple[str, ...]:
@@ -144,4 +210,4 @@ def refusing(ctx: ResolvedSpec, variants: Iterable[Changes]) -> tuple[str, ...]:
     if not verdicts or any(ok for ok, _, _ in verdicts):
         return ()
     _, left, new = verdicts[0]
-    return tuple(sorted({code for code, _ in (new or left)}))
+    return tuple(sorted({found[0] for found in (new or left)}))

@@ -8,6 +8,7 @@ patch verl / engine modules when (and only in the processes where) they are impo
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from .envs import RUNTIME_PATCHES, check_environment
@@ -73,6 +74,11 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
             patch_worker_extension(mod)
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
+        # the receiver's flat buffer and metadata for each bucket: the direct path reads its input in place
+        _importhook.when_imported(
+            verl_patch.MOD_BUCKET_TRANSFER,
+            functools.partial(verl_patch.patch_bucket_receiver, report=False),
+        )
 
     if "mbridge_compat" in new:
         from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
@@ -86,6 +92,12 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
     if "te_report" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
+
+    if {"fast_block_quant", "direct_sync"} & set(new):
+        # the trainer's side of each sync in one log line (verl's bucket sender: trainer processes only)
+        from .sync_timing import patch_bucket_sender
+
+        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_sender)
 
     if {"fast_block_quant", "ue8m0_scales"} & set(new):
 

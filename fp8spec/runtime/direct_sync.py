@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -114,8 +115,10 @@ def copy_runs(
 
 
 class _Layout:
-    def __init__(self, idx, plan, runs, shapes):
-        self.idx, self.plan, self.runs, self.shapes = idx, plan, runs, shapes
+    def __init__(self, idx, plan, runs, shapes, places):
+        self.idx, self.plan, self.runs, self.shapes, self.places = idx, plan, runs, shapes, places
+        # bucket element offsets of the covered tensors -> (plan, runs) reading verl's buffer in place
+        self.in_place: dict[tuple[torch.dtype, tuple[int, ...]], tuple[Any, list[Run]]] = {}
 
 
 class DirectSync:
@@ -139,7 +142,14 @@ class DirectSync:
         )
         self._layouts: dict[tuple, _Layout] = {}
         self._flat: dict[str, torch.Tensor] = {}
-        self.stats = {"buckets": 0, "layouts": 0, "direct_tensors": 0, "fallback_tensors": 0, "copies": 0}
+        self.stats = {
+            "buckets": 0,
+            "layouts": 0,
+            "direct_tensors": 0,
+            "fallback_tensors": 0,
+            "copies": 0,
+            "in_place": 0,
+        }
 
     def bind(self, params: Mapping[str, torch.Tensor]) -> None:
         """The destination storage for this sync; each planned parameter must match its planned shape and dtype."""
@@ -179,13 +189,46 @@ class DirectSync:
             if bplan
             else []
         )
-        lay = _Layout(idx, bplan, runs, shapes)
+        lay = _Layout(idx, bplan, runs, shapes, places)
         self._layouts[key] = lay
         self.stats["layouts"] += 1
         return lay
 
-    def apply(self, weights: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-        """Quantize the covered tensors of one bucket into the bound parameters; returns the others, in order."""
+    def _in_place(self, lay: _Layout, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any):
+        """``(input, plan, runs)`` reading the covered tensors where verl's receiver holds them (its one flat
+        buffer, ``bucket``: a ``flat_bucket.ReceivedBucket``), or None where they are not all views of it in
+        one dtype. The offsets come from the bucket's metadata, checked against each view's address."""
+        if bucket is None or bucket.weights is not weights:
+            return None
+        src = weights[lay.idx[0]][1].dtype
+        base = bucket.buffer.data_ptr()
+        offsets = []
+        for i in lay.idx:
+            name, t = weights[i]
+            m = bucket.meta.get(name)
+            if m is None or m.get("handle") is not None or t.dtype != src or m["offset"] % src.itemsize:
+                return None
+            if t.data_ptr() != base + m["offset"]:
+                return None
+            offsets.append(m["offset"] // src.itemsize)
+        key = (src, tuple(offsets))
+        got = lay.in_place.get(key)
+        if got is None:
+            plan = make_flat_plan(lay.shapes, offsets, self.planner.block, bucket.buffer.device)
+            pshapes = {k: v[0] for k, v in self.planner.params.items()}
+            runs = runs_for(lay.places, lay.shapes, plan.y_starts, plan.s_starts, pshapes, self.planner.block)
+            got = lay.in_place[key] = (plan, runs)
+        extent = max(o + n for o, n in zip(offsets, got[0].numel))
+        # the cast (float32 buckets) is verl's v.to(dtype), done once over the covered extent of the buffer
+        return bucket.flat(src, self.dtype, extent), got[0], got[1]
+
+    def apply(
+        self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None
+    ) -> list[tuple[str, torch.Tensor]]:
+        """Quantize the covered tensors of one bucket into the bound parameters; returns the others, in order.
+
+        ``bucket``: the receiver's flat buffer and metadata for this list (``FlatBucketEngine.bucket``): the
+        covered tensors are then quantized where they lie, with no gathering copy."""
         self.stats["buckets"] += 1
         if not weights:
             return []
@@ -193,14 +236,19 @@ class DirectSync:
         if not lay.idx:
             self.stats["fallback_tensors"] += len(weights)
             return list(weights)
-        # one flat input in the engine's dtype: the cast is verl's v.to(dtype), done once over the bucket
-        flat = torch.cat([weights[i][1].reshape(-1).to(self.dtype) for i in lay.idx])
-        out = quantize_flat(flat, lay.plan, self.scale_fmt, self.amax_floor, views=False)
+        found = self._in_place(lay, weights, bucket)
+        if found is not None:
+            flat, plan, runs = found
+            self.stats["in_place"] += 1
+        else:  # one gathered input in the engine's dtype (verl's v.to(dtype) per tensor)
+            flat = torch.cat([weights[i][1].reshape(-1).to(self.dtype) for i in lay.idx])
+            plan, runs = lay.plan, lay.runs
+        out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False)
         assert isinstance(out, tuple)  # views=False: the two flat output buffers
-        copy_runs(lay.runs, out[0], out[1], self._flat)
+        copy_runs(runs, out[0], out[1], self._flat)
         covered = set(lay.idx)
         rest = [w for i, w in enumerate(weights) if i not in covered]
         self.stats["direct_tensors"] += len(covered)
         self.stats["fallback_tensors"] += len(rest)
-        self.stats["copies"] += len(lay.runs)
+        self.stats["copies"] += len(runs)
         return rest

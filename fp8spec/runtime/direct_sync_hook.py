@@ -133,8 +133,9 @@ class DirectState:
         self.left_out.append(name)
         log.info("fp8spec direct_sync: %s -> verl's receiver (%s)", name, why)
 
-    def route(self, model: Any, dtype: torch.dtype, weights: list) -> list:
-        """Quantize the covered tensors of one bucket into the engine; the rest, in order, for verl."""
+    def route(self, model: Any, dtype: torch.dtype, weights: list, bucket: Any = None) -> list:
+        """Quantize the covered tensors of one bucket into the engine; the rest, in order, for verl.
+        ``bucket``: verl's flat receive buffer holding ``weights`` (``FlatBucketEngine.bucket``), if known."""
         self.counts["buckets"] += 1
         if self.broken is None and self.ds is None:
             try:
@@ -148,7 +149,7 @@ class DirectState:
         if self.new_sync:  # after verl's staging swapped the parameters (prepare_quanted_weights_for_loading)
             self.ds.bind(dict(model.named_parameters()))
             self.new_sync = False
-        rest = self.ds.apply(weights)
+        rest = self.ds.apply(weights, bucket)
         self.counts["direct"] += len(weights) - len(rest)
         self.counts["verl"] += len(rest)
         return rest
@@ -182,9 +183,17 @@ def _state(ext: Any, factory: Callable[[], DirectState]) -> DirectState:
     return st
 
 
-def patch_worker_extension(module: ModuleType, factory: Callable[[], DirectState] = DirectState) -> None:
-    """Wrap ``vLLMColocateWorkerExtension`` in ``module`` (verl's vllm_rollout/utils.py); idempotent."""
+def patch_worker_extension(
+    module: ModuleType, factory: Callable[[], DirectState] = DirectState, engine: Any = None
+) -> None:
+    """Wrap ``vLLMColocateWorkerExtension`` in ``module`` (verl's vllm_rollout/utils.py); idempotent.
+
+    ``engine``: the ``FlatBucketEngine`` whose receiver patch (``verl_patch.patch_bucket_receiver``) exposes the
+    bucket being received, so covered tensors are quantized where they lie in verl's buffer."""
     import time
+
+    if engine is None:
+        from .flat_bucket import ENGINE as engine
 
     cls = module.vLLMColocateWorkerExtension
     if getattr(cls, FLAG, False):
@@ -235,7 +244,8 @@ def patch_worker_extension(module: ModuleType, factory: Callable[[], DirectState
             )  # LoRA / MTP drafter: verl loads all (counted in the sync's line)
             return orig_update(self, weights, peft_config, base_sync_done)
         runner = self.model_runner
-        rest = st.route(runner.model, runner.vllm_config.model_config.dtype, list(weights))
+        bucket = engine.bucket  # set by the receiver patch around this callback (same list object)
+        rest = st.route(runner.model, runner.vllm_config.model_config.dtype, weights, bucket)
         if rest and st.ds is not None and sys.modules.get(MOD_QUANT_UTILS) is not None:
             rest = st.defer(rest)
         if rest:

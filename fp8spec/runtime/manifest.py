@@ -79,7 +79,11 @@ PATCHES = {
             "vLLM's DeepGEMM E8M0 re-quantization (default on Hopper, VLLM_USE_DEEP_GEMM_E8M0=1) is lossless "
             "instead of a second rounding."
         ),
-        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
+        "side": (
+            "engine-process quantizer (vLLM path)",
+            "trainer-process quantizer (SGLang path)",
+            "trainer-process sync timing line (sync_timing.py)",
+        ),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("ue8m0_scales"),
@@ -92,7 +96,11 @@ PATCHES = {
             "reused, launch through the compiled kernel's runner); on an H200 the hook reached 87.5 % (Qwen3-8B) "
             "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end with the default switches."
         ),
-        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
+        "side": (
+            "engine-process quantizer (vLLM path)",
+            "trainer-process quantizer (SGLang path)",
+            "trainer-process sync timing line (sync_timing.py)",
+        ),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("fast_block_quant"),
@@ -108,7 +116,7 @@ PATCHES = {
             "nothing). Refused by rule BLK006 where the engine's profile does not record it byte-exact in the real "
             "engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8)."
         ),
-        "side": ("engine-process quantizer (vLLM path)",),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process sync timing line (sync_timing.py)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("direct_sync"),

@@ -192,7 +192,7 @@ class _RecordingSocket:
         return getattr(self._sock, name)
 
 
-def patch_bucket_receiver(module: ModuleType, engine: FlatBucketEngine = ENGINE) -> None:
+def patch_bucket_receiver(module: ModuleType, engine: FlatBucketEngine = ENGINE, report: bool = True) -> None:
     """fast_block_quant, vLLM worker: let quant_weights see each received bucket's flat buffer and
     metadata (``BucketedWeightReceiver``, bucketed_weight_transfer.py 240-355), and give the reused
     output memory back when the receiver cleans up after a round (its ``_cleanup``, 332-355, runs in a
@@ -230,6 +230,8 @@ def patch_bucket_receiver(module: ModuleType, engine: FlatBucketEngine = ENGINE)
         start, launches = time.perf_counter(), engine.stats["flat_launches"]
         out = orig_receive(self, on_bucket)
         # one line per weight sync: which quantizer ran and how long the whole receive took
+        if not report:  # direct_sync: its own line per sync (direct_sync_hook) says what ran
+            return out
         logger.info(
             "fp8spec fast_block_quant: weight sync received in %.3f s, %d flat-bucket launches, stats %s",
             time.perf_counter() - start,

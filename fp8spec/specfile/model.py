@@ -340,6 +340,30 @@ class RolloutSection(Section):
     calculate_log_probs: bool = Field(
         True, description="Return rollout log-probs; every correction needs them."
     )
+    # The engine's length and batch knobs. Unset (None) keeps verl's default, so specs that leave them out
+    # compile exactly as before; the planner and the MEM rules read the same effective values.
+    max_model_len: Optional[PositiveCount] = Field(
+        None,
+        description="Longest sequence (prompt + response) the engine serves, in tokens "
+        "(actor_rollout_ref.rollout.max_model_len; --max-model-len / --context-length when served alone). vLLM "
+        "keeps KV room for one request of this length, so a value near max_prompt_length + max_response_length "
+        "instead of the model's whole context frees KV memory. At most the model's max_position_embeddings "
+        "(MDL003). Default: the model's max_position_embeddings (what verl passes).",
+    )
+    max_num_seqs: Optional[SmallCount] = Field(
+        None,
+        description="Sequences each engine replica runs at once (actor_rollout_ref.rollout.max_num_seqs; "
+        "SGLang's max_running_requests; --max-num-seqs / --max-running-requests when served alone). Fewer "
+        "running sequences fit the KV cache without preemption (MEM004). Default: verl's 256.",
+    )
+    max_num_batched_tokens: Optional[PositiveCount] = Field(
+        None,
+        description="Tokens one engine step processes, prefill chunks included "
+        "(actor_rollout_ref.rollout.max_num_batched_tokens; SGLang: engine_kwargs.sglang.chunked_prefill_size, "
+        "which verl does not derive from it; --max-num-batched-tokens / --chunked-prefill-size when served "
+        "alone). vLLM profiles its activation peak at this many tokens and needs at least max_num_seqs (PAR014). "
+        "Default: verl's 8192.",
+    )
 
 
 # The trainer side of the stack; each rollout engine describes its own field (fp8spec/engines/<name>/).

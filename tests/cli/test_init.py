@@ -63,13 +63,14 @@ def test_init_output_validates_clean(case, tmp_path):
 def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
     out = tmp_path / "mine.yaml"
     proc = run_cli_here(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out),
-                   "--acknowledge", "MEM004", "--acknowledge", "TRN007")
+                   "--acknowledge", "TRN007")
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert "# Check: fp8spec validate " in text and "parallel: {tp:" in text  # comments and layout kept
     for line in proc.stderr.splitlines():  # each change init made is reported with the rule behind it
         assert line.startswith("init: ") and "(" in line
-    assert "init: acknowledge.MEM004 (--acknowledge" in proc.stderr
+    assert "init: rollout.max_num_seqs null -> 51 (MEM004)" in proc.stderr  # a value that fits, applied
+    assert "init: acknowledge.TRN007 (--acknowledge" in proc.stderr
     assert run_cli_here("validate", "--strict", str(out)).returncode == 0
     proc = run_cli_here("compile", str(out), "-o", str(tmp_path / "b"))
     assert proc.returncode == 0, proc.stderr
@@ -98,19 +99,20 @@ def test_cli_init_refuses_what_cannot_be_clean(tmp_path):
 
 
 def test_cli_init_acknowledges_only_what_the_user_chose(tmp_path):
-    """The moe-megatron template's long responses preempt on 2 x 8 H200 (MEM004) and FP8 training was measured
-    slower for this class (TRN007): init says so and writes nothing until the user accepts each by name."""
+    """The moe-megatron template's long responses preempt on 2 x 8 H200 (MEM004: init applies the max_num_seqs
+    that fits) and FP8 training was measured slower for this class (TRN007, which no change removes): init says
+    so and writes nothing until the user accepts it by name."""
     out = tmp_path / "m.yaml"
     args = _args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8) + ["-o", str(out)]
     proc = run_cli_here(*args)
     assert proc.returncode == 1 and not out.exists()
-    assert "init: note: MEM004 heavy-preemption:" in proc.stderr and "`--acknowledge MEM004`" in proc.stderr
-    one = run_cli_here(*args, "--acknowledge", "MEM004")
-    assert one.returncode == 1 and not out.exists() and "`--acknowledge TRN007`" in one.stderr
-    both = run_cli_here(*args, "--acknowledge", "mem004", "--acknowledge", "TRN007")
-    assert both.returncode == 0, both.stderr
+    assert "(MEM004)" in proc.stderr and "init: note: MEM004" not in proc.stderr
+    assert "init: note: TRN007 fp8-training-measured-slower:" in proc.stderr
+    assert "`--acknowledge TRN007`" in proc.stderr
+    one = run_cli_here(*args, "--acknowledge", "trn007")
+    assert one.returncode == 0, one.stderr
     acks = load_spec(out).spec.acknowledge
-    assert set(acks) == {"MEM004", "TRN007"}
+    assert set(acks) == {"TRN007"}
     assert all(reason.startswith(f"accepted with fp8spec init --acknowledge {code}") for code, reason in acks.items())
     bad = run_cli_here(*args, "--force", "--acknowledge", "BLK001")
     assert bad.returncode == 2 and "not an acknowledgeable rule" in bad.stderr
@@ -134,6 +136,18 @@ def test_cli_init_keeps_an_existing_file_without_force(tmp_path):
     proc = run_cli_here("init", "-o", str(out))
     assert proc.returncode == 2 and "--force" in proc.stderr and out.read_text() == "mine\n"
     assert run_cli_here("init", "-o", str(out), "--force").returncode == 0 and out.read_text().startswith("# ")
+
+
+def test_init_draft_hints_propose_nothing_already_set(tmp_path):
+    """The issue's case: a fresh dense-vllm draft for DeepSeek-V3 has FP8 linears; its MEM002 hint used to
+    propose linear.quantize: true, which the draft already has."""
+    out = tmp_path / "d.yaml"
+    proc = run_cli_here(*_args("dense-vllm", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
+    assert proc.returncode == 1 and " error MEM002 " in proc.stderr and not out.exists()
+    lines = proc.stderr.splitlines()
+    mem002 = next(lines[i + 1] for i, line in enumerate(lines) if " error MEM002 " in line)
+    assert "hint: " in mem002
+    assert "linear.quantize" not in mem002 and "quantize the linears" not in mem002
 
 
 # a Qwen3-shaped model of a size the catalog does not have (a user's own pretraining run)
@@ -210,3 +224,74 @@ def test_init_on_a_gpu_without_fp8_says_so_in_name_and_comments(tmp_path):
         assert spec.trainer.checkpoint_dir.endswith(spec.name)
     named = starter_spec("dense-vllm", gpu="a100", name="mine", spec_dir=tmp_path)
     assert named.validation.loaded.spec.name == "mine"  # a name the user chose is kept
+
+
+# a Mistral-7B-shaped local model (no QK-norm): with the dense-vllm template's FP8 KV cache, KV008 proposed bf16
+# and MEM004 proposed fp8_e4m3 again, and init went back and forth until it gave up
+MISTRAL_LIKE = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+                "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                "num_hidden_layers": 32, "vocab_size": 32768, "tie_word_embeddings": False,
+                "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}
+
+
+def _changed_fields(lines) -> list[str]:
+    """The fields init changed, one per applied change ('init: rollout.tp 1 -> 2 (BLK001)')."""
+    return [line.split()[0] for line in lines if " -> " in line]
+
+
+def _mistral(tmp_path):
+    import json
+
+    folder = tmp_path / "my-mistral"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MISTRAL_LIKE))
+    return folder
+
+
+def test_init_config_path_mistral_like_writes_a_valid_spec(tmp_path):
+    """The regression: init --config-path on a Mistral-like model used to go back and forth between KV008's
+    bf16 and MEM004's fp8_e4m3. Now KV008's proposal is a BF16 KV cache with the max_num_seqs it holds at full
+    length (bf16 alone would bring MEM004 back): each field set once, and the spec validates --strict."""
+    folder = _mistral(tmp_path)
+    out = tmp_path / "s.yaml"
+    proc = run_cli_here("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    changed = _changed_fields(line.removeprefix("init: ") for line in proc.stderr.splitlines())
+    assert changed == ["kv_cache.dtype", "rollout.max_num_seqs"], proc.stderr
+    assert "init: kv_cache.dtype fp8_e4m3 -> bf16 (KV008)" in proc.stderr
+    assert run_cli_here("validate", "--strict", str(out)).returncode == 0
+    spec = load_spec(out).spec
+    assert spec.kv_cache.dtype == "bf16" and spec.rollout.max_num_seqs and not spec.acknowledge
+
+
+def test_acknowledge_reason_keeps_a_summary_s_capitals():
+    from fp8spec.starter import _lowered
+
+    assert _lowered("FP8 KV cache on a model") == "FP8 KV cache on a model"  # was 'fP8 KV cache'
+    assert _lowered("The KV cache holds") == "the KV cache holds"
+
+
+def test_init_never_undoes_its_own_change(tmp_path, monkeypatch):
+    """The guard, on its own: with proposals checked for errors only (the check before a proposal became a
+    promise), KV008 proposes bf16 and MEM004 then proposes fp8_e4m3 back. init applies the first, does not
+    apply the second, names MEM004 in a comment of the draft and a note, and ends unclean (exit 1)."""
+    import fp8spec.rules.proposals as proposals
+    from fp8spec.starter import starter_spec
+
+    checked = proposals._verdict
+
+    def errors_only(prober, changes, fixes):
+        after = prober.findings(changes)
+        if after is not None and fixes is not None and any(found[:2] == tuple(fixes) for found in after):
+            return False, frozenset(), frozenset()
+        return checked(prober, changes, None)
+
+    monkeypatch.setattr(proposals, "_verdict", errors_only)
+    result = starter_spec("dense-vllm", gpu="h200", config_path=_mistral(tmp_path), spec_dir=tmp_path)
+    assert result.changes == ["kv_cache.dtype fp8_e4m3 -> bf16 (KV008)"]
+    assert result.kept == ["MEM004 heavy-preemption left unfixed: kv_cache.dtype: fp8_e4m3 would undo the change "
+                           "kv_cache.dtype fp8_e4m3 -> bf16 (KV008)"]
+    assert result.text.endswith(f"# init: {result.kept[0]}\n")
+    assert not result.clean and result.validation.loaded.spec.kv_cache.dtype == "bf16"
+    assert [code for code, _ in result.unacknowledged] == ["MEM004"]
+    assert "its proposal would undo an earlier change" in result.unacknowledged[0][1]

@@ -145,6 +145,10 @@ VARIANTS = {
     "budgets": ("qwen3-8b", {"algorithm": {"ppo_max_token_len_per_gpu": 24576,
                                            "log_prob_max_token_len_per_gpu": 49152}}),
     "custom-reward": ("qwen3-8b-sglang", {"reward": {"custom_function": {"path": REWARD_OK}}}),
+    "length-knobs": ("qwen3-8b", {"rollout": {"max_model_len": 22528, "max_num_seqs": 64,
+                                              "max_num_batched_tokens": 4096}}),
+    "length-knobs-sglang": ("qwen3-8b-sglang", {"rollout": {"max_model_len": 22528, "max_num_seqs": 64,
+                                                            "max_num_batched_tokens": 4096}}),
 }
 
 
@@ -185,6 +189,15 @@ def test_variant_composes_and_passes_verl_validation(name, tmp_path):
         assert actor.ppo_max_token_len_per_gpu == 16384  # verl's default, untouched: dynamic batching is off
     if name == "budgets":
         assert cfg.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu == 49152
+    rollout = cfg.actor_rollout_ref.rollout
+    if name.startswith("length-knobs"):
+        # verl's own RolloutConfig holds what the spec set (its defaults otherwise: null, 256, 8192)
+        config = omega_conf_to_dataclass(_resolved(cfg).actor_rollout_ref.rollout)
+        assert (config.max_model_len, config.max_num_seqs, config.max_num_batched_tokens) == (22528, 64, 4096)
+        # verl passes max_num_batched_tokens to vLLM only; SGLang gets it as its prefill chunk
+        assert rollout.engine_kwargs.sglang.get("chunked_prefill_size") == (4096 if name.endswith("sglang") else None)
+    else:
+        assert (rollout.max_model_len, rollout.max_num_seqs, rollout.max_num_batched_tokens) == (None, 256, 8192)
 
 
 def _resolved(cfg):

@@ -29,11 +29,12 @@ REFUSED = {
     ("qwen3-30b-sglang", "fsdp+vllm"): {"TRN001"},
     ("qwen3-30b-sglang", "fsdp+sglang"): {"TRN001"},
     # the 8B runs' rollout memory share (0.6) leaves no room for Megatron's unsharded bf16 weights and fp32
-    # gradients beside the engine without offloading
-    ("qwen3-8b", "megatron+vllm"): {"MEM003"},
-    ("qwen3-8b", "megatron+sglang"): {"MEM003", "KV007"},
-    ("qwen3-8b-sglang", "megatron+vllm"): {"MEM003"},
-    ("qwen3-8b-sglang", "megatron+sglang"): {"MEM003"},
+    # gradients beside the engine without offloading; at the specs' Megatron TP 2 the training peak is also
+    # beyond the H100 by more than the 10 % margin (MEM006)
+    ("qwen3-8b", "megatron+vllm"): {"MEM003", "MEM006"},
+    ("qwen3-8b", "megatron+sglang"): {"MEM003", "KV007", "MEM006"},
+    ("qwen3-8b-sglang", "megatron+vllm"): {"MEM003", "MEM006"},
+    ("qwen3-8b-sglang", "megatron+sglang"): {"MEM003", "MEM006"},
     # per-step FP8 KV scales on SGLang: its FlashInfer decode (verl's default) keeps graph-captured scales
     ("qwen3-8b", "fsdp+sglang"): {"KV007"},
     ("qwen3-8b", "sglang"): {"KV007"},

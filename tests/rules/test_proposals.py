@@ -12,7 +12,7 @@ from fp8spec.rules.registry import all_rules, get_rule
 from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
 
 # Rules whose bad example must come with at least one proposal.
-PROPOSING = {"BLK001", "HW001", "HW003", "HW004", "HW006", "MDL002", "MEM002", "MEM003", "PAR001", "PAR002",
+PROPOSING = {"BLK001", "HW001", "HW003", "HW004", "HW006", "MDL002", "MEM002", "MEM003", "MEM005", "MEM006", "PAR001", "PAR002",
              "PAR004", "PAR006", "PAR008", "PAR010", "PAR011", "PAR012"}
 
 
@@ -35,6 +35,10 @@ def _errors(validation) -> set[tuple[str, str]]:
     return {(d.code, d.path) for d in validation.errors}
 
 
+def _warnings(validation) -> set[tuple[str, str]]:
+    return {(d.code, d.path) for d in validation.warnings}
+
+
 def _check_proposals(validate, data: dict, code: str) -> int:
     before = validate(data)
     findings = _findings(before, code)
@@ -47,6 +51,9 @@ def _check_proposals(validate, data: dict, code: str) -> int:
             assert (code, finding.path) not in errors, (code, changes, "does not fix the finding")
             new = errors - _errors(before)
             assert not new, (code, changes, "adds", new)
+            if get_rule(code).severity != "error":  # a warning is not traded for another one (it would be undone)
+                warned = _warnings(after) - _warnings(before)
+                assert not warned, (code, changes, "adds warnings", warned)
             at_changed = {e for e in errors if any(e[1] == f or e[1].startswith(f + ".") for f in changes)}
             assert not at_changed, (code, changes, "leaves", at_changed)
             checked += 1

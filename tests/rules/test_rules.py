@@ -182,7 +182,9 @@ def test_deepseek_v3_end_to_end_on_4x8_h200_is_refused(validate):
     found = _codes(result, "MEM001")
     assert found and found[0].severity == "error"
     assert "trainer state per GPU is 428.7 GiB" in found[0].message
-    assert "at least 90 GPUs (12 nodes of 8)" in found[0].hint
+    assert "the state needs at least 90 GPUs even perfectly sharded" in found[0].message
+    # no single change fits it; the hint names the combination that does, with values
+    assert "together: set hardware.nodes: 24, training.parallel.ep: 16 (passes every rule)" in found[0].hint
     assert result.errors
 
 

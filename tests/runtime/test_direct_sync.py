@@ -226,3 +226,69 @@ def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype):
     ds.apply([(n, t.cuda()) for n, t in weights])
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
+
+
+# ----------------------------------------------------------------------------- in place on verl's buffer
+def _received(weights, bucket_size, dtype_mix=False):
+    """Buckets as verl's receiver holds them (sender packing and receiver views as verl 0.9.1 does them,
+    reproduced in test_verl_flat_bucket.py): per bucket a ReceivedBucket over the one buffer and its view list."""
+    from fp8spec.runtime.flat_bucket import ReceivedBucket
+
+    from .test_verl_flat_bucket import receive, send_buckets
+
+    out = []
+    for buffer, raw, ipc in send_buckets(weights, bucket_size):
+        meta, views = receive(buffer, raw, ipc)
+        # each bucket gets its own copy of the reused buffer: the test keeps them all at once
+        own = buffer.clone()
+        meta2, views2 = receive(own, raw, ipc)
+        out.append(ReceivedBucket(own, meta2["bucket_meta"], views2, raw))
+    return out
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype):
+    params, parts = engine_params(cfg, 2)
+    weights = _weights(cfg, dtype, seed=7)
+    ref = _vllm_style_load(cfg, params, weights, 2, 1)
+    stacked, experts = _tables(cfg)
+    ds = DirectSync(Planner(params, parts, stacked, experts, 1, 2), torch.bfloat16, on_left_out=lambda *a: None)
+    dst = _garbage(params)
+    ds.bind(dst)
+    buckets = _received(weights, bucket_size=3 << 20)
+    assert len(buckets) > 1
+    rest = []
+    for b in buckets:
+        rest += ds.apply(b.weights, b)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, dst, fp8)
+    assert ds.stats["in_place"] == sum(1 for b in buckets if any(n.endswith("_proj.weight") for n, _ in b.weights))
+    assert [n for n, _ in rest] == [n for n, _ in weights if not n.endswith("_proj.weight")]
+    # the next sync reads the same layouts in place again: no new plan, same bytes
+    layouts, dst2 = ds.stats["layouts"], _garbage(params)
+    ds.bind(dst2)
+    for b in buckets:
+        ds.apply(b.weights, b)
+    assert ds.stats["layouts"] == layouts
+    _assert_bytes_equal(ref, dst2, fp8)
+
+
+def test_not_in_place_when_the_list_or_a_view_is_not_the_receivers():
+    cfg = SMALL_DENSE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16, seed=9)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    stacked, experts = _tables(cfg)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    (b,) = _received(weights, bucket_size=64 << 20)
+    moved = [(n, t.clone()) if n.endswith("q_proj.weight") else (n, t) for n, t in b.weights]
+    for weights_in in (list(b.weights), moved):  # another list object; a tensor that is not a view of the buffer
+        if weights_in is moved:
+            b.weights = moved
+        ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+        dst = _garbage(params)
+        ds.bind(dst)
+        ds.apply(weights_in, b)
+        assert ds.stats["in_place"] == 0
+        _assert_bytes_equal(ref, dst, fp8)  # the gathered input still writes the right bytes

@@ -23,6 +23,8 @@ from torch import nn
 
 from fp8spec.runtime import direct_sync_hook as hook
 from fp8spec.runtime.direct_sync_plan import build_plan
+from fp8spec.runtime.flat_bucket import FlatBucketEngine
+from fp8spec.runtime.verl_patch import MOD_BUCKET_TRANSFER
 
 from ._qwen_shapes import checkpoint, engine_params
 from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
@@ -42,7 +44,8 @@ pytestmark = pytest.mark.slow  # the vLLM wheel comes from the snapshot cache
 def test_activation_registers_the_worker_extension_hook_only():
     r = _run(CHECK, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})
     assert r["active"] == ["direct_sync"]
-    assert set(r["pending"]) == {hook.MOD_VLLM_EXT} and r["bad"] == []
+    # the worker extension, and verl's bucket receiver (its flat buffer: the direct path reads its input in place)
+    assert set(r["pending"]) == {hook.MOD_VLLM_EXT, MOD_BUCKET_TRANSFER} and r["bad"] == []
 
 
 @pytest.mark.parametrize("model,cfg", [("qwen3", SMALL_DENSE), ("qwen3_moe", SMALL_MOE)])
@@ -242,3 +245,35 @@ def test_a_large_uncovered_tensor_is_loaded_at_once_with_what_was_kept(monkeypat
     monkeypatch.setattr(hook, "DEFER_TOTAL_BYTES", 40)
     assert st.defer([small]) == []
     assert [n for n, _ in st.defer([small])] == ["norm.weight", "norm.weight"]  # past the total: flushed
+
+
+class ReceivingExt(Ext):
+    """As Ext, with each bucket handed over inside the receiver patch's context (verl_patch.patch_bucket_receiver
+    wraps on_bucket_received in ``engine.received_bucket(buffer, meta, weights)``: the same list object)."""
+
+    engine: FlatBucketEngine
+
+    def update_weights_from_ipc(self, peft_config=None, base_sync_done=False, use_shm=False):
+        for b in self.buckets:
+            with self.engine.received_bucket(b.buffer, b.meta, b.weights, b.raw):
+                self._update_weights(b.weights, peft_config=peft_config, base_sync_done=base_sync_done)
+
+
+def test_the_hook_quantizes_in_place_on_the_receivers_buffer():
+    from .test_direct_sync import _received
+
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.float32, seed=11)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    model = _model(cfg, params, parts, _garbage(params))
+    engine = FlatBucketEngine()
+    mod = types.SimpleNamespace(vLLMColocateWorkerExtension=type("R", (ReceivingExt,), {"engine": engine}))
+    hook.patch_worker_extension(mod, factory=lambda: hook.DirectState(tp=lambda: (0, 1)), engine=engine)
+    buckets = _received(weights, bucket_size=2 << 20)
+    ext = mod.vLLMColocateWorkerExtension(model, buckets)
+    ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
+    ds = ext._fp8spec_direct.ds
+    assert ds.stats["in_place"] == len(buckets) > 1

@@ -129,6 +129,15 @@ def _rollout(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
         "share of GPU memory the engine takes (weights + KV cache)",
     )
     add(plan, keys, "key.rollout_n", r.n, "rollout.n", "responses per prompt")
+    # unset: verl's own defaults stand (the planner reads the same values from the verl profile)
+    for field, why in (
+        ("max_model_len", "longest sequence the engine serves; vLLM keeps KV room for one request of it"),
+        ("max_num_seqs", "sequences each replica runs at once"),
+        ("max_num_batched_tokens", "tokens one engine step processes"),
+    ):
+        value = getattr(r, field)
+        if value is not None:
+            add(plan, keys, f"key.rollout_{field}", value, f"rollout.{field}", why)
     add(
         plan,
         keys,

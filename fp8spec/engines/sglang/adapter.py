@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fp8spec.compiler.adapters.verl import add_engine_arg
 from fp8spec.compiler.settings import SettingsPlan, serve_flags
 from fp8spec.engines.common import ServeArg, kv_cache_dtype_arg, kv_cache_dtype_flag, sizing_flags
 from fp8spec.exclusions.ignore_lists import engine_module_names
@@ -53,6 +54,17 @@ def build_in_verl(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "on the trainer side at every weight sync and SGLang loads them through an injected FP8 "
             "quantization_config."
         )
+    if spec.rollout.max_num_batched_tokens is not None:
+        add_engine_arg(
+            plan,
+            keys,
+            ctx,
+            "engine_arg.chunked_prefill_size",
+            spec.rollout.max_num_batched_tokens,
+            "rollout.max_num_batched_tokens",
+            "SGLang's per-step prefill budget: verl passes rollout.max_num_batched_tokens to vLLM only",
+            ctx.profile("sglang").evidence("engine_arg.chunked_prefill_size"),
+        )
     if spec.kv_cache.fp8:
         kv_cache_dtype_arg(plan, keys, ctx, "FP8 KV cache (SGLang spells it fp8_e4m3; plain fp8 is rejected)")
 
@@ -80,5 +92,12 @@ def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
         )
     if spec.kv_cache.fp8:
         args.append(kv_cache_dtype_flag(spec))
-    args += sizing_flags(spec, "flag.tp_size", "flag.mem_fraction_static", "flag.context_length")
+    args += sizing_flags(
+        spec,
+        "flag.tp_size",
+        "flag.mem_fraction_static",
+        "flag.context_length",
+        "flag.max_running_requests",
+        "flag.chunked_prefill_size",
+    )
     return argv + serve_flags(plan, prof, args)

@@ -32,7 +32,17 @@ if TYPE_CHECKING:
 )
 def sglang_q_scale(ctx: ResolvedSpec) -> Iterator[Finding]:
     if ctx.spec.kv_cache.fp8:
-        yield Finding("SGLang applies k/v scales only; the query is cast to FP8 unscaled", "kv_cache.dtype")
+        # a BF16 KV cache is proposed only where it adds no finding of its own (it may bring back MEM004)
+        hint, ok = proposal(
+            ctx,
+            "KV003",
+            "kv_cache.dtype",
+            [{"kv_cache.dtype": "bf16"}],
+            "accept it, or use vLLM (FA3 applies the q scale), or a BF16 KV cache",
+        )
+        yield Finding(
+            "SGLang applies k/v scales only; the query is cast to FP8 unscaled", "kv_cache.dtype", hint, ok
+        )
 
 
 @rule(

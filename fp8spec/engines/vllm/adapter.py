@@ -136,6 +136,11 @@ def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
                 "inside a training run, through the kv_scales runtime patch). Compare against a BF16 KV server."
             )
     args += sizing_flags(
-        spec, "flag.tensor_parallel_size", "flag.gpu_memory_utilization", "flag.max_model_len"
+        spec,
+        "flag.tensor_parallel_size",
+        "flag.gpu_memory_utilization",
+        "flag.max_model_len",
+        "flag.max_num_seqs",
+        "flag.max_num_batched_tokens",
     )
     return argv + serve_flags(plan, prof, args)

@@ -109,6 +109,50 @@ def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
+@rule(
+    "PAR014",
+    "batched-tokens-below-seqs",
+    "error",
+    "vLLM's max_num_batched_tokens is below its max_num_seqs.",
+    """vLLM's scheduler refuses to start when one step's token budget cannot give each running sequence a
+    token: 'max_num_batched_tokens (...) must be greater than or equal to max_num_seqs (...)' (ValueError,
+    vllm/config/scheduler.py:286-291 in 0.24.0). verl passes both (vllm_async_server.py:333-335); unset
+    fields are verl's defaults, 8192 and 256 (verl/trainer/config/rollout/rollout.yaml:78,84).""",
+    "raise rollout.max_num_batched_tokens to at least rollout.max_num_seqs, or lower max_num_seqs",
+    needs_model=False,
+    engine="vllm",
+    examples=Examples(
+        bad={"rollout": {"max_num_batched_tokens": 128}},
+        good={"rollout": {"max_num_batched_tokens": 256}},
+        message="rollout.max_num_batched_tokens 128 is below rollout.max_num_seqs 256",
+    ),
+)
+def batched_tokens_below_seqs(ctx: ResolvedSpec) -> Iterator[Finding]:
+    r = ctx.spec.rollout
+    if r.max_num_batched_tokens is None and r.max_num_seqs is None:
+        return  # verl's defaults (8192 >= 256)
+    d = ctx.fact("verl", "memory.rollout_engine_defaults") or {}
+    tokens = r.max_num_batched_tokens or d.get("max_num_batched_tokens")
+    seqs = r.max_num_seqs or d.get("max_num_seqs")
+    if tokens is None or seqs is None or int(tokens) >= int(seqs):
+        return
+    path = (
+        "rollout.max_num_batched_tokens" if r.max_num_batched_tokens is not None else "rollout.max_num_seqs"
+    )
+    candidates = [{"rollout.max_num_batched_tokens": int(seqs)}]
+    if int(tokens) <= 4096:
+        candidates.append({"rollout.max_num_seqs": int(tokens)})
+    hint, ok = proposal(
+        ctx, "PAR014", path, candidates, "raise max_num_batched_tokens to max_num_seqs or more"
+    )
+    yield Finding(
+        f"rollout.max_num_batched_tokens {tokens} is below rollout.max_num_seqs {seqs}: vLLM refuses to start",
+        path,
+        hint,
+        ok,
+    )
+
+
 def _fp8_moe_backend(ctx: ResolvedSpec) -> str | None:
     """The FP8 MoE kernel vLLM picks for the spec's block-FP8 experts, where the profile says (Hopper only:
     elsewhere the choice depends on installed kernels the spec does not pin)."""

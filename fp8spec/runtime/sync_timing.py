@@ -1,0 +1,140 @@
+"""The trainer's side of a weight sync, in one log line per sync: where the time went before the engine has it.
+
+verl 0.9.1's ``BucketedWeightSender.async_send_weights`` (``verl/workers/rollout/vllm_rollout/
+bucketed_weight_transfer.py`` 102-166) runs in the trainer process: it pulls each (name, tensor) from the
+trainer's generator (FSDP: ``param.to(device).full_tensor()`` per parameter, ``workers/engine/fsdp/
+transformer_impl.py`` 1032), copies it into a bucket, and per full bucket synchronizes the device (134, 162),
+sends the bucket's metadata (135, 163; 234 for a tensor larger than a bucket) and waits for the receiver's reply
+(136, 164, 235), which comes once the engine has quantized and loaded the bucket. The wrapper times the waits at
+those three points, per bucket, with no per-tensor work:
+
+* ``GPU wait``: the device synchronizations: the trainer's queued copies (host-to-device of offloaded shards,
+  gathers, the bucket fill) finishing;
+* ``engine``: the replies: the engine's receive, quantization and load of each bucket;
+* ``trainer stream + fill``: the rest: the host side of the trainer's generator and of the fill loop.
+
+BENCHMARKS.md 9.1 is why: in the real 4B loop the engine received a sync in 0.50 s of 1.40 s.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import time
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger("fp8spec.runtime.sync_timing")
+
+FLAG = "_fp8spec_sync_timing"
+GIB = float(1 << 30)
+
+
+class SendTimes:
+    """One sync's counts and waits (seconds)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.tensors = self.buckets = self.bytes = 0
+        self.gpu_wait = self.engine = 0.0
+
+    def count(self, bucket_meta: dict) -> None:
+        self.buckets += 1
+        self.tensors += len(bucket_meta)
+        for m in bucket_meta.values():
+            self.bytes += m["dtype"].itemsize * m["shape"].numel()
+
+    def line(self) -> str:
+        total = time.perf_counter() - self.start
+        host = max(total - self.gpu_wait - self.engine, 0.0)
+        return (
+            f"fp8spec weight sync sent: {self.tensors} tensors, {self.buckets} buckets, "
+            f"{self.bytes / GIB:.2f} GiB in {total:.3f} s: trainer stream + fill {host:.3f} s, "
+            f"GPU wait {self.gpu_wait:.3f} s, engine {self.engine:.3f} s"
+        )
+
+
+# the sync being sent by this task (asyncio keeps a context per task; the receiver's thread has none)
+_CURRENT: contextvars.ContextVar[SendTimes | None] = contextvars.ContextVar("fp8spec_send", default=None)
+
+
+class _TimedDevice:
+    """The device module verl's module calls ``synchronize`` on; other attributes pass through."""
+
+    def __init__(self, dev: Any):
+        self._dev = dev
+
+    def synchronize(self, *args: Any, **kwargs: Any) -> Any:
+        st = _CURRENT.get()
+        if st is None:
+            return self._dev.synchronize(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return self._dev.synchronize(*args, **kwargs)
+        finally:
+            st.gpu_wait += time.perf_counter() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dev, name)
+
+
+class _TimedSocket:
+    """The sender's zmq socket: counts each bucket's metadata message and times the receiver's replies."""
+
+    def __init__(self, sock: Any):
+        self._sock = sock
+
+    def send_pyobj(self, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        st = _CURRENT.get()
+        if st is not None and isinstance(obj, dict) and isinstance(obj.get("bucket_meta"), dict):
+            st.count(obj["bucket_meta"])
+        return self._sock.send_pyobj(obj, *args, **kwargs)
+
+    def recv(self, *args: Any, **kwargs: Any) -> Any:
+        st = _CURRENT.get()
+        if st is None:
+            return self._sock.recv(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return self._sock.recv(*args, **kwargs)
+        finally:
+            st.engine += time.perf_counter() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def patch_bucket_sender(module: ModuleType) -> None:
+    """Wrap ``BucketedWeightSender`` in ``module`` (verl's bucketed_weight_transfer.py); idempotent."""
+    cls = module.BucketedWeightSender
+    if getattr(cls, FLAG, False):
+        return
+    orig_send, orig_init_socket = cls.async_send_weights, cls._init_socket
+    orig_device = module.get_torch_device
+
+    @functools.wraps(orig_device)
+    def get_torch_device() -> Any:
+        return _TimedDevice(orig_device())
+
+    @functools.wraps(orig_init_socket)
+    def _init_socket(self) -> None:
+        orig_init_socket(self)
+        if not isinstance(self.socket, _TimedSocket):
+            self.socket = _TimedSocket(self.socket)
+
+    @functools.wraps(orig_send)
+    async def async_send_weights(self, weights: Any) -> Any:
+        st = SendTimes()
+        token = _CURRENT.set(st)
+        try:
+            return await orig_send(self, weights)
+        finally:
+            _CURRENT.reset(token)
+            log.info(st.line())
+            self._fp8spec_send_times = st
+
+    module.get_torch_device = get_torch_device  # type: ignore[attr-defined]  # verl's name the sender calls
+    cls._init_socket = _init_socket
+    cls.async_send_weights = async_send_weights
+    setattr(cls, FLAG, True)
