@@ -9,9 +9,9 @@ import pytest
 
 from fp8spec.rules.registry import all_rules
 from fp8spec.specfile.codes import input_codes
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 from tests.hostile.test_corpus import CASES as CORPUS_CASES
-from tests.specfile.test_bad_inputs import run_cli
 
 _LITERAL = re.compile(r"[\"']([ES]\d{3})[\"']")
 
@@ -49,7 +49,7 @@ def test_printed_codes_in_the_hostile_corpus_are_catalogued():
 
 @pytest.mark.parametrize("code", ["E001", "E008", "S002", "S005", "blk001", "MEM003", "HW006"])
 def test_rules_explains_code(code):
-    proc = run_cli("rules", code)
+    proc = run_cli_here("rules", code)
     assert proc.returncode == 0, proc.stderr
     head, *_ = proc.stdout.splitlines()
     assert head.startswith(code.upper() + " ")
@@ -72,18 +72,18 @@ def test_every_code_is_explained_in_process():
 
 
 def test_rules_lists_input_codes_and_refuses_unknown():
-    proc = run_cli("rules")
+    proc = run_cli_here("rules")
     assert proc.returncode == 0
     for code in ("BLK001", "HW006", "E001", "E010", "S001", "S005"):
         assert re.search(rf"^{code} ", proc.stdout, re.M), code
-    proc = run_cli("rules", "X999")
+    proc = run_cli_here("rules", "X999")
     assert proc.returncode == 2 and "no rule or code 'X999'" in proc.stderr
 
 
 def test_rules_code_prints_its_examples():
     """A rule's explanation ends with its examples: the fragment that fires it (and what the message says), the
     ones that pass, the files they need, and the base spec they are merged over."""
-    proc = run_cli("rules", "BLK001")
+    proc = run_cli_here("rules", "BLK001")
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     fires = text.index('Fires (the message says "768 / tp 4 = 192"):')
@@ -91,7 +91,7 @@ def test_rules_code_prints_its_examples():
     assert text.index("\nFix: ") < fires < passes
     assert "  rollout:\n    tp: 4\n" in text[fires:passes] and "  rollout:\n    tp: 2\n" in text[passes:]
     assert "fp8spec/data/rule_examples_base.yaml" in text
-    reward = run_cli("rules", "RWD004").stdout
+    reward = run_cli_here("rules", "RWD004").stdout
     assert "with reward.py beside the spec:\n  def compute_score(" in reward
 
 
@@ -100,17 +100,17 @@ def test_rules_json_is_the_same_facts():
 
     from fp8spec.rules.registry import get_rule
 
-    proc = run_cli("rules", "KV006", "--format", "json")
+    proc = run_cli_here("rules", "KV006", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     examples = get_rule("KV006").examples
     assert data["code"] == "KV006" and data["rationale"] == get_rule("KV006").rationale
     assert data["examples"]["bad"] == examples.bad and data["examples"]["good"] == list(examples.good_fragments)
     assert len(data["examples"]["good"]) == 2 and data["examples"]["message"] == examples.message
-    listing = json.loads(run_cli("rules", "-f", "json").stdout)
+    listing = json.loads(run_cli_here("rules", "-f", "json").stdout)
     assert [r["code"] for r in listing["rules"]] == [r.code for r in all_rules()]
     assert {c["code"] for c in listing["input_codes"]} == set(input_codes())
-    assert json.loads(run_cli("rules", "s005", "-f", "json").stdout)["exit_code"] == 1
-    unknown = run_cli("rules", "X999", "-f", "json")
+    assert json.loads(run_cli_here("rules", "s005", "-f", "json").stdout)["exit_code"] == 1
+    unknown = run_cli_here("rules", "X999", "-f", "json")
     assert unknown.returncode == 2 and json.loads(unknown.stdout)["error"]["kind"] == "usage"
-    assert run_cli("rules", "-f", "xml").returncode == 2
+    assert run_cli_here("rules", "-f", "xml").returncode == 2

@@ -6,7 +6,7 @@ import pytest
 
 from fp8spec.rules.runner import validate_path
 from fp8spec.specfile.loader import load_spec
-from tests.specfile.test_bad_inputs import run_cli
+from tests.cli.inprocess import run_cli_here
 
 # (template, model, gpu, nodes, gpus per node): the templates' defaults and hardware they were not written for
 CASES = [
@@ -62,7 +62,7 @@ def test_init_output_validates_clean(case, tmp_path):
 
 def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
     out = tmp_path / "mine.yaml"
-    proc = run_cli(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out),
+    proc = run_cli_here(*_args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8), "-o", str(out),
                    "--acknowledge", "TRN007")
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
@@ -71,14 +71,14 @@ def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
         assert line.startswith("init: ") and "(" in line
     assert "init: rollout.max_num_seqs null -> 51 (MEM004)" in proc.stderr  # a value that fits, applied
     assert "init: acknowledge.TRN007 (--acknowledge" in proc.stderr
-    assert run_cli("validate", "--strict", str(out)).returncode == 0
-    proc = run_cli("compile", str(out), "-o", str(tmp_path / "b"))
+    assert run_cli_here("validate", "--strict", str(out)).returncode == 0
+    proc = run_cli_here("compile", str(out), "-o", str(tmp_path / "b"))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "b" / load_spec(out).spec.name / "launch.sh").exists()
 
 
 def test_cli_init_prints_to_stdout_by_default(tmp_path):
-    proc = run_cli("init", "--template", "sglang", cwd=tmp_path)
+    proc = run_cli_here("init", "--template", "sglang", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# qwen3-8b-sglang-fp8-rollout: written by")
     assert not list(tmp_path.iterdir())
@@ -86,7 +86,7 @@ def test_cli_init_prints_to_stdout_by_default(tmp_path):
 
 def test_cli_init_refuses_what_cannot_be_clean(tmp_path):
     out = tmp_path / "ds.yaml"
-    proc = run_cli(*_args("moe-megatron", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
+    proc = run_cli_here(*_args("moe-megatron", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
     assert proc.returncode == 1 and " error MEM001 " in proc.stderr and "nothing written" in proc.stderr
     assert not out.exists()
     # located in the draft's own text, which is quoted, not in the file that was never written
@@ -104,17 +104,17 @@ def test_cli_init_acknowledges_only_what_the_user_chose(tmp_path):
     so and writes nothing until the user accepts it by name."""
     out = tmp_path / "m.yaml"
     args = _args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8) + ["-o", str(out)]
-    proc = run_cli(*args)
+    proc = run_cli_here(*args)
     assert proc.returncode == 1 and not out.exists()
     assert "(MEM004)" in proc.stderr and "init: note: MEM004" not in proc.stderr
     assert "init: note: TRN007 fp8-training-measured-slower:" in proc.stderr
     assert "`--acknowledge TRN007`" in proc.stderr
-    one = run_cli(*args, "--acknowledge", "trn007")
+    one = run_cli_here(*args, "--acknowledge", "trn007")
     assert one.returncode == 0, one.stderr
     acks = load_spec(out).spec.acknowledge
     assert set(acks) == {"TRN007"}
     assert all(reason.startswith(f"accepted with fp8spec init --acknowledge {code}") for code, reason in acks.items())
-    bad = run_cli(*args, "--force", "--acknowledge", "BLK001")
+    bad = run_cli_here(*args, "--force", "--acknowledge", "BLK001")
     assert bad.returncode == 2 and "not an acknowledgeable rule" in bad.stderr
 
 
@@ -126,23 +126,23 @@ def test_cli_init_acknowledges_only_what_the_user_chose(tmp_path):
 ])
 def test_cli_init_bad_usage(args, text, tmp_path):
     out = tmp_path / "s.yaml"
-    proc = run_cli("init", *args, "-o", str(out))
+    proc = run_cli_here("init", *args, "-o", str(out))
     assert proc.returncode == 2 and text in proc.stderr and not out.exists()
 
 
 def test_cli_init_keeps_an_existing_file_without_force(tmp_path):
     out = tmp_path / "s.yaml"
     out.write_text("mine\n")
-    proc = run_cli("init", "-o", str(out))
+    proc = run_cli_here("init", "-o", str(out))
     assert proc.returncode == 2 and "--force" in proc.stderr and out.read_text() == "mine\n"
-    assert run_cli("init", "-o", str(out), "--force").returncode == 0 and out.read_text().startswith("# ")
+    assert run_cli_here("init", "-o", str(out), "--force").returncode == 0 and out.read_text().startswith("# ")
 
 
 def test_init_draft_hints_propose_nothing_already_set(tmp_path):
     """The issue's case: a fresh dense-vllm draft for DeepSeek-V3 has FP8 linears; its MEM002 hint used to
     propose linear.quantize: true, which the draft already has."""
     out = tmp_path / "d.yaml"
-    proc = run_cli(*_args("dense-vllm", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
+    proc = run_cli_here(*_args("dense-vllm", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))
     assert proc.returncode == 1 and " error MEM002 " in proc.stderr and not out.exists()
     lines = proc.stderr.splitlines()
     mem002 = next(lines[i + 1] for i, line in enumerate(lines) if " error MEM002 " in line)
@@ -167,16 +167,16 @@ def test_init_config_path_writes_a_valid_spec_for_a_model_outside_the_catalog(tm
     (folder / "config.json").write_text(json.dumps(LOCAL_QWEN3))
     assert not [i for i in catalog_ids() if i.lower().endswith("qwen3-5b")]
     out = tmp_path / "s.yaml"
-    proc = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
+    proc = run_cli_here("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert run_cli("validate", "--strict", str(out)).returncode == 0
+    assert run_cli_here("validate", "--strict", str(out)).returncode == 0
     validation = validate_path(out)
     spec = validation.loaded.spec
     assert spec.model.config_path == str(folder / "config.json") and spec.model.path == str(folder)
     assert spec.model.name == "my-qwen3-5b" and spec.name == "my-qwen3-5b-fp8-rollout"
     assert validation.context.model == model_from_config(folder / "config.json")  # what validate reads
     # a config.json path works the same, and --model names it
-    named = run_cli("init", "--config-path", str(folder / "config.json"), "--model", "me/qwen3-5b-sft",
+    named = run_cli_here("init", "--config-path", str(folder / "config.json"), "--model", "me/qwen3-5b-sft",
                     "--gpu", "h200")
     assert named.returncode == 0 and 'name: "me/qwen3-5b-sft"' in named.stdout
 
@@ -194,16 +194,16 @@ def test_init_config_path_reads_facts_as_the_catalog_does(tmp_path):
     skip = {"source", "path"}
     assert {f.name: getattr(local, f.name) for f in dataclasses.fields(local) if f.name not in skip} == \
         {f.name: getattr(catalog, f.name) for f in dataclasses.fields(catalog) if f.name not in skip}
-    proc = run_cli("init", "--config-path", str(tmp_path), "--model", "Qwen/Qwen3-8B")
+    proc = run_cli_here("init", "--config-path", str(tmp_path), "--model", "Qwen/Qwen3-8B")
     assert proc.returncode == 0, proc.stderr
 
 
 def test_init_config_path_bad_input_is_one_line(tmp_path):
-    missing = run_cli("init", "--config-path", str(tmp_path / "nope"))
+    missing = run_cli_here("init", "--config-path", str(tmp_path / "nope"))
     assert missing.returncode == 2 and missing.stderr.startswith("fp8spec: error: --config-path ")
     assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
     (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "hidden_size": 8}')
-    odd = run_cli("init", "--config-path", str(tmp_path))
+    odd = run_cli_here("init", "--config-path", str(tmp_path))
     assert odd.returncode == 2 and "--config-path" in odd.stderr and "Traceback" not in odd.stderr
 
 
@@ -254,12 +254,12 @@ def test_init_config_path_mistral_like_writes_a_valid_spec(tmp_path):
     length (bf16 alone would bring MEM004 back): each field set once, and the spec validates --strict."""
     folder = _mistral(tmp_path)
     out = tmp_path / "s.yaml"
-    proc = run_cli("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
+    proc = run_cli_here("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     changed = _changed_fields(line.removeprefix("init: ") for line in proc.stderr.splitlines())
     assert changed == ["kv_cache.dtype", "rollout.max_num_seqs"], proc.stderr
     assert "init: kv_cache.dtype fp8_e4m3 -> bf16 (KV008)" in proc.stderr
-    assert run_cli("validate", "--strict", str(out)).returncode == 0
+    assert run_cli_here("validate", "--strict", str(out)).returncode == 0
     spec = load_spec(out).spec
     assert spec.kv_cache.dtype == "bf16" and spec.rollout.max_num_seqs and not spec.acknowledge
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, REPO, patched
-from tests.specfile.test_bad_inputs import run_cli
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ from tests.specfile.test_bad_inputs import run_cli
 )
 def test_json_failures_print_json(write_spec, args):
     spec = write_spec(BASE_SPEC)
-    proc = run_cli(*[a.format(spec=spec) for a in args])
+    proc = run_cli_here(*[a.format(spec=spec) for a in args])
     assert proc.returncode == 2, proc.stderr
     data = json.loads(proc.stdout)
     assert "error" in data or data["files"][0]["diagnostics"][0]["severity"] == "error"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, SPECS, patched
-from tests.specfile.test_bad_inputs import run_cli
 
 
 def test_explain_maps_fields_to_layers():
-    proc = run_cli("explain", str(SPECS / "qwen3-8b.yaml"))
+    proc = run_cli_here("explain", str(SPECS / "qwen3-8b.yaml"))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     block = out.split("\nkv_cache.dtype\n", 1)[1].split("\n\n", 1)[0]
@@ -22,7 +22,7 @@ def test_explain_maps_fields_to_layers():
 
 
 def test_explain_megatron_training():
-    out = run_cli("explain", str(SPECS / "qwen3-30b.yaml")).stdout
+    out = run_cli_here("explain", str(SPECS / "qwen3-30b.yaml")).stdout
     assert "+actor_rollout_ref.actor.megatron.override_transformer_config.fp8='hybrid'" in out
     assert "NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1" in out
 
@@ -30,20 +30,20 @@ def test_explain_megatron_training():
 def test_diff_shows_only_changes(write_spec):
     a = write_spec(BASE_SPEC, "a.yaml")
     b = write_spec(patched(BASE_SPEC, {"kv_cache": {"dtype": "fp8_e4m3"}, "correction": {"clip": 3.0}}), "b.yaml")
-    proc = run_cli("diff", str(a), str(b))
+    proc = run_cli_here("diff", str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "- [verl override] algorithm.rollout_correction.rollout_is_threshold=2.0" in lines
     assert "+ [verl override] algorithm.rollout_correction.rollout_is_threshold=3.0" in lines
     assert "+ [verl override] +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype='fp8_e4m3'" in lines
     assert not any("rollout.name" in ln for ln in lines)
-    same = run_cli("diff", str(a), str(a))
+    same = run_cli_here("diff", str(a), str(a))
     assert "(no difference" in same.stdout
 
 
 def test_diff_two_specs_each_on_its_own_backend():
     """The issue's case: a vLLM spec against an SGLang spec used to be refused (B forced onto A's backend)."""
-    proc = run_cli("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"))
+    proc = run_cli_here("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:2] == [f"--- {SPECS / 'qwen3-8b.yaml'} (fsdp+vllm)",
@@ -54,7 +54,7 @@ def test_diff_two_specs_each_on_its_own_backend():
 
 def test_diff_one_spec_on_two_backends():
     spec = str(SPECS / "qwen3-30b.yaml")
-    proc = run_cli("diff", spec, "--backend", "megatron+vllm", "--backend", "megatron+sglang")
+    proc = run_cli_here("diff", spec, "--backend", "megatron+vllm", "--backend", "megatron+sglang")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[1] == f"+++ {spec} (megatron+sglang, retargeted from megatron+vllm)"
@@ -62,7 +62,7 @@ def test_diff_one_spec_on_two_backends():
     assert not any("override_transformer_config" in ln for ln in lines)  # the trainer side is the same
     # across trainers: the FSDP side of a spec written for FSDP against its Megatron retarget
     base = str(SPECS / "qwen3-8b-sglang.yaml")
-    proc = run_cli("diff", base, "-b", "fsdp+sglang", "-b", "sglang")
+    proc = run_cli_here("diff", base, "-b", "fsdp+sglang", "-b", "sglang")
     assert proc.returncode == 0, proc.stderr
     assert "- [verl override] actor_rollout_ref.rollout.name='sglang'" in proc.stdout
     assert any(ln.startswith("+ [engine flag]") for ln in proc.stdout.splitlines())
@@ -70,7 +70,7 @@ def test_diff_one_spec_on_two_backends():
 
 def test_diff_both_specs_on_one_backend():
     # (qwen3-8b on SGLang is refused: its per-step FP8 KV scales meet KV007; the other way round compiles)
-    proc = run_cli("diff", str(SPECS / "qwen3-8b-sglang.yaml"), str(SPECS / "qwen3-8b.yaml"),
+    proc = run_cli_here("diff", str(SPECS / "qwen3-8b-sglang.yaml"), str(SPECS / "qwen3-8b.yaml"),
                    "-b", "fsdp+vllm")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].endswith("(fsdp+vllm, retargeted from fsdp+sglang)")
@@ -79,16 +79,16 @@ def test_diff_both_specs_on_one_backend():
 
 def test_diff_refused_target_and_bad_usage():
     spec = str(SPECS / "qwen3-30b.yaml")
-    proc = run_cli("diff", spec, "-b", "megatron+vllm", "-b", "fsdp+vllm")
+    proc = run_cli_here("diff", spec, "-b", "megatron+vllm", "-b", "fsdp+vllm")
     assert proc.returncode == 1 and " error TRN001 " in proc.stderr and not proc.stdout
     for args in ((spec,), (spec, "-b", "fsdp+vllm"), (spec, spec, spec), (spec, "-b", "vllm", "-b", "sglang",
                                                                            "-b", "fsdp+vllm")):
-        proc = run_cli("diff", *args)
+        proc = run_cli_here("diff", *args)
         assert proc.returncode == 2 and "fp8spec diff SPEC --backend A --backend B" in proc.stderr, args
 
 
 def test_explain_a_retargeted_spec():
-    proc = run_cli("explain", str(SPECS / "qwen3-8b-sglang.yaml"), "--backend", "fsdp+vllm")
+    proc = run_cli_here("explain", str(SPECS / "qwen3-8b-sglang.yaml"), "--backend", "fsdp+vllm")
     assert proc.returncode == 0, proc.stderr
     head = proc.stdout.splitlines()[:2]
     assert head == ["qwen3-8b-sglang-fp8-rollout: fsdp+vllm",
@@ -104,7 +104,7 @@ def test_explain_a_retargeted_spec():
 def _json(*args):
     import json
 
-    proc = run_cli(*args)
+    proc = run_cli_here(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
@@ -112,7 +112,7 @@ def _json(*args):
 def test_explain_json_matches_the_text():
     path = str(SPECS / "qwen3-8b.yaml")
     data = _json("explain", path, "--format", "json")
-    text = run_cli("explain", path).stdout
+    text = run_cli_here("explain", path).stdout
     assert data["spec"] == "qwen3-8b-fp8-rollout" and data["backend"] == "fsdp+vllm"
     assert data["retargeted_from"] == []
     fields = {f["source"]: f["settings"] for f in data["fields"]}
@@ -134,7 +134,7 @@ def test_explain_json_retargeted_and_refused():
     assert data["backend"] == "fsdp+vllm"
     assert data["retargeted_from"] == [{"field": "rollout.engine", "value": "sglang"}]
     # a spec the target refuses: exit 1, its diagnostics as JSON on stdout, nothing else there
-    refused = run_cli("explain", str(SPECS / "qwen3-30b.yaml"), "-b", "fsdp+vllm", "-f", "json")
+    refused = run_cli_here("explain", str(SPECS / "qwen3-30b.yaml"), "-b", "fsdp+vllm", "-f", "json")
     assert refused.returncode == 1
     diags = json.loads(refused.stdout)
     assert "TRN001" in refused.stdout and isinstance(diags, dict)
@@ -155,5 +155,5 @@ def test_diff_json_lists_only_changes(write_spec):
 
 def test_bad_format_is_a_usage_error():
     for command in (["explain", str(SPECS / "qwen3-8b.yaml")], ["rules"]):
-        proc = run_cli(*command, "--format", "xml")
+        proc = run_cli_here(*command, "--format", "xml")
         assert proc.returncode == 2 and "--format must be text or json, not 'xml'" in proc.stderr

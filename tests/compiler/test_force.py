@@ -14,9 +14,9 @@ import pytest
 
 from fp8spec.compiler import writer
 from fp8spec.compiler.writer import WriteError, write_bundle
+from tests.cli.inprocess import run_cli_here
 from tests.compiler.test_writer import with_manifest
 from tests.conftest import BASE_SPEC, REPO, dump_yaml, patched
-from tests.specfile.test_bad_inputs import run_cli
 from tests.unprivileged import unprivileged
 
 OLD = with_manifest({"launch.sh": "#!/bin/sh\necho old\n", "lib/m.py": "x = 1\n"})
@@ -206,7 +206,7 @@ def test_cli_force_refuses_a_user_folder(tmp_path):
     spec = _spec(tmp_path)
     _user_folder(tmp_path / "out" / "base")
     before = tree(tmp_path / "out")
-    proc = run_cli("compile", str(spec), "-o", str(tmp_path / "out"), "--force")
+    proc = run_cli_here("compile", str(spec), "-o", str(tmp_path / "out"), "--force")
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.splitlines()[-1]  # after the spec's own warnings
     assert line.startswith(f"fp8spec: error: {tmp_path / 'out' / 'base'}: not replaced: it has no manifest.json")
@@ -220,7 +220,7 @@ def test_cli_force_refuses_the_specs_own_support_folder(tmp_path):
     (tmp_path / "rewards" / "helpers.py").write_text("x = 1\n")
     spec = _spec(tmp_path, name="rewards", reward={"custom_function": {"path": "rewards/r.py"}})
     before = tree(tmp_path)
-    proc = run_cli("compile", str(spec), "-o", str(tmp_path), "--force")
+    proc = run_cli_here("compile", str(spec), "-o", str(tmp_path), "--force")
     assert proc.returncode == 2 and "not replaced" in proc.stderr, proc.stderr
     assert tree(tmp_path) == before
 
@@ -228,12 +228,12 @@ def test_cli_force_refuses_the_specs_own_support_folder(tmp_path):
 def test_cli_force_replaces_its_own_bundle_until_it_is_edited(tmp_path):
     spec = _spec(tmp_path)
     out = tmp_path / "out"
-    assert run_cli("compile", str(spec), "-o", str(out)).returncode == 0
-    proc = run_cli("compile", str(spec), "-o", str(out), "--force")
+    assert run_cli_here("compile", str(spec), "-o", str(out)).returncode == 0
+    proc = run_cli_here("compile", str(spec), "-o", str(out), "--force")
     assert proc.returncode == 0, proc.stderr
     with open(out / "base" / "launch.sh", "a") as fh:
         fh.write("# my change\n")
-    proc = run_cli("compile", str(spec), "-o", str(out), "--force")
+    proc = run_cli_here("compile", str(spec), "-o", str(out), "--force")
     assert proc.returncode == 2 and "launch.sh was changed after fp8spec wrote it" in proc.stderr
     assert (out / "base" / "launch.sh").read_text().endswith("# my change\n")
 
@@ -243,7 +243,7 @@ def test_cli_force_replaces_its_own_bundle_until_it_is_edited(tmp_path):
 def test_cli_empty_output_folder_is_refused(tmp_path, command, value):
     """`-o "$OUT"` with OUT unset: read as a path, '' would be the current folder."""
     spec = _spec(tmp_path)
-    proc = run_cli(command, str(spec), "-o", value, cwd=tmp_path)
+    proc = run_cli_here(command, str(spec), "-o", value, cwd=tmp_path)
     assert proc.returncode == 2 and "names no folder" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
@@ -252,7 +252,7 @@ def test_cli_empty_output_folder_is_refused(tmp_path, command, value):
 def test_cli_output_path_too_long_is_a_located_exit_2(tmp_path, length):
     spec = _spec(tmp_path)
     out = tmp_path / ("n" * length if length < 4096 else "/".join(["n" * 200] * (length // 200)))
-    proc = run_cli("compile", str(spec), "-o", str(out))
+    proc = run_cli_here("compile", str(spec), "-o", str(out))
     last = proc.stderr.splitlines()[-1]
     assert proc.returncode == 2 and last.startswith("fp8spec: error: ") and "File name too long" in last
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from fp8spec.compiler.writer import WriteError, write_bundle
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
-from tests.specfile.test_bad_inputs import run_cli
 
 
 def with_manifest(files: dict[str, str]) -> dict[str, str]:
@@ -60,38 +60,38 @@ def test_bad_file_names_refused(tmp_path):
 
 def test_cli_compile_writes_bundle_and_refuses_overwrite(tmp_path):
     spec = EXAMPLE_SPECS[0]
-    proc = run_cli("compile", str(spec), "-o", str(tmp_path))
+    proc = run_cli_here("compile", str(spec), "-o", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    again = run_cli("compile", str(spec), "-o", str(tmp_path))
+    again = run_cli_here("compile", str(spec), "-o", str(tmp_path))
     assert again.returncode == 2 and "--force" in again.stderr
-    assert run_cli("compile", str(spec), "-o", str(tmp_path), "--force").returncode == 0
+    assert run_cli_here("compile", str(spec), "-o", str(tmp_path), "--force").returncode == 0
 
 
 def test_cli_compile_with_errors_writes_nothing(tmp_path, write_spec):
     spec = write_spec(patched(BASE_SPEC, {"rollout": {"tp": 3}}))
     out = tmp_path / "bundles"
-    proc = run_cli("compile", str(spec), "-o", str(out))
+    proc = run_cli_here("compile", str(spec), "-o", str(out))
     assert proc.returncode == 1 and "PAR002" in proc.stderr and "nothing written" in proc.stderr
     assert not out.exists()
 
 
 def test_cli_backend_retargets(tmp_path, write_spec):
     spec = write_spec(BASE_SPEC)  # fsdp + vllm
-    proc = run_cli("compile", str(spec), "--backend", "fsdp+sglang", "-o", str(tmp_path / "o"))
+    proc = run_cli_here("compile", str(spec), "--backend", "fsdp+sglang", "-o", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     assert "retargeted from fsdp+vllm to fsdp+sglang (rollout.engine vllm -> sglang)" in proc.stderr
     readme = (tmp_path / "o" / "base" / "README.md").read_text()
     assert "**Retargeted**: the spec names fsdp+vllm" in readme and "`rollout.engine: sglang`" in readme
     # Megatron keeps unsharded bf16 weights and fp32 gradients beside the engine: a named rule refuses it
-    proc = run_cli("compile", str(spec), "--backend", "megatron+vllm", "-o", str(tmp_path / "m"))
+    proc = run_cli_here("compile", str(spec), "--backend", "megatron+vllm", "-o", str(tmp_path / "m"))
     assert proc.returncode == 1 and " error MEM003 " in proc.stderr and "retargeted from" in proc.stderr
     assert not (tmp_path / "m").exists()
-    proc = run_cli("compile", str(spec), "--backend", "bogus", "-o", str(tmp_path / "b"))
+    proc = run_cli_here("compile", str(spec), "--backend", "bogus", "-o", str(tmp_path / "b"))
     assert proc.returncode == 2 and "unknown backend 'bogus'" in proc.stderr and not (tmp_path / "b").exists()
 
 
 def test_cli_output_is_a_file(tmp_path):
     afile = tmp_path / "f"
     afile.write_text("x")
-    proc = run_cli("compile", str(EXAMPLE_SPECS[0]), "-o", str(afile))
+    proc = run_cli_here("compile", str(EXAMPLE_SPECS[0]), "-o", str(afile))
     assert proc.returncode == 2 and "not a folder" in proc.stderr

@@ -12,13 +12,18 @@ import sys
 import pytest
 
 from fp8spec.snapshots import snapshot_dir
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 
 
 def run(*args, env=None, timeout=300):
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "fp8spec.cli", "backends", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=timeout, env=full_env)
+    """``fp8spec backends ARGS`` through the CLI's entry point: in this process (tests/cli/inprocess.py), or in
+    a real one where the test sets the environment it runs in."""
+    if env is None:
+        proc = run_cli_here("backends", *args)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "fp8spec.cli", "backends", *args], capture_output=True,
+                              text=True, cwd=REPO, timeout=timeout, env={**os.environ, **env})
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
     return proc
 

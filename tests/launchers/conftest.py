@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from fp8spec.profiles import load_profile
-from tests.conftest import REPO, SPECS
+from tests.cli.inprocess import run_cli_here
+from tests.conftest import SPECS
 
 VENV_BIN = Path(sys.executable).parent
 MARK_VAR = "FP8SPEC_TEST_RAY_MARK"
@@ -36,11 +37,12 @@ HEAD_CPUS = load_profile("verl", "0.9.1").value("requirement.ray_cpus_before_gpu
 
 
 def compile_bundle(spec_path: Path, out_dir: Path, backend: str | None = None) -> Path:
-    """Compile exactly as `fp8spec compile` does and return the bundle folder."""
-    cmd = [sys.executable, "-m", "fp8spec.cli", "compile", str(spec_path), "-o", str(out_dir), "--force"]
+    """Compile exactly as `fp8spec compile` does (its entry point, in this process: tests/cli/inprocess.py) and
+    return the bundle folder."""
+    args = ["compile", str(spec_path), "-o", str(out_dir), "--force"]
     if backend:
-        cmd += ["--backend", backend]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+        args += ["--backend", backend]
+    proc = run_cli_here(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (folder,) = [p for p in out_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
     return folder

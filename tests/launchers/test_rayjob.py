@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+import yaml
 from ruamel.yaml import YAML
 
 from tests.conftest import REPO, SPECS, dump_yaml, patched
@@ -47,7 +48,8 @@ def rayjob_validator():
     import hashlib
 
     assert hashlib.sha256(RAYJOB_CRD.read_bytes()).hexdigest() == RAYJOB_CRD_SHA256, "vendored CRD changed"
-    crd = YAML(typ="safe").load(RAYJOB_CRD.read_text(encoding="utf-8"))
+    # PyYAML's libyaml reader (the test extra): the same data as ruamel's pure-Python reader, seconds sooner (1.4 MB)
+    crd = yaml.load(RAYJOB_CRD.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     assert crd["kind"] == "CustomResourceDefinition" and crd["spec"]["names"]["kind"] == "RayJob"
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema = _strict(v1["schema"]["openAPIV3Schema"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, patched
-from tests.specfile.test_bad_inputs import run_cli
 
 # Qwen3-8B in BF16 on one H100 at 25 %: KV room for 22,528 tokens, not for the model's 32,768
 TIGHT = {"rollout": {"tp": 1, "gpu_memory_utilization": 0.25}, "linear": {"quantize": False}}
@@ -20,14 +20,14 @@ def _found(result, code):
 
 def test_plan_reads_the_spec_knobs_and_command_line_wins(write_spec):
     path = write_spec(patched(BASE_SPEC, KNOBS))
-    engine = json.loads(run_cli("plan", str(path), "-f", "json").stdout)["engine"]
+    engine = json.loads(run_cli_here("plan", str(path), "-f", "json").stdout)["engine"]
     assert [engine[k]["value"] for k in ("max_model_len", "max_num_seqs", "max_num_batched_tokens")] == [
         8192, 32, 2048]
     assert "rollout.max_model_len, rollout.max_num_seqs, rollout.max_num_batched_tokens from the spec" in (
         engine["defaults"])
-    over = json.loads(run_cli("plan", str(path), "-f", "json", "--max-num-seqs", "16").stdout)["engine"]
+    over = json.loads(run_cli_here("plan", str(path), "-f", "json", "--max-num-seqs", "16").stdout)["engine"]
     assert over["max_num_seqs"]["value"] == 16 and over["max_model_len"]["value"] == 8192
-    plain = json.loads(run_cli("plan", str(write_spec(BASE_SPEC, "plain.yaml")), "-f", "json").stdout)["engine"]
+    plain = json.loads(run_cli_here("plan", str(write_spec(BASE_SPEC, "plain.yaml")), "-f", "json").stdout)["engine"]
     assert [plain[k]["value"] for k in ("max_model_len", "max_num_seqs", "max_num_batched_tokens")] == [
         32768, 256, 8192]  # Qwen3-8B's max_position_embeddings and verl's defaults
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, DEEPSEEK_E2E, EXAMPLE_SPECS, REPO, patched
 from tests.specfile.test_bad_inputs import run_cli
 
@@ -32,12 +33,12 @@ def _numbers_without_units(node, path="") -> list[str]:
 
 @pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=lambda p: p.name)
 def test_plan_every_example(spec):
-    text = run_cli("plan", str(spec))
+    text = run_cli_here("plan", str(spec))
     assert text.returncode == 0, text.stdout + text.stderr
     for row in ("weights", "available KV memory", "KV capacity", "expected rollout speed-up", "Trainer:",
                 "kept during rollout"):
         assert row in text.stdout
-    proc = run_cli("plan", str(spec), "--format", "json")
+    proc = run_cli_here("plan", str(spec), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert not _numbers_without_units(data)
@@ -49,7 +50,7 @@ def test_plan_every_example(spec):
 
 
 def test_kv_bytes_per_token_exact_in_json():
-    data = json.loads(run_cli("plan", str(REPO / "specs" / "qwen3-8b.yaml"), "-f", "json").stdout)
+    data = json.loads(run_cli_here("plan", str(REPO / "specs" / "qwen3-8b.yaml"), "-f", "json").stdout)
     per_token = {r["choice"]: r["kv_cache"]["bytes_per_token"] for r in data["rollout"]}
     # Qwen3-8B at rollout TP 2: 36 layers x K,V x 4 KV heads x 128 x 2 bytes (bf16) or 1 byte (fp8)
     assert per_token["bf16"] == {"value": 36 * 2 * 4 * 128 * 2, "unit": "bytes", "status": "exact"}
@@ -58,7 +59,7 @@ def test_kv_bytes_per_token_exact_in_json():
 
 def test_plan_overrides_and_llm_class_configuration():
     spec = REPO / "specs" / "qwen3-8b.yaml"
-    data = json.loads(run_cli("plan", str(spec), "-f", "json", "--tp", "1", "--max-model-len", "8192",
+    data = json.loads(run_cli_here("plan", str(spec), "-f", "json", "--tp", "1", "--max-model-len", "8192",
                               "--max-num-batched-tokens", "16384", "--max-num-seqs", "1024",
                               "--gpu-memory-utilization", "0.5", "--no-cuda-graphs").stdout)
     engine = data["engine"]
@@ -76,7 +77,7 @@ def test_plan_of_a_users_config_json(tmp_path, write_spec):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     spec = write_spec(patched(BASE_SPEC, {"model": {"name": "me/my-0.6b", "config_path": str(path)}}))
-    proc = run_cli("plan", str(spec), "-f", "json")
+    proc = run_cli_here("plan", str(spec), "-f", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["model"] == "me/my-0.6b"
@@ -85,7 +86,7 @@ def test_plan_of_a_users_config_json(tmp_path, write_spec):
 
 def test_png_is_written_and_byte_identical_across_processes(tmp_path):
     spec = str(REPO / "specs" / "qwen3-30b.yaml")
-    for out in ("a", "b"):
+    for out in ("a", "b"):  # two real processes: nothing (hash seed, font cache) may leak into the bytes
         proc = run_cli("plan", spec, "-o", str(tmp_path / out))
         assert proc.returncode == 0, proc.stderr
     a, b = (tmp_path / "a" / "plan.png").read_bytes(), (tmp_path / "b" / "plan.png").read_bytes()
@@ -105,7 +106,7 @@ def test_matplotlib_is_imported_only_for_the_png():
 
 def test_infeasible_spec_prints_the_plan_exits_1_and_writes_nothing(tmp_path, write_spec):
     spec = write_spec(patched(BASE_SPEC, DEEPSEEK_E2E))
-    proc = run_cli("plan", str(spec), "-o", str(tmp_path / "out"))
+    proc = run_cli_here("plan", str(spec), "-o", str(tmp_path / "out"))
     assert proc.returncode == 1
     assert "MEM001" in proc.stdout and "trainer state per GPU" in proc.stdout
     assert "error MEM001" in proc.stderr and "nothing written" in proc.stderr
@@ -114,17 +115,17 @@ def test_infeasible_spec_prints_the_plan_exits_1_and_writes_nothing(tmp_path, wr
 
 def test_unknown_gpu_memory_is_bad_input_until_given(write_spec):
     spec = write_spec(patched(BASE_SPEC, {"hardware": {"gpu": "h800"}}))
-    proc = run_cli("plan", str(spec))
+    proc = run_cli_here("plan", str(spec))
     assert proc.returncode == 2 and "--gpu-memory-gib" in proc.stderr and "Traceback" not in proc.stderr
-    assert run_cli("plan", str(spec), "--gpu-memory-gib", "79.2").returncode == 0
+    assert run_cli_here("plan", str(spec), "--gpu-memory-gib", "79.2").returncode == 0
 
 
 def test_bad_usage_and_bad_specs_exit_2_or_1(tmp_path):
     spec = str(REPO / "specs" / "qwen3-8b.yaml")
-    assert run_cli("plan", spec, "--format", "yaml").returncode == 2
-    assert run_cli("plan", spec, "--gpu-memory-utilization", "1.5").returncode == 2
-    assert run_cli("plan", str(tmp_path / "missing.yaml")).returncode == 2
+    assert run_cli_here("plan", spec, "--format", "yaml").returncode == 2
+    assert run_cli_here("plan", spec, "--gpu-memory-utilization", "1.5").returncode == 2
+    assert run_cli_here("plan", str(tmp_path / "missing.yaml")).returncode == 2
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nname: x\n")
-    proc = run_cli("plan", str(bad))
+    proc = run_cli_here("plan", str(bad))
     assert proc.returncode == 1 and "no plan" in proc.stderr and "Traceback" not in proc.stderr

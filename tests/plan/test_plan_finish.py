@@ -8,14 +8,14 @@ import math
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, DEEPSEEK_E2E, EXAMPLE_SPECS, MEGATRON_FP8, MOE, REPO, patched
-from tests.specfile.test_bad_inputs import run_cli
 
 SPEC_8B = str(REPO / "specs" / "qwen3-8b.yaml")
 
 
 def plan_json(*args) -> dict:
-    proc = run_cli("plan", *args, "-f", "json")
+    proc = run_cli_here("plan", *args, "-f", "json")
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
@@ -42,16 +42,16 @@ def test_gpu_override_plans_the_recorded_cuda_memory():
     assert data["gpu"]["name"] == "h200"
     assert data["gpu"]["total_memory"]["value"] == 143156 * 2**20  # CUDA's 139.8 GiB, not the 141 GB spec sheet
     assert round(data["gpu"]["total_memory"]["value"] / 2**30, 1) == 139.8
-    text = run_cli("plan", SPEC_8B, "--gpu", "H200")
+    text = run_cli_here("plan", SPEC_8B, "--gpu", "H200")
     assert text.returncode == 0 and "8 x h200, 139.80 GiB per GPU" in text.stdout
     assert "retargeted (hardware.gpu h100 -> h200)" in text.stderr
     assert set(gpu_table()) >= {"h100", "h200", "a100"}
 
 
 def test_gpu_override_is_checked_by_every_rule_and_refuses_unknown_names():
-    a100 = run_cli("plan", SPEC_8B, "--gpu", "a100")  # no FP8 tensor cores: the spec's FP8 rollout is an error
+    a100 = run_cli_here("plan", SPEC_8B, "--gpu", "a100")  # no FP8 tensor cores: the spec's FP8 rollout is an error
     assert a100.returncode == 1 and "HW002" in a100.stderr
-    unknown = run_cli("plan", SPEC_8B, "--gpu", "h999")
+    unknown = run_cli_here("plan", SPEC_8B, "--gpu", "h999")
     assert unknown.returncode == 2 and "--gpu 'h999' is not a GPU fp8spec knows" in unknown.stderr
     assert "h200" in unknown.stderr and "Traceback" not in unknown.stderr
 
@@ -107,15 +107,15 @@ def test_checkpoint_size_is_model_plus_optimizer_state(plan_of):
 
 @pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=lambda p: p.name)
 def test_exactly_one_verdict_line(spec):
-    proc = run_cli("plan", str(spec))
+    proc = run_cli_here("plan", str(spec))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("verdict: ")]
     assert len(lines) == 1 and proc.stdout.rstrip().endswith(lines[0])
     assert lines[0] in ("verdict: fits",) or lines[0].startswith(("verdict: fits (warning: ", "verdict: does not"))
-    assert json.loads(run_cli("plan", str(spec), "-f", "json").stdout)["verdict"] == lines[0][len("verdict: "):]
+    assert json.loads(run_cli_here("plan", str(spec), "-f", "json").stdout)["verdict"] == lines[0][len("verdict: "):]
 
 
 def test_verdict_says_does_not_fit_with_the_failing_checks(write_spec, plan_of):
-    proc = run_cli("plan", str(write_spec(patched(BASE_SPEC, DEEPSEEK_E2E))))
+    proc = run_cli_here("plan", str(write_spec(patched(BASE_SPEC, DEEPSEEK_E2E))))
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("verdict: ")]
     assert line.startswith("verdict: does not fit: MEM001 trainer-state-exceeds-gpu"), line
     from fp8spec.plan.render import verdict_line
@@ -140,7 +140,7 @@ def test_gain_only_where_a_measurement_covers_engine_and_model_class():
     assert "BENCHMARKS.md section 4.1" in qwen["fp8"]["expected_gain"]["source"]
     sglang = {r["choice"]: r for r in plan_json(str(REPO / "specs" / "qwen3-8b-sglang.yaml"))["rollout"]}
     assert sglang["fp8"]["expected_gain"] is None and sglang["fp8"]["expected_gain_status"] == "not measured"
-    text = run_cli("plan", str(REPO / "specs" / "qwen3-8b-sglang.yaml")).stdout
+    text = run_cli_here("plan", str(REPO / "specs" / "qwen3-8b-sglang.yaml")).stdout
     row = next(line for line in text.splitlines() if "expected rollout speed-up" in line)
     assert row.count("not measured") == 2 and "%" not in row
     assert "no measurement covers sglang with Qwen3ForCausalLM" in text
@@ -155,7 +155,7 @@ def test_no_gain_for_a_column_the_rules_refuse(write_spec):
     assert by["bf16"]["spec_choice"] and by["bf16"]["refused_by"] == []
     assert "HW002" in by["fp8"]["refused_by"] and by["fp8"]["expected_gain"] is None
     assert by["fp8"]["expected_gain_status"].startswith("refused (HW002")
-    row = next(line for line in run_cli("plan", str(spec)).stdout.splitlines() if "expected rollout" in line)
+    row = next(line for line in run_cli_here("plan", str(spec)).stdout.splitlines() if "expected rollout" in line)
     assert row.count("refused (") == 2 and "%" not in row
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 
 SPECS = sorted((REPO / "benchmarks/rl_real/specs").glob("*.yaml"))
@@ -20,11 +21,11 @@ SMALL = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_d
 
 @pytest.fixture(scope="session")
 def bundles(tmp_path_factory) -> Path:
-    """Every spec compiled by the real CLI into one folder (what the device run carries as .rl/bundles)."""
+    """Every spec compiled by the CLI's entry point (in this process) into one folder (what the device run carries
+    as .rl/bundles)."""
     out = tmp_path_factory.mktemp("real-bundles")
     for spec in SPECS:
-        proc = subprocess.run([sys.executable, "-m", "fp8spec.cli", "compile", str(spec), "-o", str(out)],
-                              capture_output=True, text=True, timeout=300)
+        proc = run_cli_here("compile", str(spec), "-o", str(out))
         assert proc.returncode == 0, proc.stderr
     return out
 

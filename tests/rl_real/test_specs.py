@@ -10,6 +10,7 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 from tests.rl_real.conftest import SPECS
 
@@ -60,7 +61,7 @@ def test_model_configs_are_the_catalogs_shapes():
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
 def test_validates_strict_and_compiles(spec, bundles):
-    proc = _run("-m", "fp8spec.cli", "validate", "--strict", str(spec))
+    proc = run_cli_here("validate", "--strict", str(spec))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (bundles / spec.stem / "launch.sh").is_file() and (bundles / spec.stem / "overrides.yaml").is_file()
 

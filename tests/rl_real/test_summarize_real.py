@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 
 pytest.importorskip("hydra")
@@ -30,8 +31,7 @@ SERVER = f"{ESC}[36m(vLLMHttpServer pid=6526){ESC}[0m "
 
 
 def _compile(spec: Path, out: Path) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "fp8spec.cli", "compile", str(spec), "-o", str(out), "--force"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli_here("compile", str(spec), "-o", str(out), "--force")
     assert proc.returncode == 0, proc.stderr
     return out
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import tarfile
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 
 LOG = REPO / "benchmarks" / "results" / "2026-12-01_h200_session5" / "sglang_rl_fp8kv.tgz"
@@ -36,13 +35,9 @@ def _engine_tokens() -> int:
 
 
 def _planned_tokens() -> int:
-    out = subprocess.run(
-        [sys.executable, "-c", "from fp8spec.cli import main; main()", "plan", str(SPEC), "--format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    ).stdout
+    proc = run_cli_here("plan", str(SPEC), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     columns = {c["choice"]: c for c in json.loads(out)["rollout"]}
     fp8kv = [c for c in columns.values() if c["kv_cache"]["dtype"] == "fp8_e4m3"]
     assert len(fp8kv) == 1, sorted(columns)

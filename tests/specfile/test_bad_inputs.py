@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, REPO, dump_yaml, patched
 
 BAD_FILES = {
@@ -26,6 +27,8 @@ BAD_FILES = {
 
 
 def run_cli(*args, cwd=None):
+    """``fp8spec ARGS`` in a real process (python -m fp8spec.cli): for tests of what only a process shows (its exit
+    status and streams as seen from outside, a crash or hang kept out of pytest); the rest use run_cli_here."""
     return subprocess.run([sys.executable, "-m", "fp8spec.cli", *args], capture_output=True, text=True,
                           cwd=cwd or REPO, timeout=60)
 
@@ -35,7 +38,7 @@ def test_bad_file(name, tmp_path):
     content, code, exit_code = BAD_FILES[name]
     path = tmp_path / f"{name}.yaml"
     path.write_bytes(content)
-    proc = run_cli("validate", str(path))
+    proc = run_cli_here("validate", str(path))
     assert proc.returncode == exit_code, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     first = proc.stdout.splitlines()[0]
@@ -44,7 +47,7 @@ def test_bad_file(name, tmp_path):
 
 def test_missing_file_and_directory(tmp_path):
     for target in (tmp_path / "nope.yaml", tmp_path):
-        proc = run_cli("validate", str(target))
+        proc = run_cli_here("validate", str(target))
         assert proc.returncode == 2
         assert "error E001" in proc.stdout and "Traceback" not in proc.stderr
 
@@ -66,7 +69,7 @@ SCHEMA_CASES = {
 def test_schema_errors_are_located(name, write_spec):
     patch, code, text = SCHEMA_CASES[name]
     path = write_spec(patched(BASE_SPEC, patch))
-    proc = run_cli("validate", str(path))
+    proc = run_cli_here("validate", str(path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if f" {code} " in ln]
     assert lines and text in proc.stdout, proc.stdout
@@ -78,7 +81,7 @@ def test_schema_errors_are_located(name, write_spec):
 def test_missing_required_section(write_spec):
     data = patched(BASE_SPEC)
     del data["hardware"]
-    proc = run_cli("validate", str(write_spec(data)))
+    proc = run_cli_here("validate", str(write_spec(data)))
     assert proc.returncode == 1 and "S003 missing required key 'hardware'" in proc.stdout
 
 
@@ -88,7 +91,7 @@ def test_unknown_key_location_points_at_the_key(tmp_path):
     path.write_text(text)
     line_no = next(i for i, ln in enumerate(text.splitlines(), 1) if "tpp:" in ln)
     col = text.splitlines()[line_no - 1].index("tpp") + 1
-    proc = run_cli("validate", str(path))
+    proc = run_cli_here("validate", str(path))
     assert f"{path}:{line_no}:{col}: error S001" in proc.stdout
 
 
@@ -102,7 +105,7 @@ def test_bare_number_for_a_version_says_quote_it(written, hint, tmp_path):
     assert written in text
     path = tmp_path / "s.yaml"
     path.write_text(text)
-    proc = run_cli("validate", str(path))
+    proc = run_cli_here("validate", str(path))
     assert proc.returncode == 1
     value = written.split(": ")[1]
     assert f"error S002 hardware.cuda: Input should be a valid string (got {value})\n    {hint}" in proc.stdout
@@ -112,7 +115,7 @@ def test_bare_numbers_in_a_list_are_located_per_item(tmp_path):
     text = dump_yaml(BASE_SPEC).replace("train_files: /data/train.parquet", "train_files: [12, /data/b.parquet]")
     path = tmp_path / "s.yaml"
     path.write_text(text)
-    proc = run_cli("validate", str(path))
+    proc = run_cli_here("validate", str(path))
     assert proc.returncode == 1
     assert "S002 data.train_files.0: Input should be a valid string (got 12)" in proc.stdout
     assert 'hint: quote it: "12"' in proc.stdout

@@ -30,10 +30,10 @@ def test_reference_lists_every_field():
 
 
 def test_cli_writes_the_reference(tmp_path):
-    from tests.specfile.test_bad_inputs import run_cli
+    from tests.cli.inprocess import run_cli_here
 
     out = tmp_path / "spec.md"
-    proc = run_cli("schema", "--docs", str(out))
+    proc = run_cli_here("schema", "--docs", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.read_text(encoding="utf-8") == DOCS.read_text(encoding="utf-8")
 

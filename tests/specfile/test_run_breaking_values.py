@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from fp8spec.launchers.kuberay import k8s_name
 from fp8spec.rules.runner import validate_path
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import BASE_SPEC, REPO, dump_yaml, patched
-from tests.specfile.test_bad_inputs import run_cli
 
 # Every field that holds a path or an address, and how a value is put there.
 PATH_FIELDS = {
@@ -89,7 +89,7 @@ def test_working_dir_dot_slash_is_the_bundle(write_spec, tmp_path):
 def test_a_model_path_with_a_dash_never_reaches_serve_sh(tmp_path, write_spec):
     """R06: '--trust-remote-code' as model.path became a vllm serve flag."""
     spec = write_spec(patched(BASE_SPEC, {"model": {"path": "--trust-remote-code"}}))
-    proc = run_cli("compile", str(spec), "--backend", "vllm", "-o", str(tmp_path / "out"))
+    proc = run_cli_here("compile", str(spec), "--backend", "vllm", "-o", str(tmp_path / "out"))
     assert proc.returncode == 1 and "model.path" in proc.stdout + proc.stderr
     assert not (tmp_path / "out").exists()
 
@@ -170,7 +170,7 @@ def test_ordinary_secret_names_pass():
 def test_a_secret_named_like_the_recipes_env_is_refused_at_compile(tmp_path, write_spec):
     """The bundle sets FP8SPEC_RUNTIME_PATCHES (and the recipe's engine variables) for every Ray worker."""
     spec = write_spec(patched(BASE_SPEC, _secret("FP8SPEC_RUNTIME_PATCHES")))
-    proc = run_cli("compile", str(spec), "-o", str(tmp_path / "out"))
+    proc = run_cli_here("compile", str(spec), "-o", str(tmp_path / "out"))
     assert proc.returncode == 1, proc.stderr
     assert "secret_env[0].env FP8SPEC_RUNTIME_PATCHES: the bundle sets it" in proc.stderr, proc.stderr
     assert "nothing written" in proc.stderr and not (tmp_path / "out").exists()
@@ -181,7 +181,7 @@ def test_a_configmap_over_the_kubernetes_limit_is_refused(tmp_path, write_spec):
     (tmp_path / "big.py").write_text("def compute_score(*a, **k):\n    return 0.0\n" + ("# " + "x" * 1021 + "\n") * 880)
     spec = write_spec(patched(BASE_SPEC, {"reward": {"custom_function": {"path": "big.py"}},
                                           "cluster": {"launcher": "kuberay"}}))
-    proc = run_cli("compile", str(spec), "-o", str(tmp_path / "out"))
+    proc = run_cli_here("compile", str(spec), "-o", str(tmp_path / "out"))
     assert proc.returncode == 1, proc.stderr
     assert "Kubernetes refuses more than 1048576" in proc.stderr and "nothing written" in proc.stderr
     assert not (tmp_path / "out").exists()
