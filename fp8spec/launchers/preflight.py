@@ -60,6 +60,8 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: SettingsPlan) -> di
         fact = "package.flash_attention_2" if trainer == "fsdp" else "package.flash_attn_for_te"
         profile = "verl" if trainer == "fsdp" else "transformer-engine"
         packages.append(dict(valid.profile(profile).value(fact)))
+    elif trainer == "fsdp":  # sdpa / eager with verl's padding removal: transformers' packed-sequence masks
+        packages.append(dict(valid.profile("verl").value("package.packed_sequence_masks")))
     if trainer == "megatron":
         bridge = "package.mbridge" if spec.training.bridge == "mbridge" else "package.megatron_bridge"
         packages.append(dict(valid.profile("verl").value(bridge)))

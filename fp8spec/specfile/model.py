@@ -287,8 +287,8 @@ class TrainingSection(Section):
         "flash_attention_2",
         description="The trainer's attention kernels. flash_attention_2 (verl's default on both trainers) needs "
         "the flash-attn package on every node. FSDP (model.override_config.attn_implementation): sdpa (PyTorch's "
-        "own) or eager need nothing more and turn off verl's padding removal (model.use_remove_padding), whose "
-        "packed rows flash-attn's variable-length kernels keep apart. Megatron "
+        "own) or eager need no flash-attn; verl's padding removal stays on, its packed rows kept apart by "
+        "transformers' packed-sequence masks (transformers >= 4.54, checked by the preflight). Megatron "
         "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
         "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
     )

@@ -103,15 +103,10 @@ def _attention(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
         "training.attention",
         f"the trainer's Hugging Face model runs {attention} attention (no flash-attn package needed)",
     )
-    add(
-        plan,
-        keys,
-        "key.model_use_remove_padding",
-        False,
-        "training.attention",
-        "padded micro-batches: packed rows without flash-attn's variable-length kernels would attend across "
-        "sequences",
-    )
+    # verl's padding removal (use_remove_padding, default on) stays on: its packed row reaches the model with
+    # attention_mask None and per-sequence position ids, from which transformers >= 4.54 builds a mask that keeps
+    # the sequences apart for sdpa and eager (backends/verl: key.model_use_remove_padding,
+    # package.packed_sequence_masks; preflight.json checks the transformers version on every node)
 
 
 def _rollout(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:

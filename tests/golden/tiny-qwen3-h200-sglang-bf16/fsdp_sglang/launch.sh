@@ -56,7 +56,6 @@ exec python3 -m verl.trainer.main_ppo \
   trainer.n_gpus_per_node=1 \
   trainer.total_epochs=1 \
   "+actor_rollout_ref.model.override_config.attn_implementation='sdpa'" \
-  actor_rollout_ref.model.use_remove_padding=false \
   actor_rollout_ref.actor.use_dynamic_bsz=true \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1 \

@@ -1,0 +1,73 @@
+"""training.attention sdpa / eager on the FSDP trainer keeps verl's padding removal on.
+
+The fact it rests on (backends/verl/0.9.1.yaml key.model_use_remove_padding, package.packed_sequence_masks): verl's
+FSDP engine hands the model one packed row with attention_mask None and per-sequence position ids, and transformers
+(>= 4.54) masks across the packed sequences for sdpa and eager. The first test runs the installed transformers on a
+tiny Qwen3 (the check has teeth: contiguous position ids mix the sequences); the second reads verl's own engine
+source for the inputs it passes; the last two check what the bundle says and what its preflight requires.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+import torch
+
+from tests.conformance.checks import compile_variant
+from tests.conftest import SPECS
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_a_packed_row_gives_each_sequence_its_own_logits(impl):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                      attn_implementation=impl)
+    model = Qwen3ForCausalLM(cfg).eval()
+    lens = [37, 5, 64]
+    seqs = [torch.randint(0, 300, (n,)) for n in lens]
+    ids = torch.cat(seqs)[None]
+    with torch.no_grad():
+        alone = [model(input_ids=s[None], use_cache=False).logits[0] for s in seqs]
+        # as verl's FSDP engine calls it with padding removal on
+        pos = torch.cat([torch.arange(n) for n in lens])[None]
+        packed = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False).logits[0]
+        mixed = model(input_ids=ids, attention_mask=None, position_ids=torch.arange(sum(lens))[None],
+                      use_cache=False).logits[0]
+    for a, b in zip(alone, packed.split(lens)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert max(float((a - b).abs().max()) for a, b in zip(alone[1:], mixed.split(lens)[1:])) > 0.1
+
+
+def test_verls_engine_passes_the_packed_row_without_a_mask():
+    pytest.importorskip("verl")
+    from verl.workers.engine.fsdp import transformer_impl
+
+    src = inspect.getsource(transformer_impl)
+    branch = src[src.index("if use_remove_padding:", src.index("def prepare_model_inputs")):]
+    branch = branch[: branch.index("else:\n            if pad_mode")]
+    assert '"attention_mask": None,' in branch and '"position_ids": position_ids_rmpad,' in branch
+
+
+@pytest.fixture(scope="module")
+def sdpa_bundle(tmp_path_factory):
+    return compile_variant(SPECS / "tiny-qwen3-h200.yaml", "fsdp+vllm", {}, tmp_path_factory.mktemp("sdpa"))
+
+
+def test_the_bundle_sets_sdpa_and_leaves_padding_removal_on(sdpa_bundle):
+    assert sdpa_bundle.spec.training.attention == "sdpa"
+    overrides = sdpa_bundle.files["overrides.yaml"]
+    assert "attn_implementation" in overrides and "sdpa" in overrides
+    assert "use_remove_padding" not in overrides
+
+
+def test_the_preflight_requires_transformers_with_packed_masks(sdpa_bundle):
+    packages = {p["name"]: p for p in json.loads(sdpa_bundle.files["preflight.json"])["packages"]}
+    assert packages["transformers"]["version"] == ">=4.54.0"
+    assert "flash-attn" not in packages
