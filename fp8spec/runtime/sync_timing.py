@@ -59,6 +59,18 @@ class SendTimes:
 _CURRENT: contextvars.ContextVar[SendTimes | None] = contextvars.ContextVar("fp8spec_send", default=None)
 
 
+def _timed(wait: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, its duration added to the current sync's ``wait`` (none in flight: just the call)."""
+    st = _CURRENT.get()
+    if st is None:
+        return fn(*args, **kwargs)
+    t0 = time.perf_counter()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        setattr(st, wait, getattr(st, wait) + time.perf_counter() - t0)
+
+
 class _TimedDevice:
     """The device module verl's module calls ``synchronize`` on; other attributes pass through."""
 
@@ -66,14 +78,7 @@ class _TimedDevice:
         self._dev = dev
 
     def synchronize(self, *args: Any, **kwargs: Any) -> Any:
-        st = _CURRENT.get()
-        if st is None:
-            return self._dev.synchronize(*args, **kwargs)
-        t0 = time.perf_counter()
-        try:
-            return self._dev.synchronize(*args, **kwargs)
-        finally:
-            st.gpu_wait += time.perf_counter() - t0
+        return _timed("gpu_wait", self._dev.synchronize, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._dev, name)
@@ -92,14 +97,7 @@ class _TimedSocket:
         return self._sock.send_pyobj(obj, *args, **kwargs)
 
     def recv(self, *args: Any, **kwargs: Any) -> Any:
-        st = _CURRENT.get()
-        if st is None:
-            return self._sock.recv(*args, **kwargs)
-        t0 = time.perf_counter()
-        try:
-            return self._sock.recv(*args, **kwargs)
-        finally:
-            st.engine += time.perf_counter() - t0
+        return _timed("engine", self._sock.recv, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)

@@ -99,3 +99,15 @@ def applies(spec: Spec, changes: dict[str, Any]) -> bool:
     except EditError:
         return False
     return True
+
+
+def nested(changes: dict) -> dict:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``: dotted field changes as a spec fragment."""
+    out: dict = {}
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out

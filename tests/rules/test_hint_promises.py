@@ -14,18 +14,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
-from tests.rules.promises import current, promises, refusals
-
-
-def _nested(changes: dict) -> dict:
-    out: dict = {}
-    for dotted, value in changes.items():
-        *parents, last = dotted.split(".")
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
+from tests.rules.promises import current, nested, promises, refusals
 
 
 def _example(path: Path) -> dict:
@@ -129,7 +118,7 @@ def test_every_printed_proposal_holds(name, data, validate):
             if same:
                 problems.append(f"{code}: proposes {changes} but {same} already hold that value: {text}")
                 continue
-            after = validate(patched(data, _nested(changes)))
+            after = validate(patched(data, nested(changes)))
             still = [d for d in after.diagnostics if d.code == code and (d.path == path or not path)]
             # no error; fixing a warning, no warning either: its rule would propose undoing the change (init
             # applies proposals: KV008's bf16 against MEM004's FP8 KV cache went back and forth)
@@ -140,7 +129,7 @@ def test_every_printed_proposal_holds(name, data, validate):
         for changes, errors, warns in refusals(text, spec):
             if changes in proposed:
                 problems.append(f"{code}: {changes} both refused and proposed: {text}")
-            after = validate(patched(data, _nested(changes)))
+            after = validate(patched(data, nested(changes)))
             new = {c for c, _ in _errors(after) - _errors(before)}
             warned = {c for c, _ in _errors(after, "warning") - _errors(before, "warning")}
             if not errors <= new or not warns <= warned:

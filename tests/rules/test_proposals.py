@@ -10,21 +10,13 @@ import pytest
 
 from fp8spec.rules.registry import all_rules, get_rule
 from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
+from tests.rules.promises import nested
 
 # Rules whose bad example must come with at least one proposal.
 PROPOSING = {"BLK001", "HW001", "HW003", "HW004", "HW006", "MDL002", "MEM002", "MEM003", "MEM005", "MEM006", "PAR001", "PAR002",
              "PAR004", "PAR006", "PAR008", "PAR010", "PAR011", "PAR012"}
 
 
-def _nested(changes: dict) -> dict:
-    out: dict = {}
-    for dotted, value in changes.items():
-        node = out
-        *parents, last = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
 
 
 def _findings(validation, code):
@@ -46,7 +38,7 @@ def _check_proposals(validate, data: dict, code: str) -> int:
     checked = 0
     for finding in findings:
         for changes in finding.proposals:
-            after = validate(patched(data, _nested(changes)))
+            after = validate(patched(data, nested(changes)))
             errors = _errors(after)
             assert (code, finding.path) not in errors, (code, changes, "does not fix the finding")
             new = errors - _errors(before)
