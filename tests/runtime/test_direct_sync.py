@@ -229,7 +229,7 @@ def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype):
 
 
 # ----------------------------------------------------------------------------- in place on verl's buffer
-def _received(weights, bucket_size, dtype_mix=False):
+def _received(weights, bucket_size, device="cpu"):
     """Buckets as verl's receiver holds them (sender packing and receiver views as verl 0.9.1 does them,
     reproduced in test_verl_flat_bucket.py): per bucket a ReceivedBucket over the one buffer and its view list."""
     from fp8spec.runtime.flat_bucket import ReceivedBucket
@@ -237,7 +237,7 @@ def _received(weights, bucket_size, dtype_mix=False):
     from .test_verl_flat_bucket import receive, send_buckets
 
     out = []
-    for buffer, raw, ipc in send_buckets(weights, bucket_size):
+    for buffer, raw, ipc in send_buckets(weights, bucket_size, device=device):
         meta, views = receive(buffer, raw, ipc)
         # each bucket gets its own copy of the reused buffer: the test keeps them all at once
         own = buffer.clone()
@@ -292,3 +292,23 @@ def test_not_in_place_when_the_list_or_a_view_is_not_the_receivers():
         ds.apply(weights_in, b)
         assert ds.stats["in_place"] == 0
         _assert_bytes_equal(ref, dst, fp8)  # the gathered input still writes the right bytes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_gpu_in_place_on_the_receive_buffer_equals_the_cpu_reference(dtype):
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, dtype, seed=13)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    stacked, experts = _tables(cfg)
+    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+    dst = {n: t.cuda() for n, t in _garbage(params).items()}
+    ds.bind(dst)
+    buckets = _received([(n, t.cuda()) for n, t in weights], bucket_size=3 << 20, device="cuda")
+    for b in buckets:
+        ds.apply(b.weights, b)
+    assert ds.stats["in_place"] == len(buckets)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
