@@ -44,6 +44,8 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
         stack |= {"megatron-core": spec.stack.megatron_core, "transformer-engine": spec.stack.transformer_engine}
     if spec.training.backend == "fsdp" and spec.training.attention == "flash_attention_2":
         stack |= {"flash-attn": ">=2.3.3"}  # verl's default attention for the FSDP model needs it on the node
+    elif spec.training.backend == "fsdp":  # sdpa / eager with padding removal: transformers' packed-sequence masks
+        stack |= {"transformers": ">=4.54.0"}
     if spec.training.backend == "megatron":
         if spec.training.attention == "flash_attention_2":
             stack |= {"flash-attn": ">=2.1.1"}  # verl's default Megatron attention (flash): TE uses flash-attn
