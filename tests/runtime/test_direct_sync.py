@@ -211,23 +211,6 @@ def test_a_parameter_that_changed_shape_is_not_written():
     assert torch.count_nonzero(dst[name].view(torch.uint8)) == 0
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype):
-    cfg = SMALL_MOE
-    params, parts = engine_params(cfg, 1)
-    weights = _weights(cfg, dtype, seed=5)
-    ref = _vllm_style_load(cfg, params, weights, 1, 0)
-    stacked, experts = _tables(cfg)
-    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
-    dst = {n: t.cuda() for n, t in _garbage(params).items()}
-    ds.bind(dst)
-    ds.apply([(n, t.cuda()) for n, t in weights])
-    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
-    _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
-
-
 # ----------------------------------------------------------------------------- in place on verl's buffer
 def _received(weights, bucket_size, device="cpu"):
     """Buckets as verl's receiver holds them (sender packing and receiver views as verl 0.9.1 does them,
@@ -296,19 +279,26 @@ def test_not_in_place_when_the_list_or_a_view_is_not_the_receivers():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("in_place", [False, True], ids=["gathered", "in-place"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_gpu_in_place_on_the_receive_buffer_equals_the_cpu_reference(dtype):
+def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype, in_place):
+    """The Triton path, from a gathered input and in place on a receive buffer, == the CPU reference."""
     cfg = SMALL_MOE
     params, parts = engine_params(cfg, 1)
-    weights = _weights(cfg, dtype, seed=13)
+    weights = _weights(cfg, dtype, seed=5)
     ref = _vllm_style_load(cfg, params, weights, 1, 0)
     stacked, experts = _tables(cfg)
     ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
     dst = {n: t.cuda() for n, t in _garbage(params).items()}
     ds.bind(dst)
-    buckets = _received([(n, t.cuda()) for n, t in weights], bucket_size=3 << 20, device="cuda")
-    for b in buckets:
-        ds.apply(b.weights, b)
-    assert ds.stats["in_place"] == len(buckets)
+    on_gpu = [(n, t.cuda()) for n, t in weights]
+    if in_place:
+        buckets = _received(on_gpu, bucket_size=3 << 20, device="cuda")
+        for b in buckets:
+            ds.apply(b.weights, b)
+        assert ds.stats["in_place"] == len(buckets)
+    else:
+        ds.apply(on_gpu)
+        assert ds.stats["in_place"] == 0
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
