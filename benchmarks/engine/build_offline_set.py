@@ -94,7 +94,7 @@ class OfflineSet:
 def device_built(requirement: str) -> Path | None:
     """A wheel of ``requirement`` built on the device and fetched back into the cache, if there is one."""
     name, version = requirement.split("==")
-    stem = name.replace("-", "_").lower()
+    stem = re.sub(r"[-_.]+", "_", name).lower()  # wheel file names normalise - _ . alike (PEP 427)
     found = sorted(p for p in CACHE.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-"))
     return found[0] if found else None
 
@@ -102,7 +102,7 @@ def device_built(requirement: str) -> Path | None:
 def download_sdist(requirement: str) -> Path:
     """The source archive from PyPI's simple index, checked against the sha256 the index gives."""
     name, version = requirement.split("==")
-    stem = name.replace("-", "_").lower()
+    stem = re.sub(r"[-_.]+", "_", name).lower()  # wheel file names normalise - _ . alike (PEP 427)
     target = CACHE / f"{stem}-{version}.tar.gz"
     page = urllib.request.urlopen(f"https://pypi.org/simple/{name}/", timeout=60).read().decode()
     links = re.findall(rf'href="([^"]*/{stem}-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]{{64}})"', page)
@@ -119,7 +119,7 @@ def download_sdist(requirement: str) -> Path:
 
 def download(requirement: str) -> Path:
     name, version = requirement.split("==")
-    stem = name.replace("-", "_").lower()
+    stem = re.sub(r"[-_.]+", "_", name).lower()  # wheel file names normalise - _ . alike (PEP 427)
     found = [p for p in CACHE.glob("*.whl") if p.name.lower().startswith(f"{stem}-{version}-")]
     if found:
         return found[0]
