@@ -10,8 +10,7 @@ fp8spec/engines/sglang/memory.py (the 30B-A3B FP8 pools were then over-predicted
 
 from __future__ import annotations
 
-import json
-import tarfile
+import importlib.util
 
 import pytest
 
@@ -27,15 +26,14 @@ MODES = {"bf16": ("bf16", False), "fp8": ("bf16", True), "fp8kv": ("fp8_e4m3", T
 
 
 def _records() -> list[dict]:
-    out = []
-    for path in sorted(RUN.glob("sbench_*.tgz")):
-        with tarfile.open(path) as tar:
-            for m in tar.getmembers():
-                if m.name.endswith("results.jsonl"):
-                    f = tar.extractfile(m)
-                    assert f is not None
-                    out += [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
-    return out
+    """The engines that started and generated, read by the script BENCHMARKS.md's table comes from."""
+    spec = importlib.util.spec_from_file_location(
+        "plan_vs_engine", REPO / "benchmarks" / "sglang" / "plan_vs_engine.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script.records([str(p) for p in sorted(RUN.glob("sbench_*.tgz"))])
 
 
 RECORDS = _records()
@@ -45,23 +43,41 @@ def _planned(r: dict):
     model = get_model(r["model"])
     kv_dtype, fp8 = MODES[r["mode"]]
     quantized = (
-        frozenset(m.name for m in model.linear_modules() if m.kind not in ("lm_head", "router")) if fp8 else None
+        frozenset(m.name for m in model.linear_modules() if m.kind not in ("lm_head", "router"))
+        if fp8
+        else None
     )
     mem = gpu_memory("h200")
     setup = EngineSetup(
-        engine="sglang", engine_version="0.5.12", gpu="h200", total_bytes=mem.total_bytes, sms=mem.sms,
-        utilization=r["util"], tp=1, ep=1, max_num_batched_tokens=16384, max_num_seqs=256,
-        max_model_len=r["max_model_len"], cuda_graphs=True, kv_dtype=kv_dtype, defaults="the bench's settings",
+        engine="sglang",
+        engine_version="0.5.12",
+        gpu="h200",
+        total_bytes=mem.total_bytes,
+        sms=mem.sms,
+        utilization=r["util"],
+        tp=1,
+        ep=1,
+        max_num_batched_tokens=16384,
+        max_num_seqs=256,
+        max_model_len=r["max_model_len"],
+        cuda_graphs=True,
+        kv_dtype=kv_dtype,
+        defaults="the bench's settings",
     )
-    return plan_choice(model, setup, Choice(r["mode"], r["mode"], quantized, kv_dtype), seq_len=r["max_model_len"],
-                       sequences=1)
+    return plan_choice(
+        model,
+        setup,
+        Choice(r["mode"], r["mode"], quantized, kv_dtype),
+        seq_len=r["max_model_len"],
+        sequences=1,
+    )
 
 
 def test_the_run_holds_six_engines_that_started_and_generated():
     assert sorted((r["model"].split("/")[-1], r["mode"]) for r in RECORDS) == sorted(
         (m, mode) for m in ("Qwen3-8B-Base", "Qwen3-30B-A3B-Base") for mode in MODES
     )
-    assert all(r["rc"] == 0 and r["output_tokens"] == 256 * 1536 for r in RECORDS)
+    assert all(r["output_tokens"] == 256 * 1536 for r in RECORDS)
     assert {r["util"] for r in RECORDS} == {0.6} and {r["max_model_len"] for r in RECORDS} == {4096}
 
 
