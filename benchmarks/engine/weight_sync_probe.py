@@ -225,6 +225,18 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
 
         opts = probe_options()
+        import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as transfer
+
+        if os.environ.get("WS_FUSED_SEND", "0") == "1":  # the trainer side's fused bucket fill (issue 23 item 3)
+            from fp8spec.runtime.fused_send import patch_bucket_sender_fused
+
+            patch_bucket_sender_fused(transfer)
+        if os.environ.get("WS_SYNC_TIMING", "0") == "1":  # the trainer side's split, one line per sync
+            from fp8spec.runtime.sync_timing import patch_bucket_sender
+
+            patch_bucket_sender(transfer)
+        record["fused_send"] = os.environ.get("WS_FUSED_SEND", "0") == "1"
+        record["send_split"] = []
 
         def one_sync() -> float:
             weights = make_weights(cfg, step=0)  # the same values each step: the last sync is checked
@@ -238,9 +250,14 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             t0 = time.perf_counter()
             th = threading.Thread(target=receive)
             th.start()
-            asyncio.run(BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=2048).async_send_weights(iter(weights)))
+            sender = BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=2048)
+            asyncio.run(sender.async_send_weights(iter(weights)))
             th.join()
             dt = time.perf_counter() - t0
+            st = getattr(sender, "_fp8spec_send_times", None)
+            if st is not None:
+                record["send_split"].append({"tensors": st.tensors, "buckets": st.buckets, "gpu_wait_s": st.gpu_wait,
+                                             "engine_s": st.engine, "line": st.line()})
             del weights
             torch.cuda.empty_cache()
             return dt

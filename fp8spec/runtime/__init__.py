@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from .envs import RUNTIME_PATCHES, check_environment
+from .envs import FUSED_SEND, RUNTIME_PATCHES, check_environment
 from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
@@ -92,6 +92,16 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
     if "te_report" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
+
+    if "direct_sync" in new and FUSED_SEND.read():
+        # before sync_timing, which wraps the send method it finds
+        def _fused(mod):
+            version_guard.require("verl", "direct_sync (FP8SPEC_FUSED_SEND)")
+            from .fused_send import patch_bucket_sender_fused
+
+            patch_bucket_sender_fused(mod)
+
+        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)
 
     if {"fast_block_quant", "direct_sync"} & set(new):
         # the trainer's side of each sync in one log line (verl's bucket sender: trainer processes only)

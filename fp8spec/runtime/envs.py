@@ -227,6 +227,15 @@ QUANT_CHUNK_MB = EnvVar(
     parse=_positive_int,
     doc="tensor-list fallback: launch per chunk of this size",
 )
+FUSED_SEND = EnvVar(
+    name="FP8SPEC_FUSED_SEND",
+    patch="direct_sync",
+    type="switch",
+    default="0",
+    parse=_switch,
+    doc="trainer side: fill each weight-sync bucket with a few copy launches instead of one per tensor "
+    "(fused_send.py; verl's offsets and metadata unchanged); off until measured on the GPU",
+)
 
 # The table, in the order the manifest lists each patch's variables.
 VARIABLES: tuple[EnvVar, ...] = (
@@ -245,6 +254,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     QUANT_PREALLOC_OUTPUTS,
     QUANT_KEEP_OUTPUTS,
     QUANT_CHUNK_MB,
+    FUSED_SEND,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 
