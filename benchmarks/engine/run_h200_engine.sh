@@ -35,7 +35,11 @@ case $step in
     { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
       python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
     } 2>&1 | tee "$OUT/gputests/env.txt"
-    PYTHONPATH="$PWD" timeout 240 python3 -m pytest tests/runtime --noconftest -q -p no:cacheprovider -rs 2>&1 |
+    # the tests import ruamel.yaml, which the image lacks: take it from whichever offline install this lease has;
+    # the image has no pytest-xdist, so pyproject's addopts (-n auto) is dropped
+    site=$(ls -d /tmp/site /tmp/site-sglang 2> /dev/null | head -n 1)
+    PYTHONPATH="$PWD${site:+:$site}" timeout 240 python3 -m pytest tests/runtime --noconftest -q -p no:cacheprovider \
+      -o addopts= -rs 2>&1 |
       tee "$OUT/gputests/pytest.log" | tail -n 15
     pack gputests ;;
   bench)

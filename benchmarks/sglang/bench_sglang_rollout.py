@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=1536)
+    ap.add_argument("--max-running-requests", type=int, default=256,
+                    help="SGLang max_running_requests (verl passes rollout.max_num_seqs, default 256)")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
 
@@ -48,7 +50,8 @@ def main() -> int:
     import torch
 
     model_id = MODELS[args.model]
-    kw = engine_kwargs(model_dir(model_id), args.mode, args.util, args.max_model_len, backend=args.backend)
+    kw = engine_kwargs(model_dir(model_id), args.mode, args.util, args.max_model_len, backend=args.backend,
+                       max_running_requests=args.max_running_requests)
     t0 = time.perf_counter()
     llm = sglang.Engine(**kw)
     start_s = time.perf_counter() - t0

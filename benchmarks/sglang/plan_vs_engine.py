@@ -6,9 +6,9 @@ For each engine record of ``run_sglang_configs.py`` (model, mode, mem_fraction_s
 SGLang's log), the planner computes the same configuration (``plan_choice`` with an ``EngineSetup`` for SGLang
 0.5.12, the record's fraction and the measured total memory when given) and the two are printed side by side:
 free memory before the weights (planner: total minus its CUDA-context estimate; SGLang: "Load weight begin. avail
-mem"), weights (planner: parameter bytes; SGLang: "Load weight end ... mem usage", the free-memory drop across
-the load), KV pool bytes and tokens (SGLang: max_total_num_tokens and "KV Cache is allocated" K + V sizes).
-The issue-22 goal: the planner within 5 % of SGLang's KV capacity. Nothing here changes the planner.
+mem"), weights (planner: parameter bytes plus the FP8 dummy-init cache; SGLang: "Load weight end ... mem usage",
+the free-memory drop across the load), KV pool bytes and tokens (SGLang: max_total_num_tokens and "KV Cache is
+allocated" K + V sizes). The issue-22 goal: the planner within 5 % of SGLang's KV capacity.
 """
 
 from __future__ import annotations
@@ -63,21 +63,22 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     rows = []
-    print("| model | mode | free before load GiB (plan / SGLang) | weights GiB (plan / SGLang) | "
+    print("| model | mode | free before load GiB (plan / SGLang) | weights + dummy-init cache GiB (plan / SGLang) | "
           "KV tokens (plan / SGLang) | error |")
     print("|---|---|---|---|---|---:|")
     for r in records(a.inputs):
         p = planned(r, a.total_bytes)
         free_plan = p.memory.detail.get("free_before_load", 0) / GIB
+        loaded_plan = (p.weights.total + p.memory.load_cache) / GIB  # SGLang's "mem usage" of the load
         tokens_plan, tokens = p.kv.num_blocks, r.get("max_total_num_tokens") or r.get("kv_cache_tokens")
         err = (tokens_plan - tokens) / tokens if tokens else None
         row = {"model": r["model"], "mode": r["mode"], "util": r["util"], "free_before_plan_gib": round(free_plan, 2),
-               "free_before_sglang_gib": r.get("free_before_load_gib"), "weights_plan_gib": round(p.weights.total / GIB, 2),
+               "free_before_sglang_gib": r.get("free_before_load_gib"), "weights_plan_gib": round(loaded_plan, 2),
                "weights_sglang_gib": r.get("weights_gib"), "kv_tokens_plan": tokens_plan, "kv_tokens_sglang": tokens,
                "kv_tokens_error": err}
         rows.append(row)
         print(f"| {r['model'].split('/')[-1]} | {r['mode']} | {free_plan:.2f} / {r.get('free_before_load_gib')} | "
-              f"{p.weights.total / GIB:.2f} / {r.get('weights_gib')} | {tokens_plan:,} / {tokens} | "
+              f"{loaded_plan:.2f} / {r.get('weights_gib')} | {tokens_plan:,} / {tokens} | "
               f"{'' if err is None else f'{err:+.2%}'} |")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")

@@ -7,7 +7,7 @@ choices, the profile kinds) imports no adapter, memory model or rule.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
@@ -54,9 +54,15 @@ class Engine:
         raise NotImplementedError(f"{self.name} has no memory model")
 
     def engine_memory(
-        self, model: ModelFacts, setup: EngineSetup, weights: int, facts: ProfileFacts, fp8_linear: bool
+        self,
+        model: ModelFacts,
+        setup: EngineSetup,
+        weights: int,
+        facts: ProfileFacts,
+        quantized: Optional[frozenset[str]],
     ) -> tuple[EngineMemory, int]:
-        """The engine's memory at start-up, and the KV block size (tokens per page) it allocates in."""
+        """The engine's memory at start-up, and the KV block size (tokens per page) it allocates in.
+        ``quantized`` names the FP8 linears (None: a BF16 engine)."""
         raise NotImplementedError(f"{self.name} has no memory model")
 
     def memory_notes(self, setup: EngineSetup, facts: ProfileFacts) -> list[str]:

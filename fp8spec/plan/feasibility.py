@@ -123,12 +123,14 @@ def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
     if problem is None:
         return Verdict("MEM002", True, path="rollout.gpu_memory_utilization")
     m = r.memory
-    need = m.weights + m.activation_peak + m.non_torch + m.cudagraph + r.kv.one_request_bytes
+    need = m.weights + m.activation_peak + m.non_torch + m.cudagraph + m.load_cache + r.kv.one_request_bytes
     util = math.ceil(need / plan.total_bytes * 100) / 100
     msg = (
         f"rollout engine ({r.choice.label}) at gpu_memory_utilization {plan.setup.utilization:g}: "
         f"{problem}: requested {gib(m.requested)} - weights {gib(m.weights)} - activations {gib(m.activation_peak)}"
-        f" - non-torch {gib(m.non_torch)} - CUDA graphs {gib(m.cudagraph)} = {gib(m.available_kv)}, one request "
+        f" - non-torch {gib(m.non_torch)} - CUDA graphs {gib(m.cudagraph)}"
+        + (f" - load cache {gib(m.load_cache)}" if m.load_cache else "")
+        + f" = {gib(m.available_kv)}, one request "
         f"of {plan.setup.max_model_len} tokens needs {gib(r.kv.one_request_bytes)}"
     )
     fixes = []

@@ -41,6 +41,7 @@ def _rollout_json(plan, r) -> dict:
             "activation_peak": q(m.activation_peak, "bytes", "estimate"),
             "non_torch": q(m.non_torch, "bytes", "estimate"),
             "cuda_graph_estimate": q(m.cudagraph, "bytes", "estimate"),
+            "load_cache": q(m.load_cache, "bytes", "estimate"),
             "available_kv": q(m.available_kv, "bytes", "estimate"),
             "runner": m.runner,
         },

@@ -102,7 +102,7 @@ def plan_choice(
     )
     s = setup.with_kv_dtype(choice.kv_dtype)
     memory, block = get_engine(s.engine).engine_memory(
-        model, s, weights.total, facts, fp8_linear=choice.quantized is not None
+        model, s, weights.total, facts, None if choice.quantized is None else frozenset(choice.quantized)
     )
     dtype_bytes = facts.value("memory.kv_dtype_bytes")["bf16" if s.kv_dtype == "bf16" else s.kv_dtype]
     per_layer = kv_bytes_per_token_layer(model, s.tp, dtype_bytes)

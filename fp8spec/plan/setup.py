@@ -55,10 +55,19 @@ class EngineMemory:
     cudagraph: int
     runner: str
     detail: dict = field(default_factory=dict)
+    # allocator blocks the weight load leaves cached (reserved, not free) when the engine sizes its KV pool
+    load_cache: int = 0
 
     @property
     def available_kv(self) -> int:
-        return self.requested - self.weights - self.activation_peak - self.non_torch - self.cudagraph
+        return (
+            self.requested
+            - self.weights
+            - self.activation_peak
+            - self.non_torch
+            - self.cudagraph
+            - self.load_cache
+        )
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,23 @@ def _rollout_weight_bytes(
     return WeightBytes(fp8, scales, bf16, embeddings, _other_bytes(model))
 
 
+def largest_fp8_parameter(model: ModelFacts, shard: Sharding, quantized: Iterable[str]) -> int:
+    """Elements of the largest FP8 weight tensor an engine allocates on one rank: a fused linear (qkv_proj,
+    gate_up_proj) or one layer's routed experts stacked into one tensor (FusedMoE's w13 / w2)."""
+    local_e = _local_experts(model, shard)
+    largest = 0
+    for cls, _count in engine_modules(model, frozenset(quantized)):
+        if cls.expert is not None and cls.expert >= local_e:
+            continue
+        numel = 0
+        for m in cls.members:
+            if m.quantized:
+                out, inn = _rank_shape(m, model, shard)
+                numel += out * inn
+        largest = max(largest, numel * local_e if cls.expert is not None else numel)
+    return largest
+
+
 @lru_cache(maxsize=8)
 def _other_bytes(model) -> int:
     """Norms and router biases (replicated, BF16) plus vLLM's rotary cos/sin cache."""

@@ -28,7 +28,7 @@ class Toy(Engine):
 
         return profile_facts("toy", version, version, "memory.kv_dtype_bytes")
 
-    def engine_memory(self, model, setup, weights, facts, fp8_linear):
+    def engine_memory(self, model, setup, weights, facts, quantized):
         from fp8spec.plan.setup import EngineMemory
 
         requested = math.floor(setup.total_bytes * setup.utilization)

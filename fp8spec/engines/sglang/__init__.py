@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from fp8spec.engines.base import Engine
 
@@ -21,7 +21,10 @@ class SGLang(Engine):
     stack_description = "SGLang release (used with rollout.engine sglang). Default: the one verl pins."
     # Fp8LinearMethod.validate_block_quant_shapes checks every merged partition, split or not
     checks_unsplit_shards = True
-    memory_rows = (("free x mem_fraction_static", "requested"),)
+    memory_rows = (
+        ("free x mem_fraction_static", "requested"),
+        ("FP8 dummy-init cache", "load_cache"),
+    )
     runner_labels = {"sglang": "SGLang pool"}
 
     @property
@@ -39,11 +42,16 @@ class SGLang(Engine):
         return get_engine("vllm").memory_facts(memory_model_version())
 
     def engine_memory(
-        self, model: ModelFacts, setup: EngineSetup, weights: int, facts: ProfileFacts, fp8_linear: bool
+        self,
+        model: ModelFacts,
+        setup: EngineSetup,
+        weights: int,
+        facts: ProfileFacts,
+        quantized: Optional[frozenset[str]],
     ) -> tuple[EngineMemory, int]:
         from fp8spec.engines.sglang.memory import sglang_engine_memory
 
-        return sglang_engine_memory(setup, weights), 1
+        return sglang_engine_memory(model, setup, weights, quantized), 1
 
     def memory_notes(self, setup: EngineSetup, facts: ProfileFacts) -> list[str]:
         from fp8spec.engines.sglang.memory import memory_notes

@@ -169,3 +169,71 @@ def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
         hint,
         ok,
     )
+
+
+@rule(
+    "PAR015",
+    "sglang-one-slot-short",
+    "warning",
+    "SGLang runs one request fewer than rollout.max_num_seqs while a prompt is chunked, and a step takes one more "
+    "wave of full-length responses.",
+    """verl passes rollout.max_num_seqs to SGLang as max_running_requests. SGLang 0.5.12 counts the request
+    whose prompt is being chunked twice when it fills a batch (scheduler.py:2606-2609, 2724-2725), so it runs at
+    most max_num_seqs - 1 requests at once, and the one left waits until a running request finishes. Run on
+    the H200 with verl's 256 and 256 sequences: 255 ran, the last one ran alone after all the others
+    (BENCHMARKS.md 7.6, 22 % of that generation). It costs a step an extra wave of decode at a tiny batch when
+    the responses run to max_response_length (a randomly initialised model's always do; early long-reasoning
+    RL often does) and the KV cache holds them all; with responses of varied length the lost slot costs
+    1/max_num_seqs.""",
+    "rollout.max_num_seqs one above the sequences per wave (max_running_requests - 1 = the wave; read from "
+    "SGLang's scheduler, not run), or accept it",
+    engine="sglang",
+    acknowledgeable=True,
+    examples=Examples(
+        bad={
+            "rollout": {"engine": "sglang", "n": 8, "max_num_seqs": 64, "max_response_length": 2048},
+            "kv_cache": {"dtype": "bf16"},
+            "linear": {"quantize": False},
+        },
+        good={
+            "rollout": {"engine": "sglang", "n": 8, "max_num_seqs": 65, "max_response_length": 2048},
+            "kv_cache": {"dtype": "bf16"},
+            "linear": {"quantize": False},
+        },
+        message="one fewer",
+    ),
+)
+def sglang_one_slot_short(ctx: ResolvedSpec) -> Iterator[Finding]:
+    if not ctx.fact("sglang", "capability.admission_with_chunked_prefill"):
+        return
+    plan = ctx.memory_plan
+    if plan is None:
+        return
+    r = plan.spec_rollout
+    slots, sequences = plan.setup.max_num_seqs, r.sequences_per_replica
+    # only where slots are what limits the engine: the KV cache holds max_num_seqs responses at full length
+    if slots < 2 or r.kv_shortfall is not None or r.concurrency < slots:
+        return
+    # a step's prompts fit one prefill chunk: no request is ever chunked
+    if sequences * ctx.spec.rollout.max_prompt_length <= plan.setup.max_num_batched_tokens:
+        return
+    waves, real = -(-sequences // slots), -(-sequences // (slots - 1))
+    if real <= waves:
+        return
+    alone = sequences - (real - 1) * (slots - 1)
+    hint, ok = proposal(
+        ctx,
+        "PAR015",
+        "rollout.max_num_seqs",
+        [{"rollout.max_num_seqs": slots + 1}],
+        rule_hint("PAR015"),
+    )
+    yield Finding(
+        f"SGLang {ctx.engine_version} runs at most {slots - 1} of rollout.max_num_seqs {slots} requests at once "
+        f"while a prompt is chunked (one fewer, as run on the H200): the {sequences} sequences per replica take "
+        f"{real} waves instead of {waves}, the last with {alone} sequence{'s' if alone > 1 else ''} alone when "
+        "responses run to max_response_length",
+        "rollout.max_num_seqs",
+        hint,
+        ok,
+    )

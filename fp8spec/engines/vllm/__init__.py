@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines.base import Engine
 
@@ -51,11 +51,16 @@ class VLLM(Engine):
         return memory_facts(version)
 
     def engine_memory(
-        self, model: ModelFacts, setup: EngineSetup, weights: int, facts: ProfileFacts, fp8_linear: bool
+        self,
+        model: ModelFacts,
+        setup: EngineSetup,
+        weights: int,
+        facts: ProfileFacts,
+        quantized: Optional[frozenset[str]],
     ) -> tuple[EngineMemory, int]:
         from fp8spec.engines.vllm.memory import vllm_engine_memory
 
-        memory = vllm_engine_memory(model, setup, weights, facts, fp8_linear=fp8_linear)
+        memory = vllm_engine_memory(model, setup, weights, facts, fp8_linear=quantized is not None)
         return memory, facts.value("memory.block_size")
 
     def memory_notes(self, setup: EngineSetup, facts: ProfileFacts) -> list[str]:
