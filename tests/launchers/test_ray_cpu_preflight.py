@@ -15,7 +15,8 @@ import pytest
 from fp8spec.profiles import load_profile
 from tests.launchers.conftest import start_ray_head
 
-pytestmark = pytest.mark.slow
+# one xdist worker: its three small-head tests share one module head (spread over two workers, each started one)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-small-head")]
 
 NEED = load_profile("verl", "0.9.1").value("requirement.ray_cpus_before_gpus")
 SHORT = "preflight: error: the Ray cluster offers 2 logical CPUs; verl 0.9.1's main_ppo needs 9 "

@@ -8,9 +8,8 @@ of the other launch tests offers exactly the fact's number, and there launch.sh 
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -68,23 +67,30 @@ def test_storage_units_are_pinned_round_robin_to_nodes():
     assert PROFILE.value("requirement.ray_storage_unit_placement") == "round_robin_hard_node_affinity"
 
 
-def _actors(ray_cli: Path, head) -> list[dict]:
-    proc = subprocess.run(
-        [str(ray_cli), "list", "actors", "--format", "json", "--address", head.gcs, "--limit", "100"],
-        env=head.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    text = proc.stdout
-    start = text.find("[")  # the CLI may print a notice before the JSON
-    return json.loads(text[start:]) if proc.returncode == 0 and start >= 0 else []
+def _actors(head) -> list[dict]:
+    """The head's actors from Ray's state API (the dashboard `ray list actors` asks), read in this process: a
+    `ray list actors` process per poll cost about 2 CPU-seconds on the 2-core machine, as much as the launch."""
+    from ray.util.state import list_actors
+
+    try:
+        actors = list_actors(address=head.dashboard, limit=100, raise_on_missing_output=False, timeout=30)
+    except Exception:  # the dashboard is busy or not up yet: poll again
+        return []
+    return [dataclasses.asdict(a) for a in actors]
 
 
+def _cpus(head) -> tuple[float, float]:
+    """(total, used) logical CPUs of the cluster, from the GCS (what `ray status` shows as Usage)."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+
+    (cpu,) = [r for r in get_cluster_status(head.gcs).cluster_resource_usage if r.resource_name == "CPU"]
+    return cpu.total, cpu.used
+
+
+@pytest.mark.slow
 def test_one_cpu_fewer_stalls_main_ppo_with_an_unplaced_storage_unit(tmp_path):
     (example,) = [p for p in trainer_examples() if p.stem == "tiny-qwen3-h200"]
     bundle, _ = launchable_bundle(example, tmp_path)
-    ray_cli = Path(sys.executable).parent / "ray"
     with start_ray_head(NEED - 1) as head:
         # past the bundle's own CPU check (test_ray_cpu_preflight.py): this test shows what verl does without it
         env = dict(head.env, RAY_ADDRESS=head.gcs, FP8SPEC_SKIP_RAY_CPU_CHECK="1")
@@ -98,25 +104,33 @@ def test_one_cpu_fewer_stalls_main_ppo_with_an_unplaced_storage_unit(tmp_path):
                 cwd=tmp_path,
             )
         try:
-            # worker processes start slowly on a small, busy machine: wait until every storage unit Ray can
-            # place is ALIVE, then check that the rest stays pending while main_ppo keeps waiting
-            deadline, seen, since = time.time() + 480, None, 0.0
+            # Worker processes start slowly on a small, busy machine: wait until every storage unit Ray can place
+            # is ALIVE and the one left cannot be placed: the head has fewer free CPUs than a unit asks for,
+            # every one held by a live actor of this job until the job ends (hard node affinity, one node).
+            # Seen on two polls in a row, the stall is then certain, not a start-up moment (no settle window).
+            from transfer_queue.storage.simple_storage import SimpleStorageUnit
+
+            unit_cpus = _num_cpus(SimpleStorageUnit)
+            deadline, seen, cpus, confirmed = time.time() + 480, None, None, 0
             while time.time() < deadline and proc.poll() is None:
-                actors = _actors(ray_cli, head)
+                actors = _actors(head)
                 units = [a for a in actors if a.get("class_name") == "SimpleStorageUnit"]
                 alive = {a.get("class_name") for a in actors if a.get("state") == "ALIVE"}
                 placed = sum(a.get("state") == "ALIVE" for a in units)
                 pending = sorted(a["name"] for a in units if a.get("state") == "PENDING_CREATION")
-                state = (placed, tuple(pending))
                 settled = len(units) == 8 and {"TaskRunnerV1", "TransferQueueController"} <= alive
-                if not settled or state != seen:
-                    seen, since = state, time.time()
-                elif placed == NEED - 2 and time.time() - since >= 20:  # 1 CPU went to the controller
+                state, full = (placed, tuple(pending)), False
+                if settled and placed == NEED - 2 and len(pending) == 1:  # 1 CPU went to the controller
+                    cpus = _cpus(head)
+                    full = cpus == (NEED - 1, NEED - 1) and cpus[0] - cpus[1] < unit_cpus
+                confirmed, seen = ((confirmed + 1 if state == seen else 1) if full else 0), state
+                if confirmed >= 2:
                     break
-                time.sleep(3)
+                time.sleep(2)
             assert proc.poll() is None, "main_ppo exited instead of waiting:\n" + out.read_text()[-3000:]
             assert seen is not None and seen[0] == NEED - 2, f"storage units ALIVE, pending: {seen}"
             assert len(seen[1]) == 1 and seen[1][0].startswith("TransferQueueStorageUnit#")  # the missing CPU
+            assert confirmed >= 2, f"CPUs (total, used): {cpus}"  # no CPU left for it
             assert "Total available GPUs" not in out.read_text()  # never got as far as the GPU request
         finally:
             if proc.poll() is None:
