@@ -19,6 +19,7 @@ from fp8spec.runtime import fused_send, sync_timing
 
 from .test_activation import _run
 from .test_sync_timing import MOD, CpuDevice, _module
+from .test_sync_timing import _sync as timed_sync
 
 pytest.importorskip("zmq")
 pytest.importorskip("verl")
@@ -26,8 +27,7 @@ pytest.importorskip("verl")
 
 def _sync(mod, tmp_path, weights, bucket_mb, name):
     """One sync: what the receiver saw (every metadata message, every tensor cloned)."""
-    handle = f"ipc://{tmp_path}/{name}.sock"
-    metas, got = [], []
+    metas = []
 
     class Recorder(mod.BucketedWeightReceiver):
         def _init_socket(self):
@@ -47,20 +47,7 @@ def _sync(mod, tmp_path, weights, bucket_mb, name):
 
             self.socket.recv_pyobj = recv_pyobj
 
-    def receive():
-        r = Recorder(handle, torch.device("cpu"), use_shm=True)
-        r.receive_weights(lambda w, last: got.extend((n, t.clone()) for n, t in w))
-
-    th = threading.Thread(target=receive)
-    sender = mod.BucketedWeightSender(handle, bucket_size_mb=bucket_mb, use_shm=True)
-
-    async def main():
-        th.start()
-        await sender.async_send_weights(iter(weights))
-
-    asyncio.run(main())
-    th.join(30)
-    assert not th.is_alive()
+    sender, got, _ = timed_sync(mod, tmp_path, weights, bucket_mb, name, receiver=Recorder)
     return sender, metas, got
 
 

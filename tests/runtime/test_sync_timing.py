@@ -44,7 +44,9 @@ class CpuDevice:
 
 
 def _module(dev):
-    path = os.path.join(os.path.dirname(verl.__file__), "workers/rollout/vllm_rollout/bucketed_weight_transfer.py")
+    path = os.path.join(
+        os.path.dirname(verl.__file__), "workers/rollout/vllm_rollout/bucketed_weight_transfer.py"
+    )
     spec = importlib.util.spec_from_file_location(MOD, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -53,12 +55,13 @@ def _module(dev):
     return mod
 
 
-def _sync(mod, tmp_path, weights, bucket_mb, name):
+def _sync(mod, tmp_path, weights, bucket_mb, name, receiver=None):
+    """One sync from verl's sender to ``receiver`` (default: verl's receiver class) in a thread."""
     handle = f"ipc://{tmp_path}/{name}.sock"
     got, buckets = [], []
 
     def receive():
-        r = mod.BucketedWeightReceiver(handle, torch.device("cpu"), use_shm=True)
+        r = (receiver or mod.BucketedWeightReceiver)(handle, torch.device("cpu"), use_shm=True)
         r.receive_weights(lambda w, last: (buckets.append(len(w)), got.extend((n, t.clone()) for n, t in w)))
 
     th = threading.Thread(target=receive)
