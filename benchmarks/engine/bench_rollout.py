@@ -43,6 +43,8 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=1536)
+    ap.add_argument("--max-num-seqs", type=int, default=None,
+                    help="vLLM's max_num_seqs (default: vLLM's own); 256 is verl's rollout.max_num_seqs")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
     if args.bundle:
@@ -55,7 +57,8 @@ def main() -> int:
 
     model_id = MODELS[args.model]
     t0 = time.perf_counter()
-    llm = LLM(**engine_kwargs(model_id, args.mode, args.util, args.max_model_len))
+    extra = {} if args.max_num_seqs is None else {"max_num_seqs": args.max_num_seqs}
+    llm = LLM(**engine_kwargs(model_id, args.mode, args.util, args.max_model_len, **extra))
     start_s = time.perf_counter() - t0
 
     import torch
@@ -83,7 +86,8 @@ def main() -> int:
     record = {
         "model": model_id, "mode": args.mode, "deep_gemm": bool(args.deep_gemm), "util": args.util,
         "max_model_len": args.max_model_len, "prompts": args.prompts, "prompt_len": args.prompt_len,
-        "output_len": args.output_len, "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
+        "output_len": args.output_len, "max_num_seqs": args.max_num_seqs,
+        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
         "output_tokens": out_tokens, "output_tok_per_s": round(out_tokens / gen_s, 1),
         "total_tok_per_s": round((out_tokens + args.prompts * args.prompt_len) / gen_s, 1),
         "preemptions": preemptions, "vllm_use_deep_gemm": os.environ.get("VLLM_USE_DEEP_GEMM"),
