@@ -204,6 +204,7 @@ def write_fp8_checkpoint(cfg: dict, weights, folder: Path, quantizer: str = "ver
 
 
 def run_engine(case: str, path: str, out: Path, util: float) -> None:
+    import fp8spec.runtime  # noqa: F401  (activates FP8SPEC_RUNTIME_PATCHES here first, in a bundle's order)
     import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -227,15 +228,20 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         opts = probe_options()
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as transfer
 
-        if os.environ.get("WS_FUSED_SEND", "0") == "1":  # the trainer side's fused bucket fill (issue 23 item 3)
-            from fp8spec.runtime.fused_send import patch_bucket_sender_fused
-
-            patch_bucket_sender_fused(transfer)
+        # WS_FUSED_SEND: the trainer side's fused bucket fill (issue 23 item 3), activated by the runtime itself
+        # (FP8SPEC_FUSED_SEND in this process's environment, set by main(); with direct_sync only), which installs
+        # it before sync_timing as a bundle does; importing the module above ran those hooks
         if os.environ.get("WS_SYNC_TIMING", "0") == "1":  # the trainer side's split, one line per sync
             from fp8spec.runtime.sync_timing import patch_bucket_sender
 
-            patch_bucket_sender(transfer)
-        record["fused_send"] = os.environ.get("WS_FUSED_SEND", "0") == "1"
+            patch_bucket_sender(transfer)  # idempotent: the runtime already did it on the patch and direct paths
+        from fp8spec.runtime import fused_send, sync_timing
+
+        cls = transfer.BucketedWeightSender
+        record["fused_send"] = bool(getattr(cls, fused_send.FLAG, False))
+        record["sync_timing"] = bool(getattr(cls, sync_timing.FLAG, False))
+        if os.environ.get("WS_FUSED_SEND", "0") == "1" and path == "direct" and not record["fused_send"]:
+            raise SystemExit("WS_FUSED_SEND=1: the runtime did not install the fused fill on the direct path")
         record["send_split"] = []
 
         def one_sync() -> float:
@@ -378,6 +384,8 @@ def main() -> int:
             env = dict(base_env)
             if path in PATCH_ENV:
                 env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path]
+            if os.environ.get("WS_FUSED_SEND", "0") == "1":
+                env["FP8SPEC_FUSED_SEND"] = "1"  # the runtime's own activation (direct path only)
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
             with open(a.out / f"ws_{case}_{path}.log", "w") as log:
                 r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],

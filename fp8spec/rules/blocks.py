@@ -212,20 +212,24 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     "warning",
     "The fp8spec weight-sync quantizer was not shown byte-exact in this engine.",
     """linear.sync_quantizer: auto turns fast_block_quant on only where the engine's profile records it as run
-    in the real engine and byte-exact against a fresh engine (verified.fast_block_quant_in_engine: vLLM 0.24.0,
-    BENCHMARKS.md 4.3). Elsewhere an explicit fp8spec still wins, but unproven: on SGLang 0.5.12 it synced in
-    the real engine (BENCHMARKS.md 7.4) and differs from verl's path on every quantized weight, because verl's
-    quantizer is not the reference quantization (0.22 % of the FP8 codes differ), and equality with a fresh
-    engine loaded from the reference quantization was not run.""",
+    in the real engine and byte-exact against a fresh engine loaded from the reference quantization
+    (verified.fast_block_quant_in_engine: vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12, BENCHMARKS.md 7.4).
+    Elsewhere (vLLM 0.33.0, SGLang 0.5.23: profiled from source, never run) an explicit fp8spec still wins, but
+    unproven: the patch replaces a verl function whose callers and the engine's loaders may have moved.""",
     "use linear.sync_quantizer: auto (verl's quantizer here), or keep fp8spec knowingly and acknowledge BLK005",
     needs_model=False,
     examples=Examples(
         bad={
             "rollout": {"engine": "sglang"},
+            "stack": {"sglang": "0.5.23"},
             "kv_cache": {"dtype": "bf16"},
             "linear": {"sync_quantizer": "fp8spec"},
         },
-        good={"linear": {"sync_quantizer": "fp8spec"}},
+        good={
+            "rollout": {"engine": "sglang"},
+            "kv_cache": {"dtype": "bf16"},
+            "linear": {"sync_quantizer": "fp8spec"},
+        },
         message="not shown byte-exact",
     ),
 )

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .sync_timing import FLAG as TIMING_FLAG
+
 FLAG = "_fp8spec_fused_send"
 FLUSH_BYTES = 256 << 20  # source tensors a pending run may hold before it is written
 FLUSH_TENSORS = 4096
@@ -88,6 +90,11 @@ def patch_bucket_sender_fused(module: ModuleType) -> None:
     cls = module.BucketedWeightSender
     if getattr(cls, FLAG, False):
         return
+    if getattr(cls, TIMING_FLAG, False):
+        # this patch replaces the send method: installed after sync_timing it would drop the timing line silently
+        raise RuntimeError(
+            "fused_send: BucketedWeightSender is already wrapped by sync_timing; install fused_send first"
+        )
 
     async def send(self: Any, fill: BucketFill, is_last: bool) -> None:
         fill.flush()

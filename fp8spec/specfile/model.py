@@ -124,9 +124,10 @@ class LinearSection(Section):
         "per-tensor load_weights; names outside the plan go through verl's receiver, counted in the log; refused "
         "(rule BLK006) where the engine's profile does not record it byte-exact in the real engine (vLLM 0.24.0: "
         "shown at rollout tp 1, Qwen3-30B-A3B sync 8.97 s -> 1.68 s, BENCHMARKS.md 8). "
-        "auto (default): fp8spec on the stacks where it was run in the real engine (vLLM 0.24.0 under verl "
-        "0.9.1), verl elsewhere, never direct (not yet run inside an RL loop's sleep / wake cycle); "
-        "an explicit fp8spec where it was not shown byte-exact warns "
+        "auto (default): fp8spec on the stacks where it was shown byte-exact in the real engine and has run "
+        "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 is byte-exact, BENCHMARKS.md 7.4, but "
+        "not yet run in the loop), verl elsewhere, never direct (not yet run inside an RL loop's sleep / wake "
+        "cycle); an explicit fp8spec where it was not shown byte-exact warns "
         "(BLK005). Only with linear.quantize.",
     )
     deep_gemm: Optional[bool] = Field(

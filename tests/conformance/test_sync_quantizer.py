@@ -1,7 +1,8 @@
 """linear.sync_quantizer: which kernel re-quantizes the weights at each sync, per stack.
 
-auto turns the fast_block_quant runtime patch on only where it was run in the real engine (vLLM 0.24.0 under
-verl 0.9.1: byte-exact against a fresh engine, BENCHMARKS.md 4.3); the examples on the default stack get it.
+auto turns the fast_block_quant runtime patch on only where it was run in the real engine and shown byte-exact
+against a fresh engine loaded from the reference quantization (vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12,
+BENCHMARKS.md 7.4, both under verl 0.9.1); the examples on the default stack get it.
 """
 
 from __future__ import annotations
@@ -21,9 +22,25 @@ def test_examples_on_the_default_stack_use_the_fast_quantizer(spec, backend, tmp
 
 
 def test_auto_keeps_verl_where_the_patch_was_not_run_in_the_engine(tmp_path):
-    for patch in ({"stack": {"vllm": "0.33.0"}}, {"rollout": {"engine": "sglang"}}):
+    for patch in ({"stack": {"vllm": "0.33.0"}}, {"rollout": {"engine": "sglang"}, "stack": {"sglang": "0.5.23"}}):
         c = compile_variant(SPECS / "qwen3-30b.yaml", None, patch, tmp_path, str(sorted(patch)))
         assert "fast_block_quant" not in c.plan.patches, patch
+
+
+def test_auto_waits_for_a_run_inside_the_loop_on_sglang(tmp_path, monkeypatch):
+    # SGLang 0.5.12: byte-exact in the engine (BENCHMARKS.md 7.4), not yet run inside an RL loop -> verl's quantizer;
+    # the same spec gets the patch in every Ray worker (SGLang quantizes on the trainer's side) once the loop has run
+    c = compile_variant(SPECS / "qwen3-30b-sglang.yaml", "megatron+sglang", {}, tmp_path, "sglang-auto")
+    assert check_bundle(c) == []
+    assert "fast_block_quant" not in c.plan.patches
+    from fp8spec.resolve.context import ResolvedSpec
+
+    real = ResolvedSpec.fact
+    monkeypatch.setattr(ResolvedSpec, "fact", lambda self, kind, fid, default=None: True
+                        if fid == "verified.fast_block_quant_in_loop" else real(self, kind, fid, default))
+    ran = compile_variant(SPECS / "qwen3-30b-sglang.yaml", "megatron+sglang", {}, tmp_path, "sglang-ran")
+    assert check_bundle(ran) == []
+    assert "fast_block_quant" in ran.env["FP8SPEC_RUNTIME_PATCHES"].split(",")
 
 
 def test_explicit_choices_win(tmp_path):

@@ -60,7 +60,8 @@ REQUIRED = {
         "engine_arg.kv_cache_dtype", "engine_arg.hf_overrides", "engine_arg.calculate_kv_scales",
         "hf_config.quantization_config", "quantization_config.fp8_ignored_layers_key",
         "quantization_config.fp8_block_size_key", "quantization_config.linear_key", "quantization_config.moe_key",
-        "package.distributions", "verified.fast_block_quant_in_engine", "verified.direct_sync_in_engine",
+        "package.distributions", "verified.fast_block_quant_in_engine", "verified.fast_block_quant_in_loop",
+        "verified.direct_sync_in_engine",
     ],
     "sglang": [
         "cli.serve", "flag.model_path", "flag.quantization", "values.quantization",
@@ -70,6 +71,7 @@ REQUIRED = {
         "capability.kv_q_scale", "capability.deepgemm_ue8m0_hopper", "capability.kv_scales_loadable",
         "block.tp_divisibility", "capability.return_routed_experts", "engine_arg.kv_cache_dtype",
         "engine_arg.custom_weight_loader", "package.distributions", "verified.fast_block_quant_in_engine",
+        "verified.fast_block_quant_in_loop",
     ],
     "megatron-core": [
         "field.fp8", "field.fp8_recipe", "field.fp8_param", "field.first_last_layers_bf16",

@@ -132,6 +132,18 @@ def test_sync_timing_wraps_the_fused_fill(tmp_path):
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
 
 
+def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_line():
+    # seen on the H200 (2026-12-02): the probe installed the fill after the runtime's timing wrapper, and the
+    # replaced send method lost every "weight sync sent" line without a word
+    mod = _module(CpuDevice())
+    sync_timing.patch_bucket_sender(mod)
+    wrapped = mod.BucketedWeightSender.async_send_weights
+    with pytest.raises(RuntimeError, match="install fused_send first"):
+        fused_send.patch_bucket_sender_fused(mod)
+    assert mod.BucketedWeightSender.async_send_weights is wrapped
+    assert not getattr(mod.BucketedWeightSender, fused_send.FLAG, False)
+
+
 def test_activated_with_direct_sync_before_the_timing_line_only_when_asked():
     code = """
 import json, fp8spec.runtime as rt

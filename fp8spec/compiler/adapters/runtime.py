@@ -38,20 +38,24 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
 def sync_quantizer(ctx: ValidSpec) -> str | None:
     """The weight-sync quantizer a verl bundle uses: 'verl', 'fp8spec', 'direct', or None without FP8 linears.
 
-    auto never picks 'direct': rule BLK006 refuses it where no device run showed it byte-exact in the real engine,
-    and where one did (vLLM 0.24.0 at tp 1, BENCHMARKS.md 8) it has not yet run inside an RL loop's sleep / wake
-    cycle, so auto stays on fast_block_quant (issue 23)."""
+    auto picks 'fp8spec' where the profile records fast_block_quant byte-exact in the real engine and run inside
+    an RL loop, else 'verl'. It never picks 'direct': rule BLK006 refuses it where no device run showed it
+    byte-exact in the real engine, and where one did (vLLM 0.24.0 at tp 1, BENCHMARKS.md 8) it has not yet run
+    inside an RL loop's sleep / wake cycle (issue 23)."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None
     if spec.linear.sync_quantizer != "auto":
         return spec.linear.sync_quantizer
-    # auto: the fast quantizer only where it was run through verl's receiver into the real engine (profile fact)
-    return (
-        "fp8spec"
-        if ctx.fact(ctx.engine.name, "verified.fast_block_quant_in_engine", False) is True
-        else "verl"
+    # auto: the fast quantizer only where the engine's profile records it byte-exact in the real engine AND run
+    # inside an RL loop (the bundle's activation in the processes that quantize: the engine's on vLLM, the
+    # trainer's on SGLang); an explicit fp8spec needs only the first (rule BLK005)
+    engine = ctx.engine.name
+    shown = all(
+        ctx.fact(engine, fact, False) is True
+        for fact in ("verified.fast_block_quant_in_engine", "verified.fast_block_quant_in_loop")
     )
+    return "fp8spec" if shown else "verl"
 
 
 def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
