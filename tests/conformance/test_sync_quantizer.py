@@ -81,3 +81,12 @@ def test_the_device_plans_direct_run_compiles(tmp_path):
     c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-h200-direct.yaml", None, {}, tmp_path)
     assert check_bundle(c) == []
     assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"]
+
+
+def test_the_device_plans_sglang_in_loop_run_compiles(tmp_path):
+    # benchmarks/sglang/README.md trains this bundle to show fast_block_quant inside an SGLang RL loop
+    from tests.conftest import REPO
+
+    c = compile_variant(REPO / "benchmarks" / "sglang" / "tiny-qwen3-h200-sglang-fp8q.yaml", None, {}, tmp_path)
+    assert check_bundle(c) == []
+    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["fast_block_quant"]

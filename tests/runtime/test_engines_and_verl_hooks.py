@@ -6,6 +6,7 @@ engines.
 """
 
 import asyncio
+import logging
 import types
 
 import pytest
@@ -270,7 +271,7 @@ def test_vllm_quant_weights_replacement(fmt_patch, monkeypatch):
     assert mod.calls["orig"] == 1
 
 
-def test_sglang_quant_weights_by_name_replacement(monkeypatch):
+def test_sglang_quant_weights_by_name_replacement(monkeypatch, caplog):
     monkeypatch.setenv("FP8SPEC_QUANT_CHUNK_MB", "1")
 
     class FP8QuantizerHelper:
@@ -297,7 +298,12 @@ def test_sglang_quant_weights_by_name_replacement(monkeypatch):
         h = FP8QuantizerHelper({"weight_block_size": [128, 128]})
         return [x async for x in h.quant_weights_by_name(ws)]
 
-    out = asyncio.run(collect())
+    with caplog.at_level(logging.INFO, logger=verl_patch.__name__):
+        out = asyncio.run(collect())
+    # one line per sync, the in-loop evidence on SGLang (the quantizer runs in the trainer's processes)
+    lines = [r.getMessage() for r in caplog.records if "fast_block_quant (trainer)" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("fp8spec fast_block_quant (trainer): 3 tensors quantized in ")
+    assert "1 passed through" in lines[0]
     assert [n for n, _ in out][:4] == [
         "model.layers.0.mlp.up_proj.weight",
         "model.layers.0.mlp.up_proj.weight_scale_inv",
