@@ -74,6 +74,13 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
             patch_worker_extension(mod)
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
+
+        def _lazy(mod):  # views built only for what verl's loader still takes; before the wrapper below
+            from .lazy_receive import patch_bucket_receiver_lazy
+
+            patch_bucket_receiver_lazy(mod)
+
+        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _lazy)
         # the receiver's flat buffer and metadata for each bucket: the direct path reads its input in place
         _importhook.when_imported(
             verl_patch.MOD_BUCKET_TRANSFER,

@@ -115,8 +115,10 @@ def copy_runs(
 
 
 class _Layout:
-    def __init__(self, idx, plan, runs, shapes, places):
+    def __init__(self, idx, plan, runs, shapes, places, n):
         self.idx, self.plan, self.runs, self.shapes, self.places = idx, plan, runs, shapes, places
+        covered = set(idx)
+        self.rest = [i for i in range(n) if i not in covered]  # what verl's loader takes, in order
         # bucket metadata message -> (dtype, element offsets, plan, runs, extent) reading verl's buffer in place
         self.in_place: dict[Any, tuple] = {}
 
@@ -162,8 +164,13 @@ class DirectSync:
                 flat[name] = t.data.view(-1)
         self._flat = flat
 
-    def _layout(self, weights: Sequence[tuple[str, torch.Tensor]]) -> _Layout:
-        key = tuple((n, tuple(t.shape)) for n, t in weights)
+    def _layout(self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None) -> _Layout:
+        # the bucket's metadata bytes (equal bytes: equal names, shapes, dtypes) key it without reading a tensor,
+        # so lazily built views (lazy_receive.BucketViews) stay unbuilt for the covered tensors
+        if bucket is not None and bucket.weights is weights and bucket.raw is not None:
+            key: Any = bucket.layout_key(True)
+        else:
+            key = tuple((n, tuple(t.shape)) for n, t in weights)
         lay = self._layouts.get(key)
         if lay is not None:
             return lay
@@ -189,7 +196,7 @@ class DirectSync:
             if bplan
             else []
         )
-        lay = _Layout(idx, bplan, runs, shapes, places)
+        lay = _Layout(idx, bplan, runs, shapes, places, len(weights))
         self._layouts[key] = lay
         self.stats["layouts"] += 1
         return lay
@@ -246,7 +253,7 @@ class DirectSync:
         self.stats["buckets"] += 1
         if not weights:
             return []
-        lay = self._layout(weights)
+        lay = self._layout(weights, bucket)
         if not lay.idx:
             self.stats["fallback_tensors"] += len(weights)
             return list(weights)
@@ -260,9 +267,8 @@ class DirectSync:
         out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False)
         assert isinstance(out, tuple)  # views=False: the two flat output buffers
         copy_runs(runs, out[0], out[1], self._flat)
-        covered = set(lay.idx)
-        rest = [w for i, w in enumerate(weights) if i not in covered]
-        self.stats["direct_tensors"] += len(covered)
+        rest = [weights[i] for i in lay.rest]
+        self.stats["direct_tensors"] += len(lay.idx)
         self.stats["fallback_tensors"] += len(rest)
         self.stats["copies"] += len(runs)
         return rest

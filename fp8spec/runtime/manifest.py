@@ -112,7 +112,8 @@ PATCHES = {
             "plan built once from the engine's own parameters and mapping tables; the covered tensors are "
             "quantized with one launch straight into the fused / stacked FP8 parameters and their block scales "
             "(no per-tensor load_weights), everything else goes through verl's receiver, counted in one log "
-            "line per sync. vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
+            "line per sync; verl's receiver builds tensor views only for what its loader still takes "
+            "(lazy_receive.py). vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
             "nothing). Refused by rule BLK006 where the engine's profile does not record it byte-exact in the real "
             "engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8)."
         ),

@@ -302,3 +302,44 @@ def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype, in_place):
         assert ds.stats["in_place"] == 0
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+def test_lazy_bucket_views_build_only_what_verl_still_loads(cfg):
+    # lazy_receive.BucketViews in place of verl's view list: the same bytes, and after the first sync (which reads
+    # every tensor to plan the layout) only the uncovered tensors and two address checks per bucket are built
+    import pickle
+
+    from fp8spec.runtime.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.lazy_receive import BucketViews
+
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16, seed=11)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    stacked, experts = _tables(cfg)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+    eager = _received(weights, bucket_size=3 << 20)
+
+    def lazy_buckets():
+        out = []
+        for b in eager:
+            meta = pickle.loads(b.raw)["bucket_meta"]
+            out.append(ReceivedBucket(b.buffer, meta, BucketViews(b.buffer, meta, torch.device("cpu"), False, None), b.raw))
+        return out
+
+    for sync in range(2):
+        dst = _garbage(params)
+        ds.bind(dst)
+        buckets, rest = lazy_buckets(), []
+        for b in buckets:
+            rest += ds.apply(b.weights, b)
+        _assert_bytes_equal(ref, dst, fp8)
+        assert [n for n, _ in rest] == [n for n, _ in weights if not n.endswith("_proj.weight")]
+        assert ds.stats["in_place"] == (sync + 1) * len(buckets)
+        built = sum(b.weights.built() for b in buckets)
+        uncovered = len(rest)
+        if sync == 0:
+            assert built == len(weights)  # the layouts are planned from every tensor once
+        else:
+            assert built <= uncovered + 2 * len(buckets) < len(weights)

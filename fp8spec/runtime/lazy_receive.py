@@ -1,0 +1,111 @@
+"""verl's bucket receiver handing each bucket over as views built on access (issue 23, the engine's side).
+
+verl 0.9.1's ``BucketedWeightReceiver.receive_weights`` (``verl/workers/rollout/vllm_rollout/
+bucketed_weight_transfer.py`` 269-310) builds a ``[(name, view), ...]`` list of every tensor of a bucket before it
+calls back: a slice and two ``view`` calls per tensor. For Qwen3-30B-A3B that is 18,867 views per sync, about 0.3 s
+(BENCHMARKS.md 8.3, "verl's receiver: per-tensor views"), while ``direct_sync`` reads the covered tensors straight
+from the flat buffer by the metadata's offsets and needs views only of the few tensors verl's loader still takes.
+
+``BucketViews`` is that list, made lazily: a read-only sequence of ``(name, tensor)`` over the bucket's metadata
+whose items are built by verl's own expressions the first time they are read (and kept), so any consumer that
+iterates gets what verl's list held. The loop around it is verl's, line for line: the same socket and buffer
+set-up, the same device synchronisation and acks, the same clean-up. Installed with ``direct_sync`` only, before
+its receiver patch (which wraps whatever ``receive_weights`` it finds).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+
+FLAG = "_fp8spec_lazy_receive"
+
+
+class BucketViews(Sequence):
+    """A bucket's ``(name, tensor)`` pairs in metadata order, each built on first access as verl builds it."""
+
+    __slots__ = ("_buffer", "_built", "_device", "_items", "_rebuild", "_use_shm", "bucket_meta")
+
+    def __init__(self, buffer: Any, bucket_meta: dict, device: torch.device, use_shm: bool, rebuild: Any):
+        self.bucket_meta = bucket_meta
+        self._items = list(bucket_meta.items())
+        self._buffer, self._device, self._use_shm, self._rebuild = buffer, device, use_shm, rebuild
+        self._built: dict[int, tuple[str, torch.Tensor]] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._items)))]
+        if i < 0:
+            i += len(self._items)
+        got = self._built.get(i)
+        if got is None:
+            got = self._built[i] = self._build(*self._items[i])
+        return got
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for i in range(len(self._items)):
+            yield self[i]
+
+    def names(self) -> list[str]:
+        """Every name, without building a view."""
+        return [name for name, _ in self._items]
+
+    def built(self) -> int:
+        """How many items were built (what a consumer actually read)."""
+        return len(self._built)
+
+    def _build(self, name: str, meta: dict) -> tuple[str, torch.Tensor]:
+        # verl 0.9.1 bucketed_weight_transfer.py 288-297
+        shape, dtype, offset, handle = meta["shape"], meta["dtype"], meta["offset"], meta["handle"]
+        if handle is not None:
+            return name, self._rebuild(handle, self._device.index)
+        size = dtype.itemsize * shape.numel()
+        tensor = self._buffer[offset : offset + size].view(dtype=dtype).view(shape)
+        if self._use_shm:
+            tensor = tensor.to(self._device)
+        return name, tensor
+
+
+def patch_bucket_receiver_lazy(module: ModuleType) -> None:
+    """Give ``BucketedWeightReceiver`` in ``module`` (verl's bucketed_weight_transfer.py) lazy bucket views;
+    idempotent. Install it before ``verl_patch.patch_bucket_receiver``, which wraps the method it finds."""
+    cls = module.BucketedWeightReceiver
+    if getattr(cls, FLAG, False):
+        return
+    if getattr(cls, "_fp8spec_flat_patched", False):
+        # this patch replaces the method: installed after the flat-bucket wrapper it would drop it
+        raise RuntimeError(
+            "lazy_receive: BucketedWeightReceiver is already wrapped; install lazy_receive first"
+        )
+
+    @functools.wraps(cls.receive_weights)
+    def receive_weights(self: Any, on_bucket_received: Any) -> None:
+        try:
+            self._init_socket()
+            self._init_buffer()
+            while True:
+                metadata = self.socket.recv_pyobj()
+                weights = BucketViews(
+                    self.buffer, metadata["bucket_meta"], self.device, self.use_shm, module.rebuild_ipc
+                )
+                is_last = metadata["is_last"]
+                on_bucket_received(weights, is_last)
+                module.get_torch_device().synchronize()
+                del weights
+                if not is_last:
+                    self.socket.send(b"")
+                else:
+                    self._ack_pending = True
+                    break
+        finally:
+            self._cleanup()
+
+    cls.receive_weights = receive_weights
+    setattr(cls, FLAG, True)
