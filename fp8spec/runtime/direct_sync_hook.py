@@ -89,7 +89,7 @@ class DirectState:
         self.broken: str | None = None  # why the direct path is off for this engine (logged once)
         self.syncs = 0
         self.new_sync = False
-        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0}
+        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0, "views": 0, "lazy_tensors": 0}
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
         # before the post-load processing: vLLM's load_weights and verl's load_quanted_weights cost ~14 ms per
@@ -157,18 +157,22 @@ class DirectState:
     def begin(self) -> None:
         self.syncs += 1
         self.new_sync = True
-        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0}
+        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0, "views": 0, "lazy_tensors": 0}
         self.pending, self.pending_bytes = [], 0
 
     def end(self, seconds: float | None = None) -> dict:
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors quantized into the engine's parameters, %d through verl's "
-            "receiver in %d calls, %d buckets%s%s",
+            "receiver in %d calls, %d buckets%s%s%s",
             self.syncs,
             self.counts["direct"],
             self.counts["verl"],
             self.counts["verl_calls"],
             self.counts["buckets"],
+            # lazy_receive: how many of the received tensors needed a view (the rest were read in place)
+            f", views built for {self.counts['views']} of {self.counts['lazy_tensors']} tensors"
+            if self.counts["lazy_tensors"]
+            else "",
             f" ({self.broken})" if self.broken else "",
             "" if seconds is None else f", {seconds:.3f} s",
         )
@@ -248,6 +252,9 @@ def patch_worker_extension(
         rest = st.route(runner.model, runner.vllm_config.model_config.dtype, weights, bucket)
         if rest and st.ds is not None and sys.modules.get(MOD_QUANT_UTILS) is not None:
             rest = st.defer(rest)
+        if callable(getattr(weights, "built", None)):  # lazy_receive.BucketViews
+            st.counts["views"] += weights.built()
+            st.counts["lazy_tensors"] += len(weights)
         if rest:
             st.counts["verl_calls"] += 1
             return orig_update(self, rest, peft_config, base_sync_done)

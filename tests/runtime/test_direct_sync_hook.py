@@ -138,6 +138,8 @@ def test_buckets_route_direct_and_the_rest_to_verl(cfg, tp, rank, caplog):
         "direct": direct,
         "verl": len(rest),
         "verl_calls": 3,
+        "views": 0,  # plain lists: nothing built lazily
+        "lazy_tensors": 0,
         "syncs": 2,
         "broken": None,
     }
@@ -277,3 +279,38 @@ def test_the_hook_quantizes_in_place_on_the_receivers_buffer():
     _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
     ds = ext._fp8spec_direct.ds
     assert ds.stats["in_place"] == len(buckets) > 1
+
+
+def test_the_sync_line_counts_the_views_the_lazy_receiver_built(caplog):
+    import pickle
+
+    from fp8spec.runtime.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.lazy_receive import BucketViews
+
+    from .test_direct_sync import _received
+
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16, seed=12)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    model = _model(cfg, params, parts, _garbage(params))
+    engine = FlatBucketEngine()
+    mod = types.SimpleNamespace(vLLMColocateWorkerExtension=type("R", (ReceivingExt,), {"engine": engine}))
+    hook.patch_worker_extension(mod, factory=lambda: hook.DirectState(tp=lambda: (0, 1)), engine=engine)
+    eager = _received(weights, bucket_size=2 << 20)
+    ext = mod.vLLMColocateWorkerExtension(model, [])
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    for _ in range(2):
+        ext.buckets = []
+        for b in eager:
+            meta = pickle.loads(b.raw)["bucket_meta"]
+            views = BucketViews(b.buffer, meta, torch.device("cpu"), False, None)
+            ext.buckets.append(ReceivedBucket(b.buffer, meta, views, b.raw))
+        ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
+    lines = [r.getMessage() for r in caplog.records if "views built for" in r.getMessage()]
+    assert len(lines) == 2 and f"views built for {len(weights)} of {len(weights)} tensors" in lines[0]
+    built = int(lines[1].split("views built for ")[1].split(" of ")[0])
+    rest = sum(1 for n, _ in weights if not n.endswith("_proj.weight"))
+    assert rest <= built <= rest + 2 * len(eager) < len(weights)  # the second sync reads the covered in place
