@@ -261,19 +261,29 @@ class ReceivingExt(Ext):
                 self._update_weights(b.weights, peft_config=peft_config, base_sync_done=base_sync_done)
 
 
-def test_the_hook_quantizes_in_place_on_the_receivers_buffer():
+def _receiving_moe(dtype, seed):
+    """The small MoE engine behind the direct hook on a ReceivingExt: (params, weights, reference bytes, model,
+    the patched extension class, verl's buckets of the weights as its receiver holds them)."""
     from .test_direct_sync import _received
 
     cfg = SMALL_MOE
     params, parts = engine_params(cfg, 1)
-    weights = _weights(cfg, torch.float32, seed=11)
+    weights = _weights(cfg, dtype, seed=seed)
     ref = _vllm_style_load(cfg, params, weights, 1, 0)
     model = _model(cfg, params, parts, _garbage(params))
     engine = FlatBucketEngine()
-    mod = types.SimpleNamespace(vLLMColocateWorkerExtension=type("R", (ReceivingExt,), {"engine": engine}))
-    hook.patch_worker_extension(mod, factory=lambda: hook.DirectState(tp=lambda: (0, 1)), engine=engine)
-    buckets = _received(weights, bucket_size=2 << 20)
-    ext = mod.vLLMColocateWorkerExtension(model, buckets)
+    ext_cls = type("R", (ReceivingExt,), {"engine": engine})
+    hook.patch_worker_extension(
+        types.SimpleNamespace(vLLMColocateWorkerExtension=ext_cls),
+        factory=lambda: hook.DirectState(tp=lambda: (0, 1)),
+        engine=engine,
+    )
+    return params, weights, ref, model, ext_cls, _received(weights, bucket_size=2 << 20)
+
+
+def test_the_hook_quantizes_in_place_on_the_receivers_buffer():
+    params, weights, ref, model, ext_cls, buckets = _receiving_moe(torch.float32, 11)
+    ext = ext_cls(model, buckets)
     ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
@@ -287,18 +297,8 @@ def test_the_sync_line_counts_the_views_the_lazy_receiver_built(caplog):
     from fp8spec.runtime.flat_bucket import ReceivedBucket
     from fp8spec.runtime.lazy_receive import BucketViews
 
-    from .test_direct_sync import _received
-
-    cfg = SMALL_MOE
-    params, parts = engine_params(cfg, 1)
-    weights = _weights(cfg, torch.bfloat16, seed=12)
-    ref = _vllm_style_load(cfg, params, weights, 1, 0)
-    model = _model(cfg, params, parts, _garbage(params))
-    engine = FlatBucketEngine()
-    mod = types.SimpleNamespace(vLLMColocateWorkerExtension=type("R", (ReceivingExt,), {"engine": engine}))
-    hook.patch_worker_extension(mod, factory=lambda: hook.DirectState(tp=lambda: (0, 1)), engine=engine)
-    eager = _received(weights, bucket_size=2 << 20)
-    ext = mod.vLLMColocateWorkerExtension(model, [])
+    params, weights, ref, model, ext_cls, eager = _receiving_moe(torch.bfloat16, 12)
+    ext = ext_cls(model, [])
     caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
     for _ in range(2):
         ext.buckets = []
