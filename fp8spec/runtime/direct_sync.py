@@ -166,8 +166,10 @@ class DirectSync:
 
     def _layout(self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None) -> _Layout:
         # the bucket's metadata bytes (equal bytes: equal names, shapes, dtypes) key it without reading a tensor,
-        # so lazily built views (lazy_receive.BucketViews) stay unbuilt for the covered tensors
-        if bucket is not None and bucket.weights is weights and bucket.raw is not None:
+        # so lazily built views (lazy_receive.BucketViews) stay unbuilt for the covered tensors. Not for a
+        # one-tensor message: verl sends a tensor larger than a bucket alone with a fresh CUDA IPC handle in its
+        # metadata every sync (bucketed_weight_transfer.py 223-237), whose bytes would key a new layout each time
+        if bucket is not None and bucket.weights is weights and bucket.raw is not None and len(weights) > 1:
             key: Any = bucket.layout_key(True)
         else:
             key = tuple((n, tuple(t.shape)) for n, t in weights)

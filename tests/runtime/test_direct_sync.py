@@ -343,3 +343,24 @@ def test_lazy_bucket_views_build_only_what_verl_still_loads(cfg):
             assert built == len(weights)  # the layouts are planned from every tensor once
         else:
             assert built <= uncovered + 2 * len(buckets) < len(weights)
+
+
+def test_a_tensor_sent_alone_with_a_fresh_handle_each_sync_reuses_its_layout():
+    # verl's large-weight path: one entry whose metadata holds a new CUDA IPC handle every sync; keyed by its
+    # bytes it would add a layout per sync for as long as training runs
+    import pickle
+
+    from fp8spec.runtime.flat_bucket import ReceivedBucket
+
+    cfg = SMALL_DENSE
+    params, parts = engine_params(cfg, 1)
+    stacked, experts = _tables(cfg)
+    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+    ds.bind(_garbage(params))
+    name, t = next((n, w) for n, w in _weights(cfg, torch.bfloat16, seed=3) if "embed" in n)
+    for sync in range(3):
+        meta = {name: {"name": name, "shape": t.shape, "dtype": t.dtype, "offset": 0, "handle": ("ipc", sync)}}
+        raw = pickle.dumps({"bucket_meta": meta, "is_last": False})
+        weights = [(name, t)]
+        assert ds.apply(weights, ReceivedBucket(torch.empty(0, dtype=torch.uint8), meta, weights, raw)) == weights
+    assert ds.stats["layouts"] == 1
