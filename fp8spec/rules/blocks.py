@@ -211,9 +211,10 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     "sync-quantizer-unverified",
     "warning",
     "The fp8spec weight-sync quantizer was not shown byte-exact in this engine.",
-    """linear.sync_quantizer: auto turns fast_block_quant on only where the engine's profile records it as run
-    in the real engine and byte-exact against a fresh engine loaded from the reference quantization
-    (verified.fast_block_quant_in_engine: vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12, BENCHMARKS.md 7.4).
+    """An explicit linear.sync_quantizer: fp8spec is proven where the engine's profile records fast_block_quant
+    as run in the real engine and byte-exact against a fresh engine loaded from the reference quantization
+    (verified.fast_block_quant_in_engine: vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12, BENCHMARKS.md 7.4);
+    auto also waits for a run inside an RL loop (verified.fast_block_quant_in_loop: vLLM 0.24.0 only so far).
     Elsewhere (vLLM 0.33.0, SGLang 0.5.23: profiled from source, never run) an explicit fp8spec still wins, but
     unproven: the patch replaces a verl function whose callers and the engine's loaders may have moved.""",
     "use linear.sync_quantizer: auto (verl's quantizer here), or keep fp8spec knowingly and acknowledge BLK005",
