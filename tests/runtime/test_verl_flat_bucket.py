@@ -524,39 +524,16 @@ class FakeSocket:
 
 
 def fake_transfer_module(messages, ipc_buffers, events):
-    class BucketedWeightReceiver:
-        """The control flow of verl 0.9.1's receiver (lines 253-355), transport stubbed."""
+    """verl 0.9.1's own ``bucketed_weight_transfer`` module (loaded from its file, CPU device module) whose receiver
+    gets its transport stubbed: the socket replays ``messages``, the buffer handle maps into ``ipc_buffers``.
+    ``receive_weights`` is verl's, unchanged."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("verl")
+    from .test_sync_timing import CpuDevice, _module
 
-        def __init__(self, zmq_handle, device, use_shm=False):
-            self.zmq_handle, self.device, self.use_shm = zmq_handle, device, use_shm
-            self.socket = self.buffer = self.shm = None
-            self._ack_pending = False
+    real = _module(CpuDevice())
 
-        def receive_weights(self, on_bucket_received):
-            try:
-                self._init_socket()
-                self._init_buffer()
-                while True:
-                    metadata = self.socket.recv_pyobj()
-                    weights, tensor = [], None
-                    for name, meta in metadata["bucket_meta"].items():
-                        shape, dtype, offset = meta["shape"], meta["dtype"], meta["offset"]
-                        size = dtype.itemsize * shape.numel()
-                        tensor = self.buffer[offset : offset + size].view(dtype=dtype).view(shape)
-                        if self.use_shm:
-                            tensor = tensor.to(self.device)
-                        weights.append((name, tensor))
-                    is_last = metadata["is_last"]
-                    on_bucket_received(weights, is_last)
-                    del weights, tensor
-                    if not is_last:
-                        self.socket.send(b"")
-                    else:
-                        self._ack_pending = True
-                        break
-            finally:
-                self._cleanup()
-
+    class BucketedWeightReceiver(real.BucketedWeightReceiver):
         def _init_socket(self):
             self.socket = FakeSocket(messages)
             self.socket.connect(self.zmq_handle)
@@ -567,14 +544,10 @@ def fake_transfer_module(messages, ipc_buffers, events):
 
         def _cleanup(self):
             events.append("cleanup")
-            self.buffer = None
-            if self.socket is not None:
-                if self._ack_pending:
-                    self.socket.send(b"")
-                self.socket.close()
-                self.socket = None
+            super()._cleanup()
 
-    return types.SimpleNamespace(BucketedWeightReceiver=BucketedWeightReceiver)
+    real.BucketedWeightReceiver = BucketedWeightReceiver
+    return real
 
 
 def test_receiver_patch_feeds_quant_weights(hook):
