@@ -228,7 +228,8 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         opts = probe_options()
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as transfer
 
-        # WS_FUSED_SEND: the trainer side's fused bucket fill (issue 23 item 3), activated by the runtime itself
+        # WS_FUSED_SEND (default 1, as the runtime): the trainer side's fused bucket fill (issue 23 item 3) and, with
+        # WS_SEND_PIPELINE (default 1), its two-half pipeline, activated by the runtime itself
         # (FP8SPEC_FUSED_SEND in this process's environment, set by main(); with direct_sync only), which installs
         # it before sync_timing as a bundle does; importing the module above ran those hooks
         if os.environ.get("WS_SYNC_TIMING", "0") == "1":  # the trainer side's split, one line per sync
@@ -240,7 +241,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         cls = transfer.BucketedWeightSender
         record["fused_send"] = bool(getattr(cls, fused_send.FLAG, False))
         record["sync_timing"] = bool(getattr(cls, sync_timing.FLAG, False))
-        if os.environ.get("WS_FUSED_SEND", "0") == "1" and path == "direct" and not record["fused_send"]:
+        if os.environ.get("WS_FUSED_SEND", "1") == "1" and path == "direct" and not record["fused_send"]:
             raise SystemExit("WS_FUSED_SEND=1: the runtime did not install the fused fill on the direct path")
         record["send_split"] = []
 
@@ -384,8 +385,9 @@ def main() -> int:
             env = dict(base_env)
             if path in PATCH_ENV:
                 env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path]
-            if os.environ.get("WS_FUSED_SEND", "0") == "1":
-                env["FP8SPEC_FUSED_SEND"] = "1"  # the runtime's own activation (direct path only)
+            # the runtime's own activation (direct path only), its defaults unless the probe is told otherwise
+            env["FP8SPEC_FUSED_SEND"] = os.environ.get("WS_FUSED_SEND", "1")
+            env["FP8SPEC_SEND_PIPELINE"] = os.environ.get("WS_SEND_PIPELINE", "1")
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
             with open(a.out / f"ws_{case}_{path}.log", "w") as log:
                 r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],

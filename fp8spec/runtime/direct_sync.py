@@ -217,17 +217,18 @@ class DirectSync:
             if got is None:
                 return None
             lay.in_place[key] = got
-        src, offsets, plan, runs, extent = got
+        src, offsets, plan, runs, start, extent = got
         base = bucket.buffer.data_ptr()
         for i, off in ((lay.idx[0], offsets[0]), (lay.idx[-1], offsets[-1])):  # this list views this buffer
             if weights[i][1].data_ptr() != base + off * src.itemsize:
                 return None
         # the cast (float32 buckets) is verl's v.to(dtype), done once over the covered extent of the buffer
-        return bucket.flat(src, self.dtype, extent), plan, runs
+        return bucket.flat(src, self.dtype, extent, start), plan, runs
 
     def _in_place_plan(self, lay: _Layout, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any):
-        """``(dtype, offsets, plan, runs, extent)`` for a layout read in place, or None where a covered tensor is
-        not a view of the buffer at its metadata offset in the one dtype."""
+        """``(dtype, offsets, plan, runs, start, extent)`` for a layout read in place, or None where a covered
+        tensor is not a view of the buffer at its metadata offset in the one dtype. The plan reads the buffer
+        from ``start`` (the first covered element): a pipelined sender (``fused_send``) fills the other half."""
         src = weights[lay.idx[0]][1].dtype
         base = bucket.buffer.data_ptr()
         offsets = []
@@ -239,11 +240,14 @@ class DirectSync:
             if t.data_ptr() != base + m["offset"]:
                 return None
             offsets.append(m["offset"] // src.itemsize)
-        plan = make_flat_plan(lay.shapes, offsets, self.planner.block, bucket.buffer.device)
+        start = min(offsets)
+        plan = make_flat_plan(
+            lay.shapes, [o - start for o in offsets], self.planner.block, bucket.buffer.device
+        )
         pshapes = {k: v[0] for k, v in self.planner.params.items()}
         runs = runs_for(lay.places, lay.shapes, plan.y_starts, plan.s_starts, pshapes, self.planner.block)
-        extent = max(o + n for o, n in zip(offsets, plan.numel))
-        return src, offsets, plan, runs, extent
+        extent = start + plan.x_extent
+        return src, offsets, plan, runs, start, extent
 
     def apply(
         self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None

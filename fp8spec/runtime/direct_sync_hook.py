@@ -90,6 +90,7 @@ class DirectState:
         self.syncs = 0
         self.new_sync = False
         self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0, "views": 0, "lazy_tensors": 0}
+        self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
         # before the post-load processing: vLLM's load_weights and verl's load_quanted_weights cost ~14 ms per
@@ -155,20 +156,27 @@ class DirectState:
         return rest
 
     def begin(self) -> None:
+        from .lazy_receive import STATS
+
         self.syncs += 1
         self.new_sync = True
         self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0, "views": 0, "lazy_tensors": 0}
         self.pending, self.pending_bytes = [], 0
+        self.early_acks_at = STATS["early_acks"]
 
     def end(self, seconds: float | None = None) -> dict:
+        from .lazy_receive import STATS
+
+        self.counts["early_acks"] = STATS["early_acks"] - self.early_acks_at
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors quantized into the engine's parameters, %d through verl's "
-            "receiver in %d calls, %d buckets%s%s%s",
+            "receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled the next meanwhile)%s%s%s",
             self.syncs,
             self.counts["direct"],
             self.counts["verl"],
             self.counts["verl_calls"],
             self.counts["buckets"],
+            self.counts["early_acks"],
             # lazy_receive: how many of the received tensors needed a view (the rest were read in place)
             f", views built for {self.counts['views']} of {self.counts['lazy_tensors']} tensors"
             if self.counts["lazy_tensors"]

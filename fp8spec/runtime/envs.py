@@ -231,10 +231,20 @@ FUSED_SEND = EnvVar(
     name="FP8SPEC_FUSED_SEND",
     patch="direct_sync",
     type="switch",
-    default="0",
+    default="1",
     parse=_switch,
     doc="trainer side: fill each weight-sync bucket with a few copy launches instead of one per tensor "
-    "(fused_send.py; verl's offsets and metadata unchanged); off until measured on the GPU",
+    "(fused_send.py; verl's bucket boundaries and metadata, BENCHMARKS.md 8.4: -0.34 s per Qwen3-30B-A3B sync)",
+)
+SEND_PIPELINE = EnvVar(
+    name="FP8SPEC_SEND_PIPELINE",
+    patch="direct_sync",
+    type="switch",
+    default="1",
+    parse=_switch,
+    doc="with the fused fill: buckets alternate between the halves of verl's one buffer (no extra memory) and "
+    "fp8spec's receiver acks each on receipt, so the trainer fills the next bucket while the engine "
+    "quantizes this one",
 )
 
 # The table, in the order the manifest lists each patch's variables.
@@ -255,6 +265,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     QUANT_KEEP_OUTPUTS,
     QUANT_CHUNK_MB,
     FUSED_SEND,
+    SEND_PIPELINE,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

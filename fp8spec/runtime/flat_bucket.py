@@ -64,7 +64,7 @@ class ReceivedBucket:
         self._key: tuple | None = None
         self._lean_key: RawKey | None = None
         self._typed: dict[torch.dtype, torch.Tensor] = {}
-        self._cast: dict[tuple[torch.dtype, torch.dtype], torch.Tensor] = {}
+        self._cast: dict[tuple[torch.dtype, torch.dtype, int], torch.Tensor] = {}
 
     def layout_key(self, lean: bool) -> Any:
         """``key``, or with ``lean`` the same bytes behind a hash of their length and ends (see RawKey)."""
@@ -96,15 +96,16 @@ class ReceivedBucket:
             t = self._typed[dtype] = self.buffer[: n - n % es].view(dtype)
         return t
 
-    def flat(self, src: torch.dtype, dtype: torch.dtype, extent: int) -> torch.Tensor:
-        """The buffer as ``src`` elements, cast to ``dtype`` when they differ: only its first ``extent``
-        elements (what the plan reads; a bucket is often not full), once per bucket, the copy living as long as
-        this bucket."""
+    def flat(self, src: torch.dtype, dtype: torch.dtype, extent: int, start: int = 0) -> torch.Tensor:
+        """The buffer's elements ``start:`` as ``src``, cast to ``dtype`` when they differ: then only up to
+        ``extent`` (what the plan reads; a bucket is often not full, and a pipelined sender fills one half of the
+        buffer while the engine reads the other), once per bucket, the copy living as long as this bucket.
+        Element ``i`` of the result is element ``start + i`` of the buffer."""
         if src == dtype:
-            return self.typed(dtype)
-        t = self._cast.get((src, dtype))
-        if t is None or t.numel() < extent:
-            t = self._cast[(src, dtype)] = self.typed(src)[:extent].to(dtype)
+            return self.typed(dtype)[start:] if start else self.typed(dtype)
+        t = self._cast.get((src, dtype, start))
+        if t is None or t.numel() < extent - start:
+            t = self._cast[(src, dtype, start)] = self.typed(src)[start:extent].to(dtype)
         return t
 
 

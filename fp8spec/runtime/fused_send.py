@@ -9,11 +9,20 @@ offsets cached per metadata message, see the same buckets) but gathers the tenso
 ``torch.cat(..., out=bucket_slice)`` writes (CUDA's cat copies up to 128 inputs per launch). A run is flushed
 before the bucket is sent, and every ``FLUSH_BYTES`` so the tensors it holds stay bounded.
 
+Pipelined (``pipeline=True``, ``FP8SPEC_SEND_PIPELINE``): verl's sender fills its one buffer, then waits for
+the engine to process it before filling the next bucket, so a sync costs the trainer's fill plus the engine's
+work (BENCHMARKS.md 8.4: 0.22 + 0.17 s on Qwen3-30B-A3B). Here the buckets alternate between the two halves of
+the same buffer (no extra memory; the metadata offsets are absolute, so any receiver reads them right) and each
+message says so (``EARLY_ACK``): fp8spec's receiver (``lazy_receive``) then acks on receipt and the trainer fills
+the other half while the engine works. The receiver takes the next message only after it processed this one,
+so the ack of bucket k means bucket k-1 is done and its half free. A tensor larger than a half gets the whole
+buffer once nothing is in flight: the bucket before it goes without ``EARLY_ACK`` (acked when processed), and
+so does the whole-buffer bucket. verl's own receiver ignores the key and acks when done: correct, no overlap.
+
 Everything around the loop stays verl's: its socket and buffer set-up (``_init_socket``, ``_init_buffer``), its
 large-weight path (``_direct_send_large_weight``), its clean-up, and ``get_torch_device`` looked up in verl's
 module at each call (``sync_timing`` wraps it). A tensor on another device than the bucket (an offloaded shard
-going host-to-device) is copied the way verl copies it. Opt-in (``FP8SPEC_FUSED_SEND=1``, with ``direct_sync``)
-until the H200 shows its time.
+going host-to-device) is copied the way verl copies it. On with ``direct_sync`` (``FP8SPEC_FUSED_SEND``).
 """
 
 from __future__ import annotations
@@ -24,28 +33,33 @@ from typing import Any
 
 import torch
 
+from .lazy_receive import EARLY_ACK
 from .sync_timing import FLAG as TIMING_FLAG
 
 FLAG = "_fp8spec_fused_send"
 FLUSH_BYTES = 256 << 20  # source tensors a pending run may hold before it is written
 FLUSH_TENSORS = 4096
+ALIGN = 256  # the second half starts here-aligned, so every dtype's alignment holds in both halves
 
 
 class BucketFill:
-    """One bucket being filled: verl's offsets and metadata, the copies gathered into runs."""
+    """One bucket being filled in ``buffer[start:limit]``: verl's offsets (absolute in the buffer) and
+    metadata, the copies gathered into runs."""
 
     def __init__(self, buffer: torch.Tensor, bucket_size: int):
         self.buffer, self.bucket_size = buffer, bucket_size
         self._zeros = torch.zeros(16, dtype=torch.uint8, device=buffer.device)  # alignment padding
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, start: int = 0, limit: int | None = None) -> None:
         self.meta: dict[str, dict] = {}
-        self.offset = self._run_start = self._run_bytes = 0
+        self.start, self.limit = start, self.bucket_size if limit is None else limit
+        self.offset = self._run_start = start
+        self._run_bytes = 0
         self._run: list[torch.Tensor] = []
 
     def fits(self, weight: torch.Tensor) -> bool:
-        return self._aligned(weight) + weight.nbytes <= self.bucket_size
+        return self._aligned(weight) + weight.nbytes <= self.limit
 
     def _aligned(self, weight: torch.Tensor) -> int:
         a = weight.element_size()
@@ -84,9 +98,35 @@ class BucketFill:
         self._run, self._run_start, self._run_bytes = [], self.offset, 0
 
 
-def patch_bucket_sender_fused(module: ModuleType) -> None:
+class Regions:
+    """Where the next bucket goes: one half of the buffer, the other, or (for a tensor larger than a half)
+    the whole of it. ``early``: whether the receiver may ack the current bucket on receipt."""
+
+    def __init__(self, bucket_size: int, pipeline: bool):
+        self.half = bucket_size // 2 // ALIGN * ALIGN
+        self.size, self.on = bucket_size, pipeline and self.half > 0
+        self.current = 0 if self.on else 2  # 0, 1: the halves; 2: the whole buffer
+
+    def bounds(self) -> tuple[int, int]:
+        return ((0, self.half), (self.half, 2 * self.half), (0, self.size))[self.current]
+
+    def early(self) -> bool:
+        return self.current != 2
+
+    def needs_whole(self, weight: torch.Tensor) -> bool:
+        return self.on and self.current != 2 and weight.nbytes > self.half
+
+    def after_send(self) -> None:
+        # after a half: the other one (its bucket was processed before this one's ack came back); after the
+        # whole buffer (acked when processed): nothing is in flight, start again at the first half
+        if self.on:
+            self.current = 0 if self.current == 2 else 1 - self.current
+
+
+def patch_bucket_sender_fused(module: ModuleType, pipeline: bool = True) -> None:
     """Give ``BucketedWeightSender`` in ``module`` (verl's bucketed_weight_transfer.py) the fused fill; idempotent.
-    Install it before ``sync_timing.patch_bucket_sender``, which wraps whatever send method it finds."""
+    ``pipeline``: alternate the buffer's halves (module docstring). Install it before
+    ``sync_timing.patch_bucket_sender``, which wraps whatever send method it finds."""
     cls = module.BucketedWeightSender
     if getattr(cls, FLAG, False):
         return
@@ -96,10 +136,13 @@ def patch_bucket_sender_fused(module: ModuleType) -> None:
             "fused_send: BucketedWeightSender is already wrapped by sync_timing; install fused_send first"
         )
 
-    async def send(self: Any, fill: BucketFill, is_last: bool) -> None:
+    async def send(self: Any, fill: BucketFill, is_last: bool, early: bool = False) -> None:
         fill.flush()
         module.get_torch_device().synchronize()  # looked up now: sync_timing may have wrapped it
-        self.socket.send_pyobj({"bucket_meta": fill.meta, "is_last": is_last})
+        msg = {"bucket_meta": fill.meta, "is_last": is_last}
+        if early and not is_last:
+            msg[EARLY_ACK] = True
+        self.socket.send_pyobj(msg)
         self.socket.recv()
 
     @functools.wraps(cls.async_send_weights)
@@ -110,10 +153,21 @@ def patch_bucket_sender_fused(module: ModuleType) -> None:
             self._init_socket()
             self._init_buffer()
             fill = BucketFill(self.buffer, self.bucket_size)
+            regions = Regions(self.bucket_size, pipeline)
+            fill.reset(*regions.bounds())
             async for name, weight in ensure_async_iterator(weights):
+                if regions.needs_whole(weight):
+                    if fill.meta:  # acked once processed: then nothing is in flight
+                        await send(self, fill, False)
+                    regions.current = 2
+                    fill.reset(*regions.bounds())
                 if not fill.fits(weight) and fill.meta:
-                    await send(self, fill, False)
-                    fill.reset()
+                    await send(self, fill, False, regions.early())
+                    regions.after_send()
+                    # the bucket just sent used the whole buffer (acked once processed): none in flight
+                    if regions.needs_whole(weight):
+                        regions.current = 2
+                    fill.reset(*regions.bounds())
                 if not fill.fits(weight):
                     # larger than a bucket: verl's own path (CUDA IPC of the tensor itself)
                     assert not self.use_shm, (

@@ -11,6 +11,12 @@ whose items are built by verl's own expressions the first time they are read (an
 iterates gets what verl's list held. The loop around it is verl's, line for line: the same socket and buffer
 set-up, the same device synchronisation and acks, the same clean-up. Installed with ``direct_sync`` only, before
 its receiver patch (which wraps whatever ``receive_weights`` it finds).
+
+One addition to verl's loop: a bucket message carrying ``EARLY_ACK`` (fp8spec's pipelined sender,
+``fused_send``, which fills the other half of its buffer next) is acked on receipt, before it is processed, so the
+trainer's fill of the next bucket overlaps the engine's work on this one. Never the last bucket (verl acks that
+one in ``_cleanup``, after the buffer is released) and never a message carrying a CUDA IPC handle (the sender may
+free that tensor once acked).
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from typing import Any
 import torch
 
 FLAG = "_fp8spec_lazy_receive"
+# in a bucket message: its region stays untouched until the next message's ack
+EARLY_ACK = "fp8spec_early_ack"
+# this process's buckets acked on receipt (direct_sync's line per sync reports them)
+STATS = {"early_acks": 0}
 
 
 class BucketViews(Sequence):
@@ -73,6 +83,15 @@ class BucketViews(Sequence):
         return name, tensor
 
 
+def early_ack(metadata: dict) -> bool:
+    """Whether this bucket message may be acked before it is processed (module docstring)."""
+    return (
+        metadata.get(EARLY_ACK) is True
+        and not metadata["is_last"]
+        and all(m.get("handle") is None for m in metadata["bucket_meta"].values())
+    )
+
+
 def patch_bucket_receiver_lazy(module: ModuleType) -> None:
     """Give ``BucketedWeightReceiver`` in ``module`` (verl's bucketed_weight_transfer.py) lazy bucket views;
     idempotent. Install it before ``verl_patch.patch_bucket_receiver``, which wraps the method it finds."""
@@ -96,11 +115,17 @@ def patch_bucket_receiver_lazy(module: ModuleType) -> None:
                     self.buffer, metadata["bucket_meta"], self.device, self.use_shm, module.rebuild_ipc
                 )
                 is_last = metadata["is_last"]
+                early = early_ack(metadata)
+                if early:
+                    self.socket.send(b"")
+                    self._fp8spec_early_acks = getattr(self, "_fp8spec_early_acks", 0) + 1
+                    STATS["early_acks"] += 1
                 on_bucket_received(weights, is_last)
                 module.get_torch_device().synchronize()
                 del weights
                 if not is_last:
-                    self.socket.send(b"")
+                    if not early:
+                        self.socket.send(b"")
                 else:
                     self._ack_pending = True
                     break

@@ -212,26 +212,38 @@ def test_a_parameter_that_changed_shape_is_not_written():
 
 
 # ----------------------------------------------------------------------------- in place on verl's buffer
-def _received(weights, bucket_size, device="cpu"):
+def _received(weights, bucket_size, device="cpu", halves=False):
     """Buckets as verl's receiver holds them (sender packing and receiver views as verl 0.9.1 does them,
-    reproduced in test_verl_flat_bucket.py): per bucket a ReceivedBucket over the one buffer and its view list."""
+    reproduced in test_verl_flat_bucket.py): per bucket a ReceivedBucket over the one buffer and its view list.
+    ``halves``: every other bucket lies in the second half of a buffer twice the size, its metadata offsets
+    shifted, as the pipelined sender (fused_send) places them."""
+    import pickle
+
     from fp8spec.runtime.flat_bucket import ReceivedBucket
 
     from .test_verl_flat_bucket import receive, send_buckets
 
     out = []
-    for buffer, raw, ipc in send_buckets(weights, bucket_size, device=device):
-        meta, views = receive(buffer, raw, ipc)
+    for i, (buffer, raw, ipc) in enumerate(send_buckets(weights, bucket_size, device=device)):
         # each bucket gets its own copy of the reused buffer: the test keeps them all at once
         own = buffer.clone()
+        if halves:
+            shift = (i % 2) * bucket_size
+            own = torch.full((2 * bucket_size,), 0x7F, dtype=torch.uint8, device=device)  # NaN-ish filler
+            own[shift : shift + bucket_size] = buffer
+            msg = pickle.loads(raw)
+            for m in msg["bucket_meta"].values():
+                m["offset"] += shift if m["handle"] is None else 0
+            raw = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         meta2, views2 = receive(own, raw, ipc)
         out.append(ReceivedBucket(own, meta2["bucket_meta"], views2, raw))
     return out
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["one-buffer", "halves"])
 @pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype):
+def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype, halves):
     params, parts = engine_params(cfg, 2)
     weights = _weights(cfg, dtype, seed=7)
     ref = _vllm_style_load(cfg, params, weights, 2, 1)
@@ -239,11 +251,15 @@ def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype):
     ds = DirectSync(Planner(params, parts, stacked, experts, 1, 2), torch.bfloat16, on_left_out=lambda *a: None)
     dst = _garbage(params)
     ds.bind(dst)
-    buckets = _received(weights, bucket_size=3 << 20)
+    buckets = _received(weights, bucket_size=3 << 20, halves=halves)
     assert len(buckets) > 1
-    rest = []
+    rest, casts = [], []
     for b in buckets:
         rest += ds.apply(b.weights, b)
+        if halves and dtype == torch.float32:  # cast from the bucket's first element, not the buffer's
+            casts += list(b._cast.values())
+            assert all(c.numel() <= (3 << 20) // 4 for c in casts)
+    assert casts or not (halves and dtype == torch.float32)
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, dst, fp8)
     assert ds.stats["in_place"] == sum(1 for b in buckets if any(n.endswith("_proj.weight") for n, _ in b.weights))

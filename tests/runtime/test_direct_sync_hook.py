@@ -140,6 +140,7 @@ def test_buckets_route_direct_and_the_rest_to_verl(cfg, tp, rank, caplog):
         "verl_calls": 3,
         "views": 0,  # plain lists: nothing built lazily
         "lazy_tensors": 0,
+        "early_acks": 0,  # no receiver here: nothing acked on receipt
         "syncs": 2,
         "broken": None,
     }

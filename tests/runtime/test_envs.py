@@ -83,6 +83,7 @@ BAD = {
     "FP8SPEC_QUANT_KEEP_OUTPUTS": "keep",
     "FP8SPEC_QUANT_CHUNK_MB": "0",
     "FP8SPEC_FUSED_SEND": "fused",
+    "FP8SPEC_SEND_PIPELINE": "both",
 }
 
 

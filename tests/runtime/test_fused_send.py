@@ -15,7 +15,7 @@ import threading
 import pytest
 import torch
 
-from fp8spec.runtime import fused_send, sync_timing
+from fp8spec.runtime import fused_send, lazy_receive, sync_timing
 
 from .test_activation import _run
 from .test_sync_timing import MOD, CpuDevice, _module
@@ -79,8 +79,8 @@ def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush):
     monkeypatch.setattr(fused_send, "FLUSH_BYTES", flush[0])
     monkeypatch.setattr(fused_send, "FLUSH_TENSORS", flush[1])
     mod = _module(CpuDevice())
-    fused_send.patch_bucket_sender_fused(mod)
-    fused_send.patch_bucket_sender_fused(mod)  # idempotent
+    fused_send.patch_bucket_sender_fused(mod, pipeline=False)
+    fused_send.patch_bucket_sender_fused(mod, pipeline=False)  # idempotent
     _, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name="fused")
     assert len(ref_metas) > 2  # several buckets, the last one by is_last
     assert metas == ref_metas  # the same layout, bucket by bucket: names, shapes, dtypes, offsets
@@ -144,19 +144,130 @@ def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_l
     assert not getattr(mod.BucketedWeightSender, fused_send.FLAG, False)
 
 
-def test_activated_with_direct_sync_before_the_timing_line_only_when_asked():
+def test_activated_with_direct_sync_before_the_timing_line_unless_switched_off():
     code = """
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook
 print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
                   'order': [getattr(c, '__qualname__', repr(c)) for c in _importhook._pending.get(%r, [])]}))
 """ % (MOD, MOD)
-    off = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})
-    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "1"})
+    off = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})
+    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})  # on by default (BENCHMARKS.md 8.4, 8.6)
     assert on["pending"] == off["pending"] + 1
     fused_at = next(i for i, q in enumerate(on["order"]) if "_fused" in q)
     timing_at = next(i for i, q in enumerate(on["order"]) if q == "patch_bucket_sender")
     assert fused_at < timing_at, json.dumps(on)
+
+
+# ----------------------------------------------------------------------------- the pipelined halves
+BUCKET = 1 << 20
+
+
+def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0):
+    """One sync from the pipelined fused sender to verl's receiver (``lazy``: fp8spec's, which acks early).
+    Per message: ``(early flag, {name: offset}, is_last)``; per bucket the tensors as the callback read them at
+    its END, after ``hold_s`` (the engine's work: the sender fills the other half meanwhile)."""
+    import time
+
+    mod = _module(CpuDevice())
+    fused_send.patch_bucket_sender_fused(mod, pipeline=True)
+    if lazy:
+        lazy_receive.patch_bucket_receiver_lazy(mod)
+    msgs, seen = [], []
+
+    class Receiver(mod.BucketedWeightReceiver):
+        def _init_socket(self):
+            super()._init_socket()
+            recv = self.socket.recv_pyobj
+
+            def recv_pyobj(*a, **k):
+                obj = recv(*a, **k)
+                if isinstance(obj, dict) and "bucket_meta" in obj:
+                    offs = {n: m["offset"] for n, m in obj["bucket_meta"].items()}
+                    msgs.append((obj.get(lazy_receive.EARLY_ACK, False), offs, obj["is_last"]))
+                return obj
+
+            self.socket.recv_pyobj = recv_pyobj
+
+        def receive_weights(self, on_bucket_received):
+            def on_bucket(weights, is_last):
+                time.sleep(hold_s)
+                seen.append([(n, t.clone()) for n, t in weights])
+                on_bucket_received(weights, is_last)
+
+            out = super().receive_weights(on_bucket)
+            seen.append(getattr(self, "_fp8spec_early_acks", 0))
+            return out
+
+    timed_sync(mod, tmp_path, weights, 1, name, receiver=Receiver)
+    early_acks = seen.pop()
+    return msgs, seen, early_acks
+
+
+def _half_of(offsets, sizes):
+    h = BUCKET // 2 // fused_send.ALIGN * fused_send.ALIGN
+    lo, hi = min(offsets.values()), max(o + sizes[n] for n, o in offsets.items())
+    return 0 if hi <= h else 1 if lo >= h else "whole"
+
+
+def test_pipelined_buckets_alternate_halves_and_verls_own_receiver_reads_them_right(tmp_path):
+    weights = _weights()
+    sizes = {n: w.nbytes for n, w in weights}
+    msgs, seen, early_acks = _pipelined(tmp_path, weights, "verlrecv", lazy=False)
+    assert early_acks == 0  # verl's receiver ignores the flag: it acks each bucket once processed
+    halves = [_half_of(offs, sizes) for _, offs, _ in msgs]
+    assert len(msgs) > 3 and halves == [i % 2 for i in range(len(msgs))]
+    assert [e for e, _, _ in msgs] == [True] * (len(msgs) - 1) + [False]  # never on the last bucket
+    got = [p for bucket in seen for p in bucket]
+    assert [n for n, _ in got] == [n for n, _ in weights]
+    assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["verl-receiver", "lazy-receiver"])
+def test_pipelined_the_sender_never_writes_a_half_the_engine_is_still_reading(tmp_path, lazy):
+    # the engine holds each bucket 20 ms: with early acks the trainer fills the other half meanwhile; a region
+    # reused too soon would change the bytes under the callback before it reads them
+    weights = _weights()
+    msgs, seen, early_acks = _pipelined(tmp_path, weights, f"hold{lazy}", lazy=lazy, hold_s=0.02)
+    assert early_acks == (len(msgs) - 1 if lazy else 0)
+    got = [p for bucket in seen for p in bucket]
+    assert [n for n, _ in got] == [n for n, _ in weights]
+    assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
+
+
+def test_a_tensor_larger_than_a_half_gets_the_whole_buffer_once_nothing_is_in_flight(tmp_path):
+    g = torch.Generator().manual_seed(3)
+    small = [(f"s{i}", torch.randn(20_000, generator=g)) for i in range(9)]  # 80 KB each
+    big = ("big", torch.randn(170_000, generator=g))  # 680 KB: more than a half (512 KB), less than a bucket
+    weights = small[:7] + [big] + small[7:]
+    sizes = {n: w.nbytes for n, w in weights}
+    msgs, seen, early_acks = _pipelined(tmp_path, weights, "big", hold_s=0.02)
+    where = [(_half_of(offs, sizes), early, "big" in offs) for early, offs, _ in msgs]
+    # s0-s5 fill half 0, s6 starts half 1; the big tensor drains half 1 without an early ack, gets the whole
+    # buffer (acked once processed, the small ones after it fill it too), then the halves start again
+    assert where == [(0, True, False), (1, False, False), ("whole", False, True)], where
+    assert msgs[2][1]["big"] == 0  # the whole-buffer bucket starts with it
+    assert early_acks == 1
+    got = [p for bucket in seen for p in bucket]
+    assert [n for n, _ in got] == [n for n, _ in weights]
+    assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
+
+
+def test_pipeline_switch_reaches_the_sender_from_the_environment():
+    code = """
+import json, fp8spec.runtime as rt
+from fp8spec.runtime import _importhook, fused_send
+seen = []
+fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True: seen.append(pipeline)
+for hook in _importhook._pending.get(%r, []):
+    if '_fused' in getattr(hook, '__qualname__', ''):
+        hook(None)
+print(json.dumps({'pipeline': seen}))
+""" % (MOD,)
+    base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
+    assert _run(code, base)["pipeline"] == [True]
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["pipeline"] == [False]
+    assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["pipeline"] == []
 
 
 @pytest.mark.gpu
