@@ -9,7 +9,9 @@
 #   bash benchmarks/engine/run_h200_engine.sh wsprobe GPU [CASES]   weight-sync probe on GPU
 #                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights;
 #                                             WS_SYNCS=N syncs per engine; WS_BREAKDOWN=1 per-stage timers;
-#                                             WS_FUSED_SEND=1 the fused bucket fill; WS_SYNC_TIMING=1 the sender split;
+#                                             WS_FUSED_SEND=0 verl's bucket fill instead of the fused one (default 1);
+#                                             WS_SEND_PIPELINE=0 no two-half pipeline (default 1); WS_BUCKET_MB bucket
+#                                             size (default 2048); WS_SYNC_TIMING=1 the sender split;
 #                                             WS_TIMEOUT seconds for the call, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).

@@ -257,7 +257,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             t0 = time.perf_counter()
             th = threading.Thread(target=receive)
             th.start()
-            sender = BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=2048)
+            sender = BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=int(os.environ.get("WS_BUCKET_MB", "2048")))
             asyncio.run(sender.async_send_weights(iter(weights)))
             th.join()
             dt = time.perf_counter() - t0
