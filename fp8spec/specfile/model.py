@@ -123,11 +123,11 @@ class LinearSection(Section):
         "engine's fused and stacked FP8 parameters through a plan built once from the engine, without vLLM's "
         "per-tensor load_weights; names outside the plan go through verl's receiver, counted in the log; refused "
         "(rule BLK006) where the engine's profile does not record it byte-exact in the real engine (vLLM 0.24.0: "
-        "shown at rollout tp 1, Qwen3-30B-A3B sync 8.97 s -> 1.68 s, BENCHMARKS.md 8). "
+        "shown at rollout tp 1, Qwen3-30B-A3B sync 8.97 s -> 0.40 s, BENCHMARKS.md 8.6). "
         "auto (default): fp8spec on the stacks where it was shown byte-exact in the real engine and has run "
         "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 is byte-exact, BENCHMARKS.md 7.4, but "
-        "not yet run in the loop), verl elsewhere, never direct (not yet run inside an RL loop's sleep / wake "
-        "cycle); an explicit fp8spec where it was not shown byte-exact warns "
+        "not yet run in the loop), verl elsewhere, never direct (inside an RL loop it has run only on a dense "
+        "FSDP bundle, BENCHMARKS.md 8.6); an explicit fp8spec where it was not shown byte-exact warns "
         "(BLK005). Only with linear.quantize.",
     )
     deep_gemm: Optional[bool] = Field(

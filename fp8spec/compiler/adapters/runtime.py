@@ -40,8 +40,9 @@ def sync_quantizer(ctx: ValidSpec) -> str | None:
 
     auto picks 'fp8spec' where the profile records fast_block_quant byte-exact in the real engine and run inside
     an RL loop, else 'verl'. It never picks 'direct': rule BLK006 refuses it where no device run showed it
-    byte-exact in the real engine, and where one did (vLLM 0.24.0 at tp 1, BENCHMARKS.md 8) it has not yet run
-    inside an RL loop's sleep / wake cycle (issue 23)."""
+    byte-exact in the real engine, and where one did (vLLM 0.24.0 at tp 1, BENCHMARKS.md 8) it has run inside an
+    RL loop only on a tiny dense FSDP bundle with verl's bucket fill (8.6), not on an MoE, a Megatron trainer or
+    with the fused fill its patch now turns on."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None
