@@ -34,7 +34,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args()
     weights = [
-        (f"model.layers.{i // 393}.mlp.experts.{i % 128}.gate_proj.weight", torch.empty(8, 16, dtype=torch.bfloat16))
+        (
+            f"model.layers.{i // 393}.mlp.experts.{i % 128}.gate_proj.weight",
+            torch.empty(8, 16, dtype=torch.bfloat16),
+        )
         for i in range(a.tensors)
     ]
     buf = torch.empty(1 << 30, dtype=torch.uint8)
