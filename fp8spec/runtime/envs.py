@@ -227,22 +227,21 @@ QUANT_CHUNK_MB = EnvVar(
     parse=_positive_int,
     doc="tensor-list fallback: launch per chunk of this size",
 )
-FUSED_SEND = EnvVar(
-    name="FP8SPEC_FUSED_SEND",
-    patch="direct_sync",
-    type="switch",
-    default="1",
-    parse=_switch,
-    doc="trainer side: fill each weight-sync bucket with a few copy launches instead of one per tensor "
+
+
+def _send_switch(name: str, doc: str) -> EnvVar:
+    """A direct_sync switch of the trainer's bucket sender (fused_send.py), on by default."""
+    return EnvVar(name=name, patch="direct_sync", type="switch", default="1", parse=_switch, doc=doc)
+
+
+FUSED_SEND = _send_switch(
+    "FP8SPEC_FUSED_SEND",
+    "trainer side: fill each weight-sync bucket with a few copy launches instead of one per tensor "
     "(fused_send.py; verl's bucket boundaries and metadata, BENCHMARKS.md 8.4: -0.34 s per Qwen3-30B-A3B sync)",
 )
-SEND_PIPELINE = EnvVar(
-    name="FP8SPEC_SEND_PIPELINE",
-    patch="direct_sync",
-    type="switch",
-    default="1",
-    parse=_switch,
-    doc="with the fused fill: buckets alternate between the halves of verl's one buffer (no extra memory) and "
+SEND_PIPELINE = _send_switch(
+    "FP8SPEC_SEND_PIPELINE",
+    "with the fused fill: buckets alternate between the halves of verl's one buffer (no extra memory) and "
     "fp8spec's receiver acks each on receipt, so the trainer fills the next bucket while the engine "
     "quantizes this one",
 )

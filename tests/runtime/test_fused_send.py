@@ -25,11 +25,10 @@ pytest.importorskip("zmq")
 pytest.importorskip("verl")
 
 
-def _sync(mod, tmp_path, weights, bucket_mb, name):
-    """One sync: what the receiver saw (every metadata message, every tensor cloned)."""
-    metas = []
+def _recording(receiver_cls, on_message):
+    """``receiver_cls`` calling ``on_message`` with every bucket metadata message it receives."""
 
-    class Recorder(mod.BucketedWeightReceiver):
+    class Recorder(receiver_cls):
         def _init_socket(self):
             super()._init_socket()
             recv = self.socket.recv_pyobj
@@ -37,17 +36,23 @@ def _sync(mod, tmp_path, weights, bucket_mb, name):
             def recv_pyobj(*a, **k):
                 obj = recv(*a, **k)
                 if isinstance(obj, dict) and "bucket_meta" in obj:
-                    metas.append(
-                        {
-                            n: (tuple(m["shape"]), m["dtype"], m["offset"])
-                            for n, m in obj["bucket_meta"].items()
-                        }
-                    )
+                    on_message(obj)
                 return obj
 
             self.socket.recv_pyobj = recv_pyobj
 
-    sender, got, _ = timed_sync(mod, tmp_path, weights, bucket_mb, name, receiver=Recorder)
+    return Recorder
+
+
+def _sync(mod, tmp_path, weights, bucket_mb, name):
+    """One sync: what the receiver saw (every metadata message, every tensor cloned)."""
+    metas = []
+
+    def record(obj):
+        metas.append({n: (tuple(m["shape"]), m["dtype"], m["offset"]) for n, m in obj["bucket_meta"].items()})
+
+    recorder = _recording(mod.BucketedWeightReceiver, record)
+    sender, got, _ = timed_sync(mod, tmp_path, weights, bucket_mb, name, receiver=recorder)
     return sender, metas, got
 
 
@@ -175,20 +180,11 @@ def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0):
         lazy_receive.patch_bucket_receiver_lazy(mod)
     msgs, seen = [], []
 
-    class Receiver(mod.BucketedWeightReceiver):
-        def _init_socket(self):
-            super()._init_socket()
-            recv = self.socket.recv_pyobj
+    def record(obj):
+        offs = {n: m["offset"] for n, m in obj["bucket_meta"].items()}
+        msgs.append((obj.get(lazy_receive.EARLY_ACK, False), offs, obj["is_last"]))
 
-            def recv_pyobj(*a, **k):
-                obj = recv(*a, **k)
-                if isinstance(obj, dict) and "bucket_meta" in obj:
-                    offs = {n: m["offset"] for n, m in obj["bucket_meta"].items()}
-                    msgs.append((obj.get(lazy_receive.EARLY_ACK, False), offs, obj["is_last"]))
-                return obj
-
-            self.socket.recv_pyobj = recv_pyobj
-
+    class Receiver(_recording(mod.BucketedWeightReceiver, record)):
         def receive_weights(self, on_bucket_received):
             def on_bucket(weights, is_last):
                 time.sleep(hold_s)
