@@ -10,7 +10,9 @@ those three points, per bucket, with no per-tensor work:
 
 * ``GPU wait``: the device synchronizations: the trainer's queued copies (host-to-device of offloaded shards,
   gathers, the bucket fill) finishing;
-* ``engine``: the replies: the engine's receive, quantization and load of each bucket;
+* ``engine``: the replies: the engine's receive, quantization and load of each bucket (with ``fused_send``'s
+  two-half pipeline, fp8spec's receiver replies on receipt, so this is the engine's work the trainer's fill of the
+  next bucket did not hide);
 * ``trainer stream + fill``: the rest: the host side of the trainer's generator and of the fill loop.
 
 BENCHMARKS.md 9.1 is why: in the real 4B loop the engine received a sync in 0.50 s of 1.40 s.
