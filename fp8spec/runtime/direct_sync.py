@@ -4,7 +4,9 @@ Per bucket: the tensors the plan covers (``direct_sync_plan``) are quantized wit
 (``triton_blockquant.quantize_flat``; its torch reference on CPU), the FP8 codes and block scales are copied into
 their destinations with a few large copies (placements that continue each other in the output and in the
 destination merge into one run; for Qwen3-MoE a layer's 384 expert tensors become one run per stacked tensor),
-and everything else is handed back for verl's own receiver. The copy runs are built once per bucket layout and
+the unquantized tensors the plan copies (norms, embeddings, lm_head, the router: ``direct_sync_plan.Copy``) are
+copied into their parameters as vLLM's loader would, and everything else is handed back for verl's own receiver
+(one ``load_weights`` call costs ~14 ms whatever it loads, BENCHMARKS.md 8.3). The copy runs are built once per bucket layout and
 cached: the layout repeats at every sync. There is no per-tensor Python after the first sync and no
 intermediate per-tensor FP8 copy; what remains is the post-load processing verl runs after the last bucket.
 """
@@ -20,7 +22,7 @@ import torch
 
 from . import blockquant as _ref
 from .bucket_plan import make_flat_plan
-from .direct_sync_plan import Placement, Planner
+from .direct_sync_plan import Copy, Placement, Planner
 from .triton_blockquant import quantize_flat
 
 log = logging.getLogger("fp8spec.runtime.direct_sync")
@@ -115,9 +117,10 @@ def copy_runs(
 
 
 class _Layout:
-    def __init__(self, idx, plan, runs, shapes, places, n):
+    def __init__(self, idx, plan, runs, shapes, places, n, copies=()):
         self.idx, self.plan, self.runs, self.shapes, self.places = idx, plan, runs, shapes, places
-        covered = set(idx)
+        self.copies = list(copies)  # (index in the bucket, destination parameter) of the plain copies
+        covered = set(idx) | {i for i, _ in self.copies}
         self.rest = [i for i in range(n) if i not in covered]  # what verl's loader takes, in order
         # bucket metadata message -> (dtype, element offsets, plan, runs, extent) reading verl's buffer in place
         self.in_place: dict[Any, tuple] = {}
@@ -144,10 +147,12 @@ class DirectSync:
         )
         self._layouts: dict[tuple, _Layout] = {}
         self._flat: dict[str, torch.Tensor] = {}
+        self._whole: dict[str, torch.Tensor] = {}  # the plain copies' destinations
         self.stats = {
             "buckets": 0,
             "layouts": 0,
             "direct_tensors": 0,
+            "copied_tensors": 0,
             "fallback_tensors": 0,
             "copies": 0,
             "in_place": 0,
@@ -155,14 +160,15 @@ class DirectSync:
 
     def bind(self, params: Mapping[str, torch.Tensor]) -> None:
         """The destination storage for this sync; each planned parameter must match its planned shape and dtype."""
-        flat = {}
+        flat, whole = {}, {}
         for name, (shape, dtype) in self.planner.params.items():
             t = params.get(name)
             if t is None or tuple(t.shape) != tuple(shape) or str(t.dtype).replace("torch.", "") != dtype:
                 continue
+            whole[name] = t.data
             if t.is_contiguous():
                 flat[name] = t.data.view(-1)
-        self._flat = flat
+        self._flat, self._whole = flat, whole
 
     def _layout(self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None) -> _Layout:
         # the bucket's metadata bytes (equal bytes: equal names, shapes, dtypes) key it without reading a tensor,
@@ -176,13 +182,16 @@ class DirectSync:
         lay = self._layouts.get(key)
         if lay is not None:
             return lay
-        idx, places, shapes = [], [], []
+        idx, places, shapes, copies = [], [], [], []
         for i, (name, t) in enumerate(weights):
             if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
                 continue
             p = self.planner.place(name, t.shape)
             if p is None:
                 self.on_left_out(name, self.planner.plan.left_out.get(name, "?"))
+            elif isinstance(p, Copy):
+                if p.param in self._whole:
+                    copies.append((i, p.param))
             elif p.param in self._flat and p.scale in self._flat:
                 idx.append(i)
                 places.append(p)
@@ -198,7 +207,7 @@ class DirectSync:
             if bplan
             else []
         )
-        lay = _Layout(idx, bplan, runs, shapes, places, len(weights))
+        lay = _Layout(idx, bplan, runs, shapes, places, len(weights), copies)
         self._layouts[key] = lay
         self.stats["layouts"] += 1
         return lay
@@ -260,9 +269,18 @@ class DirectSync:
         if not weights:
             return []
         lay = self._layout(weights, bucket)
+        unbound = []  # a copy destination this sync's parameters lack (re-laid out since): verl loads it
+        for i, param in lay.copies:  # vLLM's loader for these: param.data.copy_(loaded_weight)
+            dst = self._whole.get(param)
+            if dst is None or dst.shape != weights[i][1].shape:
+                unbound.append(i)
+                continue
+            dst.copy_(weights[i][1])
+        self.stats["copied_tensors"] += len(lay.copies) - len(unbound)
+        rest = [weights[i] for i in (sorted(lay.rest + unbound) if unbound else lay.rest)]
         if not lay.idx:
-            self.stats["fallback_tensors"] += len(weights)
-            return list(weights)
+            self.stats["fallback_tensors"] += len(rest)
+            return rest
         found = self._in_place(lay, weights, bucket)
         if found is not None:
             flat, plan, runs = found
@@ -273,7 +291,6 @@ class DirectSync:
         out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False)
         assert isinstance(out, tuple)  # views=False: the two flat output buffers
         copy_runs(runs, out[0], out[1], self._flat)
-        rest = [weights[i] for i in lay.rest]
         self.stats["direct_tensors"] += len(lay.idx)
         self.stats["fallback_tensors"] += len(rest)
         self.stats["copies"] += len(runs)

@@ -53,9 +53,21 @@ def stacked_from_packed(packed: Mapping[str, Sequence[str]]) -> list[tuple[str, 
     return [(fused, part, i) for fused, parts in packed.items() for i, part in enumerate(parts)]
 
 
+def loader_name(param: Any) -> str | None:
+    """The qualified name of a parameter's ``weight_loader`` (None: it has none, vLLM uses
+    ``default_weight_loader``); a bound method by its function, so subclasses report where it is defined."""
+    loader = getattr(param, "weight_loader", None)
+    if loader is None:
+        return None
+    fn = getattr(loader, "__func__", loader)
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
 def engine_tables(model: Any) -> dict[str, Any]:
     """What the Planner needs, read from a live vLLM model object (pure attribute reads)."""
-    params = {n: (tuple(p.shape), str(p.dtype).replace("torch.", "")) for n, p in model.named_parameters()}
+    named = list(model.named_parameters())
+    params = {n: (tuple(p.shape), str(p.dtype).replace("torch.", "")) for n, p in named}
+    loaders = {n: loader_name(p) for n, p in named if params[n][1] != "float8_e4m3fn"}
     owners = {n.rsplit(".", 1)[0] for n in params}  # modules that hold parameters directly
     part_rows = {
         n: [int(s) for s in m.output_sizes]
@@ -71,6 +83,7 @@ def engine_tables(model: Any) -> dict[str, Any]:
         "part_rows": part_rows,
         "stacked": stacked_from_packed(packed),
         "experts": experts,
+        "loaders": loaders,
     }
 
 
@@ -89,7 +102,15 @@ class DirectState:
         self.broken: str | None = None  # why the direct path is off for this engine (logged once)
         self.syncs = 0
         self.new_sync = False
-        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0, "views": 0, "lazy_tensors": 0}
+        self.counts = {
+            "buckets": 0,
+            "direct": 0,
+            "copied": 0,
+            "verl": 0,
+            "verl_calls": 0,
+            "views": 0,
+            "lazy_tensors": 0,
+        }
         self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
@@ -118,7 +139,9 @@ class DirectState:
     def _build(self, model: Any, dtype: torch.dtype) -> DirectSync:
         t = engine_tables(model)
         rank, size = self.tp()
-        planner = Planner(t["params"], t["part_rows"], t["stacked"], t["experts"], rank, size)
+        planner = Planner(
+            t["params"], t["part_rows"], t["stacked"], t["experts"], rank, size, loaders=t["loaders"]
+        )
         log.info(
             "fp8spec direct_sync: plan built from the engine (%d parameters, %d fused layers, %d expert "
             "mappings, tp %d/%d)",
@@ -150,7 +173,9 @@ class DirectState:
         if self.new_sync:  # after verl's staging swapped the parameters (prepare_quanted_weights_for_loading)
             self.ds.bind(dict(model.named_parameters()))
             self.new_sync = False
+        copied = self.ds.stats["copied_tensors"]
         rest = self.ds.apply(weights, bucket)
+        self.counts["copied"] += self.ds.stats["copied_tensors"] - copied
         self.counts["direct"] += len(weights) - len(rest)
         self.counts["verl"] += len(rest)
         return rest
@@ -160,7 +185,15 @@ class DirectState:
 
         self.syncs += 1
         self.new_sync = True
-        self.counts = {"buckets": 0, "direct": 0, "verl": 0, "verl_calls": 0, "views": 0, "lazy_tensors": 0}
+        self.counts = {
+            "buckets": 0,
+            "direct": 0,
+            "copied": 0,
+            "verl": 0,
+            "verl_calls": 0,
+            "views": 0,
+            "lazy_tensors": 0,
+        }
         self.pending, self.pending_bytes = [], 0
         self.early_acks_at = STATS["early_acks"]
 
@@ -169,10 +202,13 @@ class DirectState:
 
         self.counts["early_acks"] = STATS["early_acks"] - self.early_acks_at
         log.info(
-            "fp8spec direct_sync: sync %d: %d tensors quantized into the engine's parameters, %d through verl's "
-            "receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled the next meanwhile)%s%s%s",
+            "fp8spec direct_sync: sync %d: %d tensors written into the engine's parameters (%d quantized, %d "
+            "copied), %d through verl's receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled "
+            "the next meanwhile)%s%s%s",
             self.syncs,
             self.counts["direct"],
+            self.counts["direct"] - self.counts["copied"],
+            self.counts["copied"],
             self.counts["verl"],
             self.counts["verl_calls"],
             self.counts["buckets"],

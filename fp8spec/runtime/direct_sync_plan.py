@@ -9,6 +9,8 @@ Built once per engine from the engine's own tables (no torch needed here; shapes
   (``RoutedExperts.make_expert_params_mapping``, ``layers/fused_moe/routed_experts.py`` lines 916-977); in the
   engine ``model.model.get_expert_mapping()``.
 * ``params``: the engine's named parameters -> (shape, dtype name), after verl's staging.
+* ``loaders``: the engine's unquantized parameters -> the qualified name of their ``weight_loader`` (None: vLLM's
+  ``default_weight_loader``); those whose loader is a plain copy of an equal-shaped tensor are planned as copies.
 
 The plan answers, per checkpoint name: the destination weight and block-scale parameters, the expert index,
 and the rows / columns of the quantized full tensor that land at which offset, exactly as vLLM 0.24.0's loaders
@@ -19,7 +21,9 @@ narrow them: ``QKVParallelLinear.weight_loader_v2`` + ``_ColumnvLLMParameter.loa
 (routed_experts.py 442-536), block scales through ``adjust_block_scale_shard`` (linear.py 81-91). verl
 quantizes the *full* tensor and the loaders narrow the FP8 tensor and its scales, so the plan does the same;
 it only covers placements whose every offset is block-aligned (then the narrowed quantized blocks are the
-blocks of the narrowed slice). Anything else is left out of the plan and goes to verl's receiver.
+blocks of the narrowed slice). Unquantized tensors (norms, embeddings, lm_head, the MoE router) are planned as
+plain copies where vLLM's loader is one (``COPY_LOADERS``); anything else is left out of the plan and goes to
+verl's receiver.
 """
 
 from __future__ import annotations
@@ -30,6 +34,20 @@ from dataclasses import dataclass, field
 FP8 = "float8_e4m3fn"
 # Fp8LinearMethod / Fp8MoEMethod block scales (weight_scale_inv, w13_weight_scale_inv)
 SCALE_SUFFIX = "_scale_inv"
+COPY_DTYPES = ("bfloat16", "float16", "float32")
+# vLLM 0.24.0 weight loaders that, for a tensor of the parameter's own shape, are ``param.data.copy_(loaded)``
+# and nothing else (verl hands unquantized tensors to them as received: vllm_quant_utils.py 372-374):
+# default_weight_loader (model_loader/weight_utils.py 1198-1216; parameters without a loader, e.g. RMSNorm's,
+# layernorm.py 62-65), ReplicatedLinear.weight_loader (layers/linear.py 362-370; the Qwen3-MoE router,
+# qwen3_moe.py 179-185) and VocabParallelEmbedding.weight_loader (vocab_parallel_embedding.py 430-470;
+# embeddings and ParallelLMHead), the last only at TP 1, where its shard is the whole vocabulary at row 0 and
+# the zero-fill past it is empty when the shapes are equal. value: whether the loader is TP-sharded.
+COPY_LOADERS = {
+    None: False,
+    "default_weight_loader": False,
+    "ReplicatedLinear.weight_loader": False,
+    "VocabParallelEmbedding.weight_loader": True,
+}
 
 
 @dataclass(frozen=True)
@@ -56,13 +74,22 @@ class Placement:
     dst_s: Region
 
 
+@dataclass(frozen=True)
+class Copy:
+    """An unquantized checkpoint tensor copied whole into an engine parameter of the same shape."""
+
+    name: str
+    param: str
+
+
 @dataclass
 class DirectPlan:
     placements: dict[str, Placement] = field(default_factory=dict)
+    copies: dict[str, Copy] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)  # checkpoint name -> why verl's receiver takes it
 
     def covers(self, name: str) -> bool:
-        return name in self.placements
+        return name in self.placements or name in self.copies
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -123,24 +150,27 @@ class Planner:
         tp_size=1,
         block=(128, 128),
         expert_to_local=None,
+        loaders=None,
     ):
         self.params, self.part_rows = params, part_rows
+        self.loaders = loaders or {}  # unquantized parameter -> its weight_loader's qualified name
         self.stacked, self.experts = list(stacked), list(experts)
         self.tp_rank, self.tp_size, self.block = tp_rank, tp_size, (int(block[0]), int(block[1]))
         self.to_local = expert_to_local
         self.plan = DirectPlan()
 
-    def place(self, name: str, shape: Sequence[int]) -> Placement | None:
+    def place(self, name: str, shape: Sequence[int]) -> Placement | Copy | None:
         p = self.plan
-        if name in p.placements:
-            return p.placements[name]
+        got = p.placements.get(name) or p.copies.get(name)
+        if got is not None:
+            return got
         if name in p.left_out:
             return None
         why = _place(p, name, tuple(int(d) for d in shape), self)
         if why:
             p.left_out[name] = why
             return None
-        return p.placements[name]
+        return p.placements.get(name) or p.copies[name]
 
 
 def build_plan(
@@ -153,23 +183,46 @@ def build_plan(
     tp_size: int = 1,
     block: tuple[int, int] = (128, 128),
     expert_to_local: Callable[[int], int] | None = None,
+    loaders: Mapping[str, str | None] | None = None,
 ) -> DirectPlan:
-    """Plan every checkpoint tensor (name -> full 2-D shape) against the engine's parameters at once."""
-    planner = Planner(params, part_rows, stacked, experts, tp_rank, tp_size, block, expert_to_local)
+    """Plan every checkpoint tensor (name -> full shape) against the engine's parameters at once."""
+    planner = Planner(params, part_rows, stacked, experts, tp_rank, tp_size, block, expert_to_local, loaders)
     for name, shape in checkpoint.items():
         planner.place(name, shape)
     return planner.plan
 
 
+def _copy(name: str, kind: str, pname: str, shape: tuple[int, ...], pl: Planner) -> str | None:
+    """Why ``name`` is not a plain copy into the unquantized ``pname`` (None: it is)."""
+    pshape, pdtype = pl.params[pname]
+    if (
+        kind != "plain" or "scale" in name or "zero_point" in name
+    ):  # kv scales: vLLM remaps and post-processes
+        return f"{pname} is {pdtype}, loaded by vLLM's {kind} path"
+    if pdtype not in COPY_DTYPES or len(shape) not in (1, 2) or tuple(pshape) != shape:
+        return f"{pname} {pdtype} {tuple(pshape)} is not a copy of {shape}"
+    if pname not in pl.loaders:
+        return f"{pname}: its weight loader is unknown"
+    loader = pl.loaders[pname]
+    if loader not in COPY_LOADERS:
+        return f"{pname}: weight loader {loader} is not a plain copy"
+    if COPY_LOADERS[loader] and pl.tp_size != 1:
+        return f"{pname}: {loader} shards the vocabulary at tp {pl.tp_size}"
+    return None
+
+
 def _place(plan: DirectPlan, name: str, shape: tuple[int, ...], pl: Planner) -> str | None:
-    if len(shape) != 2:
-        return "not a matrix"
     kind, pname, shard_id, expert_id = resolve(name, pl.stacked, pl.experts, bool(pl.experts))
     if pname not in pl.params:
         return f"no engine parameter {pname}"
     pshape, pdtype = pl.params[pname]
     if pdtype != FP8:
-        return f"{pname} is {pdtype}, not FP8 (passes through verl's receiver)"
+        why = _copy(name, kind, pname, shape, pl)
+        if why is None:
+            plan.copies[name] = Copy(name, pname)
+        return why
+    if len(shape) != 2:
+        return "not a matrix"
     sname = pname + SCALE_SUFFIX
     if sname not in pl.params:
         return f"no block-scale parameter {sname}"

@@ -21,6 +21,11 @@ QWEN3 = "vllm/model_executor/models/qwen3.py"
 QWEN3_MOE = "vllm/model_executor/models/qwen3_moe.py"
 ROUTED = "vllm/model_executor/layers/fused_moe/routed_experts.py"
 EPLB = "vllm/distributed/eplb/eplb_state.py"
+LINEAR = "vllm/model_executor/layers/linear.py"
+VOCAB = "vllm/model_executor/layers/vocab_parallel_embedding.py"
+LAYERNORM = "vllm/model_executor/layers/layernorm.py"
+WEIGHT_UTILS = "vllm/model_executor/model_loader/weight_utils.py"
+FILES = (QWEN2, QWEN3, QWEN3_MOE, ROUTED, EPLB, LINEAR, VOCAB, LAYERNORM, WEIGHT_UTILS)
 
 
 def _installed() -> dict[str, str] | None:
@@ -38,7 +43,7 @@ def _installed() -> dict[str, str] | None:
     root = Path(spec.origin).parent.parent if spec and spec.origin else None
     if root is None:
         return None
-    return {m: (root / m).read_text(encoding="utf-8") for m in (QWEN2, QWEN3, QWEN3_MOE, ROUTED, EPLB)}
+    return {m: (root / m).read_text(encoding="utf-8") for m in FILES}
 
 
 @lru_cache(maxsize=1)
@@ -48,13 +53,37 @@ def sources() -> dict[str, str]:
         return installed
     (path,) = [p for p in list_snapshots() if p.name == "vllm-0.24.0.json"]
     with open_artifact(artifact_for(json.loads(path.read_text(encoding="utf-8")))) as art:
-        return {m: art.read_text(m) for m in (QWEN2, QWEN3, QWEN3_MOE, ROUTED, EPLB)}
+        return {m: art.read_text(m) for m in FILES}
 
 
 def _method(src: str, cls: str, name: str) -> ast.FunctionDef:
     tree = ast.parse(src)
     c = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
     return next(n for n in c.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def loader_source(qualname: str) -> str:
+    """The source of a weight loader named as ``fp8spec.runtime.direct_sync_plan.COPY_LOADERS`` names it."""
+    where = {
+        "default_weight_loader": WEIGHT_UTILS,
+        "ReplicatedLinear.weight_loader": LINEAR,
+        "VocabParallelEmbedding.weight_loader": VOCAB,
+    }[qualname]
+    src = sources()[where]
+    if "." in qualname:
+        return ast.unparse(_method(src, *qualname.split(".")))
+    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == qualname)
+    return ast.unparse(fn)
+
+
+def class_methods(path: str, cls: str) -> list[str]:
+    """The methods a class of the wheel defines itself (not inherited)."""
+    c = next(n for n in ast.parse(sources()[path]).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return [n.name for n in c.body if isinstance(n, ast.FunctionDef)]
+
+
+def class_init_source(path: str, cls: str) -> str:
+    return ast.unparse(_method(sources()[path], cls, "__init__"))
 
 
 def stacked_params_mapping(model: str) -> list[tuple]:
@@ -100,6 +129,10 @@ def expert_params_mapping(num_experts: int, param_names=(), num_redundant_expert
     class EplbState:
         build_initial_global_physical_to_logical_map = staticmethod(build)
 
-    make = _load(_method(sources()[ROUTED], "RoutedExperts", "make_expert_params_mapping"),
-                 {"EplbState": EplbState, "torch": None})
-    return make(_NamedParams(param_names), "gate_proj", "down_proj", "up_proj", num_experts, num_redundant_experts)
+    make = _load(
+        _method(sources()[ROUTED], "RoutedExperts", "make_expert_params_mapping"),
+        {"EplbState": EplbState, "torch": None},
+    )
+    return make(
+        _NamedParams(param_names), "gate_proj", "down_proj", "up_proj", num_experts, num_redundant_experts
+    )

@@ -11,16 +11,36 @@ import torch
 
 from fp8spec.runtime.blockquant import quantize_blockwise
 from fp8spec.runtime.direct_sync import DirectSync
-from fp8spec.runtime.direct_sync_plan import Planner, build_plan, resolve
+from fp8spec.runtime.direct_sync_plan import COPY_LOADERS, Planner, build_plan, resolve
 
-from ._qwen_shapes import catalog_config, checkpoint, engine_params
-from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
+from ._qwen_shapes import EMBEDDING_LOADER, catalog_config, checkpoint, engine_loaders, engine_params
+from ._vllm_tables import (
+    LAYERNORM,
+    QWEN3_MOE,
+    VOCAB,
+    class_init_source,
+    class_methods,
+    expert_params_mapping,
+    loader_source,
+    packed_modules_mapping,
+    sources,
+    stacked_params_mapping,
+)
 
 pytestmark = pytest.mark.slow  # the vLLM wheel comes from the snapshot cache (downloaded once)
 
-SMALL_DENSE = {"hidden_size": 256, "head_dim": 64, "num_attention_heads": 8, "num_key_value_heads": 4,
-               "vocab_size": 512, "num_hidden_layers": 2, "intermediate_size": 512}
-SMALL_MOE = dict(SMALL_DENSE, num_experts=4, moe_intermediate_size=512)  # N differs from hidden, as in 30B-A3B
+SMALL_DENSE = {
+    "hidden_size": 256,
+    "head_dim": 64,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "vocab_size": 512,
+    "num_hidden_layers": 2,
+    "intermediate_size": 512,
+}
+SMALL_MOE = dict(
+    SMALL_DENSE, num_experts=4, moe_intermediate_size=512
+)  # N differs from hidden, as in 30B-A3B
 
 
 def _tables(cfg):
@@ -29,8 +49,10 @@ def _tables(cfg):
     return stacked_params_mapping(model), experts
 
 
-@pytest.mark.parametrize("case,tp,count", [("qwen3-8b", 1, 252), ("qwen3-8b", 2, 252),
-                                           ("qwen3-30b-a3b", 1, 18624), ("qwen3-30b-a3b", 2, 18624)])
+@pytest.mark.parametrize(
+    "case,tp,count",
+    [("qwen3-8b", 1, 252), ("qwen3-8b", 2, 252), ("qwen3-30b-a3b", 1, 18624), ("qwen3-30b-a3b", 2, 18624)],
+)
 def test_plan_covers_every_quantized_tensor_of_the_real_models(case, tp, count):
     cfg = catalog_config(case)
     params, parts = engine_params(cfg, tp)
@@ -41,6 +63,58 @@ def test_plan_covers_every_quantized_tensor_of_the_real_models(case, tp, count):
     # what is left for verl's receiver: embeddings, lm_head, norms, router (BF16 in the engine)
     assert not any(n.endswith("_proj.weight") for n in plan.left_out)
     assert {"model.embed_tokens.weight", "lm_head.weight"} <= set(plan.left_out)
+
+
+@pytest.mark.parametrize("case", ["qwen3-8b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_unquantized_tensors_are_planned_as_copies_where_the_loader_is_one(case, tp):
+    cfg = catalog_config(case)
+    params, parts = engine_params(cfg, tp)
+    stacked, experts = _tables(cfg)
+    ckpt = checkpoint(cfg)
+    plan = build_plan(ckpt, params, parts, stacked, experts, tp - 1, tp, loaders=engine_loaders(params))
+    plain = [n for n in ckpt if not n.endswith("_proj.weight")]
+    vocab = {"model.embed_tokens.weight", "lm_head.weight"}
+    # norms and the router at any tp; the embedding and lm_head only at tp 1 (their loader shards the vocabulary)
+    assert set(plan.copies) == (set(plain) if tp == 1 else set(plain) - vocab)
+    assert all(c.param == n for n, c in plan.copies.items())
+    assert set(plan.left_out) == (set() if tp == 1 else vocab)
+    assert len(plan.placements) == len(ckpt) - len(plain)
+    # without the loaders (an engine whose parameters could not be read) nothing is copied
+    bare = build_plan(ckpt, params, parts, stacked, experts, tp - 1, tp)
+    assert not bare.copies and set(bare.left_out) == set(plain)
+
+
+def test_a_loader_that_is_not_a_plain_copy_is_left_to_verl():
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    stacked, experts = _tables(cfg)
+    loaders = dict(engine_loaders(params), **{"model.norm.weight": "GemmaRMSNorm.weight_loader"})
+    plan = build_plan(checkpoint(cfg), params, parts, stacked, experts, loaders=loaders)
+    assert "not a plain copy" in plan.left_out["model.norm.weight"]
+    assert "model.layers.0.input_layernorm.weight" in plan.copies
+
+
+def test_the_copy_loaders_are_plain_copies_in_the_vllm_wheel():
+    # what COPY_LOADERS claims, read from vLLM 0.24.0's source: each loader copies the tensor whole into the
+    # parameter (the vocabulary one after narrowing to its shard), and the parameters use those loaders
+    assert set(COPY_LOADERS) == {
+        None,
+        "default_weight_loader",
+        "ReplicatedLinear.weight_loader",
+        EMBEDDING_LOADER,
+    }
+    for name in ("default_weight_loader", "ReplicatedLinear.weight_loader"):
+        src = loader_source(name)
+        assert "param.data.copy_(loaded_weight)" in src and "narrow" not in src, name
+        assert "param.size() == loaded_weight.size()" in src, name
+    vocab = loader_source(EMBEDDING_LOADER)
+    assert "loaded_weight = loaded_weight.narrow(output_dim, start_idx, shard_size)" in vocab
+    assert "param[:loaded_weight.shape[0]].data.copy_(loaded_weight)" in vocab
+    assert COPY_LOADERS[EMBEDDING_LOADER] and not COPY_LOADERS["ReplicatedLinear.weight_loader"]
+    assert "weight_loader" not in class_methods(VOCAB, "ParallelLMHead")  # inherits the embedding's
+    assert "weight_loader" not in class_init_source(LAYERNORM, "RMSNorm")  # none: default_weight_loader
+    assert "self.gate = ReplicatedLinear(" in sources()[QWEN3_MOE]
 
 
 def test_the_engine_side_table_agrees_with_load_weights():
@@ -56,9 +130,16 @@ def test_the_engine_side_table_agrees_with_load_weights():
 def test_names_resolve_as_vllm_resolves_them():
     stacked, experts = _tables(SMALL_MOE)
     assert resolve("model.layers.0.mlp.experts.3.up_proj.weight", stacked, experts, True) == (
-        "expert", "model.layers.0.mlp.experts.routed_experts.w13_weight", "w3", 3)
+        "expert",
+        "model.layers.0.mlp.experts.routed_experts.w13_weight",
+        "w3",
+        3,
+    )
     assert resolve("model.layers.1.self_attn.k_proj.weight", stacked, experts, True)[:3] == (
-        "stacked", "model.layers.1.self_attn.qkv_proj.weight", "k")
+        "stacked",
+        "model.layers.1.self_attn.qkv_proj.weight",
+        "k",
+    )
     # experts.1. must not match experts.11.
     big = expert_params_mapping(12)
     assert resolve("model.layers.0.mlp.experts.11.down_proj.weight", stacked, big, True)[3] == 11
@@ -67,8 +148,10 @@ def test_names_resolve_as_vllm_resolves_them():
 # ----------------------------------------------------------------------------- byte-exact on CPU
 def _weights(cfg, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [(n, (torch.randn(s, generator=g) * (0.02 if len(s) == 2 else 1.0)).to(dtype))
-            for n, s in checkpoint(cfg).items()]
+    return [
+        (n, (torch.randn(s, generator=g) * (0.02 if len(s) == 2 else 1.0)).to(dtype))
+        for n, s in checkpoint(cfg).items()
+    ]
 
 
 def _garbage(params):
@@ -84,12 +167,20 @@ def _vllm_style_load(cfg, params, weights, tp, rank):
     """Quantize each full tensor (verl: v.to(bf16), then its quantizer) and copy it the way vLLM 0.24.0's loaders
     narrow it (parameter.py load_qkv_weight / load_merged_column_weight / load_row_parallel_weight; routed_experts.py
     _load_w13 / _load_w2; block scales through adjust_block_scale_shard) -- written from those loaders, not from the
-    plan."""
+    plan. Unquantized tensors as verl hands them over (uncast): default_weight_loader / ReplicatedLinear copy them
+    whole, VocabParallelEmbedding narrows to the rank's vocabulary shard (padding rows zero-filled)."""
     out = _garbage(params)
     d = cfg["head_dim"]
     q_rows, kv_rows = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
     for name, t in weights:
         if not name.endswith("_proj.weight"):
+            dst = out[name]
+            if name in ("model.embed_tokens.weight", "lm_head.weight"):
+                shard = t.shape[0] // tp
+                dst[:shard].copy_(t.narrow(0, rank * shard, shard))
+                dst[shard:].fill_(0)
+            else:
+                dst.copy_(t)
             continue
         q, s = quantize_blockwise(t.to(torch.bfloat16))
         layer = name.rsplit(".", 2)[0]  # model.layers.i.self_attn / model.layers.i.mlp[.experts.j]
@@ -100,46 +191,49 @@ def _vllm_style_load(cfg, params, weights, tp, rank):
             e = int(j)
             if proj == "down_proj":
                 c = q.shape[1] // tp
-                out[r + "w2_weight"][e].copy_(q[:, rank * c:(rank + 1) * c])
-                out[r + "w2_weight_scale_inv"][e].copy_(s[:, rank * c // 128:(rank + 1) * c // 128])
+                out[r + "w2_weight"][e].copy_(q[:, rank * c : (rank + 1) * c])
+                out[r + "w2_weight_scale_inv"][e].copy_(s[:, rank * c // 128 : (rank + 1) * c // 128])
             else:
                 half = q.shape[0] // tp
                 at = 0 if proj == "gate_proj" else half
-                out[r + "w13_weight"][e][at:at + half].copy_(q[rank * half:(rank + 1) * half])
+                out[r + "w13_weight"][e][at : at + half].copy_(q[rank * half : (rank + 1) * half])
                 sh = half // 128
-                out[r + "w13_weight_scale_inv"][e][at // 128:at // 128 + sh].copy_(s[rank * sh:(rank + 1) * sh])
+                out[r + "w13_weight_scale_inv"][e][at // 128 : at // 128 + sh].copy_(
+                    s[rank * sh : (rank + 1) * sh]
+                )
         elif proj in ("q_proj", "k_proj", "v_proj"):
             sizes = {"q_proj": q_rows // tp, "k_proj": kv_rows // tp, "v_proj": kv_rows // tp}
             offset = {"q_proj": 0, "k_proj": q_rows // tp, "v_proj": (q_rows + kv_rows) // tp}[proj]
             size = sizes[proj]
             dst = f"{layer}.qkv_proj.weight"
-            out[dst][offset:offset + size].copy_(q[rank * size:(rank + 1) * size])
+            out[dst][offset : offset + size].copy_(q[rank * size : (rank + 1) * size])
             so, ss = offset // 128, size // 128
-            out[dst + "_scale_inv"][so:so + ss].copy_(s[rank * ss:(rank + 1) * ss])
+            out[dst + "_scale_inv"][so : so + ss].copy_(s[rank * ss : (rank + 1) * ss])
         elif proj in ("gate_proj", "up_proj"):
             size = cfg["intermediate_size"] // tp
             offset = 0 if proj == "gate_proj" else size
             dst = f"{layer}.gate_up_proj.weight"
-            out[dst][offset:offset + size].copy_(q[rank * size:(rank + 1) * size])
+            out[dst][offset : offset + size].copy_(q[rank * size : (rank + 1) * size])
             so, ss = offset // 128, size // 128
-            out[dst + "_scale_inv"][so:so + ss].copy_(s[rank * ss:(rank + 1) * ss])
+            out[dst + "_scale_inv"][so : so + ss].copy_(s[rank * ss : (rank + 1) * ss])
         else:  # o_proj, down_proj: row parallel, input dim sharded
             c = q.shape[1] // tp
-            out[name].copy_(q[:, rank * c:(rank + 1) * c])
-            out[name + "_scale_inv"].copy_(s[:, rank * c // 128:(rank + 1) * c // 128])
+            out[name].copy_(q[:, rank * c : (rank + 1) * c])
+            out[name + "_scale_inv"].copy_(s[:, rank * c // 128 : (rank + 1) * c // 128])
     return out
 
 
-def _direct(cfg, params, parts, weights, tp, rank, buckets=1, ds=None):
+def _direct(cfg, params, parts, weights, tp, rank, buckets=1, ds=None, loaders=None):
     stacked, experts = _tables(cfg)
     if ds is None:
-        ds = DirectSync(Planner(params, parts, stacked, experts, rank, tp), torch.bfloat16, on_left_out=lambda *a: None)
+        planner = Planner(params, parts, stacked, experts, rank, tp, loaders=loaders)
+        ds = DirectSync(planner, torch.bfloat16, on_left_out=lambda *a: None)
     dst = _garbage(params)
     ds.bind(dst)
     rest = []
     step = -(-len(weights) // buckets)
     for i in range(0, len(weights), step):
-        rest += ds.apply(weights[i:i + step])
+        rest += ds.apply(weights[i : i + step])
     return ds, dst, rest
 
 
@@ -161,6 +255,23 @@ def test_quantize_into_destination_equals_quantize_then_copy(cfg, tp, rank, dtyp
     # nothing quantizable went to the fallback; everything else did, in stream order
     assert [n for n, _ in rest] == [n for n, _ in weights if not n.endswith("_proj.weight")]
     assert ds.stats["direct_tensors"] == sum(n.endswith("_proj.weight") for n, _ in weights)
+    assert ds.stats["copied_tensors"] == 0  # no loaders known: nothing is copied
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+@pytest.mark.parametrize("tp,rank", [(1, 0), (2, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_the_planned_copies_write_what_vllms_loaders_write(cfg, tp, rank, dtype):
+    params, parts = engine_params(cfg, tp)
+    weights = _weights(cfg, dtype, seed=2)
+    ref = _vllm_style_load(cfg, params, weights, tp, rank)
+    ds, got, rest = _direct(cfg, params, parts, weights, tp, rank, buckets=3, loaders=engine_loaders(params))
+    vocab = ["model.embed_tokens.weight", "lm_head.weight"]
+    copied = [n for n, _ in weights if not n.endswith("_proj.weight") and (tp == 1 or n not in vocab)]
+    assert ds.stats["copied_tensors"] == len(copied)
+    # every parameter the direct path wrote is byte-equal to vLLM's loaders (float32 rounds as copy_ rounds)
+    _assert_bytes_equal(ref, got, [n for n in params if n not in vocab or tp == 1])
+    assert [n for n, _ in rest] == ([] if tp == 1 else vocab)
 
 
 def test_parts_split_over_buckets_and_the_layout_cache():
@@ -168,7 +279,9 @@ def test_parts_split_over_buckets_and_the_layout_cache():
     params, parts = engine_params(cfg, 1)
     weights = _weights(cfg, torch.bfloat16, seed=3)
     ref = _vllm_style_load(cfg, params, weights, 1, 0)
-    ds, got, _ = _direct(cfg, params, parts, weights, 1, 0, buckets=7)  # q/k/v and w1/w3 fall in other buckets
+    ds, got, _ = _direct(
+        cfg, params, parts, weights, 1, 0, buckets=7
+    )  # q/k/v and w1/w3 fall in other buckets
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, got, fp8)
     layouts = ds.stats["layouts"]
@@ -204,7 +317,9 @@ def test_a_parameter_that_changed_shape_is_not_written():
     ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
     dst = _garbage(params)
     name = "model.layers.0.self_attn.qkv_proj.weight"
-    dst[name] = torch.zeros(3, 3, dtype=torch.float8_e4m3fn)  # e.g. re-laid out by a kernel and not staged back
+    dst[name] = torch.zeros(
+        3, 3, dtype=torch.float8_e4m3fn
+    )  # e.g. re-laid out by a kernel and not staged back
     ds.bind(dst)
     rest = ds.apply(_weights(cfg, torch.bfloat16))
     assert "model.layers.0.self_attn.q_proj.weight" in [n for n, _ in rest]
@@ -248,7 +363,9 @@ def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype, ha
     weights = _weights(cfg, dtype, seed=7)
     ref = _vllm_style_load(cfg, params, weights, 2, 1)
     stacked, experts = _tables(cfg)
-    ds = DirectSync(Planner(params, parts, stacked, experts, 1, 2), torch.bfloat16, on_left_out=lambda *a: None)
+    ds = DirectSync(
+        Planner(params, parts, stacked, experts, 1, 2), torch.bfloat16, on_left_out=lambda *a: None
+    )
     dst = _garbage(params)
     ds.bind(dst)
     buckets = _received(weights, bucket_size=3 << 20, halves=halves)
@@ -262,7 +379,9 @@ def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype, ha
     assert casts or not (halves and dtype == torch.float32)
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, dst, fp8)
-    assert ds.stats["in_place"] == sum(1 for b in buckets if any(n.endswith("_proj.weight") for n, _ in b.weights))
+    assert ds.stats["in_place"] == sum(
+        1 for b in buckets if any(n.endswith("_proj.weight") for n, _ in b.weights)
+    )
     assert [n for n, _ in rest] == [n for n, _ in weights if not n.endswith("_proj.weight")]
     # the next sync reads the same layouts in place again: no new plan, same bytes
     layouts, dst2 = ds.stats["layouts"], _garbage(params)
@@ -282,7 +401,10 @@ def test_not_in_place_when_the_list_or_a_view_is_not_the_receivers():
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     (b,) = _received(weights, bucket_size=64 << 20)
     moved = [(n, t.clone()) if n.endswith("q_proj.weight") else (n, t) for n, t in b.weights]
-    for weights_in in (list(b.weights), moved):  # another list object; a tensor that is not a view of the buffer
+    for weights_in in (
+        list(b.weights),
+        moved,
+    ):  # another list object; a tensor that is not a view of the buffer
         if weights_in is moved:
             b.weights = moved
         ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
@@ -341,7 +463,11 @@ def test_lazy_bucket_views_build_only_what_verl_still_loads(cfg):
         out = []
         for b in eager:
             meta = pickle.loads(b.raw)["bucket_meta"]
-            out.append(ReceivedBucket(b.buffer, meta, BucketViews(b.buffer, meta, torch.device("cpu"), False, None), b.raw))
+            out.append(
+                ReceivedBucket(
+                    b.buffer, meta, BucketViews(b.buffer, meta, torch.device("cpu"), False, None), b.raw
+                )
+            )
         return out
 
     for sync in range(2):
@@ -375,8 +501,13 @@ def test_a_tensor_sent_alone_with_a_fresh_handle_each_sync_reuses_its_layout():
     ds.bind(_garbage(params))
     name, t = next((n, w) for n, w in _weights(cfg, torch.bfloat16, seed=3) if "embed" in n)
     for sync in range(3):
-        meta = {name: {"name": name, "shape": t.shape, "dtype": t.dtype, "offset": 0, "handle": ("ipc", sync)}}
+        meta = {
+            name: {"name": name, "shape": t.shape, "dtype": t.dtype, "offset": 0, "handle": ("ipc", sync)}
+        }
         raw = pickle.dumps({"bucket_meta": meta, "is_last": False})
         weights = [(name, t)]
-        assert ds.apply(weights, ReceivedBucket(torch.empty(0, dtype=torch.uint8), meta, weights, raw)) == weights
+        assert (
+            ds.apply(weights, ReceivedBucket(torch.empty(0, dtype=torch.uint8), meta, weights, raw))
+            == weights
+        )
     assert ds.stats["layouts"] == 1

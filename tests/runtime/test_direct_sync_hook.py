@@ -26,7 +26,7 @@ from fp8spec.runtime.direct_sync_plan import build_plan
 from fp8spec.runtime.flat_bucket import FlatBucketEngine
 from fp8spec.runtime.verl_patch import MOD_BUCKET_TRANSFER
 
-from ._qwen_shapes import checkpoint, engine_params
+from ._qwen_shapes import checkpoint, engine_loaders, engine_params
 from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
 from .test_activation import CHECK, _run
 from .test_direct_sync import (
@@ -59,9 +59,19 @@ def test_packed_modules_mapping_plans_what_stacked_params_mapping_plans(model, c
     assert a.placements and a.placements == b.placements and a.left_out == b.left_out
 
 
-def _model(cfg, params, parts, dst):
-    """A module tree holding ``dst`` under vLLM's parameter names; fused layers carry ``output_sizes``."""
+def _loader(qualname):
+    def loader(param, loaded_weight):
+        raise AssertionError("the direct path does not call a loader")
+
+    loader.__qualname__ = qualname
+    return loader
+
+
+def _model(cfg, params, parts, dst, loaders=None):
+    """A module tree holding ``dst`` under vLLM's parameter names; fused layers carry ``output_sizes``, the
+    unquantized parameters a ``weight_loader`` named as vLLM's (``loaders``, default ``engine_loaders``)."""
     moe = bool(cfg.get("num_experts"))
+    loaders = engine_loaders(params) if loaders is None else loaders
 
     class Engine(nn.Module):
         packed_modules_mapping = packed_modules_mapping("qwen3_moe" if moe else "qwen3")
@@ -75,6 +85,8 @@ def _model(cfg, params, parts, dst):
                 mod.add_module(part, nn.Module())
             mod = getattr(mod, part)
         mod.register_parameter(leaf, nn.Parameter(t, requires_grad=False))
+        if loaders.get(name):
+            getattr(mod, leaf).weight_loader = _loader(loaders[name])
     for fused, rows in parts.items():
         root.get_submodule(fused).output_sizes = list(rows)
     if moe:
@@ -121,23 +133,28 @@ def test_buckets_route_direct_and_the_rest_to_verl(cfg, tp, rank, caplog):
     caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
     for _ in range(2):
         ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
-    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
-    _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
-    rest = [n for n, _ in weights if not n.endswith("_proj.weight")]
+    # at tp 2 the embedding and lm_head are vocabulary shards: verl's loader narrows them
+    rest = [] if tp == 1 else ["model.embed_tokens.weight", "lm_head.weight"]
+    _assert_bytes_equal(
+        ref, {n: p.data for n, p in model.named_parameters()}, [n for n in params if n not in rest]
+    )
     assert [n for b in ext.to_verl for n in b] == rest * 2  # in order, both syncs
     msgs = [r.getMessage() for r in caplog.records]
     assert sum("plan built" in m for m in msgs) == 1
     direct = len(weights) - len(rest)
+    quantized = sum(n.endswith("_proj.weight") for n, _ in weights)
+    calls = 0 if tp == 1 else 2  # one per bucket holding an uncovered tensor (the first and the last)
     assert [m.split(": ", 1)[1].split(", 3 buckets")[0] for m in msgs if "sync " in m and "tensors" in m] == [
-        f"sync {i}: {direct} tensors quantized into the engine's parameters, {len(rest)} through verl's receiver"
-        " in 3 calls"  # one per bucket: verl's post-load step is not imported here, so nothing is kept back
-        for i in (1, 2)
+        f"sync {i}: {direct} tensors written into the engine's parameters ({quantized} quantized, "
+        f"{direct - quantized} copied), {len(rest)} through verl's receiver in {calls} calls"
+        for i in (1, 2)  # verl's post-load step is not imported here, so nothing is kept back
     ]
     assert ext._fp8spec_direct_stats == {
         "buckets": 3,
         "direct": direct,
+        "copied": direct - quantized,
         "verl": len(rest),
-        "verl_calls": 3,
+        "verl_calls": calls,
         "views": 0,  # plain lists: nothing built lazily
         "lazy_tensors": 0,
         "early_acks": 0,  # no receiver here: nothing acked on receipt
@@ -177,8 +194,8 @@ def test_gpu_routing_through_the_triton_path_equals_the_cpu_reference():
     model = _model(cfg, params, parts, {n: t.cuda() for n, t in _garbage(params).items()})
     ext = _patched()(model, [[(n, t.cuda()) for n, t in weights]])
     ext.update_weights_from_ipc()
-    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
-    _assert_bytes_equal(ref, {n: p.data.cpu() for n, p in model.named_parameters()}, fp8)
+    assert ext.to_verl == [] and ext._fp8spec_direct_stats["copied"] > 0
+    _assert_bytes_equal(ref, {n: p.data.cpu() for n, p in model.named_parameters()}, list(params))
 
 
 class VerlLikeExt(Ext):
@@ -213,11 +230,14 @@ def test_uncovered_tensors_reach_verl_in_one_call_before_the_post_load_processin
     weights = _weights(cfg, torch.bfloat16)
     ref = _vllm_style_load(cfg, params, weights, 1, 0)
     dst = _garbage(params)
-    model = _model(cfg, params, parts, dst)
+    # loaders that are not plain copies (as a model whose norms transform their weights would have): uncovered
+    loaders = dict.fromkeys(engine_loaders(params), "Transforming.weight_loader")
+    model = _model(cfg, params, parts, dst, loaders)
     step = -(-len(weights) // 3)
     cls = type("V", (VerlLikeExt,), {})
     hook.patch_worker_extension(
-        types.SimpleNamespace(vLLMColocateWorkerExtension=cls), factory=lambda: hook.DirectState(tp=lambda: (0, 1))
+        types.SimpleNamespace(vLLMColocateWorkerExtension=cls),
+        factory=lambda: hook.DirectState(tp=lambda: (0, 1)),
     )
     ext = cls(model, [weights[i : i + step] for i in range(0, len(weights), step)])
     caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
