@@ -6,11 +6,13 @@
 #   bash benchmarks/engine/run_h200_engine.sh gputests       the GPU test suite of fp8spec.runtime
 #   bash benchmarks/engine/run_h200_engine.sh bench GPU ITEMS...   rollout throughput (run_configs.py) on GPU
 #   bash benchmarks/engine/run_h200_engine.sh kvprobe GPU    KV-scale probe (kv_scales_probe.py) on GPU
+#   bash benchmarks/engine/run_h200_engine.sh sendfill GPU [ARGS]   the trainer side of a weight sync, no engine
 #   bash benchmarks/engine/run_h200_engine.sh wsprobe GPU [CASES]   weight-sync probe on GPU
 #                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights;
 #                                             WS_SYNCS=N syncs per engine; WS_BREAKDOWN=1 per-stage timers;
 #                                             WS_FUSED_SEND=0 verl's bucket fill instead of the fused one (default 1);
-#                                             WS_SEND_PIPELINE=0 no two-half pipeline (default 1); WS_BUCKET_MB bucket
+#                                             WS_SEND_PIPELINE=0 no two-half pipeline (default 1); WS_SEND_TABLE=0|1
+#                                             the table fill (default: the runtime's); WS_BUCKET_MB bucket
 #                                             size (default 2048); WS_SYNC_TIMING=1 the sender split;
 #                                             WS_TIMEOUT seconds for the call, default 570)
 #
@@ -56,6 +58,12 @@ case $step in
     CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 benchmarks/engine/kv_scales_probe.py --out "$OUT/kvprobe" 2>&1 |
       tee "$OUT/kvprobe/driver.log"
     pack kvprobe ;;
+  sendfill)  # GPU [ARGS...]: the trainer side alone, no engine (benchmarks/weight_sync/bench_send_fill.py)
+    gpu=$1; shift
+    mkdir -p "$OUT/sendfill"
+    CUDA_VISIBLE_DEVICES=$gpu timeout "${WS_TIMEOUT:-300}" python3 benchmarks/weight_sync/bench_send_fill.py \
+      --out "$OUT/sendfill" "$@" 2>&1 | tee "$OUT/sendfill/driver.log"
+    pack sendfill ;;
   wsprobe)  # one folder per WS_DTYPE / WS_TAG, so two runs in one call come back side by side
     ws=wsprobe${WS_DTYPE:+_$WS_DTYPE}${WS_TAG:+_$WS_TAG}
     mkdir -p "$OUT/$ws"

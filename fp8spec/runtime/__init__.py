@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from .envs import FUSED_SEND, RUNTIME_PATCHES, SEND_PIPELINE, check_environment
+from .envs import FUSED_SEND, RUNTIME_PATCHES, SEND_PIPELINE, SEND_TABLE, check_environment
 from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
@@ -106,7 +106,9 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
             version_guard.require("verl", "direct_sync (FP8SPEC_FUSED_SEND)")
             from .fused_send import patch_bucket_sender_fused
 
-            patch_bucket_sender_fused(mod, pipeline=SEND_PIPELINE.read())
+            patch_bucket_sender_fused(
+                mod, pipeline=SEND_PIPELINE.read(), table=None if SEND_TABLE.read() else False
+            )
 
         _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)
 

@@ -229,9 +229,9 @@ QUANT_CHUNK_MB = EnvVar(
 )
 
 
-def _send_switch(name: str, doc: str) -> EnvVar:
-    """A direct_sync switch of the trainer's bucket sender (fused_send.py), on by default."""
-    return EnvVar(name=name, patch="direct_sync", type="switch", default="1", parse=_switch, doc=doc)
+def _send_switch(name: str, doc: str, default: str = "1") -> EnvVar:
+    """A direct_sync switch of the trainer's bucket sender (fused_send.py)."""
+    return EnvVar(name=name, patch="direct_sync", type="switch", default=default, parse=_switch, doc=doc)
 
 
 FUSED_SEND = _send_switch(
@@ -244,6 +244,12 @@ SEND_PIPELINE = _send_switch(
     "with the fused fill: buckets alternate between the halves of verl's one buffer (no extra memory) and "
     "fp8spec's receiver acks each on receipt, so the trainer fills the next bucket while the engine "
     "quantizes this one",
+)
+SEND_TABLE = _send_switch(
+    "FP8SPEC_SEND_TABLE",
+    "with the fused fill: copy each bucket's aligned contiguous tensors with one Triton launch from a table of "
+    "their addresses instead of a byte view per tensor (gather_copy.py; needs Triton and CUDA)",
+    default="0",
 )
 
 # The table, in the order the manifest lists each patch's variables.
@@ -265,6 +271,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     QUANT_CHUNK_MB,
     FUSED_SEND,
     SEND_PIPELINE,
+    SEND_TABLE,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

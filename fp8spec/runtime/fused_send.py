@@ -19,6 +19,12 @@ so the ack of bucket k means bucket k-1 is done and its half free. A tensor larg
 buffer once nothing is in flight: the bucket before it goes without ``EARLY_ACK`` (acked when processed), and
 so does the whole-buffer bucket. verl's own receiver ignores the key and acks when done: correct, no overlap.
 
+Table fill (``table=True``, ``FP8SPEC_SEND_TABLE``): a tensor the Triton kernel of ``gather_copy`` can copy
+(contiguous, on the buffer's device, address / size / offset in 16-byte words) costs four integers in a table
+instead of a byte view for the gathered copy, and one launch per flush copies all of them; the rest (and every
+tensor without CUDA and Triton) take the gathered runs above. The two never share a run: a run is always one
+contiguous region of the buffer.
+
 Everything around the loop stays verl's: its socket and buffer set-up (``_init_socket``, ``_init_buffer``), its
 large-weight path (``_direct_send_large_weight``), its clean-up, and ``get_torch_device`` looked up in verl's
 module at each call (``sync_timing`` wraps it). A tensor on another device than the bucket (an offloaded shard
@@ -33,6 +39,7 @@ from typing import Any
 
 import torch
 
+from . import gather_copy
 from .lazy_receive import EARLY_ACK
 from .sync_timing import FLAG as TIMING_FLAG
 
@@ -46,9 +53,15 @@ class BucketFill:
     """One bucket being filled in ``buffer[start:limit]``: verl's offsets (absolute in the buffer) and
     metadata, the copies gathered into runs."""
 
-    def __init__(self, buffer: torch.Tensor, bucket_size: int):
+    def __init__(self, buffer: torch.Tensor, bucket_size: int, table: bool | None = False):
+        """``table``: copy what it can through a ``gather_copy`` table (None: where the Triton kernel runs;
+        True: also without it, through the table's reference copy, for tests)."""
         self.buffer, self.bucket_size = buffer, bucket_size
         self._zeros = torch.zeros(16, dtype=torch.uint8, device=buffer.device)  # alignment padding
+        if table is None:
+            table = buffer.is_cuda and gather_copy.get_kernel() is not None
+        self.table = gather_copy.CopyTable() if table else None
+        self._device = buffer.get_device()  # -1 on the CPU, as Tensor.get_device gives it
         self.reset()
 
     def reset(self, start: int = 0, limit: int | None = None) -> None:
@@ -57,6 +70,8 @@ class BucketFill:
         self.offset = self._run_start = start
         self._run_bytes = 0
         self._run: list[torch.Tensor] = []
+        if self.table is not None:
+            self.table.clear()
 
     def fits(self, weight: torch.Tensor) -> bool:
         return self._aligned(weight) + weight.nbytes <= self.limit
@@ -68,6 +83,25 @@ class BucketFill:
     def add(self, name: str, weight: torch.Tensor) -> None:
         """Place ``weight`` at verl's next offset (the caller checked ``fits``)."""
         offset = self._aligned(weight)
+        table = self.table
+        if table is not None and weight.get_device() == self._device and weight.is_contiguous():
+            ptr, nbytes = weight.data_ptr(), weight.nbytes
+            if gather_copy.fits(ptr, offset, nbytes):
+                self.meta[name] = {
+                    "name": name,
+                    "shape": weight.shape,
+                    "dtype": weight.dtype,
+                    "offset": offset,
+                    "handle": None,
+                }
+                if self._run:  # the pending run ends where this tensor's padding starts
+                    self._flush_run()
+                table.add(weight, ptr, offset, nbytes)
+                self.offset = self._run_start = offset + nbytes
+                self._run_bytes += nbytes
+                if self._run_bytes >= FLUSH_BYTES or len(table) >= FLUSH_TENSORS:
+                    self.flush()
+                return
         if offset > self.offset:  # the padding belongs to the run, so a run is always [run start, offset)
             self._run.append(self._zeros[: offset - self.offset])
             self.offset = offset
@@ -92,10 +126,16 @@ class BucketFill:
             self.flush()
 
     def flush(self) -> None:
-        """Write the pending run into the bucket."""
+        """Write the pending run and table into the bucket."""
+        self._flush_run()
+        if self.table is not None:
+            gather_copy.launch(self.buffer, self.table)
+        self._run_bytes = 0
+
+    def _flush_run(self) -> None:
         if self._run:
             torch.cat(self._run, out=self.buffer[self._run_start : self.offset])
-        self._run, self._run_start, self._run_bytes = [], self.offset, 0
+        self._run, self._run_start = [], self.offset
 
 
 class Regions:
@@ -123,9 +163,9 @@ class Regions:
             self.current = 0 if self.current == 2 else 1 - self.current
 
 
-def patch_bucket_sender_fused(module: ModuleType, pipeline: bool = True) -> None:
+def patch_bucket_sender_fused(module: ModuleType, pipeline: bool = True, table: bool | None = False) -> None:
     """Give ``BucketedWeightSender`` in ``module`` (verl's bucketed_weight_transfer.py) the fused fill; idempotent.
-    ``pipeline``: alternate the buffer's halves (module docstring). Install it before
+    ``pipeline``: alternate the buffer's halves; ``table``: the table fill (``BucketFill``). Install it before
     ``sync_timing.patch_bucket_sender``, which wraps whatever send method it finds."""
     cls = module.BucketedWeightSender
     if getattr(cls, FLAG, False):
@@ -152,7 +192,7 @@ def patch_bucket_sender_fused(module: ModuleType, pipeline: bool = True) -> None
         try:
             self._init_socket()
             self._init_buffer()
-            fill = BucketFill(self.buffer, self.bucket_size)
+            fill = BucketFill(self.buffer, self.bucket_size, table)
             regions = Regions(self.bucket_size, pipeline)
             fill.reset(*regions.bounds())
             async for name, weight in ensure_async_iterator(weights):

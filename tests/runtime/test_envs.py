@@ -84,6 +84,7 @@ BAD = {
     "FP8SPEC_QUANT_CHUNK_MB": "0",
     "FP8SPEC_FUSED_SEND": "fused",
     "FP8SPEC_SEND_PIPELINE": "both",
+    "FP8SPEC_SEND_TABLE": "table",
 }
 
 

@@ -77,16 +77,28 @@ def _equal(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
+@pytest.mark.parametrize("table", [False, True], ids=["runs", "table"])
 @pytest.mark.parametrize("flush", [(fused_send.FLUSH_BYTES, fused_send.FLUSH_TENSORS), (4096, 3)])
-def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush):
+def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush, table):
+    # table: the table fill read by its reference copy (the CPU has no Triton); the odd-sized bf16 tensor, the
+    # 0-dim one, the strided one and the int64 one shift offsets off the 16-byte grid and take the runs
     weights = _weights()
     _, ref_metas, ref = _sync(_module(CpuDevice()), tmp_path, weights, bucket_mb=1, name="verl")
     monkeypatch.setattr(fused_send, "FLUSH_BYTES", flush[0])
     monkeypatch.setattr(fused_send, "FLUSH_TENSORS", flush[1])
     mod = _module(CpuDevice())
-    fused_send.patch_bucket_sender_fused(mod, pipeline=False)
-    fused_send.patch_bucket_sender_fused(mod, pipeline=False)  # idempotent
+    fused_send.patch_bucket_sender_fused(mod, pipeline=False, table=table)
+    fused_send.patch_bucket_sender_fused(mod, pipeline=False, table=table)  # idempotent
+    tabled = []
+    launch = fused_send.gather_copy.launch
+    monkeypatch.setattr(fused_send.gather_copy, "launch", lambda buf, t: (tabled.extend(t.keep), launch(buf, t)))
     _, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name="fused")
+    # the contiguous tensors at 16-byte offsets, sizes and addresses went through the table, the others (the
+    # strided one, and those after the odd-sized one until the next bucket starts at 0) through the runs
+    offsets = {n: o for m in ref_metas for n, (_, _, o) in m.items()}
+    aligned = [n for n, w in weights if w.is_contiguous() and not (w.data_ptr() | w.nbytes | offsets[n]) % 16]
+    assert [id(t) for t in tabled] == ([id(w) for n, w in weights if n in aligned] if table else [])
+    assert 0 < len(aligned) < len(weights) - 50
     assert len(ref_metas) > 2  # several buckets, the last one by is_last
     assert metas == ref_metas  # the same layout, bucket by bucket: names, shapes, dtypes, offsets
     assert [n for n, _ in got] == [n for n, _ in weights]
@@ -168,14 +180,14 @@ print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
 BUCKET = 1 << 20
 
 
-def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0):
+def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0, table=False):
     """One sync from the pipelined fused sender to verl's receiver (``lazy``: fp8spec's, which acks early).
     Per message: ``(early flag, {name: offset}, is_last)``; per bucket the tensors as the callback read them at
     its END, after ``hold_s`` (the engine's work: the sender fills the other half meanwhile)."""
     import time
 
     mod = _module(CpuDevice())
-    fused_send.patch_bucket_sender_fused(mod, pipeline=True)
+    fused_send.patch_bucket_sender_fused(mod, pipeline=True, table=table)
     if lazy:
         lazy_receive.patch_bucket_receiver_lazy(mod)
     msgs, seen = [], []
@@ -219,12 +231,13 @@ def test_pipelined_buckets_alternate_halves_and_verls_own_receiver_reads_them_ri
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
 
 
-@pytest.mark.parametrize("lazy", [False, True], ids=["verl-receiver", "lazy-receiver"])
-def test_pipelined_the_sender_never_writes_a_half_the_engine_is_still_reading(tmp_path, lazy):
+@pytest.mark.parametrize("lazy,table", [(False, False), (True, False), (True, True)],
+                         ids=["verl-receiver", "lazy-receiver", "lazy-receiver-table"])
+def test_pipelined_the_sender_never_writes_a_half_the_engine_is_still_reading(tmp_path, lazy, table):
     # the engine holds each bucket 20 ms: with early acks the trainer fills the other half meanwhile; a region
     # reused too soon would change the bytes under the callback before it reads them
     weights = _weights()
-    msgs, seen, early_acks = _pipelined(tmp_path, weights, f"hold{lazy}", lazy=lazy, hold_s=0.02)
+    msgs, seen, early_acks = _pipelined(tmp_path, weights, f"hold{lazy}{table}", lazy=lazy, hold_s=0.02, table=table)
     assert early_acks == (len(msgs) - 1 if lazy else 0)
     got = [p for bucket in seen for p in bucket]
     assert [n for n, _ in got] == [n for n, _ in weights]
@@ -249,30 +262,34 @@ def test_a_tensor_larger_than_a_half_gets_the_whole_buffer_once_nothing_is_in_fl
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
 
 
-def test_pipeline_switch_reaches_the_sender_from_the_environment():
+def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
     code = """
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook, fused_send
 seen = []
-fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True: seen.append(pipeline)
+fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False: seen.append([pipeline, table])
 for hook in _importhook._pending.get(%r, []):
     if '_fused' in getattr(hook, '__qualname__', ''):
         hook(None)
-print(json.dumps({'pipeline': seen}))
+print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    assert _run(code, base)["pipeline"] == [True]
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["pipeline"] == [False]
-    assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["pipeline"] == []
+    assert _run(code, base)["seen"] == [[True, False]]  # the table fill: off unless switched on
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, False]]
+    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="1"))["seen"] == [[True, None]]  # None: where Triton runs
+    assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_fill_with_cuda_and_host_tensors_equals_the_sources():
+@pytest.mark.parametrize("table", [False, None], ids=["runs", "table"])
+def test_gpu_fill_with_cuda_and_host_tensors_equals_the_sources(table):
     buf = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
-    fill = fused_send.BucketFill(buf, buf.numel())
+    fill = fused_send.BucketFill(buf, buf.numel(), table)
+    assert (fill.table is not None) == (table is None)  # None: the Triton kernel runs here
     g = torch.Generator().manual_seed(1)
     weights = [(f"w{i}", torch.randn(97, 64, generator=g).to(torch.bfloat16).cuda()) for i in range(200)]
+    weights += [(f"big{i}", torch.randn(300 + i, 512, generator=g).cuda()) for i in range(3)]  # several chunks
     weights.insert(
         50, ("host", torch.randn(33, generator=g))
     )  # an offloaded shard: host-to-device, verl's copy

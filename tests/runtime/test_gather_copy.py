@@ -1,0 +1,76 @@
+"""The table copy of fp8spec/runtime/gather_copy.py: the table and its chunks on the CPU (through the reference
+reading), the Triton kernel against the reference on the GPU (skipped here: CI has no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8spec.runtime import gather_copy as gc
+
+
+def _tensors(seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    sizes = [16, 4096, gc.CHUNK - 16, gc.CHUNK, gc.CHUNK + 16, 3 * gc.CHUNK + 48, 32, 2 * gc.CHUNK]
+    return [torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8).to(device) for n in sizes]
+
+
+def _fill(buffer, tensors, gap=32):
+    """Put every tensor in a table at 16-byte offsets with gaps between them; returns the offsets."""
+    table, offsets, at = gc.CopyTable(), [], 64
+    for t in tensors:
+        assert gc.fits(t.data_ptr(), at, t.nbytes)
+        table.add(t, t.data_ptr(), at, t.nbytes)
+        offsets.append(at)
+        at += t.nbytes + gap
+    return table, offsets
+
+
+def test_fits_only_16_byte_words():
+    assert gc.fits(1024, 16, 32)
+    assert not gc.fits(1024 + 8, 16, 32) and not gc.fits(1024, 8, 32) and not gc.fits(1024, 16, 24)
+    assert not gc.fits(1024, 16, 0)
+
+
+def test_the_table_numbers_each_tensors_chunks():
+    tensors = _tensors()
+    table, offsets = _fill(torch.empty(0, dtype=torch.uint8), tensors)
+    rows = table.rows()
+    assert rows.dtype == torch.int64 and tuple(rows.shape) == (4, len(tensors))
+    assert rows[1].tolist() == offsets and rows[2].tolist() == [t.nbytes for t in tensors]
+    per = [-(-t.nbytes // gc.CHUNK) for t in tensors]
+    assert per == [1, 1, 1, 1, 2, 4, 1, 2]
+    assert rows[3].tolist() == [sum(per[:i]) for i in range(len(per))] and table.chunks == sum(per)
+
+
+def test_the_reference_copies_every_chunk_and_leaves_the_gaps():
+    tensors = _tensors(1)
+    buffer = torch.full((sum(t.nbytes + 32 for t in tensors) + 128,), 0xA5, dtype=torch.uint8)
+    table, offsets = _fill(buffer, tensors)
+    gc.launch(buffer, table)
+    assert len(table) == 0 and table.chunks == 0  # cleared after the launch
+    for t, o in zip(tensors, offsets):
+        assert torch.equal(buffer[o : o + t.nbytes], t)
+        assert torch.all(buffer[o + t.nbytes : o + t.nbytes + 32] == 0xA5)  # the gap after it untouched
+    assert torch.all(buffer[:64] == 0xA5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_kernel_equals_the_reference():
+    assert gc.get_kernel() is not None, gc._kernel_error
+    tensors = _tensors(2, "cuda")
+    # and thousands of small ones in the same table (the kernel's binary search over their first chunks)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    tensors += [
+        torch.randn(8 * (1 + i % 9), device="cuda", generator=g).to(torch.bfloat16) for i in range(5000)
+    ]
+    size = sum(t.nbytes + 32 for t in tensors) + 128
+    got = torch.full((size,), 0xA5, dtype=torch.uint8, device="cuda")
+    table, offsets = _fill(got, tensors)
+    gc.launch(got, table)
+    want = torch.full((size,), 0xA5, dtype=torch.uint8)
+    ref, _ = _fill(want, [t.cpu() for t in tensors])
+    gc._reference(want, ref)
+    torch.cuda.synchronize()
+    assert torch.equal(got.cpu(), want)
