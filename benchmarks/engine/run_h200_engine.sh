@@ -60,10 +60,11 @@ case $step in
     pack kvprobe ;;
   sendfill)  # GPU [ARGS...]: the trainer side alone, no engine (benchmarks/weight_sync/bench_send_fill.py)
     gpu=$1; shift
-    mkdir -p "$OUT/sendfill"
+    sf=sendfill${WS_TAG:+_$WS_TAG}
+    mkdir -p "$OUT/$sf"
     CUDA_VISIBLE_DEVICES=$gpu timeout "${WS_TIMEOUT:-300}" python3 benchmarks/weight_sync/bench_send_fill.py \
-      --out "$OUT/sendfill" "$@" 2>&1 | tee "$OUT/sendfill/driver.log"
-    pack sendfill ;;
+      --out "$OUT/$sf" "$@" 2>&1 | tee "$OUT/$sf/driver.log"
+    pack "$sf" ;;
   wsprobe)  # one folder per WS_DTYPE / WS_TAG, so two runs in one call come back side by side
     ws=wsprobe${WS_DTYPE:+_$WS_DTYPE}${WS_TAG:+_$WS_TAG}
     mkdir -p "$OUT/$ws"
