@@ -56,6 +56,8 @@ class AckingSocket:
         if self.check and isinstance(obj, dict) and "bucket_meta" in obj:
             buf = self.sender.buffer
             for name, m in obj["bucket_meta"].items():
+                if m["handle"] is not None:  # larger than a bucket: sent as itself, not through the buffer
+                    continue
                 src = self.sources[name]
                 got = buf[m["offset"] : m["offset"] + src.nbytes].view(src.dtype).view(src.shape)
                 if not torch.equal(got.reshape(-1).view(torch.uint8), src.reshape(-1).view(torch.uint8)):
@@ -71,6 +73,8 @@ class AckingSocket:
 
 def make_sender_cls(variant: str):
     mod = load_verl_module(variant)
+    # no engine opens the buffer's CUDA IPC handle here, so a shared buffer would never be released: not shared
+    mod.reduce_tensor = lambda tensor: None
     if variant in ("runs", "table"):
         fused_send.patch_bucket_sender_fused(mod, pipeline=True, table=None if variant == "table" else False)
     sync_timing.patch_bucket_sender(mod)

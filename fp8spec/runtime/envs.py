@@ -249,7 +249,6 @@ SEND_TABLE = _send_switch(
     "FP8SPEC_SEND_TABLE",
     "with the fused fill: copy each bucket's aligned contiguous tensors with one Triton launch from a table of "
     "their addresses instead of a byte view per tensor (gather_copy.py; needs Triton and CUDA)",
-    default="0",
 )
 
 # The table, in the order the manifest lists each patch's variables.

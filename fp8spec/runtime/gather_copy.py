@@ -84,7 +84,7 @@ def launch(buffer: torch.Tensor, table: CopyTable) -> None:
     else:
         rows = table.rows().to(buffer.device, non_blocking=True)
         kernel[(table.chunks,)](
-            rows, len(table), buffer.view(torch.int32), WORDS=WORDS, STEPS=SEARCH_STEPS, num_warps=4
+            rows, len(table), buffer.view(torch.int32), CHUNK_WORDS=CHUNK // 4, WORDS=WORDS, STEPS=SEARCH_STEPS, num_warps=4
         )
     table.clear()
 
@@ -117,10 +117,8 @@ def get_kernel() -> Any:
         _kernel_error = e
         return None
 
-    chunk_words = CHUNK // 4
-
     @triton.jit
-    def gather_copy(rows, n, dst, WORDS: tl.constexpr, STEPS: tl.constexpr):  # pragma: no cover - GPU only
+    def gather_copy(rows, n, dst, CHUNK_WORDS: tl.constexpr, WORDS: tl.constexpr, STEPS: tl.constexpr):  # pragma: no cover - GPU only
         pid = tl.program_id(0).to(tl.int64)
         first = rows + 3 * n
         # the last tensor whose first chunk is <= pid (first chunks ascend; tensor 0 starts at chunk 0)
@@ -129,9 +127,9 @@ def get_kernel() -> Any:
             cand = pos + (1 << (STEPS - 1 - i))
             f = tl.load(first + cand, mask=cand < n, other=pid + 1)
             pos = tl.where(f <= pid, cand, pos)
-        start = (pid - tl.load(first + pos)) * chunk_words  # in words
+        start = (pid - tl.load(first + pos)) * CHUNK_WORDS  # in words
         size = tl.load(rows + 2 * n + pos) // 4
-        nwords = tl.multiple_of(tl.minimum(size - start, chunk_words), 4)
+        nwords = tl.multiple_of(tl.minimum(size - start, CHUNK_WORDS), 4)
         src = tl.multiple_of(tl.load(rows + pos) + start * 4, 16).to(tl.pointer_type(tl.int32))
         out = dst + tl.multiple_of(tl.load(rows + n + pos) // 4 + start, 4)
         for w in range(0, nwords, WORDS):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import sys
 import time
 from types import ModuleType
 from typing import Any
@@ -31,6 +32,12 @@ log = logging.getLogger("fp8spec.runtime.sync_timing")
 
 FLAG = "_fp8spec_sync_timing"
 GIB = float(1 << 30)
+MOD_GATHER_COPY = __name__.rsplit(".", 1)[0] + ".gather_copy"  # its STATS count the table fill's tensors
+
+
+def _table_tensors() -> int:
+    mod = sys.modules.get(MOD_GATHER_COPY)  # only where the fused fill loaded it
+    return mod.STATS["tensors"] if mod is not None else 0
 
 
 class SendTimes:
@@ -38,6 +45,7 @@ class SendTimes:
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
+        self.table_at = _table_tensors()
         self.tensors = self.buckets = self.bytes = 0
         self.gpu_wait = self.engine = 0.0
 
@@ -50,10 +58,12 @@ class SendTimes:
     def line(self) -> str:
         total = time.perf_counter() - self.start
         host = max(total - self.gpu_wait - self.engine, 0.0)
+        table = _table_tensors() - self.table_at
         return (
             f"fp8spec weight sync sent: {self.tensors} tensors, {self.buckets} buckets, "
             f"{self.bytes / GIB:.2f} GiB in {total:.3f} s: trainer stream + fill {host:.3f} s, "
             f"GPU wait {self.gpu_wait:.3f} s, engine {self.engine:.3f} s"
+            + (f" ({table} tensors copied through the table)" if table else "")
         )
 
 

@@ -136,17 +136,27 @@ def test_a_tensor_larger_than_a_bucket_is_refused_as_verl_refuses_it_in_shm_mode
     assert all("Weight big(" in e and "too large to fit in the bucket" in e for e in errors), errors
 
 
-def test_sync_timing_wraps_the_fused_fill(tmp_path):
+@pytest.mark.parametrize("table", [False, True], ids=["runs", "table"])
+def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table):
+    import logging
+
     dev = CpuDevice()
     mod = _module(dev)
-    fused_send.patch_bucket_sender_fused(mod)
+    fused_send.patch_bucket_sender_fused(mod, table=table)
     sync_timing.patch_bucket_sender(mod)
     weights = _weights()
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.sync_timing")
+    before = fused_send.gather_copy.STATS["tensors"]
     sender, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name="timed")
     st = sender._fp8spec_send_times
     assert (st.tensors, st.buckets) == (len(weights), len(metas))
     assert dev.syncs >= len(metas)  # the fill's device syncs go through verl's (timed) get_torch_device
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
+    # the line says how many tensors the table copied (none without it)
+    tabled = fused_send.gather_copy.STATS["tensors"] - before
+    (line,) = [r.getMessage() for r in caplog.records if "weight sync sent" in r.getMessage()]
+    assert (tabled > 0) == table
+    assert line.endswith(f" ({tabled} tensors copied through the table)") == table
 
 
 def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_line():
@@ -274,9 +284,9 @@ for hook in _importhook._pending.get(%r, []):
 print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    assert _run(code, base)["seen"] == [[True, False]]  # the table fill: off unless switched on
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="1"))["seen"] == [[True, None]]  # None: where Triton runs
+    assert _run(code, base)["seen"] == [[True, None]]  # the table fill: None = where the Triton kernel runs
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None]]
+    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False]]
     assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
 
 
