@@ -84,7 +84,13 @@ def launch(buffer: torch.Tensor, table: CopyTable) -> None:
     else:
         rows = table.rows().to(buffer.device, non_blocking=True)
         kernel[(table.chunks,)](
-            rows, len(table), buffer.view(torch.int32), CHUNK_WORDS=CHUNK // 4, WORDS=WORDS, STEPS=SEARCH_STEPS, num_warps=4
+            rows,
+            len(table),
+            buffer.view(torch.int32),
+            CHUNK_WORDS=CHUNK // 4,
+            WORDS=WORDS,
+            STEPS=SEARCH_STEPS,
+            num_warps=4,
         )
     table.clear()
 
@@ -118,7 +124,7 @@ def get_kernel() -> Any:
         return None
 
     @triton.jit
-    def gather_copy(rows, n, dst, CHUNK_WORDS: tl.constexpr, WORDS: tl.constexpr, STEPS: tl.constexpr):  # pragma: no cover - GPU only
+    def gather_copy(rows, n, dst, CHUNK_WORDS: tl.constexpr, WORDS: tl.constexpr, STEPS: tl.constexpr):
         pid = tl.program_id(0).to(tl.int64)
         first = rows + 3 * n
         # the last tensor whose first chunk is <= pid (first chunks ascend; tensor 0 starts at chunk 0)
