@@ -13,7 +13,7 @@ Per case, one process per engine (``--one``):
 * ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (one launch per bucket).
 * ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.direct_sync_hook``: each
   bucket quantized straight into the engine's parameters, the rest through verl's receiver).
-* ``fresh`` (tiny cases): a new engine that loads the same weights from an FP8 checkpoint written by the driver
+* ``fresh`` (tiny cases and Qwen3-8B): a new engine that loads the same weights from an FP8 checkpoint written by the driver
   with verl's own ``scaled_fp8_blockwise`` (``weight`` e4m3 + ``weight_scale_inv``), i.e. without any sync.
 
 Every engine reports a byte-exact fingerprint of each parameter it holds after its update (or load) and the
@@ -78,6 +78,9 @@ TINY = {
                      max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=1000000.0,
                      rms_norm_eps=1e-6, torch_dtype="bfloat16", hidden_act="silu", attention_bias=False),
 }
+# cases whose fresh engines (an FP8 checkpoint written by the driver, loaded without a sync) the probe can build:
+# Qwen3-8B's two checkpoints are 2 x 8.7 GB; Qwen3-30B-A3B's would be 2 x 31 GB on a 64 GB disk
+FRESH_CASES = (*TINY, "qwen3-8b")
 ZMQ = "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-0.sock"  # verl's handle for job 0, replica 0, rank 0
 
 
@@ -359,7 +362,7 @@ def main() -> int:
     ap.add_argument("--prepare-fresh", metavar="CASE")
     ap.add_argument("--util", type=float, default=0.3)
     ap.add_argument("--paths", default="verl,patch,fresh",
-                    help="engines per case: verl, patch, direct; tiny cases also fresh, fresh-ref")
+                    help="engines per case: verl, patch, direct; tiny cases and qwen3-8b also fresh, fresh-ref")
     a = ap.parse_args()
     try:
         probe_options()
@@ -378,8 +381,8 @@ def main() -> int:
     base_env.pop("FP8SPEC_RUNTIME_PATCHES", None)
     verdicts, rc = {}, 0
     for case in a.cases.split(","):
-        paths = [p for p in a.paths.split(",") if case in TINY or not p.startswith("fresh")]
-        if case in TINY:
+        paths = [p for p in a.paths.split(",") if case in FRESH_CASES or not p.startswith("fresh")]
+        if case in TINY or any(p.startswith("fresh") for p in paths):
             subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case],
                            env=base_env, check=True)
         for path in paths:
