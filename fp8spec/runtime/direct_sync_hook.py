@@ -45,6 +45,8 @@ DEFER_TENSOR_BYTES = (
     256 << 20
 )  # larger uncovered tensors (embeddings, lm_head) are loaded at once, not copied
 DEFER_TOTAL_BYTES = 1 << 30
+# one sync's counts (the sync's log line and the extension's _fp8spec_direct_stats)
+COUNTS = ("buckets", "direct", "copied", "verl", "verl_calls", "views", "lazy_tensors")
 
 
 def stacked_from_packed(packed: Mapping[str, Sequence[str]]) -> list[tuple[str, str, int]]:
@@ -102,15 +104,7 @@ class DirectState:
         self.broken: str | None = None  # why the direct path is off for this engine (logged once)
         self.syncs = 0
         self.new_sync = False
-        self.counts = {
-            "buckets": 0,
-            "direct": 0,
-            "copied": 0,
-            "verl": 0,
-            "verl_calls": 0,
-            "views": 0,
-            "lazy_tensors": 0,
-        }
+        self.counts = dict.fromkeys(COUNTS, 0)
         self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
@@ -185,15 +179,7 @@ class DirectState:
 
         self.syncs += 1
         self.new_sync = True
-        self.counts = {
-            "buckets": 0,
-            "direct": 0,
-            "copied": 0,
-            "verl": 0,
-            "verl_calls": 0,
-            "views": 0,
-            "lazy_tensors": 0,
-        }
+        self.counts = dict.fromkeys(COUNTS, 0)
         self.pending, self.pending_bytes = [], 0
         self.early_acks_at = STATS["early_acks"]
 

@@ -83,17 +83,17 @@ class BucketFill:
     def add(self, name: str, weight: torch.Tensor) -> None:
         """Place ``weight`` at verl's next offset (the caller checked ``fits``)."""
         offset = self._aligned(weight)
+        self.meta[name] = {
+            "name": name,
+            "shape": weight.shape,
+            "dtype": weight.dtype,
+            "offset": offset,
+            "handle": None,
+        }
         table = self.table
         if table is not None and weight.get_device() == self._device and weight.is_contiguous():
             ptr, nbytes = weight.data_ptr(), weight.nbytes
             if gather_copy.fits(ptr, offset, nbytes):
-                self.meta[name] = {
-                    "name": name,
-                    "shape": weight.shape,
-                    "dtype": weight.dtype,
-                    "offset": offset,
-                    "handle": None,
-                }
                 if self._run:  # the pending run ends where this tensor's padding starts
                     self._flush_run()
                 table.add(weight, ptr, offset, nbytes)
@@ -105,13 +105,6 @@ class BucketFill:
         if offset > self.offset:  # the padding belongs to the run, so a run is always [run start, offset)
             self._run.append(self._zeros[: offset - self.offset])
             self.offset = offset
-        self.meta[name] = {
-            "name": name,
-            "shape": weight.shape,
-            "dtype": weight.dtype,
-            "offset": offset,
-            "handle": None,
-        }
         if weight.device != self.buffer.device:
             # across devices (host-to-device of an offloaded shard): the copy verl makes, after what is pending
             self.flush()

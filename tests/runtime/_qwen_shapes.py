@@ -23,15 +23,15 @@ def catalog_config(case: str) -> dict:
     }
 
 
+def _dims(cfg: dict) -> tuple[int, int, int, int, int]:
+    """hidden size, head dim, query heads, key/value heads, vocabulary."""
+    keys = ("hidden_size", "head_dim", "num_attention_heads", "num_key_value_heads", "vocab_size")
+    return tuple(cfg[k] for k in keys)  # type: ignore[return-value]
+
+
 def checkpoint(cfg: dict) -> dict[str, tuple[int, ...]]:
     """HF checkpoint names -> shapes, in the order an HF model's state_dict yields them."""
-    h, d, nh, nkv, v = (
-        cfg["hidden_size"],
-        cfg["head_dim"],
-        cfg["num_attention_heads"],
-        cfg["num_key_value_heads"],
-        cfg["vocab_size"],
-    )
+    h, d, nh, nkv, v = _dims(cfg)
     out = {"model.embed_tokens.weight": (v, h)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -77,13 +77,7 @@ def _cdiv(a, b):
 
 def engine_params(cfg: dict, tp: int = 1, block=(128, 128)) -> tuple[dict, dict]:
     """(name -> (shape, dtype name)) of the engine's parameters at one TP rank, and the fused layers' part rows."""
-    h, d, nh, nkv, v = (
-        cfg["hidden_size"],
-        cfg["head_dim"],
-        cfg["num_attention_heads"],
-        cfg["num_key_value_heads"],
-        cfg["vocab_size"],
-    )
+    h, d, nh, nkv, v = _dims(cfg)
     bm, bn = block
     params: dict = {
         "model.embed_tokens.weight": ((v // tp, h), "bfloat16"),
