@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-import sys
 import time
 from types import ModuleType
 from typing import Any
@@ -32,12 +31,14 @@ log = logging.getLogger("fp8spec.runtime.sync_timing")
 
 FLAG = "_fp8spec_sync_timing"
 GIB = float(1 << 30)
-MOD_GATHER_COPY = __name__.rsplit(".", 1)[0] + ".gather_copy"  # its STATS count the table fill's tensors
 
 
 def _table_tensors() -> int:
-    mod = sys.modules.get(MOD_GATHER_COPY)  # only where the fused fill loaded it
-    return mod.STATS["tensors"] if mod is not None else 0
+    """The tensors the table fill copied in this process so far (gather_copy.STATS; imported here, at call time:
+    verl's sender, the only caller, runs where torch is)."""
+    from . import gather_copy
+
+    return gather_copy.STATS["tensors"]
 
 
 class SendTimes:

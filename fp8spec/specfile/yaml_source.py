@@ -8,7 +8,7 @@ YAML readers disagree about them; nesting deeper than ``MAX_DEPTH`` is refused w
 parser gets to it (the YAML parser's cost grows with the square of the depth); more than ``MAX_NODES``
 values stop the read. Also refused: tabs in indentation, YAML syntax errors (at the line and column where
 the problem starts), duplicate keys, merge keys (``<<``), anchors/aliases (alias bombs), explicit tags,
-``%YAML`` directives, several documents, an empty file or a non-mapping.
+``%YAML`` directives other than 1.2, several documents, an empty file or a non-mapping.
 
 Plain scalars follow the YAML 1.2 core schema for booleans (``true``/``True``/``TRUE``, ``false``/...), null
 (``null``/``~``/nothing) and decimal numbers. Forms YAML 1.1 reads as another boolean or number stay text:
@@ -162,8 +162,21 @@ class _TooDeep(Exception):
         self.mark = mark
 
 
+class _YamlDirective(Exception):
+    def __init__(self, mark):
+        super().__init__("%YAML directive")
+        self.mark = mark
+
+
 class _GuardedScanner(Scanner):
-    """ruamel's scanner, refusing flow nesting beyond MAX_DEPTH before it costs anything."""
+    """ruamel's scanner, refusing flow nesting beyond MAX_DEPTH before it costs anything, and a ``%YAML``
+    directive other than 1.2 where it stands (ruamel's parser asserts on versions it does not know, 1.10 say)."""
+
+    def scan_directive(self) -> Any:
+        token = super().scan_directive()
+        if token.name == "YAML" and token.value != (1, 2):
+            raise _YamlDirective(token.start_mark)
+        return token
 
     def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
         if self.flow_level >= MAX_DEPTH:
@@ -229,6 +242,11 @@ def _events(text: str, display: str):
             col,
             "a spec nests a few levels; is this the right file?",
         ) from None
+    except _YamlDirective as directive:
+        line, col = _position(directive.mark)
+        raise _error(
+            display, "E003", "%YAML directives are not allowed: a spec is YAML 1.2", line, col
+        ) from None
     except MarkedYAMLError as err:
         raise _syntax_error(err, text, display) from None
     except (YAMLError, RecursionError, ValueError) as err:
@@ -289,11 +307,7 @@ class _Builder:
         return _error(self.display, code, message, line, col, hint)
 
     def feed(self, event) -> None:
-        if isinstance(event, DocumentStartEvent):
-            if getattr(event, "version", None) not in (None, (1, 2)):
-                raise self.fail(
-                    "E003", "%YAML directives are not allowed: a spec is YAML 1.2", event.start_mark
-                )
+        if isinstance(event, DocumentStartEvent):  # a %YAML directive other than 1.2: refused by the scanner
             return
         if isinstance(event, CollectionEndEvent):
             self.stack.pop()

@@ -59,7 +59,10 @@ CASES = {
     "unclosed-quote": (2, "E003", (2, 7), "quoted string opened here is never closed"),
     "version-float": (1, "S004", (4, 10), "integer 1"),
     "version-true": (1, "S004", (4, 10), "integer 1"),
-    "yaml-1.1-directive": (2, "E003", (2, 1), "%YAML"),
+    "yaml-1.1-directive": (2, "E003", (1, 1), "%YAML"),
+    # found by the fuzzer (2026-12-02): ruamel's parser asserted on a version it does not know (a traceback)
+    "yaml-1.10-directive": (2, "E003", (1, 1), "%YAML"),
+    "yaml-1.2-directive-ok": (0, None, None, None),
 }
 HINTS = {"bool-yes": "yes/no/on/off", "bool-on": "yes/no/on/off", "bool-capital-yes": "yes/no/on/off",
          "tp-float": "2, not 2.0"}

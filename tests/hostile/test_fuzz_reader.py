@@ -15,7 +15,8 @@ from tests.conftest import SPECS
 
 EXAMPLE = (SPECS / "qwen3-8b.yaml").read_text(encoding="utf-8")
 YAML_SYNTAX = list("-:[]{},#&*!|>'\"%@`?~=<\\ \n\t\r") + ["<<", "---", "...", "- ", ": ", "!!str", "&a", "*a",
-                                                          "%YAML 1.1", "\u2028", "\x85", "\ufeff", "\x00"]
+                                                          "%YAML 1.1", "%YAML 1.10", "%YAML 2.0", "\u2028", "\x85",
+                                                          "\ufeff", "\x00"]
 YAMLISH = st.lists(st.one_of(st.sampled_from(YAML_SYNTAX), st.characters(), st.sampled_from(list("abcxyz0"))),
                    max_size=120).map("".join)
 
