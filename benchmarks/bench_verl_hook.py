@@ -713,7 +713,7 @@ def micro(args):
 
         def direct():
             kern[(plan.n_tiles,)](flat, y8, s32, plan.meta_dev, plan.tile2mat, 1e-4, 448.0, 1.0, BM=128, BN=128,
-                                  FMT=0, PRECISE_DIV=kern.precise_div, ALIGNED=plan.aligned, num_warps=4)
+                                  FMT=0, PRECISE_DIV=kern.precise_div, ALIGNED=plan.aligned, ROUND=0, num_warps=4)
 
         ways = {"quantize_flat": lambda: tbq.quantize_flat(flat, plan, views=False, out=(y8, s32)),
                 "kernel_grid": direct, "launcher_jit": lambda: slow(flat), "launcher_runner": lambda: fast(flat)}

@@ -23,7 +23,7 @@ import torch
 from . import blockquant as _ref
 from .bucket_plan import make_flat_plan
 from .direct_sync_plan import Copy, Placement, Planner
-from .triton_blockquant import quantize_flat
+from .triton_blockquant import ROUND_CODE, quantize_flat
 
 log = logging.getLogger("fp8spec.runtime.direct_sync")
 
@@ -140,8 +140,12 @@ class DirectSync:
         scale_fmt: str = "fp32",
         amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
         on_left_out: Callable[[str, str], None] | None = None,
+        round_in_kernel: bool = True,
     ):
         self.planner, self.dtype, self.scale_fmt, self.amax_floor = planner, dtype, scale_fmt, amax_floor
+        # float32 buckets read in place: rounded to ``dtype`` by the quantizer as it loads, instead of a cast
+        # copy of the bucket first (the same values: both round to nearest even)
+        self.round_in_kernel = round_in_kernel
         self.on_left_out = on_left_out or (
             lambda name, why: log.info("direct_sync: %s -> verl (%s)", name, why)
         )
@@ -156,6 +160,7 @@ class DirectSync:
             "fallback_tensors": 0,
             "copies": 0,
             "in_place": 0,
+            "rounded_in_kernel": 0,
         }
 
     def bind(self, params: Mapping[str, torch.Tensor]) -> None:
@@ -231,8 +236,11 @@ class DirectSync:
         for i, off in ((lay.idx[0], offsets[0]), (lay.idx[-1], offsets[-1])):  # this list views this buffer
             if weights[i][1].data_ptr() != base + off * src.itemsize:
                 return None
-        # the cast (float32 buckets) is verl's v.to(dtype), done once over the covered extent of the buffer
-        return bucket.flat(src, self.dtype, extent, start), plan, runs
+        # the cast (float32 buckets) is verl's v.to(dtype): in the quantizer (round_to), or once over the covered
+        # extent of the buffer
+        if self.round_in_kernel and src == torch.float32 and self.dtype in ROUND_CODE:
+            return bucket.flat(src, src, extent, start), plan, runs, self.dtype
+        return bucket.flat(src, self.dtype, extent, start), plan, runs, None
 
     def _in_place_plan(self, lay: _Layout, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any):
         """``(dtype, offsets, plan, runs, start, extent)`` for a layout read in place, or None where a covered
@@ -282,13 +290,15 @@ class DirectSync:
             self.stats["fallback_tensors"] += len(rest)
             return rest
         found = self._in_place(lay, weights, bucket)
+        round_to = None
         if found is not None:
-            flat, plan, runs = found
+            flat, plan, runs, round_to = found
             self.stats["in_place"] += 1
+            self.stats["rounded_in_kernel"] += round_to is not None
         else:  # one gathered input in the engine's dtype (verl's v.to(dtype) per tensor)
             flat = torch.cat([weights[i][1].reshape(-1).to(self.dtype) for i in lay.idx])
             plan, runs = lay.plan, lay.runs
-        out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False)
+        out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False, round_to=round_to)
         assert isinstance(out, tuple)  # views=False: the two flat output buffers
         copy_runs(runs, out[0], out[1], self._flat)
         self.stats["direct_tensors"] += len(lay.idx)

@@ -145,7 +145,11 @@ class DirectState:
             rank,
             size,
         )
-        return DirectSync(planner, dtype, on_left_out=self._left_out)
+        from .envs import DIRECT_ROUND_IN_KERNEL
+
+        return DirectSync(
+            planner, dtype, on_left_out=self._left_out, round_in_kernel=DIRECT_ROUND_IN_KERNEL.read()
+        )
 
     def _left_out(self, name: str, why: str) -> None:
         self.left_out.append(name)

@@ -229,26 +229,31 @@ QUANT_CHUNK_MB = EnvVar(
 )
 
 
-def _send_switch(name: str, doc: str, default: str = "1") -> EnvVar:
-    """A direct_sync switch of the trainer's bucket sender (fused_send.py)."""
+def _direct_switch(name: str, doc: str, default: str = "1") -> EnvVar:
+    """A switch of the direct_sync patch (the trainer's sender, fused_send.py, or the engine's side)."""
     return EnvVar(name=name, patch="direct_sync", type="switch", default=default, parse=_switch, doc=doc)
 
 
-FUSED_SEND = _send_switch(
+FUSED_SEND = _direct_switch(
     "FP8SPEC_FUSED_SEND",
     "trainer side: fill each weight-sync bucket with a few copy launches instead of one per tensor "
     "(fused_send.py; verl's bucket boundaries and metadata, BENCHMARKS.md 8.4: -0.34 s per Qwen3-30B-A3B sync)",
 )
-SEND_PIPELINE = _send_switch(
+SEND_PIPELINE = _direct_switch(
     "FP8SPEC_SEND_PIPELINE",
     "with the fused fill: buckets alternate between the halves of verl's one buffer (no extra memory) and "
     "fp8spec's receiver acks each on receipt, so the trainer fills the next bucket while the engine "
     "quantizes this one",
 )
-SEND_TABLE = _send_switch(
+SEND_TABLE = _direct_switch(
     "FP8SPEC_SEND_TABLE",
     "with the fused fill: copy each bucket's aligned contiguous tensors with one Triton launch from a table of "
     "their addresses instead of a byte view per tensor (gather_copy.py; needs Triton and CUDA)",
+)
+DIRECT_ROUND_IN_KERNEL = _direct_switch(
+    "FP8SPEC_DIRECT_ROUND_IN_KERNEL",
+    "engine side: a float32 bucket read in place is rounded to the engine's dtype by the quantizer as it loads "
+    "(round to nearest even, as the cast it replaces), instead of a cast copy of the bucket first",
 )
 
 # The table, in the order the manifest lists each patch's variables.
@@ -271,6 +276,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     FUSED_SEND,
     SEND_PIPELINE,
     SEND_TABLE,
+    DIRECT_ROUND_IN_KERNEL,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

@@ -77,6 +77,7 @@ def get_kernel() -> Any:
         FMT: tl.constexpr,
         PRECISE_DIV: tl.constexpr,
         ALIGNED: tl.constexpr,  # every x_off, y_off, row stride and N is a multiple of 16 elements
+        ROUND: tl.constexpr,  # 0: as loaded; 1 / 2: float32 input rounded to bf16 / fp16 first (ROUND_CODE)
     ):
         pid = tl.program_id(0)
         mat = tl.load(TILE2MAT + pid).to(tl.int64)
@@ -99,7 +100,12 @@ def get_kernel() -> Any:
         rm = tm * BM + tl.arange(0, BM).to(tl.int64)
         rn = tn * BN + tl.arange(0, BN).to(tl.int64)
         mask = (rm < M)[:, None] & (rn < N)[None, :]
-        x = tl.load(X + x_off + rm[:, None] * ldx + rn[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + x_off + rm[:, None] * ldx + rn[None, :], mask=mask, other=0.0)
+        if ROUND == 1:  # round to nearest even, as torch's float32 -> bf16 cast: the engine's v.to(dtype)
+            x = x.to(tl.bfloat16)
+        elif ROUND == 2:
+            x = x.to(tl.float16)
+        x = x.to(tl.float32)
         amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
         amax = tl.maximum(amax, amax_floor)
         if PRECISE_DIV:
@@ -130,6 +136,19 @@ def get_kernel() -> Any:
     _bucket_quant_kernel.precise_div = div_rn is not None
     _kernel = _bucket_quant_kernel
     return _kernel
+
+
+# the kernel's ROUND: a float32 input rounded to this dtype as it is loaded (the engine's v.to(dtype))
+ROUND_CODE = {torch.bfloat16: 1, torch.float16: 2}
+
+
+def round_code(src: torch.dtype, round_to: torch.dtype | None) -> int:
+    """The kernel's ROUND for an input of ``src`` quantized as if cast to ``round_to`` first."""
+    if round_to is None or round_to == src:
+        return 0
+    if src != torch.float32 or round_to not in ROUND_CODE:
+        raise ValueError(f"round_to: only float32 inputs round, to bf16 or fp16 (got {src} -> {round_to})")
+    return ROUND_CODE[round_to]
 
 
 def _reference_bucket(tensors, block, scale_fmt, amax_floor):
@@ -224,6 +243,7 @@ def quantize_flat(
     num_warps: int = 4,
     views: bool = True,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    round_to: torch.dtype | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]] | tuple[torch.Tensor, torch.Tensor]:
     """Quantize every tensor of a flat bucket buffer in one launch; per-call host work is O(1).
 
@@ -231,14 +251,19 @@ def quantize_flat(
     buffers ``(y, s)`` (``plan.outputs(y, s)`` makes the views later). ``out=(y, s)``: write into these
     1-D fp8 / float32 buffers (at least ``plan.y_total`` / ``plan.s_total`` elements, from element 0)
     instead of allocating; views made earlier with ``plan.outputs(y, s)`` then see the new values.
+    ``round_to``: a float32 ``flat`` is quantized as ``flat.to(round_to)`` would be (bf16 / fp16), rounded in
+    the kernel as it loads, with no cast copy of the bucket.
     """
     check_fmt(scale_fmt)
+    code = round_code(flat.dtype, round_to)
     if out is not None:
         check_out(out, plan, flat.device)
     kernel = get_kernel()
     if kernel is None or not flat.is_cuda:
         assert plan.x_offsets is not None  # a flat plan
         tensors = [flat[o : o + n].view(s) for o, n, s in zip(plan.x_offsets, plan.numel, plan.shapes)]
+        if code:
+            tensors = [t.to(round_to) for t in tensors]
         res = _reference_bucket(tensors, plan.block, scale_fmt, amax_floor)
         if out is None:
             return res if views else _flatten_outputs(plan, res, flat.device)
@@ -248,7 +273,9 @@ def quantize_flat(
         return plan.outputs(*out) if views else out
     if flat.dim() != 1 or not flat.is_contiguous():
         raise ValueError("flat must be a contiguous 1-D tensor")
-    y, s = _launch(kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned, out)
+    y, s = _launch(
+        kernel, flat, plan, plan.meta_dev, scale_fmt, amax_floor, num_warps, plan.aligned, out, code
+    )
     return plan.outputs(y, s) if views else (y, s)
 
 
@@ -261,7 +288,7 @@ def _flatten_outputs(plan, res, device):
     return y, s
 
 
-def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned, out=None):
+def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned, out=None, round_code=0):
     device = base.device
     if out is not None:
         y, s = out
@@ -283,6 +310,7 @@ def _launch(kernel, base, plan, meta, scale_fmt, amax_floor, num_warps, aligned,
             FMT=SCALE_FMT_CODE[scale_fmt],
             PRECISE_DIV=kernel.precise_div,
             ALIGNED=aligned,
+            ROUND=round_code,
             num_warps=num_warps,
         )
     return y, s
@@ -314,7 +342,7 @@ def reset_fast_launch() -> None:
 def _kernel_args(flat, y, s, plan, scale_fmt, amax_floor, precise_div):
     """The kernel's parameters in signature order: run-time ones, then the constexprs."""
     rt = (flat, y, s, plan.meta_dev, plan.tile2mat, float(amax_floor), 448.0, 1.0)
-    ce = (plan.block[0], plan.block[1], SCALE_FMT_CODE[scale_fmt], precise_div, plan.aligned)
+    ce = (plan.block[0], plan.block[1], SCALE_FMT_CODE[scale_fmt], precise_div, plan.aligned, 0)
     return rt, ce
 
 
@@ -356,7 +384,7 @@ def fast_launch_convention(kernel: Any = None, device: torch.device | str | None
         rt, ce = _kernel_args(flat, *outs[0], plan, "fp32", _ref.DEFAULT_AMAX_FLOOR, kernel.precise_div)
         grid = (plan.n_tiles, 1, 1)
         compiled = kernel[grid](
-            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=4
+            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], ROUND=ce[5], num_warps=4
         )
         for conv, out in (("all", outs[1]), ("runtime", outs[2])):
             runner = _runner_for(compiled, grid, conv)
@@ -476,7 +504,7 @@ class FlatLauncher:
             flat, self.y, self.s, self.plan, self.scale_fmt, self.amax_floor, kernel.precise_div
         )
         compiled = kernel[(self.plan.n_tiles,)](
-            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], num_warps=self.num_warps
+            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], ROUND=ce[5], num_warps=self.num_warps
         )
         FAST_STATS["jit"] += 1
         if self.fast and self._runner is None and not _FAST["disabled"]:

@@ -357,14 +357,21 @@ def _received(weights, bucket_size, device="cpu", halves=False):
 
 @pytest.mark.parametrize("halves", [False, True], ids=["one-buffer", "halves"])
 @pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype, halves):
+@pytest.mark.parametrize(
+    "dtype, round_in_kernel",
+    [(torch.bfloat16, True), (torch.float32, True), (torch.float32, False)],
+    ids=["bf16", "fp32-rounded-by-the-quantizer", "fp32-cast-copy"],
+)
+def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype, round_in_kernel, halves):
     params, parts = engine_params(cfg, 2)
     weights = _weights(cfg, dtype, seed=7)
     ref = _vllm_style_load(cfg, params, weights, 2, 1)
     stacked, experts = _tables(cfg)
     ds = DirectSync(
-        Planner(params, parts, stacked, experts, 1, 2), torch.bfloat16, on_left_out=lambda *a: None
+        Planner(params, parts, stacked, experts, 1, 2),
+        torch.bfloat16,
+        on_left_out=lambda *a: None,
+        round_in_kernel=round_in_kernel,
     )
     dst = _garbage(params)
     ds.bind(dst)
@@ -373,15 +380,18 @@ def test_in_place_on_the_receive_buffer_equals_the_gathered_input(cfg, dtype, ha
     rest, casts = [], []
     for b in buckets:
         rest += ds.apply(b.weights, b)
-        if halves and dtype == torch.float32:  # cast from the bucket's first element, not the buffer's
-            casts += list(b._cast.values())
+        casts += list(b._cast.values())
+        if halves:  # cast from the bucket's first element, not the buffer's
             assert all(c.numel() <= (3 << 20) // 4 for c in casts)
-    assert casts or not (halves and dtype == torch.float32)
+    # float32: a cast copy of each bucket, or none where the quantizer rounds as it loads
+    cast_copies = dtype == torch.float32 and not round_in_kernel
+    assert bool(casts) == cast_copies
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, dst, fp8)
     assert ds.stats["in_place"] == sum(
         1 for b in buckets if any(n.endswith("_proj.weight") for n, _ in b.weights)
     )
+    assert ds.stats["rounded_in_kernel"] == (ds.stats["in_place"] if dtype == torch.float32 and round_in_kernel else 0)
     assert [n for n, _ in rest] == [n for n, _ in weights if not n.endswith("_proj.weight")]
     # the next sync reads the same layouts in place again: no new plan, same bytes
     layouts, dst2 = ds.stats["layouts"], _garbage(params)

@@ -302,7 +302,11 @@ def _receiving_moe(dtype, seed):
     return params, weights, ref, model, ext_cls, _received(weights, bucket_size=2 << 20)
 
 
-def test_the_hook_quantizes_in_place_on_the_receivers_buffer():
+@pytest.mark.parametrize("round_in_kernel", ["1", "0"])
+def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, round_in_kernel):
+    # FP8SPEC_DIRECT_ROUND_IN_KERNEL reaches the engine's DirectSync: float32 buckets rounded by the quantizer
+    # as it loads (1, the default) or through a cast copy of each bucket (0); the bytes are the same
+    monkeypatch.setenv("FP8SPEC_DIRECT_ROUND_IN_KERNEL", round_in_kernel)
     params, weights, ref, model, ext_cls, buckets = _receiving_moe(torch.float32, 11)
     ext = ext_cls(model, buckets)
     ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
@@ -310,6 +314,7 @@ def test_the_hook_quantizes_in_place_on_the_receivers_buffer():
     _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
     ds = ext._fp8spec_direct.ds
     assert ds.stats["in_place"] == len(buckets) > 1
+    assert ds.stats["rounded_in_kernel"] == (len(buckets) if round_in_kernel == "1" else 0)
 
 
 def test_the_sync_line_counts_the_views_the_lazy_receiver_built(caplog):

@@ -20,12 +20,14 @@ from fp8spec.runtime import triton_blockquant as tbq
 FMT_NAMES = {0: "fp32", 1: "ue8m0", 2: "ue8m0_fixed"}
 
 
-def _emulate(X, Y, S, META, TILE2MAT, amax_floor, fp8_max, one, BM, BN, FMT, PRECISE_DIV, ALIGNED):
+def _emulate(X, Y, S, META, TILE2MAT, amax_floor, fp8_max, one, BM, BN, FMT, PRECISE_DIV, ALIGNED, ROUND):
     """What the Triton kernel computes, from its arguments only."""
     assert fp8_max == 448.0 and one == 1.0
+    rounded = {v: k for k, v in tbq.ROUND_CODE.items()}.get(ROUND)
     yb = Y.view(torch.uint8)
     for x_off, y_off, s_off, mm, nn, ldx, _gn, _ in META.cpu().tolist():
         x = X.as_strided((mm, nn), (ldx, 1), X.storage_offset() + x_off)
+        x = x if rounded is None else x.to(rounded)
         q, sc = bq.quantize_blockwise(x, (BM, BN), FMT_NAMES[FMT], amax_floor)
         yb[y_off : y_off + mm * nn] = q.reshape(-1).view(torch.uint8)
         S[s_off : s_off + sc.numel()] = sc.reshape(-1)
@@ -39,7 +41,7 @@ class FakeCompiled:
         assert len(grid) == 3 and grid[1:] == (1, 1)
 
         def runner(*args):
-            n = 13 if self.convention == "all" else 8
+            n = 14 if self.convention == "all" else 8
             if len(args) != n:
                 raise TypeError(f"launcher takes {n} arguments, got {len(args)}")
             if self.raises:
@@ -63,10 +65,10 @@ class FakeKernel:
         self.log = []
 
     def __getitem__(self, grid):
-        def launch(*args, BM, BN, FMT, PRECISE_DIV, ALIGNED, num_warps):
+        def launch(*args, BM, BN, FMT, PRECISE_DIV, ALIGNED, ROUND, num_warps):
             assert len(args) == 8
             self.log.append(("jit", grid[0]))
-            ce = (BM, BN, FMT, PRECISE_DIV, ALIGNED)
+            ce = (BM, BN, FMT, PRECISE_DIV, ALIGNED, ROUND)
             _emulate(*args, *ce)
             if not self.compiled:
                 return None

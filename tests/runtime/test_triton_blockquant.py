@@ -79,6 +79,40 @@ def test_flat_reference_fallback_on_cpu():
     assert _same(qa, bq.quantize_blockwise(a.bfloat16())[0]) and torch.equal(sb, bq.quantize_blockwise(b.bfloat16())[1])
 
 
+def _rounding_cases(gen, n):
+    """float32 values where rounding to bf16 / fp16 is delicate: halfway ties (both parities), just off them,
+    bf16 / fp16 subnormals, values past fp16's range, signed zeros; then random magnitudes."""
+    # bf16 1.0, its next two (odd, even mantissa), the last before 2.0 (rounding up carries into the exponent);
+    # then the 16 bits below each: a tie, just under and over it, exact, all ones
+    bits = [(hi << 16) + low for hi in (0x3F80, 0x3F81, 0x3F82, 0x3FFF) for low in (0x8000, 0x7FFF, 0x8001, 0, 0xFFFF)]
+    edge = torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    edge = torch.cat([edge, -edge, edge * 1e-39, edge * 3e-8, edge * 7e4, torch.tensor([0.0, -0.0, 65504.0, 65520.0])])
+    x = torch.randn(n, generator=gen) * torch.pow(10.0, torch.empty(n).uniform_(-8, 6, generator=gen))
+    x[: edge.numel()] = edge
+    return x
+
+
+@pytest.mark.parametrize("round_to", [torch.bfloat16, torch.float16])
+def test_round_to_quantizes_as_the_cast_input_on_cpu(round_to):
+    gen = torch.Generator().manual_seed(11)
+    shapes = [(300, 200), (2, 129, 100)]
+    n = sum(torch.Size(s).numel() for s in shapes)
+    flat = _rounding_cases(gen, n)
+    plan = tbq.make_flat_plan(shapes, [0, 300 * 200], device="cpu")
+    got = tbq.quantize_flat(flat, plan, round_to=round_to)
+    want = tbq.quantize_flat(flat.to(round_to), plan)
+    unrounded = tbq.quantize_flat(flat, plan)
+    assert all(_same(q, rq) and torch.equal(s, rs) for (q, s), (rq, rs) in zip(got, want))
+    assert not all(_same(q, rq) for (q, _), (rq, _) in zip(got, unrounded))  # the rounding is seen
+    # rounding is only from float32, to bf16 / fp16; to the input's own dtype it is no rounding
+    with pytest.raises(ValueError, match="only float32 inputs round"):
+        tbq.quantize_flat(flat.to(round_to), plan, round_to=torch.float32)
+    with pytest.raises(ValueError, match="only float32 inputs round"):
+        tbq.quantize_flat(flat, plan, round_to=torch.float64)
+    same = tbq.quantize_flat(flat.to(round_to), plan, round_to=round_to)
+    assert all(_same(q, rq) for (q, _), (rq, _) in zip(same, want))
+
+
 def _poison_allocator(nbytes):
     """Fill the caching allocator's free memory with 0xFF (NaN in e4m3fn / fp32) so unwritten outputs show."""
     p = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
@@ -130,6 +164,32 @@ def test_triton_flat_bit_identical():
         for p, (q, s) in zip(parts, res):
             rq, rs = bq.quantize_blockwise(p.cuda(), scale_fmt=fmt)
             assert _same(q, rq) and torch.equal(s, rs)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("round_to", [torch.bfloat16, torch.float16])
+def test_triton_rounds_float32_as_torch_casts(round_to):
+    # the direct path's float32 buckets: the kernel rounds as it loads; it must give the bytes of quantizing
+    # torch's cast (the engine's v.to(dtype)), ties and subnormals included
+    if not tbq.triton_available():
+        pytest.skip("triton not available")
+    gen = torch.Generator().manual_seed(12)
+    shapes = [(4096, 512), (3, 768, 256), (1000, 130)]
+    offs, o = [], 0
+    for sh in shapes:
+        offs.append(o)
+        o += torch.Size(sh).numel()
+    flat = _rounding_cases(gen, o).cuda()
+    plan = tbq.make_flat_plan(shapes, offs, device="cuda")
+    for fmt in ("fp32", "ue8m0"):
+        _poison_allocator(1 << 26)
+        got = tbq.quantize_flat(flat, plan, scale_fmt=fmt, round_to=round_to)
+        want = tbq.quantize_flat(flat.to(round_to), plan, scale_fmt=fmt)
+        ref = tbq.quantize_flat(flat.cpu(), tbq.make_flat_plan(shapes, offs, device="cpu"), fmt, round_to=round_to)
+        for (q, s), (wq, ws), (rq, rs) in zip(got, want, ref):
+            assert _same(q, wq) and torch.equal(s, ws)
+            assert _same(q.cpu(), rq) and torch.equal(s.cpu(), rs)
 
 
 @gpu
