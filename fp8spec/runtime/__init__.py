@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from .envs import FUSED_SEND, RUNTIME_PATCHES, SEND_PIPELINE, SEND_TABLE, check_environment
+from .envs import FUSED_SEND, RUNTIME_PATCHES, SEND_KEEP_BUFFER, SEND_PIPELINE, SEND_TABLE, check_environment
 from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
@@ -74,6 +74,11 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
             patch_worker_extension(mod)
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
+
+        if SEND_KEEP_BUFFER.read():  # first: the patches below wrap the methods they find
+            from .kept_buffer import patch_bucket_transfer
+
+            _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_transfer)
 
         def _lazy(mod):  # views built only for what verl's loader still takes; before the wrapper below
             from .lazy_receive import patch_bucket_receiver_lazy

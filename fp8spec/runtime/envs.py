@@ -250,6 +250,12 @@ SEND_TABLE = _direct_switch(
     "with the fused fill: copy each bucket's aligned contiguous tensors with one Triton launch from a table of "
     "their addresses instead of a byte view per tensor (gather_copy.py; needs Triton and CUDA)",
 )
+SEND_KEEP_BUFFER = _direct_switch(
+    "FP8SPEC_SEND_KEEP_BUFFER",
+    "keep verl's weight-sync buffer and its CUDA IPC mapping between syncs instead of setting them up at every "
+    "sync (kept_buffer.py): one bucket of trainer GPU memory held all the time",
+    default="0",
+)
 DIRECT_ROUND_IN_KERNEL = _direct_switch(
     "FP8SPEC_DIRECT_ROUND_IN_KERNEL",
     "engine side: a float32 bucket read in place is rounded to the engine's dtype by the quantizer as it loads "
@@ -276,6 +282,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     FUSED_SEND,
     SEND_PIPELINE,
     SEND_TABLE,
+    SEND_KEEP_BUFFER,
     DIRECT_ROUND_IN_KERNEL,
 )
 BY_NAME = {v.name: v for v in VARIABLES}

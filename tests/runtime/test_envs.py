@@ -85,6 +85,7 @@ BAD = {
     "FP8SPEC_FUSED_SEND": "fused",
     "FP8SPEC_SEND_PIPELINE": "both",
     "FP8SPEC_SEND_TABLE": "table",
+    "FP8SPEC_SEND_KEEP_BUFFER": "forever",
     "FP8SPEC_DIRECT_ROUND_IN_KERNEL": "round",
 }
 
