@@ -239,7 +239,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             from fp8spec.runtime.sync_timing import patch_bucket_sender
 
             patch_bucket_sender(transfer)  # idempotent: the runtime already did it on the patch and direct paths
-        from fp8spec.runtime import fused_send, gather_copy, sync_timing
+        from fp8spec.runtime import fused_send, gather_copy, kept_buffer, sync_timing
 
         cls = transfer.BucketedWeightSender
         record["fused_send"] = bool(getattr(cls, fused_send.FLAG, False))
@@ -268,7 +268,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             if st is not None:
                 record["send_split"].append({"tensors": st.tensors, "buckets": st.buckets, "gpu_wait_s": st.gpu_wait,
                                              "engine_s": st.engine, "line": st.line(),
-                                             "table": dict(gather_copy.STATS)})
+                                             "table": dict(gather_copy.STATS), "kept": dict(kept_buffer.STATS)})
             del weights
             torch.cuda.empty_cache()
             return dt
@@ -392,8 +392,10 @@ def main() -> int:
             # the runtime's own activation (direct path only), its defaults unless the probe is told otherwise
             env["FP8SPEC_FUSED_SEND"] = os.environ.get("WS_FUSED_SEND", "1")
             env["FP8SPEC_SEND_PIPELINE"] = os.environ.get("WS_SEND_PIPELINE", "1")
-            if "WS_SEND_TABLE" in os.environ:  # else the runtime's default
-                env["FP8SPEC_SEND_TABLE"] = os.environ["WS_SEND_TABLE"]
+            for ws, var in (("WS_SEND_TABLE", "FP8SPEC_SEND_TABLE"), ("WS_SEND_KEEP_BUFFER", "FP8SPEC_SEND_KEEP_BUFFER"),
+                            ("WS_DIRECT_ROUND_IN_KERNEL", "FP8SPEC_DIRECT_ROUND_IN_KERNEL")):
+                if ws in os.environ:  # else the runtime's default
+                    env[var] = os.environ[ws]
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
             with open(a.out / f"ws_{case}_{path}.log", "w") as log:
                 r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],

@@ -106,6 +106,7 @@ class DirectState:
         self.new_sync = False
         self.counts = dict.fromkeys(COUNTS, 0)
         self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
+        self.kept_at = (0, 0)  # kept_buffer.STATS (mapped, map_reused) at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
         # before the post-load processing: vLLM's load_weights and verl's load_quanted_weights cost ~14 ms per
@@ -179,6 +180,7 @@ class DirectState:
         return rest
 
     def begin(self) -> None:
+        from .kept_buffer import STATS as KEPT
         from .lazy_receive import STATS
 
         self.syncs += 1
@@ -186,15 +188,26 @@ class DirectState:
         self.counts = dict.fromkeys(COUNTS, 0)
         self.pending, self.pending_bytes = [], 0
         self.early_acks_at = STATS["early_acks"]
+        self.kept_at = (KEPT["mapped"], KEPT["map_reused"])
 
     def end(self, seconds: float | None = None) -> dict:
+        from .kept_buffer import STATS as KEPT
         from .lazy_receive import STATS
 
         self.counts["early_acks"] = STATS["early_acks"] - self.early_acks_at
+        mapped, reused = KEPT["mapped"] - self.kept_at[0], KEPT["map_reused"] - self.kept_at[1]
+        # the trainer's kept buffer (kept_buffer.py): mapped at this sync, or its mapping reused
+        kept = (
+            ", the trainer's kept buffer mapped"
+            if mapped
+            else ", the kept buffer's mapping reused"
+            if reused
+            else ""
+        )
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors written into the engine's parameters (%d quantized, %d "
             "copied), %d through verl's receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled "
-            "the next meanwhile)%s%s%s",
+            "the next meanwhile)%s%s%s%s",
             self.syncs,
             self.counts["direct"],
             self.counts["direct"] - self.counts["copied"],
@@ -207,6 +220,7 @@ class DirectState:
             f", views built for {self.counts['views']} of {self.counts['lazy_tensors']} tensors"
             if self.counts["lazy_tensors"]
             else "",
+            kept,
             f" ({self.broken})" if self.broken else "",
             "" if seconds is None else f", {seconds:.3f} s",
         )

@@ -129,5 +129,5 @@ def patch_bucket_transfer(module: ModuleType) -> None:
 
     sender_cls._init_buffer = _init_buffer
     sender_cls._cleanup = _cleanup
-    module.rebuild_ipc = rebuild_ipc
+    module.rebuild_ipc = rebuild_ipc  # type: ignore[attr-defined]  # verl's receiver looks it up per call
     setattr(sender_cls, FLAG, True)

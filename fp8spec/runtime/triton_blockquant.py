@@ -504,7 +504,14 @@ class FlatLauncher:
             flat, self.y, self.s, self.plan, self.scale_fmt, self.amax_floor, kernel.precise_div
         )
         compiled = kernel[(self.plan.n_tiles,)](
-            *rt, BM=ce[0], BN=ce[1], FMT=ce[2], PRECISE_DIV=ce[3], ALIGNED=ce[4], ROUND=ce[5], num_warps=self.num_warps
+            *rt,
+            BM=ce[0],
+            BN=ce[1],
+            FMT=ce[2],
+            PRECISE_DIV=ce[3],
+            ALIGNED=ce[4],
+            ROUND=ce[5],
+            num_warps=self.num_warps,
         )
         FAST_STATS["jit"] += 1
         if self.fast and self._runner is None and not _FAST["disabled"]:

@@ -76,7 +76,7 @@ def _syncs(mod, tmp_path, n, bucket_mb=1):
     for i in range(n):
         handle = f"ipc://{tmp_path}/kept{i}.sock"
 
-        def receive():
+        def receive(handle=handle):
             Receiver(handle, torch.device("cpu"), use_shm=False).receive_weights(lambda w, last: None)
 
         th = threading.Thread(target=receive)
