@@ -236,7 +236,10 @@ def test_gpu_three_syncs_over_cuda_ipc_with_one_buffer_and_one_mapping(tmp_path)
         weights = [(n, t.cuda()) for n, t in _weights(100 + i)]
         weights.append(("big", torch.randn(700, 1024, device="cuda")))  # larger than a bucket half
         want.append(
-            {n: hashlib.sha256(t.cpu().contiguous().view(torch.uint8).numpy()).hexdigest() for n, t in weights}
+            {
+                n: hashlib.sha256(t.cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
+                for n, t in weights
+            }
         )
         sender = mod.BucketedWeightSender(f"{prefix}{i}.sock", bucket_size_mb=4, use_shm=False)
         asyncio.run(sender.async_send_weights(iter(weights)))
