@@ -68,6 +68,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fp8spec.runtime import blockquant as bq  # noqa: E402
 from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
+from fp8spec.runtime import flat_launcher as fl  # noqa: E402
 from fp8spec.runtime import flat_bucket, verl_patch  # noqa: E402
 from fp8spec.runtime.flat_bucket import ENGINE  # noqa: E402
 from fp8spec.runtime.settings import QuantSettings  # noqa: E402
@@ -280,7 +281,7 @@ def profile_round(buffers, raws, quant_mod, split):
     model = NoBuffers()
     recs = []
     state = {"cur": None}
-    o_ensure, o_qf, o_call, o_kernel = flat_bucket.OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__, tbq._kernel
+    o_ensure, o_qf, o_call, o_kernel = flat_bucket.OutputArena.ensure, tbq.quantize_flat, fl.FlatLauncher.__call__, tbq._kernel
 
     def ensure(self):
         t0 = perf()
@@ -320,7 +321,7 @@ def profile_round(buffers, raws, quant_mod, split):
 
             return f
 
-    flat_bucket.OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = ensure, timed(o_qf), timed(o_call)
+    flat_bucket.OutputArena.ensure, tbq.quantize_flat, fl.FlatLauncher.__call__ = ensure, timed(o_qf), timed(o_call)
     if o_kernel is not None:
         tbq._kernel = KernelProxy()
     try:
@@ -352,7 +353,7 @@ def profile_round(buffers, raws, quant_mod, split):
         ENGINE.release_outputs()
         t_release = perf() - t0
     finally:
-        flat_bucket.OutputArena.ensure, tbq.quantize_flat, tbq.FlatLauncher.__call__ = o_ensure, o_qf, o_call
+        flat_bucket.OutputArena.ensure, tbq.quantize_flat, fl.FlatLauncher.__call__ = o_ensure, o_qf, o_call
         tbq._kernel = o_kernel
         if DEV == "cuda":
             torch.cuda.empty_cache()
@@ -445,7 +446,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
                 "verl_receive_ms": 1e3 * statistics.median(recv), "first_round_ms": 1e3 * first}
 
     ENGINE.clear()
-    tbq.reset_fast_launch()
+    fl.reset_fast_launch()
     for k2 in ENGINE.stats:
         ENGINE.stats[k2] = 0
     # every combination: one warm-up round (plans built, Triton compiled, runner convention found),
@@ -469,8 +470,8 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
             cres[c]["recv"].append(tr)
     r["flat_stats_warmup"] = warm_stats
     r["flat_stats"] = dict(ENGINE.stats)
-    r["fast_launch"] = {"convention": tbq._FAST["convention"], "error": repr(tbq._FAST["error"]),
-                        "disabled": tbq._FAST["disabled"], "stats": dict(tbq.FAST_STATS)}
+    r["fast_launch"] = {"convention": fl._FAST["convention"], "error": repr(fl._FAST["error"]),
+                        "disabled": fl._FAST["disabled"], "stats": dict(fl.FAST_STATS)}
     r["combos"] = {}
     for c in combos:
         t = cres[c]
@@ -708,8 +709,8 @@ def micro(args):
         y8 = torch.empty(plan.y_total, dtype=bq.FP8_DTYPE, device=DEV)
         s32 = torch.empty(plan.s_total, dtype=torch.float32, device=DEV)
         kern = tbq.get_kernel()
-        fast = tbq.FlatLauncher(plan, (y8, s32), fast=True)
-        slow = tbq.FlatLauncher(plan, (y8, s32), fast=False)
+        fast = fl.FlatLauncher(plan, (y8, s32), fast=True)
+        slow = fl.FlatLauncher(plan, (y8, s32), fast=False)
 
         def direct():
             kern[(plan.n_tiles,)](flat, y8, s32, plan.meta_dev, plan.tile2mat, 1e-4, 448.0, 1.0, BM=128, BN=128,
@@ -729,7 +730,7 @@ def micro(args):
                 sync()
                 res.setdefault(k, []).append(1e6 * (t1 - t0) / 500)
         out["launch_host_us"] = {k: min(v) for k, v in res.items()}
-        out["fast_launch_convention"] = tbq._FAST["convention"]
+        out["fast_launch_convention"] = fl._FAST["convention"]
     return out
 
 

@@ -258,7 +258,9 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     behind its loaders is only safe once a device run shows the synced engine byte-identical to a fresh one
     (greedy outputs equal where the engine is reproducible); the engine's profile records that as
     verified.direct_sync_in_engine, and the largest rollout tp it was shown at as verified.direct_sync_max_tp
-    (vLLM 0.24.0: TP1, BENCHMARKS.md 8.1). The plan reads vLLM's loaders only: SGLang has no direct path.""",
+    (vLLM 0.24.0: TP1, BENCHMARKS.md 8.1). The plan reads vLLM's loaders only: SGLang has no direct path. It
+    writes FP32 block scales only (linear.scale_dtype fp32): with ue8m0 the engine would get scales that are not
+    powers of two.""",
     "use linear.sync_quantizer: auto or fp8spec; for a measurement run, acknowledge BLK006 with the reason",
     acknowledgeable=True,
     needs_model=False,
@@ -276,6 +278,12 @@ def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
         yield Finding(
             f"linear.sync_quantizer direct: the direct_sync patch plans vLLM's loaders only, not {ctx.engine.label}",
             "linear.sync_quantizer",
+        )
+    elif spec.linear.scale_dtype != "fp32":
+        yield Finding(
+            f"linear.sync_quantizer direct with linear.scale_dtype {spec.linear.scale_dtype}: the direct_sync patch "
+            "writes fp32 block scales only",
+            "linear.scale_dtype",
         )
     elif ctx.fact(ctx.engine.name, "verified.direct_sync_in_engine", False) is not True:
         yield Finding(

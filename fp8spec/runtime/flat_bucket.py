@@ -41,6 +41,7 @@ from typing import Any, Callable, cast
 import torch
 
 from . import blockquant
+from . import flat_launcher as _fl
 from . import triton_blockquant as _tbq
 from .bucket_plan import BucketPlan, make_flat_plan, same_device
 from .settings import QuantSettings
@@ -159,7 +160,7 @@ class FlatLayout:
         self.src = src  # dtype of the selected tensors in the bucket (cast to the quantization dtype)
         self.outs: list | None = None
         self.launchers: dict[
-            str, _tbq.FlatLauncher
+            str, _fl.FlatLauncher
         ] = {}  # scale_fmt -> FlatLauncher into the reused output memory
 
     def fits(self, flat: torch.Tensor) -> bool:
@@ -458,9 +459,7 @@ class FlatBucketEngine:
         if settings.fast_launch:
             launcher = lay.launchers.get(fmt)
             if launcher is None:
-                launcher = lay.launchers[fmt] = _tbq.FlatLauncher(
-                    lay.plan, (arena.y, arena.s), fmt, fast=True
-                )
+                launcher = lay.launchers[fmt] = _fl.FlatLauncher(lay.plan, (arena.y, arena.s), fmt, fast=True)
             launcher(flat)
         else:
             _tbq.quantize_flat(flat, lay.plan, scale_fmt=fmt, views=False, out=(arena.y, arena.s))

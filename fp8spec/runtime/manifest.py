@@ -114,13 +114,17 @@ PATCHES = {
             "(no per-tensor load_weights), everything else goes through verl's receiver, counted in one log "
             "line per sync; verl's receiver builds tensor views only for what its loader still takes "
             "(lazy_receive.py). vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
-            "nothing). Refused by rule BLK006 where the engine's profile does not record it byte-exact in the real "
-            "engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8)."
+            "nothing). Refused by rule BLK006 with ue8m0 scales and where the engine's profile does not record it "
+            "byte-exact in the real engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8); picked by auto "
+            "where it also trained inside an RL loop with that trainer and kind of model (vLLM 0.24.0: FSDP, "
+            "dense). FP8SPEC_SEND_KEEP_BUFFER=1 keeps verl's bucket buffer and its CUDA IPC mapping between syncs "
+            "(one bucket held on each trainer GPU)."
         ),
         "side": ("engine-process quantizer (vLLM path)", "trainer-process sync timing line (sync_timing.py)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("direct_sync"),
+        "env_notes": env_help("direct_sync"),
         "engine_args": {"vllm": {}, "sglang": {}},
     },
     "mbridge_compat": {

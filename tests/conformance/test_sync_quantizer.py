@@ -2,7 +2,9 @@
 
 auto turns the fast_block_quant runtime patch on only where it was run in the real engine and shown byte-exact
 against a fresh engine loaded from the reference quantization (vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12,
-BENCHMARKS.md 7.4, both under verl 0.9.1); the examples on the default stack get it.
+BENCHMARKS.md 7.4, both under verl 0.9.1); the examples on the default stack get it. The direct_sync patch instead
+where the profile records it byte-exact at that rollout tp and trained inside a loop with that trainer on that
+kind of model (vLLM 0.24.0: tp 1, FSDP, dense; BENCHMARKS.md 8.6-8.8).
 """
 
 from __future__ import annotations
@@ -58,20 +60,39 @@ def test_no_quantizer_without_fp8_linears(tmp_path):
     assert "fast_block_quant" not in c.plan.patches
 
 
-def test_direct_compiles_to_the_direct_sync_patch_and_auto_never_selects_it(tmp_path, monkeypatch):
+def test_direct_compiles_to_the_direct_sync_patch(tmp_path):
     ack = {"linear": {"sync_quantizer": "direct"}, "acknowledge": {"BLK006": "device run measuring direct_sync"}}
     c = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", ack, tmp_path, "direct")
     assert check_bundle(c) == []
     assert "direct_sync" in c.plan.patches and "fast_block_quant" not in c.plan.patches
     assert "direct_sync" in c.env["FP8SPEC_RUNTIME_PATCHES"].split(",")
-    # auto stays on fast_block_quant even where the profile would record the direct path verified
+
+
+def test_auto_picks_direct_only_where_it_was_shown(tmp_path, monkeypatch):
+    # vLLM 0.24.0 records the direct path byte-exact at tp 1 and trained in a loop with an FSDP trainer on a dense
+    # model (verified.direct_sync_in_loop: fsdp/dense): the tiny dense FSDP spec at tp 1 gets it
+    tiny = SPECS / "tiny-qwen3-h200.yaml"
+    c = compile_variant(tiny, None, {}, tmp_path, "tiny")
+    assert check_bundle(c) == []
+    assert "direct_sync" in c.plan.patches and "fast_block_quant" not in c.plan.patches
+    # not shown: rollout tp 2, ue8m0 scales, an MoE, a Megatron trainer -> fast_block_quant (or verl's quantizer
+    # where that was not shown either)
+    for name, spec, backend, patch in (
+        ("tp2", "qwen3-8b.yaml", "fsdp+vllm", {}),
+        ("ue8m0", "tiny-qwen3-h200.yaml", None, {"linear": {"scale_dtype": "ue8m0"}}),
+        ("moe", "qwen3-30b.yaml", "megatron+vllm", {"rollout": {"tp": 1}}),
+        ("megatron", "tiny-qwen3-moe-megatron-fp8-rollout.yaml", None, {}),
+    ):
+        got = compile_variant(SPECS / spec, backend, patch, tmp_path, name)
+        assert "direct_sync" not in got.plan.patches, name
+    # the fact decides: without the loop entry the same tiny spec keeps fast_block_quant
     from fp8spec.resolve.context import ResolvedSpec
 
     real = ResolvedSpec.fact
-    monkeypatch.setattr(ResolvedSpec, "fact", lambda self, kind, fid, default=None: True
-                        if fid == "verified.direct_sync_in_engine" else real(self, kind, fid, default))
-    auto = compile_variant(SPECS / "qwen3-8b.yaml", "fsdp+vllm", {}, tmp_path, "auto")
-    assert "fast_block_quant" in auto.plan.patches and "direct_sync" not in auto.plan.patches
+    monkeypatch.setattr(ResolvedSpec, "fact", lambda self, kind, fid, default=None: []
+                        if fid == "verified.direct_sync_in_loop" else real(self, kind, fid, default))
+    kept = compile_variant(tiny, None, {}, tmp_path, "tiny-no-loop")
+    assert "fast_block_quant" in kept.plan.patches and "direct_sync" not in kept.plan.patches
 
 
 def test_the_device_plans_direct_run_compiles(tmp_path):

@@ -61,7 +61,7 @@ REQUIRED = {
         "hf_config.quantization_config", "quantization_config.fp8_ignored_layers_key",
         "quantization_config.fp8_block_size_key", "quantization_config.linear_key", "quantization_config.moe_key",
         "package.distributions", "verified.fast_block_quant_in_engine", "verified.fast_block_quant_in_loop",
-        "verified.direct_sync_in_engine",
+        "verified.direct_sync_in_engine", "verified.direct_sync_in_loop",
     ],
     "sglang": [
         "cli.serve", "flag.model_path", "flag.quantization", "values.quantization",

@@ -115,6 +115,16 @@ def test_blk006_refuses_direct_where_the_profile_has_not_verified_it(validate, m
     assert _codes(later, "BLK006")
 
 
+def test_blk006_refuses_direct_with_ue8m0_scales(validate):
+    # the direct path writes fp32 block scales; with ue8m0 the engine needs powers of two (the ue8m0_scales patch
+    # rounds them in verl's quantizer, which the direct path bypasses)
+    fp32 = patched(BASE_SPEC, {"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 1}})
+    ue8m0 = patched(fp32, {"linear": {"scale_dtype": "ue8m0"}})
+    assert not _codes(validate(fp32), "BLK006")
+    found = _codes(validate(ue8m0), "BLK006")
+    assert found and "writes fp32 block scales only" in found[0].message and found[0].severity == "error"
+
+
 def test_acknowledged_rule_becomes_info(validate):
     spec = patched(BASE_SPEC, {"correction": {"method": "none"}, "acknowledge": {"COR001": "ablation run"}})
     found = _codes(validate(spec), "COR001")

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from fp8spec.runtime import blockquant as bq
+from fp8spec.runtime import flat_launcher as fl
 from fp8spec.runtime import triton_blockquant as tbq
 
 FMT_NAMES = {0: "fp32", 1: "ue8m0", 2: "ue8m0_fixed"}
@@ -79,9 +80,9 @@ class FakeKernel:
 
 @pytest.fixture(autouse=True)
 def fresh_fast_state():
-    tbq.reset_fast_launch()
+    fl.reset_fast_launch()
     yield
-    tbq.reset_fast_launch()
+    fl.reset_fast_launch()
 
 
 def _flat_bucket(gen, device="cpu", misalign=0):
@@ -117,20 +118,20 @@ def test_convention_found_and_runner_used_after_first_launch(convention):
     k = FakeKernel(convention)
     for fmt in ("fp32", "ue8m0_fixed"):
         out = _outputs(plan)
-        la = tbq.FlatLauncher(plan, out, fmt, fast=True, kernel=k)
+        la = fl.FlatLauncher(plan, out, fmt, fast=True, kernel=k)
         for step in range(3):
             flat2 = flat.clone() * (step + 1)
             out[0].view(torch.uint8).fill_(0x7F)
             out[1].fill_(float("nan"))
             la(flat2)
             _check(plan, flat2, out, fmt)
-    assert tbq._FAST["convention"] == convention
+    assert fl._FAST["convention"] == convention
     # per format: one kernel[grid] launch, then the runner; the self-test ran once (a jit launch and
     # the runner calls that convention detection made)
     jit = [e for e in k.log if e[0] == "jit"]
     runs = [e for e in k.log if e[0] == "runner"]
     assert len(jit) == 2 + 1 and len(runs) == 2 * 2 + 1
-    assert tbq.FAST_STATS["fast"] == 4 and tbq.FAST_STATS["jit"] == 2
+    assert fl.FAST_STATS["fast"] == 4 and fl.FAST_STATS["jit"] == 2
 
 
 def test_fast_off_always_takes_kernel_grid():
@@ -139,11 +140,11 @@ def test_fast_off_always_takes_kernel_grid():
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
     k = FakeKernel("all")
     out = _outputs(plan)
-    la = tbq.FlatLauncher(plan, out, "fp32", fast=False, kernel=k)
+    la = fl.FlatLauncher(plan, out, "fp32", fast=False, kernel=k)
     for _ in range(3):
         la(flat)
     _check(plan, flat, out, "fp32")
-    assert [e[0] for e in k.log] == ["jit"] * 3 and not tbq._FAST["checked"]
+    assert [e[0] for e in k.log] == ["jit"] * 3 and not fl._FAST["checked"]
 
 
 @pytest.mark.parametrize("bad", ["wrong", "no_compiled"])
@@ -153,12 +154,12 @@ def test_no_usable_runner_falls_back_to_kernel_grid(bad):
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
     k = FakeKernel("all", wrong=bad == "wrong", compiled=bad != "no_compiled")
     out = _outputs(plan)
-    la = tbq.FlatLauncher(plan, out, "fp32", fast=True, kernel=k)
+    la = fl.FlatLauncher(plan, out, "fp32", fast=True, kernel=k)
     for _ in range(3):
         la(flat)
     _check(plan, flat, out, "fp32")
-    assert tbq._FAST["checked"] and tbq._FAST["convention"] is None
-    assert tbq.FAST_STATS["fast"] == 0 and tbq.FAST_STATS["jit"] == 3
+    assert fl._FAST["checked"] and fl._FAST["convention"] is None
+    assert fl.FAST_STATS["fast"] == 0 and fl.FAST_STATS["jit"] == 3
 
 
 def test_runner_error_disables_fast_launch():
@@ -167,9 +168,9 @@ def test_runner_error_disables_fast_launch():
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
     k = FakeKernel("all")
     out = _outputs(plan)
-    la = tbq.FlatLauncher(plan, out, "fp32", fast=True, kernel=k)
+    la = fl.FlatLauncher(plan, out, "fp32", fast=True, kernel=k)
     la(flat)
-    assert tbq._FAST["convention"] == "all" and la._runner is not None
+    assert fl._FAST["convention"] == "all" and la._runner is not None
 
     def broken(*args):
         raise RuntimeError("a runner whose Triton changed under it")
@@ -178,9 +179,9 @@ def test_runner_error_disables_fast_launch():
     out[1].fill_(float("nan"))
     la(flat)  # the runner raises: this launch and every later one go through kernel[grid]
     _check(plan, flat, out, "fp32")
-    assert tbq._FAST["disabled"] and tbq.FAST_STATS["fallbacks"] == 1 and la._runner is None
+    assert fl._FAST["disabled"] and fl.FAST_STATS["fallbacks"] == 1 and la._runner is None
     la(flat)
-    assert tbq.FAST_STATS["fast"] == 0 and tbq.FAST_STATS["jit"] == 3
+    assert fl.FAST_STATS["fast"] == 0 and fl.FAST_STATS["jit"] == 3
 
 
 def test_runner_not_used_when_pointer_alignment_changes():
@@ -191,25 +192,25 @@ def test_runner_not_used_when_pointer_alignment_changes():
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
     k = FakeKernel("all")
     out = _outputs(plan)
-    la = tbq.FlatLauncher(plan, out, "fp32", fast=True, kernel=k)
+    la = fl.FlatLauncher(plan, out, "fp32", fast=True, kernel=k)
     la(flat)
     assert flat.data_ptr() % 16 == 0
     big = torch.empty(flat.numel() + 1, dtype=flat.dtype)
     shifted = big[1:]  # 2-byte offset
     shifted.copy_(flat)
     assert shifted.data_ptr() % 16 != 0
-    n_fast = tbq.FAST_STATS["fast"]
+    n_fast = fl.FAST_STATS["fast"]
     la(shifted)
-    assert tbq.FAST_STATS["fast"] == n_fast and k.log[-1][0] == "jit"
+    assert fl.FAST_STATS["fast"] == n_fast and k.log[-1][0] == "jit"
     _check(plan, shifted, out, "fp32")
     la(flat)
-    assert tbq.FAST_STATS["fast"] == n_fast + 1
+    assert fl.FAST_STATS["fast"] == n_fast + 1
     # the outputs' storage moved to a 16-byte-misaligned address (arena re-allocated between syncs)
     raw = torch.empty(plan.y_total + 1, dtype=torch.uint8)
     la.y = raw[1:].view(bq.FP8_DTYPE)
     assert la.y.data_ptr() % 16 != 0
     la(flat)
-    assert tbq.FAST_STATS["fast"] == n_fast + 1 and k.log[-1][0] == "jit"
+    assert fl.FAST_STATS["fast"] == n_fast + 1 and k.log[-1][0] == "jit"
     _check(plan, flat, (la.y, out[1]), "fp32")
 
 
@@ -218,17 +219,17 @@ def test_launcher_refuses_wrong_input_and_outputs():
     shapes, offs, flat = _flat_bucket(gen)
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
     out = _outputs(plan)
-    la = tbq.FlatLauncher(plan, out, "fp32", fast=True, kernel=FakeKernel())
+    la = fl.FlatLauncher(plan, out, "fp32", fast=True, kernel=FakeKernel())
     with pytest.raises(ValueError):
         la(flat[: plan.x_extent - 1])  # shorter than the layout
     with pytest.raises(ValueError):
         la(flat.view(-1, 2) if flat.numel() % 2 == 0 else flat[:-1].view(-1, 2))
     with pytest.raises(ValueError):
-        tbq.FlatLauncher(plan, (out[0][:-1], out[1]), "fp32")
+        fl.FlatLauncher(plan, (out[0][:-1], out[1]), "fp32")
     with pytest.raises(ValueError):
-        tbq.FlatLauncher(plan, out, "e5m2")
+        fl.FlatLauncher(plan, out, "e5m2")
     with pytest.raises(ValueError):
-        tbq.FlatLauncher(tbq.BucketPlan(shapes, (128, 128), "cpu"), out, "fp32")
+        fl.FlatLauncher(tbq.BucketPlan(shapes, (128, 128), "cpu"), out, "fp32")
     assert plan.x_extent == offs[-1] + 35
 
 
@@ -237,7 +238,7 @@ def test_without_triton_the_reference_fills_the_outputs():
     shapes, offs, flat = _flat_bucket(gen)
     plan = tbq.make_flat_plan(shapes, offs, device="cpu")
     out = _outputs(plan)
-    tbq.FlatLauncher(plan, out, "ue8m0", fast=True)(flat)  # CPU tensors: no Triton launch
+    fl.FlatLauncher(plan, out, "ue8m0", fast=True)(flat)  # CPU tensors: no Triton launch
     _check(plan, flat, out, "ue8m0")
 
 
@@ -247,16 +248,16 @@ def test_without_triton_the_reference_fills_the_outputs():
 def test_gpu_fast_launch_bit_identical_to_kernel_grid(misalign):
     if not tbq.triton_available():
         pytest.skip("triton not available")
-    conv = tbq.fast_launch_convention()
-    assert conv in ("all", "runtime"), f"no usable runner in this Triton: {tbq._FAST['error']!r}"
+    conv = fl.fast_launch_convention()
+    assert conv in ("all", "runtime"), f"no usable runner in this Triton: {fl._FAST['error']!r}"
     gen = torch.Generator().manual_seed(8)
     shapes, offs, flat = _flat_bucket(gen, "cuda", misalign)
     plan = tbq.make_flat_plan(shapes, offs, device="cuda")
     for fmt in ("fp32", "ue8m0", "ue8m0_fixed"):
         ref = tbq.quantize_flat(flat, plan, scale_fmt=fmt, views=False)
         out = _outputs(plan, "cuda")
-        la = tbq.FlatLauncher(plan, out, fmt, fast=True)
-        n_fast = tbq.FAST_STATS["fast"]
+        la = fl.FlatLauncher(plan, out, fmt, fast=True)
+        n_fast = fl.FAST_STATS["fast"]
         for step in range(3):
             out[0].view(torch.uint8).fill_(0x7F)
             out[1].fill_(float("nan"))
@@ -264,5 +265,5 @@ def test_gpu_fast_launch_bit_identical_to_kernel_grid(misalign):
             torch.cuda.synchronize()
             assert torch.equal(out[0].view(torch.uint8), ref[0].view(torch.uint8)), (fmt, step)
             assert torch.equal(out[1], ref[1]), (fmt, step)
-        assert tbq.FAST_STATS["fast"] == n_fast + 2  # first launch through kernel[grid], then the runner
+        assert fl.FAST_STATS["fast"] == n_fast + 2  # first launch through kernel[grid], then the runner
         _check(plan, flat, out, fmt)

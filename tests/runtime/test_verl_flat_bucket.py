@@ -27,6 +27,7 @@ import torch
 
 from fp8spec.runtime import blockquant as bq
 from fp8spec.runtime import flat_bucket, verl_patch
+from fp8spec.runtime import flat_launcher as fl
 from fp8spec.runtime import triton_blockquant as tbq
 from fp8spec.runtime.flat_bucket import ENGINE
 from fp8spec.runtime.settings import FLAT_KNOBS, QuantSettings
@@ -623,7 +624,7 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
     gen = torch.Generator().manual_seed(21)
     env = {} if knobs == "defaults" else _combo_env((knobs == "all_on",) * 4)
     mod = hook(fmt, **env)
-    tbq.reset_fast_launch()
+    fl.reset_fast_launch()
     for _step in range(2):  # second step: cached plans and reused output views
         stream = model_stream(gen, device="cuda")
         if knobs == "all_on":  # an FSDP trainer's float32 buckets (cast once on the device)
@@ -634,7 +635,7 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
     st = ENGINE.stats
     assert st["flat_launches"] > 0 and st["cache_hits"] == st["plan_builds"]
     if knobs == "all_on":  # the second step went through the compiled kernel's runner
-        assert tbq.FAST_STATS["fast"] == st["cache_hits"] and tbq.FAST_STATS["fallbacks"] == 0
+        assert fl.FAST_STATS["fast"] == st["cache_hits"] and fl.FAST_STATS["fallbacks"] == 0
 
 
 # ------------------------------------------------------------ the flat path's knobs (issue 5)
