@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from . import blockquant as _ref
-from .bucket_plan import make_flat_plan
+from .bucket_plan import aligned, make_flat_plan
 from .direct_sync_plan import Copy, Placement, Planner
-from .triton_blockquant import ROUND_CODE, quantize_flat
+from .triton_blockquant import ROUND_CODE, get_kernel, quantize_flat, quantize_flat_into
 
 log = logging.getLogger("fp8spec.runtime.direct_sync")
 
@@ -116,6 +116,82 @@ def copy_runs(
             )
 
 
+@dataclass(frozen=True)
+class IntoParams:
+    """Where a plan's matrices land in the parameters, pointer-free: per matrix the index of its FP8 parameter and
+    of its scale parameter in ``names``, and the element offset of its region in each (``into_params_layout``)."""
+
+    names: tuple[str, ...]
+    q_param: torch.Tensor  # int64 per matrix
+    q_offset: torch.Tensor
+    s_param: torch.Tensor
+    s_offset: torch.Tensor
+
+
+def into_params_layout(
+    plan: Any,
+    places: Sequence[Placement],
+    shapes: Sequence[Sequence[int]],
+    params: Mapping[str, tuple[Sequence[int], str]],
+) -> IntoParams | None:
+    """Where ``plan``'s outputs land in the parameters (``params``: name -> (shape, dtype), the planner's), or None
+    unless every placement takes its whole source tensor into one contiguous region of its parameter with the same
+    row length (TP1 fused parts and stacked experts do; a column shard of a row-parallel layer does not), FP8 codes
+    and float32 scales. Built once per plan; ``into_params_meta`` adds the addresses of a binding."""
+    names: dict[str, int] = {}
+    qp, qo, sp, so = [], [], [], []
+    for p, shp in zip(places, shapes):
+        if len(shp) != 2:
+            return None
+        m, n = int(shp[0]), int(shp[1])
+        gm, gn = -(-m // plan.block[0]), -(-n // plan.block[1])
+        if (p.src.r0, p.src.c0, p.src.rows, p.src.cols) != (0, 0, m, n):
+            return None
+        if (p.src_s.r0, p.src_s.c0, p.src_s.rows, p.src_s.cols) != (0, 0, gm, gn):
+            return None
+        if (p.dst.rows, p.dst.cols) != (m, n) or (p.dst_s.rows, p.dst_s.cols) != (gm, gn):
+            return None
+        if params[p.param][1] != "float8_e4m3fn" or params[p.scale][1] != "float32":
+            return None
+        d, dld = _dst_offset(params[p.param][0], p.expert, p.dst.r0, p.dst.c0)
+        e, eld = _dst_offset(params[p.scale][0], p.expert, p.dst_s.r0, p.dst_s.c0)
+        if dld != n or eld != gn:
+            return None
+        qp.append(names.setdefault(p.param, len(names)))
+        sp.append(names.setdefault(p.scale, len(names)))
+        qo.append(d)
+        so.append(e)
+    t = plan.mat_tensor  # one row per matrix; every tensor here is one matrix (2-D)
+
+    def per_matrix(v: list[int]) -> torch.Tensor:
+        return torch.tensor(v, dtype=torch.int64)[t]
+
+    return IntoParams(tuple(names), per_matrix(qp), per_matrix(qo), per_matrix(sp), per_matrix(so))
+
+
+def into_params_meta(
+    plan: Any,
+    into: IntoParams,
+    flat_params: Mapping[str, torch.Tensor],
+    bases: tuple[torch.Tensor, torch.Tensor],
+) -> torch.Tensor | None:
+    """``plan``'s matrix table (CPU, with its input columns) with the output columns pointing into this binding's
+    parameters: element offsets from ``bases`` (fp8, float32), so the kernel writes the codes and scales where
+    vLLM's loaders would copy them; None where a parameter is not bound flat or a scale is not 4-byte aligned."""
+    tensors = [flat_params.get(n) for n in into.names]
+    if any(t is None for t in tensors):
+        return None
+    addr = torch.tensor([t.data_ptr() for t in tensors if t is not None], dtype=torch.int64)
+    y = addr[into.q_param] + into.q_offset - bases[0].data_ptr()
+    s_bytes = addr[into.s_param] + 4 * into.s_offset - bases[1].data_ptr()
+    if bool((s_bytes % 4).any()):
+        return None
+    x_offsets = plan.x_offsets
+    meta = plan.meta_with_inputs(x_offsets) if x_offsets is not None else plan.meta_cpu.clone()
+    meta[:, 1], meta[:, 2] = y, s_bytes // 4
+    return meta
+
+
 class _Layout:
     def __init__(self, idx, plan, runs, shapes, places, n, copies=()):
         self.idx, self.plan, self.runs, self.shapes, self.places = idx, plan, runs, shapes, places
@@ -141,11 +217,19 @@ class DirectSync:
         amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
         on_left_out: Callable[[str, str], None] | None = None,
         round_in_kernel: bool = True,
+        into_params: bool = False,
     ):
         self.planner, self.dtype, self.scale_fmt, self.amax_floor = planner, dtype, scale_fmt, amax_floor
         # float32 buckets read in place: rounded to ``dtype`` by the quantizer as it loads, instead of a cast
         # copy of the bucket first (the same values: both round to nearest even)
         self.round_in_kernel = round_in_kernel
+        # quantize straight into the bound parameters where every placement of a bucket is one contiguous
+        # [rows, N] region of its parameter (``into_params_meta``), instead of into staging outputs and copy runs
+        self.into_params = into_params
+        self._into: dict[int, tuple] = {}  # id(plan) -> (plan, (device meta, aligned) or None), per binding
+        self._into_layouts: dict[int, tuple] = {}  # id(plan) -> (plan, IntoParams or None), once
+        self._bases: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._bound_ptrs: tuple = ()
         self.on_left_out = on_left_out or (
             lambda name, why: log.info("direct_sync: %s -> verl (%s)", name, why)
         )
@@ -161,6 +245,7 @@ class DirectSync:
             "copies": 0,
             "in_place": 0,
             "rounded_in_kernel": 0,
+            "into_params": 0,
         }
 
     def bind(self, params: Mapping[str, torch.Tensor]) -> None:
@@ -174,6 +259,11 @@ class DirectSync:
             if t.is_contiguous():
                 flat[name] = t.data.view(-1)
         self._flat, self._whole = flat, whole
+        ptrs = tuple((n, t.data_ptr()) for n, t in flat.items())
+        if (
+            ptrs != self._bound_ptrs
+        ):  # verl's staging re-laid a parameter out: the output tables point elsewhere
+            self._bound_ptrs, self._into = ptrs, {}
 
     def _layout(self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None) -> _Layout:
         # the bucket's metadata bytes (equal bytes: equal names, shapes, dtypes) key it without reading a tensor,
@@ -266,6 +356,33 @@ class DirectSync:
         extent = start + plan.x_extent
         return src, offsets, plan, runs, start, extent
 
+    def _into_params(self, plan: Any, lay: _Layout) -> tuple[torch.Tensor, bool] | None:
+        """The device table for quantizing ``plan`` straight into the bound parameters: where its outputs land,
+        found once per plan, and their addresses once per binding; None where a placement does not allow it
+        (or without the Triton kernel)."""
+        got = self._into.get(id(plan))
+        if got is not None:
+            return got[1]
+        if get_kernel() is None or not self._flat:
+            return None
+        found = self._into_layouts.get(id(plan))
+        if found is None:
+            found = self._into_layouts[id(plan)] = (
+                plan,
+                into_params_layout(plan, lay.places, lay.shapes, self.planner.params),
+            )
+        if self._bases is None:
+            device = next(iter(self._flat.values())).device
+            self._bases = (
+                torch.empty(16, dtype=_ref.FP8_DTYPE, device=device),
+                torch.empty(4, dtype=torch.float32, device=device),
+            )
+        into = found[1]
+        meta = None if into is None else into_params_meta(plan, into, self._flat, self._bases)
+        dev = None if meta is None else (meta.to(plan.device), aligned(meta))
+        self._into[id(plan)] = (plan, dev)
+        return dev
+
     def apply(
         self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None
     ) -> list[tuple[str, torch.Tensor]]:
@@ -298,9 +415,18 @@ class DirectSync:
         else:  # one gathered input in the engine's dtype (verl's v.to(dtype) per tensor)
             flat = torch.cat([weights[i][1].reshape(-1).to(self.dtype) for i in lay.idx])
             plan, runs = lay.plan, lay.runs
-        out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False, round_to=round_to)
-        assert isinstance(out, tuple)  # views=False: the two flat output buffers
-        copy_runs(runs, out[0], out[1], self._flat)
+        into = self._into_params(plan, lay) if self.into_params and flat.is_cuda else None
+        if into is not None:
+            meta, is_aligned = into
+            assert self._bases is not None
+            quantize_flat_into(
+                flat, plan, meta, is_aligned, self._bases, self.scale_fmt, self.amax_floor, round_to
+            )
+            self.stats["into_params"] += 1
+        else:
+            out = quantize_flat(flat, plan, self.scale_fmt, self.amax_floor, views=False, round_to=round_to)
+            assert isinstance(out, tuple)  # views=False: the two flat output buffers
+            copy_runs(runs, out[0], out[1], self._flat)
         self.stats["direct_tensors"] += len(lay.idx)
         self.stats["fallback_tensors"] += len(rest)
         self.stats["copies"] += len(runs)

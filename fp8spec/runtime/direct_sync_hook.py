@@ -107,6 +107,7 @@ class DirectState:
         self.counts = dict.fromkeys(COUNTS, 0)
         self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
         self.kept_at = (0, 0)  # kept_buffer.STATS (mapped, map_reused) at the start of this sync
+        self.into_at = 0  # the DirectSync's into_params count at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
         # before the post-load processing: vLLM's load_weights and verl's load_quanted_weights cost ~14 ms per
@@ -146,10 +147,14 @@ class DirectState:
             rank,
             size,
         )
-        from .envs import DIRECT_ROUND_IN_KERNEL
+        from .envs import DIRECT_INTO_PARAMS, DIRECT_ROUND_IN_KERNEL
 
         return DirectSync(
-            planner, dtype, on_left_out=self._left_out, round_in_kernel=DIRECT_ROUND_IN_KERNEL.read()
+            planner,
+            dtype,
+            on_left_out=self._left_out,
+            round_in_kernel=DIRECT_ROUND_IN_KERNEL.read(),
+            into_params=DIRECT_INTO_PARAMS.read(),
         )
 
     def _left_out(self, name: str, why: str) -> None:
@@ -189,6 +194,7 @@ class DirectState:
         self.pending, self.pending_bytes = [], 0
         self.early_acks_at = STATS["early_acks"]
         self.kept_at = (KEPT["mapped"], KEPT["map_reused"])
+        self.into_at = self.ds.stats["into_params"] if self.ds is not None else 0
 
     def end(self, seconds: float | None = None) -> dict:
         from .kept_buffer import STATS as KEPT
@@ -204,6 +210,9 @@ class DirectState:
             if reused
             else ""
         )
+        into = (self.ds.stats["into_params"] - self.into_at) if self.ds is not None else 0
+        if into:  # FP8SPEC_DIRECT_INTO_PARAMS: no staging outputs, no copy runs for these buckets
+            kept += f", {into} buckets quantized straight into the parameters"
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors written into the engine's parameters (%d quantized, %d "
             "copied), %d through verl's receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled "

@@ -261,6 +261,13 @@ DIRECT_ROUND_IN_KERNEL = _direct_switch(
     "engine side: a float32 bucket read in place is rounded to the engine's dtype by the quantizer as it loads "
     "(round to nearest even, as the cast it replaces), instead of a cast copy of the bucket first",
 )
+DIRECT_INTO_PARAMS = _direct_switch(
+    "FP8SPEC_DIRECT_INTO_PARAMS",
+    "engine side: quantize each bucket straight into the engine's FP8 parameters and block scales where every "
+    "tensor of it fills one contiguous region of its parameter (TP1), instead of into staging outputs and copy "
+    "runs; GPU-tested, not yet measured in the engine",
+    default="0",
+)
 
 # The table, in the order the manifest lists each patch's variables.
 VARIABLES: tuple[EnvVar, ...] = (
@@ -284,6 +291,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     SEND_TABLE,
     SEND_KEEP_BUFFER,
     DIRECT_ROUND_IN_KERNEL,
+    DIRECT_INTO_PARAMS,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

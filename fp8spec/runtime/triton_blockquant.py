@@ -279,6 +279,30 @@ def quantize_flat(
     return plan.outputs(y, s) if views else (y, s)
 
 
+def quantize_flat_into(
+    flat: torch.Tensor,
+    plan: BucketPlan,
+    meta: torch.Tensor,
+    is_aligned: bool,
+    bases: tuple[torch.Tensor, torch.Tensor],
+    scale_fmt: str = "fp32",
+    amax_floor: float = _ref.DEFAULT_AMAX_FLOOR,
+    round_to: torch.dtype | None = None,
+    num_warps: int = 4,
+) -> None:
+    """``quantize_flat`` with the outputs written wherever ``meta`` (the plan's matrix table, on the device) points:
+    its output columns are element offsets from ``bases`` (an fp8 and a float32 tensor), which may lie anywhere in
+    the device's memory, e.g. in the engine's parameters (``direct_sync``). CUDA and Triton only."""
+    check_fmt(scale_fmt)
+    kernel = get_kernel()
+    if kernel is None or not flat.is_cuda:
+        raise RuntimeError("quantize_flat_into needs Triton and a CUDA input")
+    if flat.dim() != 1 or not flat.is_contiguous():
+        raise ValueError("flat must be a contiguous 1-D tensor")
+    code = round_code(flat.dtype, round_to)
+    _launch(kernel, flat, plan, meta, scale_fmt, amax_floor, num_warps, is_aligned, bases, code)
+
+
 def _flatten_outputs(plan, res, device):
     y = torch.empty(plan.y_total, dtype=_ref.FP8_DTYPE, device=device)
     s = torch.empty(plan.s_total, dtype=torch.float32, device=device)

@@ -427,29 +427,91 @@ def test_not_in_place_when_the_list_or_a_view_is_not_the_receivers():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("into_params", [False, True], ids=["copy-runs", "into-params"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["gathered", "in-place"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_gpu_triton_direct_path_equals_the_cpu_reference(dtype, in_place):
-    """The Triton path, from a gathered input and in place on a receive buffer, == the CPU reference."""
-    cfg = SMALL_MOE
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+def test_gpu_triton_direct_path_equals_the_cpu_reference(cfg, dtype, in_place, into_params):
+    """The Triton path, from a gathered input and in place on a receive buffer, through staging outputs and copy
+    runs or straight into the parameters, == the CPU reference; twice, the second sync from the cached tables."""
     params, parts = engine_params(cfg, 1)
     weights = _weights(cfg, dtype, seed=5)
     ref = _vllm_style_load(cfg, params, weights, 1, 0)
     stacked, experts = _tables(cfg)
-    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
-    dst = {n: t.cuda() for n, t in _garbage(params).items()}
-    ds.bind(dst)
+    ds = DirectSync(
+        Planner(params, parts, stacked, experts),
+        torch.bfloat16,
+        on_left_out=lambda *a: None,
+        into_params=into_params,
+    )
     on_gpu = [(n, t.cuda()) for n, t in weights]
-    if in_place:
-        buckets = _received(on_gpu, bucket_size=3 << 20, device="cuda")
-        for b in buckets:
-            ds.apply(b.weights, b)
-        assert ds.stats["in_place"] == len(buckets)
-    else:
-        ds.apply(on_gpu)
-        assert ds.stats["in_place"] == 0
+    buckets = _received(on_gpu, bucket_size=3 << 20, device="cuda") if in_place else []
     fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
-    _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
+    for sync in (1, 2):
+        dst = {n: t.cuda() for n, t in _garbage(params).items()}  # new storage: the tables must follow it
+        ds.bind(dst)
+        if in_place:
+            for b in buckets:
+                ds.apply(b.weights, b)
+            assert ds.stats["in_place"] == sync * len(buckets)
+        else:
+            ds.apply(on_gpu)
+            assert ds.stats["in_place"] == 0
+        launches = len(buckets) if in_place else 1
+        assert ds.stats["into_params"] == (sync * launches if into_params else 0)
+        _assert_bytes_equal(ref, {n: t.cpu() for n, t in dst.items()}, fp8)
+
+
+def _emulate_into(flat, plan, meta, bases, params, round_to=None):
+    """What the kernel does with an into-params table, on the CPU: each matrix quantized by the reference and its
+    codes and scales written at base + offset, in whichever parameter holds that address (none: the test fails)."""
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), t.view(-1)) for t in params.values()]
+
+    def at(addr, n, dtype):
+        for lo, hi, t in spans:
+            if t.dtype == dtype and lo <= addr and addr + n * dtype.itemsize <= hi:
+                o = (addr - lo) // dtype.itemsize
+                return t[o : o + n]
+        raise AssertionError(f"address {addr:#x} ({n} x {dtype}) is in no parameter")
+
+    for x_off, y_off, s_off, m, n, ldx, _gn, _ in meta.tolist():
+        assert ldx == n
+        x = flat[x_off : x_off + m * n].view(m, n)
+        q, sc = quantize_blockwise(x if round_to is None else x.to(round_to), plan.block)
+        at(bases[0].data_ptr() + y_off, m * n, torch.float8_e4m3fn).copy_(q.reshape(-1))
+        at(bases[1].data_ptr() + 4 * s_off, sc.numel(), torch.float32).copy_(sc.reshape(-1))
+
+
+@pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
+def test_the_into_params_table_points_where_the_loaders_copy(cfg):
+    # the table the kernel writes through (output offsets from two base tensors into the parameters), read on the
+    # CPU as the kernel reads it: every quantized parameter byte-equal to vLLM-style loading, at TP1; at TP2 a
+    # row-parallel layer takes a column shard of its source, which no contiguous write can place: no table
+    from fp8spec.runtime.direct_sync import into_params_layout, into_params_meta
+
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.float32, seed=13)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    stacked, experts = _tables(cfg)
+    ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
+    dst = _garbage(params)
+    ds.bind(dst)
+    lay = ds._layout(weights)
+    flat = torch.cat([weights[i][1].reshape(-1) for i in lay.idx])  # float32: rounded as the kernel would
+    bases = (torch.empty(16, dtype=torch.float8_e4m3fn), torch.empty(4))
+    into = into_params_layout(lay.plan, lay.places, lay.shapes, ds.planner.params)
+    assert into is not None
+    meta = into_params_meta(lay.plan, into, ds._flat, bases)
+    assert meta is not None and len(meta) == len(lay.idx)
+    _emulate_into(flat, lay.plan, meta, bases, ds._flat, round_to=torch.bfloat16)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, dst, fp8)
+
+    params2, parts2 = engine_params(cfg, 2)
+    ds2 = DirectSync(Planner(params2, parts2, stacked, experts, 1, 2), torch.bfloat16, on_left_out=lambda *a: None)
+    ds2.bind(_garbage(params2))
+    lay2 = ds2._layout(weights)
+    assert into_params_layout(lay2.plan, lay2.places, lay2.shapes, ds2.planner.params) is None
 
 
 @pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
