@@ -482,6 +482,16 @@ def _emulate_into(flat, plan, meta, bases, params, round_to=None):
         at(bases[1].data_ptr() + 4 * s_off, sc.numel(), torch.float32).copy_(sc.reshape(-1))
 
 
+def _tp1_case(cfg, dtype, seed):
+    """A TP1 engine's parameters, the trainer's weights, vLLM-style loading of them, the mapping tables and the
+    FP8 parameter names."""
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, dtype, seed=seed)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    return params, parts, weights, ref, _tables(cfg), fp8
+
+
 @pytest.mark.parametrize("cfg", [SMALL_DENSE, SMALL_MOE], ids=["dense", "moe"])
 def test_the_into_params_table_points_where_the_loaders_copy(cfg):
     # the table the kernel writes through (output offsets from two base tensors into the parameters), read on the
@@ -489,10 +499,7 @@ def test_the_into_params_table_points_where_the_loaders_copy(cfg):
     # row-parallel layer takes a column shard of its source, which no contiguous write can place: no table
     from fp8spec.runtime.direct_sync import into_params_layout, into_params_meta
 
-    params, parts = engine_params(cfg, 1)
-    weights = _weights(cfg, torch.float32, seed=13)
-    ref = _vllm_style_load(cfg, params, weights, 1, 0)
-    stacked, experts = _tables(cfg)
+    params, parts, weights, ref, (stacked, experts), fp8 = _tp1_case(cfg, torch.float32, 13)
     ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
     dst = _garbage(params)
     ds.bind(dst)
@@ -504,7 +511,6 @@ def test_the_into_params_table_points_where_the_loaders_copy(cfg):
     meta = into_params_meta(lay.plan, into, ds._flat, bases)
     assert meta is not None and len(meta) == len(lay.idx)
     _emulate_into(flat, lay.plan, meta, bases, ds._flat, round_to=torch.bfloat16)
-    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
     _assert_bytes_equal(ref, dst, fp8)
 
     params2, parts2 = engine_params(cfg, 2)
@@ -523,11 +529,7 @@ def test_lazy_bucket_views_build_only_what_verl_still_loads(cfg):
     from fp8spec.runtime.flat_bucket import ReceivedBucket
     from fp8spec.runtime.lazy_receive import BucketViews
 
-    params, parts = engine_params(cfg, 1)
-    weights = _weights(cfg, torch.bfloat16, seed=11)
-    ref = _vllm_style_load(cfg, params, weights, 1, 0)
-    stacked, experts = _tables(cfg)
-    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    params, parts, weights, ref, (stacked, experts), fp8 = _tp1_case(cfg, torch.bfloat16, 11)
     ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
     eager = _received(weights, bucket_size=3 << 20)
 
