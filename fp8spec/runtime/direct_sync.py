@@ -259,11 +259,11 @@ class DirectSync:
             if t.is_contiguous():
                 flat[name] = t.data.view(-1)
         self._flat, self._whole = flat, whole
-        ptrs = tuple((n, t.data_ptr()) for n, t in flat.items())
-        if (
-            ptrs != self._bound_ptrs
-        ):  # verl's staging re-laid a parameter out: the output tables point elsewhere
-            self._bound_ptrs, self._into = ptrs, {}
+        if self.into_params:
+            # a parameter re-allocated since the last binding (verl's staging): the output tables point elsewhere
+            ptrs = tuple((n, t.data_ptr()) for n, t in flat.items())
+            if ptrs != self._bound_ptrs:
+                self._bound_ptrs, self._into = ptrs, {}
 
     def _layout(self, weights: Sequence[tuple[str, torch.Tensor]], bucket: Any = None) -> _Layout:
         # the bucket's metadata bytes (equal bytes: equal names, shapes, dtypes) key it without reading a tensor,
