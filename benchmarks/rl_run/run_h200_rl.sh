@@ -23,6 +23,11 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 python3 -c "import verl, vllm, ray, torch; print('verl', verl.__version__, 'vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 | tee "$OUT/rl/env.txt"
 python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl 2>&1 | tail -n 2 | tee "$OUT/rl/assets.log"
+# An MoE bundle (name with "moe", e.g. benchmarks/weight_sync/tiny-qwen3-moe-h200-direct.yaml) reads model-moe/.
+if [[ "${RL_RUNS:-}" == *moe* ]]; then
+  python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl --config specs/models/tiny-qwen3-moe/config.json \
+    --model-dir model-moe 2>&1 | tail -n 1 | tee -a "$OUT/rl/assets.log"
+fi
 ngpu=$(nvidia-smi -L | wc -l)
 
 head_start() {  # GPU BASEPORT: a Ray head on 127.0.0.1 that sees one GPU
