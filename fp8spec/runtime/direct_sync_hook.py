@@ -65,6 +65,15 @@ def loader_name(param: Any) -> str | None:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+def engine_model(runner: Any) -> Any:
+    """The runner's model without vLLM's CUDA-graph wrappers: with full CUDA graphs the V1 runner holds a
+    ``CUDAGraphWrapper`` (gpu_model_runner.py 5304-5320), which forwards instance attributes but not the model
+    class's ``packed_modules_mapping``; ``get_model()`` unwraps it (gpu_model_runner.py 3211-3219). Seen in
+    ``main_ppo`` on the tiny Qwen3-MoE: without this, q/k/v went to verl's receiver at every sync."""
+    get_model = getattr(runner, "get_model", None)
+    return get_model() if callable(get_model) else runner.model
+
+
 def engine_tables(model: Any) -> dict[str, Any]:
     """What the Planner needs, read from a live vLLM model object (pure attribute reads)."""
     named = list(model.named_parameters())
@@ -306,7 +315,7 @@ def patch_worker_extension(
             return orig_update(self, weights, peft_config, base_sync_done)
         runner = self.model_runner
         bucket = engine.bucket  # set by the receiver patch around this callback (same list object)
-        rest = st.route(runner.model, runner.vllm_config.model_config.dtype, weights, bucket)
+        rest = st.route(engine_model(runner), runner.vllm_config.model_config.dtype, weights, bucket)
         if rest and st.ds is not None and sys.modules.get(MOD_QUANT_UTILS) is not None:
             rest = st.defer(rest)
         if callable(getattr(weights, "built", None)):  # lazy_receive.BucketViews

@@ -265,8 +265,7 @@ DIRECT_INTO_PARAMS = _direct_switch(
     "FP8SPEC_DIRECT_INTO_PARAMS",
     "engine side: quantize each bucket straight into the engine's FP8 parameters and block scales where every "
     "tensor of it fills one contiguous region of its parameter (TP1), instead of into staging outputs and copy "
-    "runs; GPU-tested, not yet measured in the engine",
-    default="0",
+    "runs (byte-exact against a fresh Qwen3-8B engine; Qwen3-8B BF16 sync 0.057 -> 0.039 s, BENCHMARKS.md 8.9)",
 )
 
 # The table, in the order the manifest lists each patch's variables.

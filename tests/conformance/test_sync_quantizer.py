@@ -70,17 +70,22 @@ def test_direct_compiles_to_the_direct_sync_patch(tmp_path):
 
 def test_auto_picks_direct_only_where_it_was_shown(tmp_path, monkeypatch):
     # vLLM 0.24.0 records the direct path byte-exact at tp 1 and trained in a loop with an FSDP trainer on a dense
-    # model (verified.direct_sync_in_loop: fsdp/dense): the tiny dense FSDP spec at tp 1 gets it
+    # model (verified.direct_sync_in_loop: fsdp/dense, fsdp/moe): the tiny dense FSDP spec at tp 1 gets it, and
+    # so does an MoE on an FSDP trainer at tp 1
     tiny = SPECS / "tiny-qwen3-h200.yaml"
-    c = compile_variant(tiny, None, {}, tmp_path, "tiny")
-    assert check_bundle(c) == []
-    assert "direct_sync" in c.plan.patches and "fast_block_quant" not in c.plan.patches
-    # not shown: rollout tp 2, ue8m0 scales, an MoE, a Megatron trainer -> fast_block_quant (or verl's quantizer
-    # where that was not shown either)
+    for name, spec, backend, patch in (
+        ("tiny", "tiny-qwen3-h200.yaml", None, {}),
+        ("fsdp-moe", "qwen3-30b.yaml", "fsdp+vllm", {"rollout": {"tp": 1}, "training": {"precision": "bf16"}}),
+    ):
+        c = compile_variant(SPECS / spec, backend, patch, tmp_path, name)
+        assert check_bundle(c) == []
+        assert "direct_sync" in c.plan.patches and "fast_block_quant" not in c.plan.patches, name
+    # not shown: rollout tp 2, ue8m0 scales, a Megatron trainer (dense or MoE) -> fast_block_quant (or verl's
+    # quantizer where that was not shown either)
     for name, spec, backend, patch in (
         ("tp2", "qwen3-8b.yaml", "fsdp+vllm", {}),
         ("ue8m0", "tiny-qwen3-h200.yaml", None, {"linear": {"scale_dtype": "ue8m0"}}),
-        ("moe", "qwen3-30b.yaml", "megatron+vllm", {"rollout": {"tp": 1}}),
+        ("megatron-moe", "qwen3-30b.yaml", "megatron+vllm", {"rollout": {"tp": 1}}),
         ("megatron", "tiny-qwen3-moe-megatron-fp8-rollout.yaml", None, {}),
     ):
         got = compile_variant(SPECS / spec, backend, patch, tmp_path, name)
@@ -99,9 +104,10 @@ def test_the_device_plans_direct_run_compiles(tmp_path):
     # benchmarks/weight_sync/README.md runs this spec's bundle for timing_s/update_weights with the direct path on
     from tests.conftest import REPO
 
-    c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-h200-direct.yaml", None, {}, tmp_path)
-    assert check_bundle(c) == []
-    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"]
+    for name in ("tiny-qwen3-h200-direct", "tiny-qwen3-moe-h200-direct"):  # dense and the MoE (8.9)
+        c = compile_variant(REPO / "benchmarks" / "weight_sync" / f"{name}.yaml", None, {}, tmp_path, name)
+        assert check_bundle(c) == []
+        assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"], name
 
 
 def test_the_device_plans_sglang_in_loop_run_compiles(tmp_path):

@@ -184,6 +184,47 @@ def test_lora_syncs_and_unreadable_engines_go_to_verl_whole(caplog):
     )
 
 
+class GraphWrapper:
+    """What vLLM 0.24.0's ``CUDAGraphWrapper`` (compilation/cuda_graph.py 145-224) does to attribute reads: an
+    instance attribute of the model is forwarded (``__getattr__``), a class attribute of the model is not a class
+    attribute of the wrapper, and ``unwrap()`` gives the model back."""
+
+    def __init__(self, runnable):
+        self.runnable = runnable
+
+    def __getattr__(self, key):
+        if hasattr(self.runnable, key):
+            return getattr(self.runnable, key)
+        raise AttributeError(key)
+
+    def unwrap(self):
+        return self.runnable
+
+
+@pytest.mark.parametrize("unwraps", [True, False], ids=["get_model", "no-get_model"])
+def test_a_model_wrapped_for_cuda_graphs_is_planned_from_the_model_itself(unwraps, caplog):
+    """main_ppo on the tiny Qwen3-MoE (V1 runner, full CUDA graphs): the runner's ``model`` is the wrapper, and its
+    type has no ``packed_modules_mapping``; read through ``get_model()`` (as vLLM's runner exposes it) every tensor
+    is planned, without it q/k/v fall to verl's receiver, which this shows is what the wrapper alone does."""
+    cfg = SMALL_MOE
+    params, parts = engine_params(cfg, 1)
+    weights = _weights(cfg, torch.bfloat16)
+    ref = _vllm_style_load(cfg, params, weights, 1, 0)
+    model = _model(cfg, params, parts, _garbage(params))
+    ext = _patched()(model, [weights])
+    ext.model_runner.model = GraphWrapper(model)
+    if unwraps:
+        ext.model_runner.get_model = ext.model_runner.model.unwrap
+    ext.update_weights_from_ipc()
+    qkv = [n for n, _ in weights if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight"))]
+    assert qkv
+    if unwraps:
+        assert ext.to_verl == []
+        _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, list(params))
+    else:
+        assert ext.to_verl == [qkv]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_routing_through_the_triton_path_equals_the_cpu_reference():
