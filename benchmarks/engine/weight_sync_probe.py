@@ -215,7 +215,8 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     cfg = case_config(case)
     folder = Path("/tmp/fp8spec-models") / f"ws-{case}"
     kw = dict(skip_tokenizer_init=True, seed=0, gpu_memory_utilization=util, max_model_len=1024,
-              enforce_eager=True, enable_prefix_caching=False, worker_extension_cls="ws_probe_ext.ProbeVerlExt")
+              # WS_EAGER=0: CUDA graphs as in main_ppo (the V1 runner then wraps the model, BENCHMARKS.md 8.9)
+              enforce_eager=os.environ.get("WS_EAGER", "1") == "1", enable_prefix_caching=False, worker_extension_cls="ws_probe_ext.ProbeVerlExt")
     if path in ("fresh", "fresh-ref"):
         llm = LLM(model=str(folder / ("fp8" if path == "fresh" else "fp8ref")), **kw)
     else:
