@@ -14,6 +14,7 @@
 #                                             WS_SEND_PIPELINE=0 no two-half pipeline (default 1); WS_SEND_TABLE=0|1
 #                                             the table fill (default: the runtime's); WS_BUCKET_MB bucket
 #                                             size (default 2048); WS_SYNC_TIMING=1 the sender split; WS_EAGER=0 CUDA graphs (as main_ppo);
+#                                             WS_SEND_CAST_BF16=1 float32 weights sent as BF16;
 #                                             WS_TIMEOUT seconds for the call, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).

@@ -11,7 +11,15 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from .envs import FUSED_SEND, RUNTIME_PATCHES, SEND_KEEP_BUFFER, SEND_PIPELINE, SEND_TABLE, check_environment
+from .envs import (
+    FUSED_SEND,
+    RUNTIME_PATCHES,
+    SEND_CAST_BF16,
+    SEND_KEEP_BUFFER,
+    SEND_PIPELINE,
+    SEND_TABLE,
+    check_environment,
+)
 from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
@@ -109,10 +117,15 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
         # before sync_timing, which wraps the send method it finds
         def _fused(mod):
             version_guard.require("verl", "direct_sync (FP8SPEC_FUSED_SEND)")
+            import torch
+
             from .fused_send import patch_bucket_sender_fused
 
             patch_bucket_sender_fused(
-                mod, pipeline=SEND_PIPELINE.read(), table=None if SEND_TABLE.read() else False
+                mod,
+                pipeline=SEND_PIPELINE.read(),
+                table=None if SEND_TABLE.read() else False,
+                cast=torch.bfloat16 if SEND_CAST_BF16.read() else None,
             )
 
         _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)

@@ -256,6 +256,12 @@ SEND_KEEP_BUFFER = _direct_switch(
     "sync (kept_buffer.py): one bucket of trainer GPU memory held all the time",
     default="0",
 )
+SEND_CAST_BF16 = _direct_switch(
+    "FP8SPEC_SEND_CAST_BF16",
+    "with the fused fill: send float32 *.weight tensors as BF16, cast as they are copied into the bucket (the "
+    "values verl's receiver casts them to for a BF16 engine; half the bucket bytes); BF16 engines only",
+    default="0",
+)
 DIRECT_ROUND_IN_KERNEL = _direct_switch(
     "FP8SPEC_DIRECT_ROUND_IN_KERNEL",
     "engine side: a float32 bucket read in place is rounded to the engine's dtype by the quantizer as it loads "
@@ -289,6 +295,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     SEND_PIPELINE,
     SEND_TABLE,
     SEND_KEEP_BUFFER,
+    SEND_CAST_BF16,
     DIRECT_ROUND_IN_KERNEL,
     DIRECT_INTO_PARAMS,
 )

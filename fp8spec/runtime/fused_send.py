@@ -25,6 +25,15 @@ instead of a byte view for the gathered copy, and one launch per flush copies al
 tensor without CUDA and Triton) take the gathered runs above. The two never share a run: a run is always one
 contiguous region of the buffer.
 
+Cast (``cast=torch.bfloat16``, ``FP8SPEC_SEND_CAST_BF16``): an FSDP trainer sends float32 weights, and verl's
+receiver casts each to the engine's dtype (``v.to(dtype)``, round to nearest even) before loading it, so the
+bucket carries twice the bytes the engine keeps. With the switch a float32 tensor named ``*.weight`` is cast as it
+is copied into the bucket and sent as BF16 (metadata says so): the same BF16 values the receiver's cast gives,
+half the bucket bytes. Only for an engine whose dtype is BF16 (vLLM's, as verl's rollout ``dtype`` defaults);
+anything else (KV scales pushed as float32 ``*_scale`` tensors) keeps its dtype. Cast tensors take gathered
+runs of their own (``torch.cat`` into a BF16 view of the bucket: one copy per tensor on CUDA, whose batched cat
+needs equal dtypes), never the byte table.
+
 Everything around the loop stays verl's: its socket and buffer set-up (``_init_socket``, ``_init_buffer``), its
 large-weight path (``_direct_send_large_weight``), its clean-up, and ``get_torch_device`` looked up in verl's
 module at each call (``sync_timing`` wraps it). A tensor on another device than the bucket (an offloaded shard
@@ -53,10 +62,17 @@ class BucketFill:
     """One bucket being filled in ``buffer[start:limit]``: verl's offsets (absolute in the buffer) and
     metadata, the copies gathered into runs."""
 
-    def __init__(self, buffer: torch.Tensor, bucket_size: int, table: bool | None = False):
+    def __init__(
+        self,
+        buffer: torch.Tensor,
+        bucket_size: int,
+        table: bool | None = False,
+        cast: torch.dtype | None = None,
+    ):
         """``table``: copy what it can through a ``gather_copy`` table (None: where the Triton kernel runs;
-        True: also without it, through the table's reference copy, for tests)."""
-        self.buffer, self.bucket_size = buffer, bucket_size
+        True: also without it, through the table's reference copy, for tests). ``cast``: the dtype float32
+        ``*.weight`` tensors are sent as (None: as they come)."""
+        self.buffer, self.bucket_size, self.cast = buffer, bucket_size, cast
         self._zeros = torch.zeros(16, dtype=torch.uint8, device=buffer.device)  # alignment padding
         if table is None:
             table = buffer.is_cuda and gather_copy.get_kernel() is not None
@@ -70,26 +86,44 @@ class BucketFill:
         self.offset = self._run_start = start
         self._run_bytes = 0
         self._run: list[torch.Tensor] = []
+        self._run_cast = False  # whether the pending run holds cast sources (written through a cast view)
         if self.table is not None:
             self.table.clear()
 
-    def fits(self, weight: torch.Tensor) -> bool:
-        return self._aligned(weight) + weight.nbytes <= self.limit
+    def sent_as(self, name: str, weight: torch.Tensor) -> torch.dtype:
+        """The dtype ``weight`` goes into the bucket as."""
+        if self.cast is not None and weight.dtype == torch.float32 and name.endswith(".weight"):
+            return self.cast
+        return weight.dtype
 
-    def _aligned(self, weight: torch.Tensor) -> int:
-        a = weight.element_size()
+    def nbytes(self, name: str, weight: torch.Tensor) -> int:
+        """The bucket bytes ``weight`` takes."""
+        return weight.numel() * self.sent_as(name, weight).itemsize
+
+    def fits(self, weight: torch.Tensor, name: str = "") -> bool:
+        dtype = self.sent_as(name, weight)
+        return self._aligned(dtype) + weight.numel() * dtype.itemsize <= self.limit
+
+    def _aligned(self, dtype: torch.dtype) -> int:
+        a = dtype.itemsize
         return (self.offset + a - 1) // a * a
 
     def add(self, name: str, weight: torch.Tensor) -> None:
         """Place ``weight`` at verl's next offset (the caller checked ``fits``)."""
-        offset = self._aligned(weight)
+        dtype = self.sent_as(name, weight)
+        offset = self._aligned(dtype)
         self.meta[name] = {
             "name": name,
             "shape": weight.shape,
-            "dtype": weight.dtype,
+            "dtype": dtype,
             "offset": offset,
             "handle": None,
         }
+        if dtype != weight.dtype:
+            self._add_cast(weight, offset)
+            return
+        if self._run_cast:
+            self._flush_run()
         table = self.table
         if table is not None and weight.get_device() == self._device and weight.is_contiguous():
             ptr, nbytes = weight.data_ptr(), weight.nbytes
@@ -118,6 +152,29 @@ class BucketFill:
         if self._run_bytes >= FLUSH_BYTES or len(self._run) >= FLUSH_TENSORS:
             self.flush()
 
+    def _add_cast(self, weight: torch.Tensor, offset: int) -> None:
+        """A run of cast sources covers [run start, offset) with no padding (each source starts aligned to the
+        cast dtype's size, right after the one before); a pending byte run is written first."""
+        cast = self.cast
+        assert cast is not None
+        if self._run and not self._run_cast:
+            self._flush_run()
+        if not self._run:
+            self._run_start = self.offset = offset
+            self._run_cast = True
+        if weight.device != self.buffer.device:
+            self.flush()
+            region = self.buffer[offset : offset + weight.numel() * cast.itemsize]
+            region.view(dtype=cast).view(weight.shape).copy_(weight, non_blocking=True)
+            self.offset = self._run_start = offset + region.numel()
+            self._run_cast = False
+            return
+        self._run.append(weight.reshape(-1))
+        self.offset = offset + weight.numel() * cast.itemsize
+        self._run_bytes += weight.nbytes
+        if self._run_bytes >= FLUSH_BYTES or len(self._run) >= FLUSH_TENSORS:
+            self.flush()
+
     def flush(self) -> None:
         """Write the pending run and table into the bucket."""
         self._flush_run()
@@ -127,8 +184,9 @@ class BucketFill:
 
     def _flush_run(self) -> None:
         if self._run:
-            torch.cat(self._run, out=self.buffer[self._run_start : self.offset])
-        self._run, self._run_start = [], self.offset
+            out = self.buffer[self._run_start : self.offset]
+            torch.cat(self._run, out=out.view(self.cast) if self.cast and self._run_cast else out)
+        self._run, self._run_start, self._run_cast = [], self.offset, False
 
 
 class Regions:
@@ -146,8 +204,8 @@ class Regions:
     def early(self) -> bool:
         return self.current != 2
 
-    def needs_whole(self, weight: torch.Tensor) -> bool:
-        return self.on and self.current != 2 and weight.nbytes > self.half
+    def needs_whole(self, nbytes: int) -> bool:
+        return self.on and self.current != 2 and nbytes > self.half
 
     def after_send(self) -> None:
         # after a half: the other one (its bucket was processed before this one's ack came back); after the
@@ -156,9 +214,15 @@ class Regions:
             self.current = 0 if self.current == 2 else 1 - self.current
 
 
-def patch_bucket_sender_fused(module: ModuleType, pipeline: bool = True, table: bool | None = False) -> None:
+def patch_bucket_sender_fused(
+    module: ModuleType,
+    pipeline: bool = True,
+    table: bool | None = False,
+    cast: torch.dtype | None = None,
+) -> None:
     """Give ``BucketedWeightSender`` in ``module`` (verl's bucketed_weight_transfer.py) the fused fill; idempotent.
-    ``pipeline``: alternate the buffer's halves; ``table``: the table fill (``BucketFill``). Install it before
+    ``pipeline``: alternate the buffer's halves; ``table``: the table fill, ``cast``: the dtype float32 weights
+    are sent as (``BucketFill``). Install it before
     ``sync_timing.patch_bucket_sender``, which wraps whatever send method it finds."""
     cls = module.BucketedWeightSender
     if getattr(cls, FLAG, False):
@@ -185,23 +249,24 @@ def patch_bucket_sender_fused(module: ModuleType, pipeline: bool = True, table: 
         try:
             self._init_socket()
             self._init_buffer()
-            fill = BucketFill(self.buffer, self.bucket_size, table)
+            fill = BucketFill(self.buffer, self.bucket_size, table, cast)
             regions = Regions(self.bucket_size, pipeline)
             fill.reset(*regions.bounds())
             async for name, weight in ensure_async_iterator(weights):
-                if regions.needs_whole(weight):
+                nbytes = fill.nbytes(name, weight)
+                if regions.needs_whole(nbytes):
                     if fill.meta:  # acked once processed: then nothing is in flight
                         await send(self, fill, False)
                     regions.current = 2
                     fill.reset(*regions.bounds())
-                if not fill.fits(weight) and fill.meta:
+                if not fill.fits(weight, name) and fill.meta:
                     await send(self, fill, False, regions.early())
                     regions.after_send()
                     # the bucket just sent used the whole buffer (acked once processed): none in flight
-                    if regions.needs_whole(weight):
+                    if regions.needs_whole(nbytes):
                         regions.current = 2
                     fill.reset(*regions.bounds())
-                if not fill.fits(weight):
+                if not fill.fits(weight, name):
                     # larger than a bucket: verl's own path (CUDA IPC of the tensor itself)
                     assert not self.use_shm, (
                         f"Weight {name}({weight.shape}, {weight.dtype}) is too large to fit in the bucket. "

@@ -86,6 +86,7 @@ BAD = {
     "FP8SPEC_SEND_PIPELINE": "both",
     "FP8SPEC_SEND_TABLE": "table",
     "FP8SPEC_SEND_KEEP_BUFFER": "forever",
+    "FP8SPEC_SEND_CAST_BF16": "bf16",
     "FP8SPEC_DIRECT_ROUND_IN_KERNEL": "round",
     "FP8SPEC_DIRECT_INTO_PARAMS": "params",
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 
 import pytest
@@ -104,6 +105,47 @@ def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush, ta
     assert [n for n, _ in got] == [n for n, _ in weights]
     assert all(_equal(a, b) for (_, a), (_, b) in zip(got, ref))
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
+
+
+def _cast_weights():
+    """float32 ``*.weight`` tensors (cast) among others that keep their dtype: BF16 weights, float32 KV scales
+    (``*_scale``, a 0-dim one), int64, an odd-sized BF16 tensor that shifts the offsets, a strided float32 weight."""
+    g = torch.Generator().manual_seed(5)
+    w = [(f"layers.{i}.q_proj.weight", torch.randn(300 + 7 * i, 256, generator=g)) for i in range(10)]
+    w += [("layers.0.attn.k_scale", torch.tensor(0.0213)), ("odd", torch.randn(3, 5, generator=g).to(torch.bfloat16))]
+    w += [("layers.0.norm.weight", torch.randn(1024, generator=g)), ("t.weight", torch.randn(64, 96, generator=g).t())]
+    w += [("layers.1.attn.v_scale", torch.tensor([0.0311])), ("idx", torch.arange(9))]
+    w += [(f"experts.{j}.weight", torch.randn(40, 33, generator=g)) for j in range(200)]
+    # values whose BF16 rounding is a tie or carries into the exponent: the cast must round as torch's does
+    w += [("ties.weight", torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 2 - 2**-9, -(1 + 2**-8), 3.0e38]))]
+    return w
+
+
+@pytest.mark.parametrize("pipeline,table", [(False, False), (False, True), (True, True)],
+                         ids=["runs", "table", "pipelined-table"])
+def test_cast_sends_float32_weights_as_the_bf16_verls_receiver_would_load(tmp_path, pipeline, table):
+    # verl's receiver hands each tensor to the engine's loader, which for a BF16 engine keeps v.to(bfloat16):
+    # with the cast the bucket carries exactly that, and everything not a float32 *.weight as it came
+    weights = _cast_weights()
+    mod = _module(CpuDevice())
+    fused_send.patch_bucket_sender_fused(mod, pipeline=pipeline, table=table, cast=torch.bfloat16)
+    _, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name=f"cast{pipeline}{table}")
+    want = [
+        (n, w.to(torch.bfloat16) if w.dtype == torch.float32 and n.endswith(".weight") else w) for n, w in weights
+    ]
+    assert [n for n, _ in got] == [n for n, _ in want]
+    bad = [n for (n, a), (_, b) in zip(got, want) if not (_equal(a, b) and a.view(-1).view(torch.uint8).equal(
+        b.contiguous().view(-1).view(torch.uint8)))]
+    assert bad == []
+    dtypes = {n: d for m in metas for n, (_, d, _) in m.items()}
+    assert dtypes["layers.0.attn.k_scale"] == dtypes["layers.1.attn.v_scale"] == torch.float32
+    assert dtypes["layers.0.q_proj.weight"] == dtypes["t.weight"] == torch.bfloat16
+    # half the bytes of every float32 weight, in more than one bucket
+    def sent(ms):
+        return sum(math.prod(shape) * d.itemsize for m in ms for shape, d, _ in m.values())
+
+    f32 = sum(w.nbytes for n, w in weights if w.dtype == torch.float32 and n.endswith(".weight"))
+    assert len(metas) > 1 and sent(metas) == sum(w.nbytes for _, w in weights) - f32 // 2
 
 
 def test_a_tensor_larger_than_a_bucket_is_refused_as_verl_refuses_it_in_shm_mode(tmp_path):
@@ -277,16 +319,19 @@ def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook, fused_send
 seen = []
-fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False: seen.append([pipeline, table])
+fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None: seen.append(
+    [pipeline, table, str(cast)])
 for hook in _importhook._pending.get(%r, []):
     if '_fused' in getattr(hook, '__qualname__', ''):
         hook(None)
 print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    assert _run(code, base)["seen"] == [[True, None]]  # the table fill: None = where the Triton kernel runs
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False]]
+    # the table fill: None = where the Triton kernel runs; no cast unless asked
+    assert _run(code, base)["seen"] == [[True, None, "None"]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "None"]]
+    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "None"]]
+    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="1"))["seen"] == [[True, None, "torch.bfloat16"]]
     assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
 
 
@@ -313,3 +358,24 @@ def test_gpu_fill_with_cuda_and_host_tensors_equals_the_sources(table):
         m = fill.meta[n]
         view = buf[m["offset"] : m["offset"] + w.nbytes].view(dtype=w.dtype).view(w.shape)
         assert torch.equal(view.cpu(), w.cpu()), n
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("table", [False, None], ids=["runs", "table"])
+def test_gpu_cast_fill_equals_torchs_cast_of_the_sources(table):
+    # CUDA's cat into a BF16 view of the bucket from float32 sources (and a host shard's cast copy): the bytes
+    # of torch's own .to(bfloat16), ties and exponent carries included; the rest byte-equal to the sources
+    buf = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    fill = fused_send.BucketFill(buf, buf.numel(), table, cast=torch.bfloat16)
+    weights = [(n, w.cuda() if n != "layers.0.norm.weight" else w) for n, w in _cast_weights()]
+    for n, w in weights:
+        assert fill.fits(w, n)
+        fill.add(n, w)
+    fill.flush()
+    torch.cuda.synchronize()
+    for n, w in weights:
+        m = fill.meta[n]
+        want = w.to(torch.bfloat16) if m["dtype"] != w.dtype else w
+        view = buf[m["offset"] : m["offset"] + want.nbytes].view(dtype=m["dtype"]).view(w.shape)
+        assert torch.equal(view.cpu().view(-1).view(torch.uint8), want.cpu().contiguous().view(-1).view(torch.uint8)), n
