@@ -98,6 +98,8 @@ class BucketFill:
 
     def nbytes(self, name: str, weight: torch.Tensor) -> int:
         """The bucket bytes ``weight`` takes."""
+        if self.cast is None:  # the per-tensor loop is the trainer side's cost: no dtype lookup when not casting
+            return weight.nbytes
         return weight.numel() * self.sent_as(name, weight).itemsize
 
     def fits(self, weight: torch.Tensor, name: str = "") -> bool:
