@@ -396,7 +396,8 @@ def main() -> int:
             for ws, var in (("WS_SEND_TABLE", "FP8SPEC_SEND_TABLE"), ("WS_SEND_KEEP_BUFFER", "FP8SPEC_SEND_KEEP_BUFFER"),
                             ("WS_DIRECT_ROUND_IN_KERNEL", "FP8SPEC_DIRECT_ROUND_IN_KERNEL"),
                             ("WS_DIRECT_INTO_PARAMS", "FP8SPEC_DIRECT_INTO_PARAMS"),
-                            ("WS_SEND_CAST_BF16", "FP8SPEC_SEND_CAST_BF16")):
+                            ("WS_SEND_CAST_BF16", "FP8SPEC_SEND_CAST_BF16"),
+                            ("WS_SEND_PACKED_META", "FP8SPEC_SEND_PACKED_META")):
                 if ws in os.environ:  # else the runtime's default
                     env[var] = os.environ[ws]
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"

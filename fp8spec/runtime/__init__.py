@@ -16,6 +16,7 @@ from .envs import (
     RUNTIME_PATCHES,
     SEND_CAST_BF16,
     SEND_KEEP_BUFFER,
+    SEND_PACKED_META,
     SEND_PIPELINE,
     SEND_TABLE,
     check_environment,
@@ -126,6 +127,7 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
                 pipeline=SEND_PIPELINE.read(),
                 table=None if SEND_TABLE.read() else False,
                 cast=torch.bfloat16 if SEND_CAST_BF16.read() else None,
+                packed=SEND_PACKED_META.read(),
             )
 
         _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)

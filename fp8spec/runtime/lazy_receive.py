@@ -22,11 +22,14 @@ free that tensor once acked).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
 import torch
+
+from .packed_meta import PackedMeta
 
 FLAG = "_fp8spec_lazy_receive"
 # in a bucket message: its region stays untouched until the next message's ack
@@ -40,32 +43,51 @@ class BucketViews(Sequence):
 
     __slots__ = ("_buffer", "_built", "_device", "_items", "_rebuild", "_use_shm", "bucket_meta")
 
-    def __init__(self, buffer: Any, bucket_meta: dict, device: torch.device, use_shm: bool, rebuild: Any):
+    def __init__(self, buffer: Any, bucket_meta: Any, device: torch.device, use_shm: bool, rebuild: Any):
         self.bucket_meta = bucket_meta
-        self._items = list(bucket_meta.items())
+        # a PackedMeta (fp8spec's sender) is read by index, without a dict per tensor
+        self._items = None if isinstance(bucket_meta, PackedMeta) else list(bucket_meta.items())
         self._buffer, self._device, self._use_shm, self._rebuild = buffer, device, use_shm, rebuild
         self._built: dict[int, tuple[str, torch.Tensor]] = {}
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.bucket_meta) if self._items is None else len(self._items)
 
     def __getitem__(self, i):
+        n = len(self)
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self._items)))]
+            return [self[j] for j in range(*i.indices(n))]
         if i < 0:
-            i += len(self._items)
+            i += n
         got = self._built.get(i)
         if got is None:
-            got = self._built[i] = self._build(*self._items[i])
+            if self._items is None:
+                if not 0 <= i < n:
+                    raise IndexError(i)
+                got = self._built[i] = self._build_packed(i)
+            else:
+                got = self._built[i] = self._build(*self._items[i])
         return got
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for i in range(len(self._items)):
+        for i in range(len(self)):
             yield self[i]
 
     def names(self) -> list[str]:
         """Every name, without building a view."""
+        if self._items is None:
+            return list(self.bucket_meta.names)
         return [name for name, _ in self._items]
+
+    def _build_packed(self, i: int) -> tuple[str, torch.Tensor]:
+        # the same view as _build, from the lists (a PackedMeta never holds a handle)
+        m = self.bucket_meta
+        shape, dtype, offset = m.shapes[i], m.dtypes[i], m.offsets[i]
+        size = dtype.itemsize * math.prod(shape)
+        tensor = self._buffer[offset : offset + size].view(dtype=dtype).view(shape)
+        if self._use_shm:
+            tensor = tensor.to(self._device)
+        return m.names[i], tensor
 
     def built(self) -> int:
         """How many items were built (what a consumer actually read)."""
@@ -88,7 +110,10 @@ def early_ack(metadata: dict) -> bool:
     return (
         metadata.get(EARLY_ACK) is True
         and not metadata["is_last"]
-        and all(m.get("handle") is None for m in metadata["bucket_meta"].values())
+        and (
+            isinstance(metadata["bucket_meta"], PackedMeta)  # never a handle
+            or all(m.get("handle") is None for m in metadata["bucket_meta"].values())
+        )
     )
 
 

@@ -24,6 +24,7 @@ import contextvars
 import functools
 import logging
 import time
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -50,9 +51,13 @@ class SendTimes:
         self.tensors = self.buckets = self.bytes = 0
         self.gpu_wait = self.engine = 0.0
 
-    def count(self, bucket_meta: dict) -> None:
+    def count(self, bucket_meta: Mapping) -> None:
         self.buckets += 1
         self.tensors += len(bucket_meta)
+        nbytes = getattr(bucket_meta, "nbytes", None)  # a PackedMeta: from its lists, no dict per tensor
+        if callable(nbytes):
+            self.bytes += nbytes()
+            return
         for m in bucket_meta.values():
             self.bytes += m["dtype"].itemsize * m["shape"].numel()
 
@@ -105,7 +110,7 @@ class _TimedSocket:
 
     def send_pyobj(self, obj: Any, *args: Any, **kwargs: Any) -> Any:
         st = _CURRENT.get()
-        if st is not None and isinstance(obj, dict) and isinstance(obj.get("bucket_meta"), dict):
+        if st is not None and isinstance(obj, dict) and isinstance(obj.get("bucket_meta"), Mapping):
             st.count(obj["bucket_meta"])
         return self._sock.send_pyobj(obj, *args, **kwargs)
 

@@ -87,6 +87,7 @@ BAD = {
     "FP8SPEC_SEND_TABLE": "table",
     "FP8SPEC_SEND_KEEP_BUFFER": "forever",
     "FP8SPEC_SEND_CAST_BF16": "bf16",
+    "FP8SPEC_SEND_PACKED_META": "lists",
     "FP8SPEC_DIRECT_ROUND_IN_KERNEL": "round",
     "FP8SPEC_DIRECT_INTO_PARAMS": "params",
 }

@@ -78,9 +78,11 @@ def _equal(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
-@pytest.mark.parametrize("table", [False, True], ids=["runs", "table"])
+@pytest.mark.parametrize("table,packed", [(False, False), (True, False), (True, True)],
+                         ids=["runs", "table", "table-packed"])
 @pytest.mark.parametrize("flush", [(fused_send.FLUSH_BYTES, fused_send.FLUSH_TENSORS), (4096, 3)])
-def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush, table):
+def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush, table, packed):
+    # packed: the metadata as a PackedMeta, pickled across the socket; verl's own receiver reads it as its dict
     # table: the table fill read by its reference copy (the CPU has no Triton); the odd-sized bf16 tensor, the
     # 0-dim one, the strided one and the int64 one shift offsets off the 16-byte grid and take the runs
     weights = _weights()
@@ -88,8 +90,8 @@ def test_same_buckets_and_bytes_as_verls_sender(tmp_path, monkeypatch, flush, ta
     monkeypatch.setattr(fused_send, "FLUSH_BYTES", flush[0])
     monkeypatch.setattr(fused_send, "FLUSH_TENSORS", flush[1])
     mod = _module(CpuDevice())
-    fused_send.patch_bucket_sender_fused(mod, pipeline=False, table=table)
-    fused_send.patch_bucket_sender_fused(mod, pipeline=False, table=table)  # idempotent
+    fused_send.patch_bucket_sender_fused(mod, pipeline=False, table=table, packed=packed)
+    fused_send.patch_bucket_sender_fused(mod, pipeline=False, table=table, packed=packed)  # idempotent
     tabled = []
     launch = fused_send.gather_copy.launch
     monkeypatch.setattr(fused_send.gather_copy, "launch", lambda buf, t: (tabled.extend(t.keep), launch(buf, t)))
@@ -179,12 +181,13 @@ def test_a_tensor_larger_than_a_bucket_is_refused_as_verl_refuses_it_in_shm_mode
 
 
 @pytest.mark.parametrize("table", [False, True], ids=["runs", "table"])
-def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table):
+@pytest.mark.parametrize("packed", [False, True], ids=["dicts", "packed"])
+def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table, packed):
     import logging
 
     dev = CpuDevice()
     mod = _module(dev)
-    fused_send.patch_bucket_sender_fused(mod, table=table)
+    fused_send.patch_bucket_sender_fused(mod, table=table, packed=packed)
     sync_timing.patch_bucket_sender(mod)
     weights = _weights()
     caplog.set_level(logging.INFO, logger="fp8spec.runtime.sync_timing")
@@ -192,6 +195,7 @@ def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table):
     sender, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name="timed")
     st = sender._fp8spec_send_times
     assert (st.tensors, st.buckets) == (len(weights), len(metas))
+    assert st.bytes == sum(w.nbytes for _, w in weights)  # a PackedMeta counted from its lists
     assert dev.syncs >= len(metas)  # the fill's device syncs go through verl's (timed) get_torch_device
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
     # the line says how many tensors the table copied (none without it)
@@ -232,14 +236,14 @@ print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
 BUCKET = 1 << 20
 
 
-def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0, table=False):
+def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0, table=False, packed=False):
     """One sync from the pipelined fused sender to verl's receiver (``lazy``: fp8spec's, which acks early).
     Per message: ``(early flag, {name: offset}, is_last)``; per bucket the tensors as the callback read them at
     its END, after ``hold_s`` (the engine's work: the sender fills the other half meanwhile)."""
     import time
 
     mod = _module(CpuDevice())
-    fused_send.patch_bucket_sender_fused(mod, pipeline=True, table=table)
+    fused_send.patch_bucket_sender_fused(mod, pipeline=True, table=table, packed=packed)
     if lazy:
         lazy_receive.patch_bucket_receiver_lazy(mod)
     msgs, seen = [], []
@@ -283,13 +287,17 @@ def test_pipelined_buckets_alternate_halves_and_verls_own_receiver_reads_them_ri
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
 
 
-@pytest.mark.parametrize("lazy,table", [(False, False), (True, False), (True, True)],
-                         ids=["verl-receiver", "lazy-receiver", "lazy-receiver-table"])
-def test_pipelined_the_sender_never_writes_a_half_the_engine_is_still_reading(tmp_path, lazy, table):
+@pytest.mark.parametrize("lazy,table,packed", [(False, False, False), (True, False, False), (True, True, False),
+                                               (True, True, True), (False, True, True)],
+                         ids=["verl-receiver", "lazy-receiver", "lazy-receiver-table", "lazy-receiver-packed",
+                              "verl-receiver-packed"])
+def test_pipelined_the_sender_never_writes_a_half_the_engine_is_still_reading(tmp_path, lazy, table, packed):
     # the engine holds each bucket 20 ms: with early acks the trainer fills the other half meanwhile; a region
-    # reused too soon would change the bytes under the callback before it reads them
+    # reused too soon would change the bytes under the callback before it reads them. packed: fp8spec's receiver
+    # builds the views from the PackedMeta's lists (and acks early), verl's reads it as its dict
     weights = _weights()
-    msgs, seen, early_acks = _pipelined(tmp_path, weights, f"hold{lazy}{table}", lazy=lazy, hold_s=0.02, table=table)
+    msgs, seen, early_acks = _pipelined(tmp_path, weights, f"hold{lazy}{table}{packed}", lazy=lazy, hold_s=0.02,
+                                        table=table, packed=packed)
     assert early_acks == (len(msgs) - 1 if lazy else 0)
     got = [p for bucket in seen for p in bucket]
     assert [n for n, _ in got] == [n for n, _ in weights]
@@ -319,8 +327,8 @@ def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook, fused_send
 seen = []
-fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None: seen.append(
-    [pipeline, table, str(cast)])
+fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None, packed=False: seen.append(
+    [pipeline, table, str(cast), packed])
 for hook in _importhook._pending.get(%r, []):
     if '_fused' in getattr(hook, '__qualname__', ''):
         hook(None)
@@ -328,10 +336,11 @@ print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
     # the table fill: None = where the Triton kernel runs; no cast unless asked
-    assert _run(code, base)["seen"] == [[True, None, "None"]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "None"]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "None"]]
-    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="1"))["seen"] == [[True, None, "torch.bfloat16"]]
+    assert _run(code, base)["seen"] == [[True, None, "None", False]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "None", False]]
+    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "None", False]]
+    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="1"))["seen"] == [[True, None, "torch.bfloat16", False]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="1"))["seen"] == [[True, None, "None", True]]
     assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
 
 
