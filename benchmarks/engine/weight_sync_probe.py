@@ -81,6 +81,8 @@ TINY = {
 # cases whose fresh engines (an FP8 checkpoint written by the driver, loaded without a sync) the probe can build:
 # Qwen3-8B's two checkpoints are 2 x 8.7 GB; Qwen3-30B-A3B's would be 2 x 31 GB on a 64 GB disk
 FRESH_CASES = (*TINY, "qwen3-8b")
+# ... and those with room for the reference checkpoint alone (the byte check against fresh-ref, 31 GB)
+FRESH_REF_CASES = (*FRESH_CASES, "qwen3-30b-a3b")
 ZMQ = "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-0.sock"  # verl's handle for job 0, replica 0, rank 0
 
 
@@ -302,14 +304,18 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     (out / f"ws_{case}_{path}.json").write_text(json.dumps(record), encoding="utf-8")
 
 
-def prepare_fresh(case: str, out: Path) -> None:
+def prepare_fresh(case: str, out: Path, paths: list[str]) -> None:
+    """The FP8 checkpoints the fresh engines of ``paths`` load (fresh: verl's quantizer, fresh-ref: the
+    reference), each only when asked for, so Qwen3-30B-A3B's reference one fits the disk alone."""
     import torch
 
     cfg = case_config(case)
     weights = make_weights(cfg, step=0)
     root = Path("/tmp/fp8spec-models") / f"ws-{case}"
-    stats = write_fp8_checkpoint(cfg, weights, root / "fp8", "verl")
-    write_fp8_checkpoint(cfg, weights, root / "fp8ref", "reference")
+    stats = {}
+    for path, folder, quantizer in (("fresh", "fp8", "verl"), ("fresh-ref", "fp8ref", "reference")):
+        if path in paths:
+            stats = write_fp8_checkpoint(cfg, weights, root / folder, quantizer)
     (out / f"ws_{case}_quantizers.json").write_text(json.dumps(stats), encoding="utf-8")
     del weights
     torch.cuda.empty_cache()
@@ -361,9 +367,11 @@ def main() -> int:
     ap.add_argument("--cases", default="tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "PATH"))
     ap.add_argument("--prepare-fresh", metavar="CASE")
+    ap.add_argument("--fresh-paths", default="fresh,fresh-ref", help="with --prepare-fresh: the checkpoints to write")
     ap.add_argument("--util", type=float, default=0.3)
     ap.add_argument("--paths", default="verl,patch,fresh",
-                    help="engines per case: verl, patch, direct; tiny cases and qwen3-8b also fresh, fresh-ref")
+                    help="engines per case: verl, patch, direct; tiny cases and qwen3-8b also fresh, fresh-ref; "
+                         "qwen3-30b-a3b also fresh-ref")
     a = ap.parse_args()
     try:
         probe_options()
@@ -374,7 +382,7 @@ def main() -> int:
         run_engine(a.one[0], a.one[1], a.out, a.util)
         return 0
     if a.prepare_fresh:
-        prepare_fresh(a.prepare_fresh, a.out)
+        prepare_fresh(a.prepare_fresh, a.out, a.fresh_paths.split(","))
         return 0
     base_env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_DEEP_GEMM="0", VLLM_MOE_USE_DEEP_GEMM="0",
                     PYTHONUNBUFFERED="1",
@@ -382,10 +390,12 @@ def main() -> int:
     base_env.pop("FP8SPEC_RUNTIME_PATCHES", None)
     verdicts, rc = {}, 0
     for case in a.cases.split(","):
-        paths = [p for p in a.paths.split(",") if case in FRESH_CASES or not p.startswith("fresh")]
+        paths = [p for p in a.paths.split(",") if case in FRESH_CASES or not p.startswith("fresh")
+                 or (p == "fresh-ref" and case in FRESH_REF_CASES)]
         if case in TINY or any(p.startswith("fresh") for p in paths):
-            subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case],
-                           env=base_env, check=True)
+            fresh = [p for p in paths if p.startswith("fresh")] if case not in TINY else ["fresh", "fresh-ref"]
+            subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case,
+                            "--fresh-paths", ",".join(fresh)], env=base_env, check=True)
         for path in paths:
             env = dict(base_env)
             if path in PATCH_ENV:
