@@ -124,10 +124,10 @@ class LinearSection(Section):
         "per-tensor load_weights; names outside the plan go through verl's receiver, counted in the log; refused "
         "(rule BLK006) with ue8m0 scales and where the engine's profile does not record it byte-exact in the real "
         "engine (vLLM 0.24.0: shown at rollout tp 1; Qwen3-30B-A3B sync 5.9 s -> 0.18-0.28 s, Qwen3-8B 0.12 s -> "
-        "0.045 s, BENCHMARKS.md 8.7-8.8). "
+        "0.039 s, BENCHMARKS.md 8.7-8.9). "
         "auto (default): direct where the engine's profile records it byte-exact at this rollout tp and trained "
-        "inside an RL loop with this trainer on this kind of model (vLLM 0.24.0: tp 1, FSDP, dense, fp32 "
-        "scales); else fp8spec on the stacks where it was shown byte-exact in the real engine and has run "
+        "inside an RL loop with this trainer on this kind of model (vLLM 0.24.0: tp 1, FSDP, dense or MoE, "
+        "fp32 scales); else fp8spec on the stacks where it was shown byte-exact in the real engine and has run "
         "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 is byte-exact, BENCHMARKS.md 7.4, but "
         "not yet run in the loop), verl elsewhere; an explicit fp8spec where it was not shown byte-exact warns "
         "(BLK005). Only with linear.quantize.",
