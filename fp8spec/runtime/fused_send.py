@@ -32,7 +32,7 @@ is copied into the bucket and sent as BF16 (metadata says so): the same BF16 val
 half the bucket bytes. Only for an engine whose dtype is BF16 (vLLM's, as verl's rollout ``dtype`` defaults);
 anything else (KV scales pushed as float32 ``*_scale`` tensors) keeps its dtype. Cast tensors take gathered
 runs of their own (``torch.cat`` into a BF16 view of the bucket: one copy per tensor on CUDA, whose batched cat
-needs equal dtypes), never the byte table.
+needs equal dtypes), or, with the table fill, a cast table of their own (``gather_copy``: one launch for all).
 
 Packed metadata (``packed=True``, ``FP8SPEC_SEND_PACKED_META``): each bucket's metadata goes as a
 ``packed_meta.PackedMeta`` (four lists) instead of a dict of dicts: for Qwen3-30B-A3B 5.6 ms of pickling and loading
@@ -83,6 +83,7 @@ class BucketFill:
         if table is None:
             table = buffer.is_cuda and gather_copy.get_kernel() is not None
         self.table = gather_copy.CopyTable() if table else None
+        self.cast_table = gather_copy.CopyTable(cast) if table and cast is not None else None
         self._device = buffer.get_device()  # -1 on the CPU, as Tensor.get_device gives it
         self.reset()
 
@@ -93,8 +94,9 @@ class BucketFill:
         self._run_bytes = 0
         self._run: list[torch.Tensor] = []
         self._run_cast = False  # whether the pending run holds cast sources (written through a cast view)
-        if self.table is not None:
-            self.table.clear()
+        for t in (self.table, self.cast_table):
+            if t is not None:
+                t.clear()
 
     def sent_as(self, name: str, weight: torch.Tensor) -> torch.dtype:
         """The dtype ``weight`` goes into the bucket as."""
@@ -168,6 +170,16 @@ class BucketFill:
         cast dtype's size, right after the one before); a pending byte run is written first."""
         cast = self.cast
         assert cast is not None
+        table = self.cast_table
+        if table is not None and weight.get_device() == self._device and weight.is_contiguous():
+            if self._run:  # a run is one contiguous region, ending where this tensor starts
+                self._flush_run()
+            table.add(weight, weight.data_ptr(), offset, weight.nbytes)
+            self.offset = self._run_start = offset + weight.numel() * cast.itemsize
+            self._run_bytes += weight.nbytes
+            if self._run_bytes >= FLUSH_BYTES or len(table) >= FLUSH_TENSORS:
+                self.flush()
+            return
         if self._run and not self._run_cast:
             self._flush_run()
         if not self._run:
@@ -189,8 +201,9 @@ class BucketFill:
     def flush(self) -> None:
         """Write the pending run and table into the bucket."""
         self._flush_run()
-        if self.table is not None:
-            gather_copy.launch(self.buffer, self.table)
+        for t in (self.table, self.cast_table):
+            if t is not None:
+                gather_copy.launch(self.buffer, t)
         self._run_bytes = 0
 
     def _flush_run(self) -> None:

@@ -12,6 +12,12 @@ offset are multiples of 16 bytes (every BF16 / float32 weight matrix and vector 
 offsets are aligned to the element size only, so an odd-sized tensor can shift the ones after it). The rest take
 the caller's other path. Without CUDA or Triton ``launch`` copies chunk by chunk through the kept tensors: the
 same table, read the same way (the CPU tests' reference, not a fast path).
+
+A cast table (``CopyTable(cast=torch.bfloat16)``) holds float32 sources written as BF16: its sizes and chunks
+count source bytes, its offsets the destination's; the kernel rounds to nearest even, as torch's cast does, so
+a bucket filled by the sender's cast (``fused_send``) holds what verl's receiver would have cast. It costs no
+alignment beyond the dtypes' own, and one launch for all its tensors where a gathered ``torch.cat`` into a BF16
+view copies tensor by tensor (CUDA's batched cat needs one dtype in and out).
 """
 
 from __future__ import annotations
@@ -43,9 +49,12 @@ class CopyTable:
     """Pending copies into one buffer: per tensor its address, destination offset, size and first chunk, and the
     tensor itself (alive until launched; the caching allocator orders any later reuse after the launch)."""
 
-    __slots__ = ("addr", "chunks", "first", "keep", "offset", "size")
+    __slots__ = ("addr", "cast", "chunks", "first", "keep", "offset", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, cast: torch.dtype | None = None) -> None:
+        if cast not in (None, torch.bfloat16):
+            raise ValueError(f"a copy table casts float32 to bfloat16 only, not to {cast}")
+        self.cast = cast
         self.clear()
 
     def clear(self) -> None:
@@ -83,15 +92,27 @@ def launch(buffer: torch.Tensor, table: CopyTable) -> None:
         _reference(buffer, table)
     else:
         rows = table.rows().to(buffer.device, non_blocking=True)
-        kernel[(table.chunks,)](
-            rows,
-            len(table),
-            buffer.view(torch.int32),
-            CHUNK_WORDS=CHUNK // 4,
-            WORDS=WORDS,
-            STEPS=SEARCH_STEPS,
-            num_warps=4,
-        )
+        copy, cast = kernel
+        if table.cast is None:
+            copy[(table.chunks,)](
+                rows,
+                len(table),
+                buffer.view(torch.int32),
+                CHUNK_WORDS=CHUNK // 4,
+                WORDS=WORDS,
+                STEPS=SEARCH_STEPS,
+                num_warps=4,
+            )
+        else:
+            cast[(table.chunks,)](
+                rows,
+                len(table),
+                buffer.view(table.cast),
+                CHUNK_ELEMS=CHUNK // 4,
+                ELEMS=WORDS,
+                STEPS=SEARCH_STEPS,
+                num_warps=4,
+            )
     table.clear()
 
 
@@ -104,12 +125,17 @@ def _reference(buffer: torch.Tensor, table: CopyTable) -> None:
         length = min(CHUNK, table.size[t] - start)
         src = table.keep[t].reshape(-1).view(torch.uint8)
         assert src.data_ptr() == table.addr[t] and src.numel() == table.size[t]
-        dst = table.offset[t] + start
-        buffer[dst : dst + length].copy_(src[start : start + length])
+        if table.cast is None:
+            dst = table.offset[t] + start
+            buffer[dst : dst + length].copy_(src[start : start + length])
+        else:  # source bytes -> float32 elements -> the cast dtype's bytes at the destination
+            part = src[start : start + length].view(torch.float32)
+            dst = table.offset[t] + start // 4 * table.cast.itemsize
+            buffer[dst : dst + part.numel() * table.cast.itemsize].view(table.cast).copy_(part)
 
 
 def get_kernel() -> Any:
-    """The Triton kernel, or None where Triton or CUDA is missing (built once per process)."""
+    """The Triton kernels (the copy, the cast), or None where Triton or CUDA is missing (built once per process)."""
     global _kernel, _kernel_error
     if _kernel is not None or _kernel_error is not None:
         return _kernel
@@ -143,5 +169,24 @@ def get_kernel() -> Any:
             m = o < nwords
             tl.store(out + o, tl.load(src + o, mask=m), mask=m)
 
-    _kernel = gather_copy
+    @triton.jit
+    def gather_cast(rows, n, dst, CHUNK_ELEMS: tl.constexpr, ELEMS: tl.constexpr, STEPS: tl.constexpr):
+        # the copy's table read, with float32 sources (sizes in source bytes) and destination offsets in bytes
+        pid = tl.program_id(0).to(tl.int64)
+        first = rows + 3 * n
+        pos = pid * 0
+        for i in tl.static_range(STEPS):
+            cand = pos + (1 << (STEPS - 1 - i))
+            f = tl.load(first + cand, mask=cand < n, other=pid + 1)
+            pos = tl.where(f <= pid, cand, pos)
+        start = (pid - tl.load(first + pos)) * CHUNK_ELEMS
+        nelems = tl.minimum(tl.load(rows + 2 * n + pos) // 4 - start, CHUNK_ELEMS)
+        src = (tl.load(rows + pos) + start * 4).to(tl.pointer_type(tl.float32))
+        out = dst + tl.load(rows + n + pos) // 2 + start
+        for e in range(0, nelems, ELEMS):
+            o = e + tl.arange(0, ELEMS)
+            m = o < nelems
+            tl.store(out + o, tl.load(src + o, mask=m).to(tl.bfloat16, fp_downcast_rounding="rtne"), mask=m)
+
+    _kernel = (gather_copy, gather_cast)
     return _kernel

@@ -125,13 +125,19 @@ def _cast_weights():
 
 @pytest.mark.parametrize("pipeline,table", [(False, False), (False, True), (True, True)],
                          ids=["runs", "table", "pipelined-table"])
-def test_cast_sends_float32_weights_as_the_bf16_verls_receiver_would_load(tmp_path, pipeline, table):
+def test_cast_sends_float32_weights_as_the_bf16_verls_receiver_would_load(tmp_path, monkeypatch, pipeline, table):
     # verl's receiver hands each tensor to the engine's loader, which for a BF16 engine keeps v.to(bfloat16):
     # with the cast the bucket carries exactly that, and everything not a float32 *.weight as it came
     weights = _cast_weights()
     mod = _module(CpuDevice())
     fused_send.patch_bucket_sender_fused(mod, pipeline=pipeline, table=table, cast=torch.bfloat16)
+    launch, cast_tabled = fused_send.gather_copy.launch, []
+    monkeypatch.setattr(fused_send.gather_copy, "launch", lambda buf, t: (
+        cast_tabled.extend(t.keep) if t.cast is not None else None, launch(buf, t)))
     _, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name=f"cast{pipeline}{table}")
+    # with the table every contiguous float32 weight went through the cast table (the strided one did not)
+    contiguous = [w for n, w in weights if w.dtype == torch.float32 and n.endswith(".weight") and w.is_contiguous()]
+    assert [id(w) for w in cast_tabled] == ([id(w) for w in contiguous] if table else [])
     want = [
         (n, w.to(torch.bfloat16) if w.dtype == torch.float32 and n.endswith(".weight") else w) for n, w in weights
     ]

@@ -74,3 +74,58 @@ def test_gpu_kernel_equals_the_reference():
     gc._reference(want, ref)
     torch.cuda.synchronize()
     assert torch.equal(got.cpu(), want)
+
+
+def _floats(seed=0, device="cpu"):
+    """float32 sources across chunk edges, odd element counts, and values whose BF16 rounding ties or carries."""
+    g = torch.Generator().manual_seed(seed)
+    per_chunk = gc.CHUNK // 4
+    sizes = [1, 3, 4097, per_chunk - 1, per_chunk, per_chunk + 5, 3 * per_chunk + 7]
+    ts = [torch.randn(n, generator=g) for n in sizes]
+    ts.append(torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 2 - 2**-9, -(1 + 2**-8), 3.0e38, float("inf"), -0.0]))
+    return [t.to(device) for t in ts]
+
+
+def _fill_cast(buffer, tensors, gap=6):
+    """A cast table: each float32 tensor to a 2-byte aligned offset of ``buffer`` as BF16, gaps between them."""
+    table, offsets, at = gc.CopyTable(torch.bfloat16), [], 2
+    for t in tensors:
+        table.add(t, t.data_ptr(), at, t.nbytes)
+        offsets.append(at)
+        at += t.numel() * 2 + gap
+    return table, offsets, at
+
+
+def test_a_cast_table_writes_torchs_bf16_rounding_and_leaves_the_gaps():
+    tensors = _floats(4)
+    _, _, size = _fill_cast(torch.empty(0, dtype=torch.uint8), tensors)
+    buffer = torch.full((size + 8,), 0xA5, dtype=torch.uint8)
+    table, offsets, _ = _fill_cast(buffer, tensors)
+    assert table.chunks == sum(-(-t.nbytes // gc.CHUNK) for t in tensors)  # chunks of source bytes
+    gc.launch(buffer, table)
+    for t, o in zip(tensors, offsets):
+        assert torch.equal(buffer[o : o + t.numel() * 2], t.to(torch.bfloat16).view(torch.uint8))
+        assert torch.all(buffer[o + t.numel() * 2 : o + t.numel() * 2 + 6] == 0xA5)
+    assert torch.all(buffer[:2] == 0xA5)
+
+
+def test_a_copy_table_casts_to_bf16_only():
+    with pytest.raises(ValueError, match="bfloat16 only"):
+        gc.CopyTable(torch.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_cast_kernel_equals_torchs_cast():
+    assert gc.get_kernel() is not None, gc._kernel_error
+    g = torch.Generator(device="cuda").manual_seed(5)
+    tensors = _floats(6, "cuda") + [torch.randn(1 + i % 37, device="cuda", generator=g) for i in range(5000)]
+    _, _, size = _fill_cast(torch.empty(0, dtype=torch.uint8), tensors)
+    got = torch.full((size + 8,), 0xA5, dtype=torch.uint8, device="cuda")
+    table, offsets, _ = _fill_cast(got, tensors)
+    gc.launch(got, table)
+    want = torch.full((size + 8,), 0xA5, dtype=torch.uint8)
+    for t, o in zip(tensors, offsets):
+        want[o : o + t.numel() * 2] = t.cpu().to(torch.bfloat16).view(torch.uint8)
+    torch.cuda.synchronize()
+    assert torch.equal(got.cpu(), want)
