@@ -83,6 +83,7 @@ TINY = {
 FRESH_CASES = (*TINY, "qwen3-8b")
 # ... and those with room for the reference checkpoint alone (the byte check against fresh-ref, 31 GB)
 FRESH_REF_CASES = (*FRESH_CASES, "qwen3-30b-a3b")
+FRESH = ("fresh", "fresh-ref", "fresh-ref-again")  # engines loaded from a checkpoint, no sync
 ZMQ = "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-0.sock"  # verl's handle for job 0, replica 0, rank 0
 
 
@@ -219,7 +220,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     kw = dict(skip_tokenizer_init=True, seed=0, gpu_memory_utilization=util, max_model_len=1024,
               # WS_EAGER=0: CUDA graphs as in main_ppo (the V1 runner then wraps the model, BENCHMARKS.md 8.9)
               enforce_eager=os.environ.get("WS_EAGER", "1") == "1", enable_prefix_caching=False, worker_extension_cls="ws_probe_ext.ProbeVerlExt")
-    if path in ("fresh", "fresh-ref"):
+    if path.startswith("fresh"):  # fresh-ref-again: a second engine process on the same checkpoint (the control)
         llm = LLM(model=str(folder / ("fp8" if path == "fresh" else "fp8ref")), **kw)
     else:
         (folder / "dummy").mkdir(parents=True, exist_ok=True)
@@ -314,7 +315,7 @@ def prepare_fresh(case: str, out: Path, paths: list[str]) -> None:
     root = Path("/tmp/fp8spec-models") / f"ws-{case}"
     stats = {}
     for path, folder, quantizer in (("fresh", "fp8", "verl"), ("fresh-ref", "fp8ref", "reference")):
-        if path in paths:
+        if path in paths or (path == "fresh-ref" and "fresh-ref-again" in paths):
             stats = write_fp8_checkpoint(cfg, weights, root / folder, quantizer)
     (out / f"ws_{case}_quantizers.json").write_text(json.dumps(stats), encoding="utf-8")
     del weights
@@ -323,7 +324,7 @@ def prepare_fresh(case: str, out: Path, paths: list[str]) -> None:
 
 def verdict(out: Path, case: str) -> dict:
     recs = {p: json.loads((out / f"ws_{case}_{p}.json").read_text())
-            for p in (*SYNCED, "fresh", "fresh-ref") if (out / f"ws_{case}_{p}.json").exists()}
+            for p in (*SYNCED, *FRESH) if (out / f"ws_{case}_{p}.json").exists()}
     v = {"paths": sorted(recs)}
     q = out / f"ws_{case}_quantizers.json"
     if q.exists():
@@ -351,6 +352,12 @@ def verdict(out: Path, case: str) -> dict:
                 fr = recs[ref]["fingerprints"]
                 v[f"direct_vs_{ref}_params_differ"] = sorted(n for n in fd if fd[n] != fr.get(n))[:20]
                 v[f"greedy_direct_eq_{ref}"] = recs["direct"]["greedy"] == recs[ref]["greedy"]
+                v[f"greedy_direct_vs_{ref}"] = greedy_compare(recs["direct"]["greedy"], recs[ref]["greedy"])
+    if "fresh-ref" in recs and "fresh-ref-again" in recs:
+        # the control: two engine processes on one checkpoint; where they disagree, so may a synced engine
+        fa, fb = recs["fresh-ref"]["fingerprints"], recs["fresh-ref-again"]["fingerprints"]
+        v["fresh-ref_vs_again_params_differ"] = sorted(n for n in fa if fa[n] != fb.get(n))[:20]
+        v["greedy_fresh-ref_vs_again"] = greedy_compare(recs["fresh-ref"]["greedy"], recs["fresh-ref-again"]["greedy"])
     if "fresh" in recs and "verl" in recs:
         fv, ff = recs["verl"]["fingerprints"], recs["fresh"]["fingerprints"]
         v["synced_vs_fresh_params_differ"] = sorted(n for n in fv if fv[n] != ff.get(n))[:20]
@@ -359,6 +366,20 @@ def verdict(out: Path, case: str) -> dict:
             v["greedy_fresh"] = recs["fresh"]["greedy"][0]
             v["greedy_verl"] = recs["verl"]["greedy"][0]
     return v
+
+
+def greedy_compare(a: list[dict], b: list[dict]) -> list[dict]:
+    """Per prompt: the first decode step whose token differs (None: all equal), whether the first token's
+    log-prob is bit-equal (prefill on identical weights is), the largest log-prob gap up to that step."""
+    rows = []
+    for x, y in zip(a, b):
+        tx, ty = x["tokens"], y["tokens"]
+        k = next((i for i, (s, t) in enumerate(zip(tx, ty)) if s != t), None)
+        upto = len(tx) if k is None else k + 1
+        gaps = [abs(p - q) for p, q in zip(x["logprobs"][:upto], y["logprobs"][:upto])]
+        rows.append({"first_token_differs_at": k, "first_logprob_equal": x["logprobs"][0] == y["logprobs"][0],
+                     "max_logprob_gap": max(gaps, default=0.0)})
+    return rows
 
 
 def main() -> int:
@@ -371,7 +392,8 @@ def main() -> int:
     ap.add_argument("--util", type=float, default=0.3)
     ap.add_argument("--paths", default="verl,patch,fresh",
                     help="engines per case: verl, patch, direct; tiny cases and qwen3-8b also fresh, fresh-ref; "
-                         "qwen3-30b-a3b also fresh-ref")
+                         "qwen3-30b-a3b also fresh-ref; fresh-ref-again: a second fresh-ref engine (the control "
+                         "for greedy equality across processes)")
     a = ap.parse_args()
     try:
         probe_options()
@@ -391,7 +413,7 @@ def main() -> int:
     verdicts, rc = {}, 0
     for case in a.cases.split(","):
         paths = [p for p in a.paths.split(",") if case in FRESH_CASES or not p.startswith("fresh")
-                 or (p == "fresh-ref" and case in FRESH_REF_CASES)]
+                 or (p.startswith("fresh-ref") and case in FRESH_REF_CASES)]
         if case in TINY or any(p.startswith("fresh") for p in paths):
             fresh = [p for p in paths if p.startswith("fresh")] if case not in TINY else ["fresh", "fresh-ref"]
             subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case,

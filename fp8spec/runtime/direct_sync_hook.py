@@ -253,6 +253,17 @@ def _state(ext: Any, factory: Callable[[], DirectState]) -> DirectState:
     return st
 
 
+def check_cast(weights: Any, engine_dtype: torch.dtype) -> None:
+    """Refuse a bucket whose float32 weights the trainer cast to another dtype than the engine's
+    (``FP8SPEC_SEND_CAST_BF16`` with a float16 or float32 engine): loading it would round them twice, silently."""
+    cast = getattr(weights, "cast", None)  # lazy_receive.BucketViews, from the message
+    if cast is not None and str(engine_dtype).removeprefix("torch.") != cast:
+        raise RuntimeError(
+            f"fp8spec direct_sync: the trainer sent float32 weights cast to {cast} (FP8SPEC_SEND_CAST_BF16=1) "
+            f"but this engine's dtype is {engine_dtype}; set FP8SPEC_SEND_CAST_BF16=0 for this run"
+        )
+
+
 def patch_worker_extension(
     module: ModuleType, factory: Callable[[], DirectState] = DirectState, engine: Any = None
 ) -> None:
@@ -307,6 +318,7 @@ def patch_worker_extension(
     @functools.wraps(orig_update)
     def _update_weights(self, weights, peft_config, base_sync_done):
         st = _state(self, factory)
+        check_cast(weights, self.model_runner.vllm_config.model_config.dtype)
         drafter = getattr(self, "_use_mtp_drafter_weight_sync", None)
         if (peft_config and base_sync_done) or (callable(drafter) and drafter()):
             st.counts["verl"] += len(

@@ -259,15 +259,15 @@ SEND_KEEP_BUFFER = _direct_switch(
 SEND_CAST_BF16 = _direct_switch(
     "FP8SPEC_SEND_CAST_BF16",
     "with the fused fill: send float32 *.weight tensors as BF16, cast as they are copied into the bucket (the "
-    "values verl's receiver casts them to for a BF16 engine; half the bucket bytes); BF16 engines only",
-    default="0",
+    "values verl's receiver casts them to for a BF16 engine; half the bucket bytes; byte-exact against a fresh "
+    "Qwen3-8B engine, its float32 sync 0.066 -> 0.048 s, BENCHMARKS.md 8.11); an engine of another dtype refuses "
+    "the bucket",
 )
 SEND_PACKED_META = _direct_switch(
     "FP8SPEC_SEND_PACKED_META",
     "with the fused fill: send each bucket's metadata as four lists (packed_meta.py) instead of a dict per "
-    "tensor: pickling and loading Qwen3-30B-A3B's 18,867 entries 28 -> 5.6 ms per sync on the CPU; needs fp8spec's runtime "
-    "importable in the engine (a bundle's workers have it)",
-    default="0",
+    "tensor (Qwen3-30B-A3B's sync 0.20-0.23 -> 0.16 s, byte-exact against a fresh engine, BENCHMARKS.md 8.11); "
+    "needs fp8spec's runtime importable in the engine (a bundle's workers have it)",
 )
 DIRECT_ROUND_IN_KERNEL = _direct_switch(
     "FP8SPEC_DIRECT_ROUND_IN_KERNEL",

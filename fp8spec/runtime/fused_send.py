@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from . import gather_copy
-from .lazy_receive import EARLY_ACK
+from .lazy_receive import CAST, EARLY_ACK
 from .packed_meta import PackedMeta
 from .sync_timing import FLAG as TIMING_FLAG
 
@@ -262,6 +262,8 @@ def patch_bucket_sender_fused(
         fill.flush()
         module.get_torch_device().synchronize()  # looked up now: sync_timing may have wrapped it
         msg = {"bucket_meta": fill.meta, "is_last": is_last}
+        if fill.cast is not None:  # the engine refuses a bucket cast to another dtype than its own
+            msg[CAST] = str(fill.cast).removeprefix("torch.")
         if early and not is_last:
             msg[EARLY_ACK] = True
         self.socket.send_pyobj(msg)

@@ -34,6 +34,8 @@ from .packed_meta import PackedMeta
 FLAG = "_fp8spec_lazy_receive"
 # in a bucket message: its region stays untouched until the next message's ack
 EARLY_ACK = "fp8spec_early_ack"
+# in a bucket message: float32 weights were sent cast to this dtype (a name: "bfloat16")
+CAST = "fp8spec_cast"
 # this process's buckets acked on receipt (direct_sync's line per sync reports them)
 STATS = {"early_acks": 0}
 
@@ -41,10 +43,19 @@ STATS = {"early_acks": 0}
 class BucketViews(Sequence):
     """A bucket's ``(name, tensor)`` pairs in metadata order, each built on first access as verl builds it."""
 
-    __slots__ = ("_buffer", "_built", "_device", "_items", "_rebuild", "_use_shm", "bucket_meta")
+    __slots__ = ("_buffer", "_built", "_device", "_items", "_rebuild", "_use_shm", "bucket_meta", "cast")
 
-    def __init__(self, buffer: Any, bucket_meta: Any, device: torch.device, use_shm: bool, rebuild: Any):
-        self.bucket_meta = bucket_meta
+    def __init__(
+        self,
+        buffer: Any,
+        bucket_meta: Any,
+        device: torch.device,
+        use_shm: bool,
+        rebuild: Any,
+        cast: Any = None,
+    ):
+        """``cast``: the dtype name the sender cast float32 weights to (the message's ``CAST``), or None."""
+        self.bucket_meta, self.cast = bucket_meta, cast
         # a PackedMeta (fp8spec's sender) is read by index, without a dict per tensor
         self._items = None if isinstance(bucket_meta, PackedMeta) else list(bucket_meta.items())
         self._buffer, self._device, self._use_shm, self._rebuild = buffer, device, use_shm, rebuild
@@ -137,7 +148,12 @@ def patch_bucket_receiver_lazy(module: ModuleType) -> None:
             while True:
                 metadata = self.socket.recv_pyobj()
                 weights = BucketViews(
-                    self.buffer, metadata["bucket_meta"], self.device, self.use_shm, module.rebuild_ipc
+                    self.buffer,
+                    metadata["bucket_meta"],
+                    self.device,
+                    self.use_shm,
+                    module.rebuild_ipc,
+                    metadata.get(CAST),
                 )
                 is_last = metadata["is_last"]
                 early = early_ack(metadata)

@@ -384,3 +384,34 @@ def test_the_sync_line_counts_the_views_the_lazy_receiver_built(caplog):
     built = int(lines[1].split("views built for ")[1].split(" of ")[0])
     rest = sum(1 for n, _ in weights if not n.endswith("_proj.weight"))
     assert rest <= built <= rest + 2 * len(eager) < len(weights)  # the second sync reads the covered in place
+
+
+@pytest.mark.parametrize("engine_dtype", [torch.float16, torch.float32])
+def test_a_bucket_cast_to_another_dtype_than_the_engines_is_refused(engine_dtype):
+    # FP8SPEC_SEND_CAST_BF16 sends float32 weights as BF16: an engine of another dtype would load them rounded
+    # twice, silently; the hook refuses the bucket, and a BF16 engine takes it as any other
+    import pickle
+
+    from fp8spec.runtime.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.lazy_receive import BucketViews
+
+    params, weights, ref, model, ext_cls, eager = _receiving_moe(torch.bfloat16, 12)
+
+    def buckets(cast):
+        out = []
+        for b in eager:
+            meta = pickle.loads(b.raw)["bucket_meta"]
+            views = BucketViews(b.buffer, meta, torch.device("cpu"), False, None, cast)
+            out.append(ReceivedBucket(b.buffer, meta, views, b.raw))
+        return out
+
+    before = {n: p.data.clone() for n, p in model.named_parameters()}
+    ext = ext_cls(model, buckets("bfloat16"))
+    ext.model_runner.vllm_config.model_config.dtype = engine_dtype
+    with pytest.raises(RuntimeError, match=f"cast to bfloat16 .* dtype is {engine_dtype}.*FP8SPEC_SEND_CAST_BF16=0"):
+        ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
+    assert all(torch.equal(before[n].view(torch.uint8), p.data.view(torch.uint8)) for n, p in model.named_parameters())
+    ok = ext_cls(model, buckets("bfloat16"))  # a BF16 engine takes it
+    ok.update_weights_from_ipc(peft_config=None, base_sync_done=True)
+    fp8 = [n for n, (_, dt) in params.items() if dt != "bfloat16"]
+    _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)

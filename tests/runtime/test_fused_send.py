@@ -156,6 +156,15 @@ def test_cast_sends_float32_weights_as_the_bf16_verls_receiver_would_load(tmp_pa
     assert len(metas) > 1 and sent(metas) == sum(w.nbytes for _, w in weights) - f32 // 2
 
 
+@pytest.mark.parametrize("cast", [None, torch.bfloat16], ids=["as-sent", "cast"])
+def test_the_lazy_receiver_hands_the_engine_the_dtype_the_sender_cast_to(tmp_path, cast):
+    # the engine's hook refuses a cast bucket when its own dtype differs (test_direct_sync_hook): it learns of the
+    # cast from each message, through the lazy receiver's views
+    casts = []
+    _pipelined(tmp_path, _cast_weights(), f"castmsg{cast}", cast=cast, casts=casts)
+    assert len(casts) > 1 and set(casts) == {None if cast is None else "bfloat16"}
+
+
 def test_a_tensor_larger_than_a_bucket_is_refused_as_verl_refuses_it_in_shm_mode(tmp_path):
     weights = [("small", torch.ones(10)), ("big", torch.ones(300_000))]  # 1.2 MB > a 1 MB bucket
     errors = []
@@ -242,14 +251,14 @@ print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
 BUCKET = 1 << 20
 
 
-def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0, table=False, packed=False):
+def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0, table=False, packed=False, cast=None, casts=None):
     """One sync from the pipelined fused sender to verl's receiver (``lazy``: fp8spec's, which acks early).
     Per message: ``(early flag, {name: offset}, is_last)``; per bucket the tensors as the callback read them at
     its END, after ``hold_s`` (the engine's work: the sender fills the other half meanwhile)."""
     import time
 
     mod = _module(CpuDevice())
-    fused_send.patch_bucket_sender_fused(mod, pipeline=True, table=table, packed=packed)
+    fused_send.patch_bucket_sender_fused(mod, pipeline=True, table=table, packed=packed, cast=cast)
     if lazy:
         lazy_receive.patch_bucket_receiver_lazy(mod)
     msgs, seen = [], []
@@ -262,6 +271,8 @@ def _pipelined(tmp_path, weights, name, lazy=True, hold_s=0.0, table=False, pack
         def receive_weights(self, on_bucket_received):
             def on_bucket(weights, is_last):
                 time.sleep(hold_s)
+                if casts is not None:
+                    casts.append(getattr(weights, "cast", "no attribute"))
                 seen.append([(n, t.clone()) for n, t in weights])
                 on_bucket_received(weights, is_last)
 
@@ -341,12 +352,12 @@ for hook in _importhook._pending.get(%r, []):
 print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    # the table fill: None = where the Triton kernel runs; no cast unless asked
-    assert _run(code, base)["seen"] == [[True, None, "None", False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "None", False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "None", False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="1"))["seen"] == [[True, None, "torch.bfloat16", False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="1"))["seen"] == [[True, None, "None", True]]
+    # the table fill: None = where the Triton kernel runs; the BF16 cast and the packed metadata on by default
+    assert _run(code, base)["seen"] == [[True, None, "torch.bfloat16", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "torch.bfloat16", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "torch.bfloat16", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="0"))["seen"] == [[True, None, "None", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="0"))["seen"] == [[True, None, "torch.bfloat16", False]]
     assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
 
 

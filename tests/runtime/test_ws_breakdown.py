@@ -194,3 +194,16 @@ def test_probe_options_and_medians(monkeypatch):
     with pytest.raises(SystemExit) as e:
         probe.main()
     assert e.value.code == 2
+
+
+def test_probe_greedy_compare_locates_where_two_engines_part():
+    # session 14: byte-identical parameters, greedy tokens parting at the last step; the verdict says where
+    probe = _load("weight_sync_probe")
+    a = [{"tokens": [1, 2, 3], "logprobs": [-0.5, -0.25, -1.0]}, {"tokens": [4, 5, 6], "logprobs": [-0.1, -0.2, -0.3]}]
+    b = [{"tokens": [1, 2, 3], "logprobs": [-0.5, -0.25, -1.0]}, {"tokens": [4, 5, 7], "logprobs": [-0.1, -0.25, -0.5]}]
+    rows = probe.greedy_compare(a, b)
+    assert rows[0] == {"first_token_differs_at": None, "first_logprob_equal": True, "max_logprob_gap": 0.0}
+    assert rows[1]["first_token_differs_at"] == 2 and rows[1]["first_logprob_equal"]
+    assert rows[1]["max_logprob_gap"] == pytest.approx(0.2)  # up to and including the step that parts
+    c = [{"tokens": [1, 2, 3], "logprobs": [-0.4, -0.25, -1.0]}]
+    assert probe.greedy_compare(a, c)[0]["first_logprob_equal"] is False
