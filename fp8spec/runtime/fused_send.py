@@ -30,7 +30,8 @@ receiver casts each to the engine's dtype (``v.to(dtype)``, round to nearest eve
 bucket carries twice the bytes the engine keeps. With the switch a float32 tensor named ``*.weight`` is cast as it
 is copied into the bucket and sent as BF16 (metadata says so): the same BF16 values the receiver's cast gives,
 half the bucket bytes. Only for an engine whose dtype is BF16 (vLLM's, as verl's rollout ``dtype`` defaults);
-anything else (KV scales pushed as float32 ``*_scale`` tensors) keeps its dtype. Cast tensors take gathered
+anything else (KV scales pushed as float32 ``*_scale`` tensors) keeps its dtype. A bucket holding cast tensors
+says so in its message (``lazy_receive.CAST``), and an engine of another dtype refuses it. Cast tensors take gathered
 runs of their own (``torch.cat`` into a BF16 view of the bucket: one copy per tensor on CUDA, whose batched cat
 needs equal dtypes), or, with the table fill, a cast table of their own (``gather_copy``: one launch for all).
 
@@ -94,6 +95,7 @@ class BucketFill:
         self._run_bytes = 0
         self._run: list[torch.Tensor] = []
         self._run_cast = False  # whether the pending run holds cast sources (written through a cast view)
+        self.any_cast = False  # whether this bucket holds a cast tensor (its message says so)
         for t in (self.table, self.cast_table):
             if t is not None:
                 t.clear()
@@ -133,6 +135,7 @@ class BucketFill:
                 "handle": None,
             }
         if dtype != weight.dtype:
+            self.any_cast = True
             self._add_cast(weight, offset)
             return
         if self._run_cast:
@@ -262,7 +265,7 @@ def patch_bucket_sender_fused(
         fill.flush()
         module.get_torch_device().synchronize()  # looked up now: sync_timing may have wrapped it
         msg = {"bucket_meta": fill.meta, "is_last": is_last}
-        if fill.cast is not None:  # the engine refuses a bucket cast to another dtype than its own
+        if fill.any_cast:  # the engine refuses cast tensors of another dtype than its own
             msg[CAST] = str(fill.cast).removeprefix("torch.")
         if early and not is_last:
             msg[EARLY_ACK] = True

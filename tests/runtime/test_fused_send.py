@@ -163,6 +163,11 @@ def test_the_lazy_receiver_hands_the_engine_the_dtype_the_sender_cast_to(tmp_pat
     casts = []
     _pipelined(tmp_path, _cast_weights(), f"castmsg{cast}", cast=cast, casts=casts)
     assert len(casts) > 1 and set(casts) == {None if cast is None else "bfloat16"}
+    # a trainer that sends BF16 (Megatron) casts nothing, and its buckets say nothing of a cast
+    casts = []
+    bf16 = [(n, w.to(torch.bfloat16)) for n, w in _cast_weights() if w.dtype == torch.float32]
+    _pipelined(tmp_path, bf16, f"castbf16{cast}", cast=cast, casts=casts)
+    assert len(casts) > 1 and set(casts) == {None}
 
 
 def test_a_tensor_larger_than_a_bucket_is_refused_as_verl_refuses_it_in_shm_mode(tmp_path):
