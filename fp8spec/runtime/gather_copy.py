@@ -150,16 +150,20 @@ def get_kernel() -> Any:
         return None
 
     @triton.jit
-    def gather_copy(rows, n, dst, CHUNK_WORDS: tl.constexpr, WORDS: tl.constexpr, STEPS: tl.constexpr):
-        pid = tl.program_id(0).to(tl.int64)
-        first = rows + 3 * n
+    def table_row(rows, n, pid, STEPS: tl.constexpr):
         # the last tensor whose first chunk is <= pid (first chunks ascend; tensor 0 starts at chunk 0)
+        first = rows + 3 * n
         pos = pid * 0
         for i in tl.static_range(STEPS):
             cand = pos + (1 << (STEPS - 1 - i))
             f = tl.load(first + cand, mask=cand < n, other=pid + 1)
             pos = tl.where(f <= pid, cand, pos)
-        start = (pid - tl.load(first + pos)) * CHUNK_WORDS  # in words
+        return pos, pid - tl.load(first + pos)
+
+    @triton.jit
+    def gather_copy(rows, n, dst, CHUNK_WORDS: tl.constexpr, WORDS: tl.constexpr, STEPS: tl.constexpr):
+        pos, chunk = table_row(rows, n, tl.program_id(0).to(tl.int64), STEPS)
+        start = chunk * CHUNK_WORDS  # in words
         size = tl.load(rows + 2 * n + pos) // 4
         nwords = tl.multiple_of(tl.minimum(size - start, CHUNK_WORDS), 4)
         src = tl.multiple_of(tl.load(rows + pos) + start * 4, 16).to(tl.pointer_type(tl.int32))
@@ -172,14 +176,8 @@ def get_kernel() -> Any:
     @triton.jit
     def gather_cast(rows, n, dst, CHUNK_ELEMS: tl.constexpr, ELEMS: tl.constexpr, STEPS: tl.constexpr):
         # the copy's table read, with float32 sources (sizes in source bytes) and destination offsets in bytes
-        pid = tl.program_id(0).to(tl.int64)
-        first = rows + 3 * n
-        pos = pid * 0
-        for i in tl.static_range(STEPS):
-            cand = pos + (1 << (STEPS - 1 - i))
-            f = tl.load(first + cand, mask=cand < n, other=pid + 1)
-            pos = tl.where(f <= pid, cand, pos)
-        start = (pid - tl.load(first + pos)) * CHUNK_ELEMS
+        pos, chunk = table_row(rows, n, tl.program_id(0).to(tl.int64), STEPS)
+        start = chunk * CHUNK_ELEMS
         nelems = tl.minimum(tl.load(rows + 2 * n + pos) // 4 - start, CHUNK_ELEMS)
         src = (tl.load(rows + pos) + start * 4).to(tl.pointer_type(tl.float32))
         out = dst + tl.load(rows + n + pos) // 2 + start
