@@ -366,6 +366,38 @@ def trainer_peak_far_beyond(plan: MemoryPlan) -> Optional[Verdict]:
     return Verdict("MEM006", ok, msg, base.advice, base.numbers, base.path)
 
 
+def sync_bucket(plan: MemoryPlan) -> Optional[Verdict]:
+    """MEM007: at a colocated weight sync the engine's weights are resumed and its KV cache is not (verl 0.9.1
+    engine_workers.py:766-782), the trainer's parameters are on the GPU (offloaded ones are loaded back to be
+    sent) and the sender allocates one bucket beside them: all of it must fit the GPU."""
+    t, bucket = plan.trainer, plan.setup.sync_bucket_bytes
+    if t is None or bucket is None:
+        return None
+    trainer = t.resident_during_rollout + (t.params if t.offload.get("params") else 0)
+    engine = plan.spec_rollout.memory.weights + int(estimate("trainer", "cuda_context_bytes"))
+    used = trainer + engine + bucket
+    room = plan.total_bytes - trainer - engine
+    fixes = []
+    fit_mb = (room >> 20) // 256 * 256  # a round size, well above verl's per-tensor fallback
+    if fit_mb >= 256:
+        fixes.append(advice(f"rollout.sync_bucket_mb: {fit_mb}", rollout__sync_bucket_mb=fit_mb))
+    if not t.offload.get("optimizer"):
+        fixes.append(
+            Advice(
+                f"training.offload.optimizer: true frees {gib(t.optimizer)} during the sync",
+                (("training.offload.optimizer", True),),
+            )
+        )
+    msg = (
+        f"at each weight sync the trainer keeps {gib(trainer)} per GPU (parameters, optimizer, CUDA context), "
+        f"the engine's weights and context take {gib(engine)} and the sync bucket {gib(bucket)} "
+        f"(rollout.sync_bucket_mb): {gib(used)} on a {gib(plan.total_bytes)} GPU"
+    )
+    return Verdict(
+        "MEM007", used <= plan.total_bytes, msg, tuple(fixes), {"used": used}, "rollout.sync_bucket_mb"
+    )
+
+
 def verdicts(plan: MemoryPlan) -> list[Verdict]:
     return [
         v
@@ -376,6 +408,7 @@ def verdicts(plan: MemoryPlan) -> list[Verdict]:
             preemption(plan),
             trainer_activations(plan),
             trainer_peak_far_beyond(plan),
+            sync_bucket(plan),
         )
         if v is not None
     ]

@@ -129,10 +129,12 @@ class MemoryPlan:
         return verdicts(self)
 
     def failing(self) -> list[Verdict]:
-        """The verdicts that fail, one per problem: MEM005 gives way to MEM006 (the same peak, an error)."""
+        """The verdicts that fail, one per problem: MEM005 gives way to MEM006 (the same peak, an error), MEM007
+        to MEM003 (a trainer that does not fit beside the engine has no room for the bucket either)."""
         bad = [v for v in self.verdicts() if not v.ok]
         codes = {v.code for v in bad}
-        return [v for v in bad if not (v.code == "MEM005" and "MEM006" in codes)]
+        yields = {"MEM005": "MEM006", "MEM007": "MEM003"}
+        return [v for v in bad if yields.get(v.code) not in codes]
 
     def response_lengths(self) -> list[int]:
         """Response lengths the concurrency curves are drawn at (powers of two, plus the spec's own)."""

@@ -36,6 +36,7 @@ class EngineSetup:
     cuda_graphs: bool
     kv_dtype: str  # "bf16" | "fp8_e4m3" | "fp8_e5m2"
     defaults: str  # where max_num_* / max_model_len / cuda_graphs came from
+    sync_bucket_bytes: Optional[int] = None  # the weight-sync bucket on each trainer GPU (None: not modelled)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -126,6 +127,7 @@ def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> En
         cuda_graphs=(not d["enforce_eager"]) if overrides.cuda_graphs is None else overrides.cuda_graphs,
         kv_dtype=spec.kv_cache.dtype,
         defaults=_defaults_source(r, spec.stack.verl),
+        sync_bucket_bytes=(r.sync_bucket_mb or int(d["update_weights_bucket_megabytes"])) << 20,
     )
 
 

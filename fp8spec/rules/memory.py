@@ -180,3 +180,32 @@ def trainer_peak_far_beyond_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.feasibility import trainer_peak_far_beyond
 
     yield from _check(ctx, trainer_peak_far_beyond)
+
+
+@rule(
+    "MEM007",
+    "sync-bucket-exceeds-gpu",
+    "error",
+    "The weight-sync bucket does not fit beside the trainer and the engine's weights.",
+    """At every colocated weight sync verl 0.9.1 resumes the engine's weights but not its KV cache
+    (verl/workers/engine_workers.py:766-782), loads the trainer's parameters back if they were offloaded, and
+    the sender allocates one bucket of rollout.sync_bucket_mb on the trainer's GPU
+    (checkpoint_engine.update_weights_bucket_megabytes, default 2048; bucketed_weight_transfer.py _init_buffer).
+    A bucket that does not fit beside them fails with CUDA out of memory at the first sync, after the first
+    rollout and training pass. Larger buckets do make a sync cheaper (BENCHMARKS.md 8.12), so the largest that
+    fits is the fix.""",
+    "lower rollout.sync_bucket_mb (the message gives the memory it shares) or offload the optimizer",
+    examples=Examples(
+        bad={"rollout": {"sync_bucket_mb": 65536}},
+        good={"rollout": {"sync_bucket_mb": 8192}},
+        message="the sync bucket 64.0 GiB",
+    ),
+)
+def sync_bucket_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
+    from fp8spec.plan.feasibility import colocation, sync_bucket
+
+    def beside_a_fitting_trainer(plan):  # where the trainer does not fit beside the engine, MEM003 says so
+        together = colocation(plan)
+        return None if together is not None and not together.ok else sync_bucket(plan)
+
+    yield from _check(ctx, beside_a_fitting_trainer)

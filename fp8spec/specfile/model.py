@@ -367,6 +367,15 @@ class RolloutSection(Section):
         "alone). vLLM profiles its activation peak at this many tokens and needs at least max_num_seqs (PAR014). "
         "Default: verl's 8192.",
     )
+    sync_bucket_mb: Optional[Annotated[int, Field(ge=16, le=65536)]] = Field(
+        None,
+        description="MiB of one weight-sync bucket: the buffer the trainer fills and the engine reads at every "
+        "sync, allocated on each trainer GPU beside the trainer's parameters and the engine's weights (its KV "
+        "cache is released until the sync ends; MEM007) "
+        "(actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes). Fewer, larger buckets "
+        "cost less per sync: Qwen3-8B with float32 weights through the direct path, 0.050 s at 2048 and 0.040 s "
+        "at 8192 on an H200 (BENCHMARKS.md 8.12). Default: verl's 2048.",
+    )
 
 
 # The trainer side of the stack; each rollout engine describes its own field (fp8spec/engines/<name>/).

@@ -149,6 +149,8 @@ VARIANTS = {
                                               "max_num_batched_tokens": 4096}}),
     "length-knobs-sglang": ("qwen3-8b-sglang", {"rollout": {"max_model_len": 22528, "max_num_seqs": 64,
                                                             "max_num_batched_tokens": 4096}}),
+    "sync-bucket": ("qwen3-8b", {"rollout": {"sync_bucket_mb": 8192}}),
+    "sync-bucket-megatron": ("qwen3-30b", {"rollout": {"sync_bucket_mb": 4096}}),
 }
 
 
@@ -198,6 +200,10 @@ def test_variant_composes_and_passes_verl_validation(name, tmp_path):
         assert rollout.engine_kwargs.sglang.get("chunked_prefill_size") == (4096 if name.endswith("sglang") else None)
     else:
         assert (rollout.max_model_len, rollout.max_num_seqs, rollout.max_num_batched_tokens) == (None, 256, 8192)
+    # verl's own CheckpointEngineConfig holds the spec's bucket, verl's 2048 MiB where the spec sets none
+    bucket = omega_conf_to_dataclass(_resolved(cfg).actor_rollout_ref.rollout.checkpoint_engine)
+    assert bucket.update_weights_bucket_megabytes == (compiled.spec.rollout.sync_bucket_mb or 2048)
+    assert name.startswith("sync-bucket") == (compiled.spec.rollout.sync_bucket_mb is not None)
 
 
 def _resolved(cfg):

@@ -133,6 +133,15 @@ def _rollout(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
         value = getattr(r, field)
         if value is not None:
             add(plan, keys, f"key.rollout_{field}", value, f"rollout.{field}", why)
+    if r.sync_bucket_mb is not None:
+        add(
+            plan,
+            keys,
+            "key.rollout_sync_bucket_megabytes",
+            r.sync_bucket_mb,
+            "rollout.sync_bucket_mb",
+            "MiB of each weight-sync bucket the trainer fills and the engine reads",
+        )
     add(
         plan,
         keys,
