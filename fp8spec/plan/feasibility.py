@@ -14,6 +14,7 @@ from fp8spec.plan.facts import estimate
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
+    from fp8spec.plan.trainer import TrainerMemory
 
 GIB = 1 << 30
 #: below this share of the running sequences fitting at full length, preemption is "heavy"
@@ -366,6 +367,13 @@ def trainer_peak_far_beyond(plan: MemoryPlan) -> Optional[Verdict]:
     return Verdict("MEM006", ok, msg, base.advice, base.numbers, base.path)
 
 
+def at_sync(plan: MemoryPlan, t: TrainerMemory) -> tuple[int, int, int]:
+    """Bytes per GPU at a colocated weight sync: the trainer's, the engine's, and both with the bucket."""
+    trainer = t.resident_during_rollout + (t.params if t.offload.get("params") else 0)
+    engine = plan.spec_rollout.memory.weights + int(estimate("trainer", "cuda_context_bytes"))
+    return trainer, engine, trainer + engine + (plan.setup.sync_bucket_bytes or 0)
+
+
 def sync_bucket(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM007: at a colocated weight sync the engine's weights are resumed and its KV cache is not (verl 0.9.1
     engine_workers.py:766-782), the trainer's parameters are on the GPU (offloaded ones are loaded back to be
@@ -373,9 +381,7 @@ def sync_bucket(plan: MemoryPlan) -> Optional[Verdict]:
     t, bucket = plan.trainer, plan.setup.sync_bucket_bytes
     if t is None or bucket is None:
         return None
-    trainer = t.resident_during_rollout + (t.params if t.offload.get("params") else 0)
-    engine = plan.spec_rollout.memory.weights + int(estimate("trainer", "cuda_context_bytes"))
-    used = trainer + engine + bucket
+    trainer, engine, used = at_sync(plan, t)
     room = plan.total_bytes - trainer - engine
     fixes = []
     fit_mb = (room >> 20) // 256 * 256  # a round size, well above verl's per-tensor fallback

@@ -321,6 +321,11 @@ def render_text(plan: MemoryPlan) -> str:
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
         out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
+        if plan.setup.sync_bucket_bytes:
+            from fp8spec.plan.feasibility import at_sync
+
+            mib = plan.setup.sync_bucket_bytes >> 20
+            out.append(row(f"at weight sync, {mib} MiB bucket", [_g(at_sync(plan, c)[2]) for c in cols]))
         tg = plan.trainer_gain()
         if tg is not None:
             speed = [
