@@ -26,18 +26,23 @@ RUN_OVERRIDES = HERE / "run_overrides.txt"
 EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"  # vllm_async_server.py 1270
 
 
-def run_overrides() -> list[str]:
-    lines = RUN_OVERRIDES.read_text(encoding="utf-8").splitlines()
+SYNC_RUN_OVERRIDES = HERE / "sync_run_overrides.txt"
+
+
+def run_overrides(path: Path = RUN_OVERRIDES) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
     return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def compose(bundle: Path):
-    """verl's ppo_trainer config with the bundle's overrides and run_overrides.txt, as main_ppo composes it."""
+def compose(bundle: Path, extra: list[str] = []):  # noqa: B006 - read only
+    """verl's ppo_trainer config with the bundle's overrides, run_overrides.txt and ``extra`` (run_h200_real.sh's
+    RL_SYNC_RUN=1 adds sync_run_overrides.txt), as main_ppo composes it."""
     import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     overrides = list(yaml.safe_load((bundle / "overrides.yaml").read_text(encoding="utf-8"))) + run_overrides()
+    overrides += list(extra)
     spec = importlib.util.find_spec("verl")
     assert spec is not None and spec.submodule_search_locations, "verl is not importable"
     config_dir = Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"

@@ -17,6 +17,7 @@
 # side by side (`GPUS=0 ... rl-start A; GPUS=1 ... rl-start B`, each with its own Ray head, ports and temp dir;
 # PORT_BASE differs per run: 20000 default, give the second 21000).
 # launch.sh gets run_overrides.txt appended (none touches the engine; the file says why each is there).
+# RL_SYNC_RUN=1 (rl-start) appends sync_run_overrides.txt too: the weight-sync run of issue 23 (the file says why).
 # VLLM_LOGGING_LEVEL=INFO replaces verl's WARN (verl keeps a value the launching shell sets:
 # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env), so the engine's own KV-cache lines reach the log.
 set -uo pipefail
@@ -94,6 +95,9 @@ case $step in
     bundle=$1 dir=$2 p=${PORT_BASE:-20000}
     mkdir -p "$dir"
     mapfile -t extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/run_overrides.txt)
+    if [[ ${RL_SYNC_RUN:-0} == 1 ]]; then  # the weight-sync run (issue 23): shorter responses, three steps
+      mapfile -t -O "${#extra[@]}" extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/sync_run_overrides.txt)
+    fi
     sample_gpus "$dir" &
     start=$(date +%s)
     python3 -m ray.scripts.scripts start --head --node-ip-address=127.0.0.1 --port="$p" \

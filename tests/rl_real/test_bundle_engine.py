@@ -100,3 +100,36 @@ def test_bench_rollout_needs_a_model_or_a_bundle(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks/engine/bench_rollout.py"), "--json",
                            str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--model and --mode are required without --bundle" in proc.stderr
+
+
+def test_the_weight_sync_run_changes_only_lengths_and_steps_and_passes_verls_validation(bundles):
+    """RL_SYNC_RUN=1 (issue 23): sync_run_overrides.txt on the FP8 + FP8 KV 4B bundle composes in verl 0.9.1, passes
+    its own validate_config, and leaves the engine, the trainer's budgets and the sync path as compiled."""
+    pytest.importorskip("ray")
+    pytest.importorskip("tensordict")
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    bundle = bundles / "real-4b-h200-fp8kv"
+    extra = be.run_overrides(be.SYNC_RUN_OVERRIDES)
+    assert extra == ["data.max_response_length=512", "trainer.total_training_steps=3"]
+    base, cfg = be.compose(bundle), be.compose(bundle, extra)
+    for c in (base, cfg):
+        c.actor_rollout_ref.model.path = str(MODELS / "qwen3-4b")
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert (cfg.data.max_response_length, cfg.trainer.total_training_steps) == (512, 3)
+    assert base.data.max_response_length == 4096
+    # the rollout engine verl starts is the compiled one; only its generation default max_new_tokens and the
+    # sampling's max_tokens follow the shorter responses
+    short, full = be.engine_kwargs(cfg), be.engine_kwargs(base)
+    assert short.pop("override_generation_config").pop("max_new_tokens") == 512
+    assert full.pop("override_generation_config").pop("max_new_tokens") == 4096
+    assert short == full
+    assert be.sampling_kwargs(cfg, 200, 40960)["max_tokens"] == 512
+    from omegaconf import OmegaConf
+
+    rollout = [OmegaConf.to_container(c.actor_rollout_ref.rollout, resolve=True) for c in (cfg, base)]
+    assert [r.pop("response_length") for r in rollout] == [512, 4096]
+    assert rollout[0] == rollout[1]
+    env = YAML(typ="safe").load((bundle / "runtime_env.yaml").read_text(encoding="utf-8"))["env_vars"]
+    assert "direct_sync" in env["FP8SPEC_RUNTIME_PATCHES"].split(",")  # auto picks direct for FSDP dense
