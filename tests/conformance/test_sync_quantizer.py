@@ -108,6 +108,12 @@ def test_the_device_plans_direct_run_compiles(tmp_path):
         c = compile_variant(REPO / "benchmarks" / "weight_sync" / f"{name}.yaml", None, {}, tmp_path, name)
         assert check_bundle(c) == []
         assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"], name
+    # the Megatron twin (issue 23: a Megatron trainer with direct in main_ppo, next lease): direct asked for
+    # explicitly, next to the Megatron / TransformerEngine compatibility patches
+    c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-moe-megatron-direct.yaml", None, {},
+                        tmp_path, "megatron-direct")
+    assert check_bundle(c) == [] and c.spec.training.backend == "megatron"
+    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",")[:2] == ["direct_sync", "kv_scales"]
 
 
 def test_the_device_plans_sglang_in_loop_run_compiles(tmp_path):
