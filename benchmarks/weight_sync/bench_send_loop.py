@@ -1,9 +1,13 @@
-"""The trainer side's per-tensor cost on the CPU (BENCHMARKS.md 8.6): the fused fill's loop against its floor.
+"""The trainer side's per-tensor cost on the CPU (BENCHMARKS.md 8.6, 8.13): the fused fill's loop against its floor.
 
 For Qwen3-30B-A3B's 18,867 checkpoint tensors (tiny stand-ins: the loop's per-tensor work, not the copies), per
-tensor: ``fused_send.BucketFill``'s fits + add + flush (what the sender does today), the reshape + byte view it
-needs per source, and the floor a sender that replays a cached layout would pay (compare each tensor's name,
-shape, dtype and device with the previous sync's, keep the tensor). Medians of ``--reps`` passes.
+tensor: ``fused_send.BucketFill``'s fits + add + flush with no table, cast or packed metadata (8.6's row); the
+same loop as the patched sender runs it with this round's defaults (the table fill, the BF16 cast, the packed
+metadata, the two halves; the table's launches are no-ops here, they copy on a GPU); the reshape + byte view
+a gathered run needs per source; and the floor a sender that replays a cached layout would pay (compare each
+tensor's name, shape, dtype and device with the previous sync's, keep the tensor). Medians of ``--reps`` passes.
+The sender's row calls ``sent`` / ``room`` / ``add(..., dtype)`` where ``BucketFill`` has them (8.13) and the
+older ``nbytes`` / ``fits`` / ``add`` otherwise, so the same script measures the commits before.
 
     python benchmarks/weight_sync/bench_send_loop.py [--tensors 18867] [--reps 7]
 """
@@ -16,7 +20,8 @@ import time
 
 import torch
 
-from fp8spec.runtime.fused_send import BucketFill
+from fp8spec.runtime import fused_send
+from fp8spec.runtime.fused_send import BucketFill, Regions
 
 
 def per_tensor_us(fn, n: int, reps: int) -> float:
@@ -56,6 +61,32 @@ def main() -> None:
         for _, w in weights:
             w.reshape(-1).view(torch.uint8)
 
+    sender_fill = BucketFill(buf, buf.numel() // 64, table=True, cast=torch.bfloat16, packed=True)
+    # the copies are the GPU's, not measured here
+    fused_send.gather_copy.launch = lambda buffer, table: table.clear()
+
+    def sender_loop():  # async_send_weights' per-tensor steps, the bucket's send left out
+        regions = Regions(sender_fill.bucket_size, True)
+        sender_fill.reset(*regions.bounds())
+        for name, w in weights:
+            if hasattr(sender_fill, "room"):
+                dtype, nbytes = sender_fill.sent(name, w)
+                regions.needs_whole(nbytes)
+                if not sender_fill.room(dtype, nbytes) and sender_fill.meta:
+                    sender_fill.flush()
+                    regions.after_send()
+                    sender_fill.reset(*regions.bounds())
+                sender_fill.add(name, w, dtype)
+            else:
+                regions.needs_whole(sender_fill.nbytes(name, w))
+                if not sender_fill.fits(w, name) and sender_fill.meta:
+                    sender_fill.flush()
+                    regions.after_send()
+                    sender_fill.reset(*regions.bounds())
+                sender_fill.fits(w, name)
+                sender_fill.add(name, w)
+        sender_fill.flush()
+
     keys = [(n, w.shape, w.dtype, w.get_device()) for n, w in weights]
 
     def replay_floor():
@@ -69,6 +100,7 @@ def main() -> None:
     for label, fn in (
         ("fused fill: fits + add + flush", fused_loop),
         ("  of which the reshape + byte view per source", byte_views),
+        ("the sender's loop: table, cast, packed, halves", sender_loop),
         ("replay floor: key check + keep", replay_floor),
     ):
         print(f"  {label:48s} {per_tensor_us(fn, a.tensors, a.reps):6.2f}")

@@ -62,6 +62,8 @@ FLAG = "_fp8spec_fused_send"
 FLUSH_BYTES = 256 << 20  # source tensors a pending run may hold before it is written
 FLUSH_TENSORS = 4096
 ALIGN = 256  # the second half starts here-aligned, so every dtype's alignment holds in both halves
+_FLOAT32 = torch.float32
+_TABLE_ALIGN_MASK = gather_copy.ALIGN - 1
 
 
 class BucketFill:
@@ -100,30 +102,44 @@ class BucketFill:
             if t is not None:
                 t.clear()
 
+    # The methods below run once per tensor, 18,867 times per Qwen3-30B-A3B sync, on the trainer's critical path
+    # (BENCHMARKS.md 8.13): the sender asks ``sent`` once and passes its answer on, and the hot paths bind what
+    # they read more than once to locals.
+
     def sent_as(self, name: str, weight: torch.Tensor) -> torch.dtype:
         """The dtype ``weight`` goes into the bucket as."""
-        if self.cast is not None and weight.dtype == torch.float32 and name.endswith(".weight"):
+        dtype = weight.dtype
+        if dtype is _FLOAT32 and self.cast is not None and name.endswith(".weight"):
             return self.cast
-        return weight.dtype
+        return dtype
+
+    def sent(self, name: str, weight: torch.Tensor) -> tuple[torch.dtype, int]:
+        """The dtype ``weight`` goes into the bucket as, and the bucket bytes it takes."""
+        dtype = self.sent_as(name, weight)
+        return dtype, weight.numel() * dtype.itemsize
 
     def nbytes(self, name: str, weight: torch.Tensor) -> int:
         """The bucket bytes ``weight`` takes."""
-        if self.cast is None:  # the per-tensor loop is the trainer's cost: no dtype lookup here
-            return weight.nbytes
-        return weight.numel() * self.sent_as(name, weight).itemsize
+        return self.sent(name, weight)[1]
 
     def fits(self, weight: torch.Tensor, name: str = "") -> bool:
-        dtype = self.sent_as(name, weight)
-        return self._aligned(dtype) + weight.numel() * dtype.itemsize <= self.limit
+        return self.room(*self.sent(name, weight))
+
+    def room(self, dtype: torch.dtype, nbytes: int) -> bool:
+        """Whether ``nbytes`` sent as ``dtype`` fit after what the bucket holds."""
+        return self._aligned(dtype) + nbytes <= self.limit
 
     def _aligned(self, dtype: torch.dtype) -> int:
         a = dtype.itemsize
         return (self.offset + a - 1) // a * a
 
-    def add(self, name: str, weight: torch.Tensor) -> None:
-        """Place ``weight`` at verl's next offset (the caller checked ``fits``)."""
-        dtype = self.sent_as(name, weight)
-        offset = self._aligned(dtype)
+    def add(self, name: str, weight: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+        """Place ``weight`` at verl's next offset (the caller checked ``fits``); ``dtype``: ``sent_as``'s answer,
+        when the caller has it."""
+        if dtype is None:
+            dtype = self.sent_as(name, weight)
+        a = dtype.itemsize
+        offset = (self.offset + a - 1) // a * a
         if self.packed:
             self.meta.add(name, tuple(weight.shape), dtype, offset)
         else:
@@ -143,13 +159,13 @@ class BucketFill:
         table = self.table
         if table is not None and weight.get_device() == self._device and weight.is_contiguous():
             ptr, nbytes = weight.data_ptr(), weight.nbytes
-            if gather_copy.fits(ptr, offset, nbytes):
+            if not ((ptr | offset | nbytes) & _TABLE_ALIGN_MASK) and nbytes > 0:  # gather_copy.fits, inlined
                 if self._run:  # the pending run ends where this tensor's padding starts
                     self._flush_run()
                 table.add(weight, ptr, offset, nbytes)
                 self.offset = self._run_start = offset + nbytes
-                self._run_bytes += nbytes
-                if self._run_bytes >= FLUSH_BYTES or len(table) >= FLUSH_TENSORS:
+                self._run_bytes = run_bytes = self._run_bytes + nbytes
+                if run_bytes >= FLUSH_BYTES or len(table.keep) >= FLUSH_TENSORS:
                     self.flush()
                 return
         if offset > self.offset:  # the padding belongs to the run, so a run is always [run start, offset)
@@ -283,20 +299,22 @@ def patch_bucket_sender_fused(
             regions = Regions(self.bucket_size, pipeline)
             fill.reset(*regions.bounds())
             async for name, weight in ensure_async_iterator(weights):
-                nbytes = fill.nbytes(name, weight)
+                dtype, nbytes = fill.sent(name, weight)
                 if regions.needs_whole(nbytes):
                     if fill.meta:  # acked once processed: then nothing is in flight
                         await send(self, fill, False)
                     regions.current = 2
                     fill.reset(*regions.bounds())
-                if not fill.fits(weight, name) and fill.meta:
+                fits = fill.room(dtype, nbytes)
+                if not fits and fill.meta:
                     await send(self, fill, False, regions.early())
                     regions.after_send()
                     # the bucket just sent used the whole buffer (acked once processed): none in flight
                     if regions.needs_whole(nbytes):
                         regions.current = 2
                     fill.reset(*regions.bounds())
-                if not fill.fits(weight, name):
+                    fits = fill.room(dtype, nbytes)
+                if not fits:
                     # larger than a bucket: verl's own path (CUDA IPC of the tensor itself)
                     assert not self.use_shm, (
                         f"Weight {name}({weight.shape}, {weight.dtype}) is too large to fit in the bucket. "
@@ -304,7 +322,7 @@ def patch_bucket_sender_fused(
                     )
                     self._direct_send_large_weight(name, weight)
                     continue
-                fill.add(name, weight)
+                fill.add(name, weight, dtype)
             name = weight = None
             await send(self, fill, True)
         finally:

@@ -157,6 +157,21 @@ def test_cast_sends_float32_weights_as_the_bf16_verls_receiver_would_load(tmp_pa
 
 
 @pytest.mark.parametrize("cast", [None, torch.bfloat16], ids=["as-sent", "cast"])
+def test_the_senders_one_question_per_tensor_answers_as_the_separate_ones(cast):
+    # the sender asks sent() once per tensor and passes its dtype on (the per-tensor loop is the trainer's cost):
+    # the answers are those of sent_as / nbytes / fits, up to the last byte of the bucket
+    fill = fused_send.BucketFill(torch.empty(4096, dtype=torch.uint8), 4096, cast=cast)
+    fill.add("odd", torch.ones(3, dtype=torch.bfloat16))  # offset 6: every dtype after it aligns differently
+    for name, w in _cast_weights()[:14]:
+        dtype, nbytes = fill.sent(name, w)
+        assert dtype == fill.sent_as(name, w) and nbytes == fill.nbytes(name, w) == w.numel() * dtype.itemsize
+        assert dtype == (torch.bfloat16 if cast and w.dtype == torch.float32 and name.endswith(".weight") else w.dtype)
+        at = (6 + dtype.itemsize - 1) // dtype.itemsize * dtype.itemsize
+        assert fill.room(dtype, 4096 - at) and not fill.room(dtype, 4096 - at + 1)
+        assert fill.fits(w, name) == fill.room(dtype, nbytes)
+
+
+@pytest.mark.parametrize("cast", [None, torch.bfloat16], ids=["as-sent", "cast"])
 def test_the_lazy_receiver_hands_the_engine_the_dtype_the_sender_cast_to(tmp_path, cast):
     # the engine's hook refuses a cast bucket when its own dtype differs (test_direct_sync_hook): it learns of the
     # cast from each message, through the lazy receiver's views
