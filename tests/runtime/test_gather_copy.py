@@ -37,7 +37,9 @@ def test_the_table_numbers_each_tensors_chunks():
     table, offsets = _fill(torch.empty(0, dtype=torch.uint8), tensors)
     rows = table.rows()
     assert rows.dtype == torch.int64 and tuple(rows.shape) == (4, len(tensors))
+    assert rows[0].tolist() == [t.data_ptr() for t in tensors]
     assert rows[1].tolist() == offsets and rows[2].tolist() == [t.nbytes for t in tensors]
+    assert tuple(gc.CopyTable().rows().shape) == (4, 0)
     per = [-(-t.nbytes // gc.CHUNK) for t in tensors]
     assert per == [1, 1, 1, 1, 2, 4, 1, 2]
     assert rows[3].tolist() == [sum(per[:i]) for i in range(len(per))] and table.chunks == sum(per)
