@@ -1,6 +1,6 @@
 """Build the offline install set for the H200 (no network there) from PyPI, on any CPU machine.
 
-    python benchmarks/engine/build_offline_set.py [--sets engine,verl] [--out .engine] [--part-mib 48]
+    python benchmarks/engine/build_offline_set.py [--sets engine,verl] [--out .engine] [--part-mib N]
     python benchmarks/engine/build_offline_set.py --sets engine,verl,sglang --unpack /tmp/sgl-site  # read only
 
 Reads ``offline_set.txt``: one pinned wheel per line with the set it belongs to; ``strip GLOB`` lines (files of
@@ -12,7 +12,7 @@ lines (packages PyPI has only as source, built on the device). Downloads each wh
 x86_64 (cached in ``~/.cache/fp8spec/offline``), packs whole wheels as ``wheels/*.whl``, filtered wheels as an
 installed tree under ``site/`` (sdists as ``sdists/*.tar.gz``, or, once a device build was fetched back into the
 cache as ``NAME-VERSION-*.whl``, that wheel instead) into one deterministic ``offline.tar.xz``, split into parts
-of at most ``--part-mib`` MiB
+of at most ``--part-mib`` MiB (default: what a device call can carry beside this working tree, ``part_mib_for``)
 (``OUT/part01/offline.tar.xz.part01``, ...; one folder per part so each device call can carry one part).
 ``OUT/part01/offline.sha256`` holds the checksum of the whole archive and of each part; ``install_offline.sh``
 checks them on the device before it installs. ``--without NAME[==VERSION],...`` leaves wheels out (one archive
@@ -250,11 +250,34 @@ def pack(tar: tarfile.TarFile | None, chosen: OfflineSet, unpack: Path | None) -
     return len(chosen.wheels), len(chosen.sdists)
 
 
+CARRY_LIMIT_MIB = 64  # a device call carries the working tree plus the carried paths, 64 MiB in all
+CARRY_HEADROOM_MIB = 4  # room for a small carried path beside the part (.rl/bundles: under 1 MiB)
+MAX_PART_MIB = 48
+
+
+def tree_bytes(repo: Path) -> int:
+    """The bytes a device call sends besides what it carries: tracked files and untracked ones git does not
+    ignore (`git ls-files -co --exclude-standard`)."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, check=True,
+                           capture_output=True).stdout.split(b"\0")
+    return sum((repo / n.decode()).stat().st_size for n in names if n and (repo / n.decode()).is_file())
+
+
+def part_mib_for(tree: int) -> int:
+    """The largest part (MiB) a call carries beside a tree of ``tree`` bytes. The tree grows with every committed
+    result: at 21 MiB, 48 MiB parts made every call too large (session 17)."""
+    room = CARRY_LIMIT_MIB - CARRY_HEADROOM_MIB - -(-tree // (1 << 20))
+    if room < 8:
+        raise SystemExit(f"build_offline_set: the working tree is {tree / 2**20:.1f} MiB; a device call carries "
+                         f"{CARRY_LIMIT_MIB} MiB in all, too little room for a part")
+    return min(room, MAX_PART_MIB)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="engine,verl", help="comma list of sets from offline_set.txt")
     ap.add_argument("--out", default=".engine", type=Path)
-    ap.add_argument("--part-mib", default=48, type=int)
+    ap.add_argument("--part-mib", type=int, help="default: what a call carries beside this working tree")
     ap.add_argument("--without", default="", help="comma list of NAME or NAME==VERSION left out of the sets")
     ap.add_argument("--unpack", type=Path, help="write the sets' installed files here instead (no archive)")
     args = ap.parse_args()
@@ -277,7 +300,8 @@ def main() -> int:
     archive.write_bytes(lzma.compress(raw.getvalue(), preset=6))
     blob = archive.read_bytes()
     lines = [f"{hashlib.sha256(blob).hexdigest()}  offline.tar.xz"]
-    step = args.part_mib << 20
+    part_mib = args.part_mib or part_mib_for(tree_bytes(HERE.parent.parent))
+    step = part_mib << 20
     for i in range(0, len(blob), step):
         part = f"offline.tar.xz.part{i // step + 1:02d}"
         folder = args.out / f"part{i // step + 1:02d}"
@@ -286,7 +310,7 @@ def main() -> int:
         lines.append(f"{hashlib.sha256(blob[i:i + step]).hexdigest()}  {part}")
     (args.out / "part01" / "offline.sha256").write_text("\n".join(lines) + "\n", encoding="utf-8")
     archive.unlink()
-    print(f"{len(blob) / 2**20:.1f} MiB in {len(lines) - 1} parts under {args.out}/part*/ "
+    print(f"{len(blob) / 2**20:.1f} MiB in {len(lines) - 1} parts of <= {part_mib} MiB under {args.out}/part*/ "
           f"({n_wheels} wheels, {n_sdists} source packages); checksums in {args.out}/part01/offline.sha256")
     return 0
 

@@ -10,7 +10,8 @@
 #   bash benchmarks/rl_real/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
 #   bash benchmarks/rl_real/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
 #   bash benchmarks/rl_real/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
-#                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz
+#                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz;
+#                                                          exit 3 at once when this machine holds no run
 #
 # BUNDLE is a folder under .rl/bundles/ compiled on the CPU machine (README.md), e.g. real-4b-h200-fp8kv.
 # GPUS=0 (or 1, or 0,1) pins a step to those GPUs (default: all): on an nvidia-h200-x2 two one-GPU bundles run
@@ -120,6 +121,12 @@ case $step in
   rl)
     bash "$0" rl-start "${1:?rl BUNDLE}" && bash "$0" rl-wait "${2:-480}" ;;
   rl-wait)
+    # no run folder: this machine never ran rl-start (a lease ended between calls and the call found a fresh
+    # machine); waiting would only spend device time (session 17 lost 480 s that way)
+    if ! compgen -G "$ROOT/*/" > /dev/null; then
+      echo "rl-wait: no run under $ROOT on this machine (a fresh machine: the lease that ran rl-start has ended)" >&2
+      exit 3
+    fi
     for _ in $(seq "${1:-540}"); do compgen -G "$ROOT/*/DONE" > /dev/null && break; sleep 1; done
     for dir in "$ROOT"/*/; do
       dir=${dir%/}; bundle=$(basename "$dir")
