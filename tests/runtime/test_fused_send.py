@@ -238,6 +238,7 @@ def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table, packed):
     (line,) = [r.getMessage() for r in caplog.records if "weight sync sent" in r.getMessage()]
     assert (tabled > 0) == table
     assert line.endswith(f" ({tabled} tensors copied through the table)") == table
+    assert (st.launches > 0) == table  # the table's launches were timed on the host (none without the table)
 
 
 def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_line():

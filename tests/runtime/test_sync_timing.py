@@ -11,9 +11,11 @@ counts of what was sent, the waits add up to no more than the sync, the receiver
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import logging
 import os
+import re
 import threading
 import time
 
@@ -94,10 +96,16 @@ def test_one_line_per_sync_with_what_was_sent(tmp_path, caplog):
         assert (st.tensors, st.buckets) == (len(weights), len(buckets)) and st.buckets > 2
         assert st.bytes == sum(t.numel() * t.element_size() for _, t in weights)
         assert 0 < st.engine and 0 <= st.gpu_wait and st.engine + st.gpu_wait <= time_of(st)
+        # the host's parts: each bucket's metadata send and the set-up were timed, and they fit in the host time
+        assert st.sends > 0 and st.setup > 0 and st.launches == 0  # verl's own fill: no table launches
+        host = time_of(st) - st.engine - st.gpu_wait
+        assert st.setup + st.sends + st.launches + st.gc <= host
     lines = [r.getMessage() for r in caplog.records if r.name == "fp8spec.runtime.sync_timing"]
     assert len(lines) == 2
     assert lines[0].startswith(f"fp8spec weight sync sent: {len(weights)} tensors, {len(buckets)} buckets, ")
     assert "trainer stream + fill" in lines[0] and "GPU wait" in lines[0] and "engine" in lines[0]
+    assert re.search(r"fill \d+\.\d{3} s \(loop \d+\.\d{3}, set-up \d+\.\d{3}, launches 0\.000, "
+                     r"sends \d+\.\d{3}, gc \d+\.\d{3}\), GPU wait", lines[0]), lines[0]
     # the sender's syncs (one per bucket) were timed; the receiver's (its thread has no sync in flight) were not
     assert dev.syncs >= 2 * len(buckets)
 
@@ -114,3 +122,40 @@ def test_the_receivers_device_calls_pass_through():
     d.synchronize()
     d.empty_cache()
     assert dev.syncs == 1 and sync_timing._CURRENT.get() is None
+
+
+def test_a_collection_during_the_sync_is_timed_as_gc_and_one_outside_is_not(tmp_path):
+    dev = CpuDevice()
+    mod = _module(dev)
+    sync_timing.patch_bucket_sender(mod)
+    assert gc.callbacks.count(sync_timing._gc_timer) == 1
+    sync_timing.patch_bucket_sender(mod)  # idempotent: one callback
+    sync_timing.patch_bucket_sender(_module(dev))  # a second module: still one callback per process
+    assert gc.callbacks.count(sync_timing._gc_timer) == 1
+    g = torch.Generator().manual_seed(1)
+    weights = [(f"w{i}", torch.randn(64, 64, generator=g)) for i in range(8)]
+
+    def collecting():  # the trainer's generator: a full collection in the middle of the stream
+        for i, item in enumerate(weights):
+            if i == 4:
+                gc.collect()
+            yield item
+
+    handle = f"ipc://{tmp_path}/gc.sock"
+    th = threading.Thread(
+        target=lambda: mod.BucketedWeightReceiver(handle, torch.device("cpu"), use_shm=True).receive_weights(
+            lambda w, last: None
+        )
+    )
+    sender = mod.BucketedWeightSender(handle, bucket_size_mb=1, use_shm=True)
+
+    async def main():
+        th.start()
+        await sender.async_send_weights(collecting())
+
+    asyncio.run(main())
+    th.join(30)
+    st = sender._fp8spec_send_times
+    assert st.gc > 0 and st._gc_at == 0.0
+    gc.collect()  # no sync in flight: counted nowhere
+    assert sender._fp8spec_send_times.gc == st.gc
