@@ -189,13 +189,9 @@ def patch_bucket_sender(module: ModuleType) -> None:
 
     @functools.wraps(orig_init_socket)
     def _init_socket(self) -> None:
-        t0 = time.perf_counter()
-        try:
-            orig_init_socket(self)
-            if not isinstance(self.socket, _TimedSocket):
-                self.socket = _TimedSocket(self.socket)
-        finally:
-            _add("setup", time.perf_counter() - t0)
+        _timed("setup", orig_init_socket, self)
+        if not isinstance(self.socket, _TimedSocket):
+            self.socket = _TimedSocket(self.socket)
 
     @functools.wraps(orig_init_buffer)
     def _init_buffer(self) -> None:
