@@ -270,8 +270,8 @@ def patch_bucket_sender_fused(
     """Give ``BucketedWeightSender`` in ``module`` (verl's bucketed_weight_transfer.py) the fused fill; idempotent.
     ``pipeline``: alternate the buffer's halves; ``table``: the table fill, ``cast``: the dtype float32 weights
     are sent as; ``packed``: the metadata as a ``PackedMeta``; ``pinned``: the tables staged in pinned memory
-    (``BucketFill``). Install it before
-    ``sync_timing.patch_bucket_sender``, which wraps whatever send method it finds."""
+    (``BucketFill``). Install it before ``sync_timing.patch_bucket_sender``, which wraps whatever send method it
+    finds."""
     cls = module.BucketedWeightSender
     if getattr(cls, FLAG, False):
         return
