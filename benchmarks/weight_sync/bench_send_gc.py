@@ -1,6 +1,6 @@
 """Python's garbage collections during the trainer's send loop, on the CPU (BENCHMARKS.md 8.14).
 
-The sender's per-tensor loop (``bench_send_loop.py``'s sender row: table, BF16 cast, packed metadata, the two
+The sender's per-tensor loop (``bench_send_loop.send_loop``, its sender row: table, BF16 cast, packed metadata, the two
 halves; the table's launches are no-ops here) over Qwen3-30B-A3B's 18,867 tensors, in a process whose long-lived
 heap is grown to ``--heaps`` objects (a trainer or engine driver holds millions), with collections on and off.
 Per setting: the loop's median and largest time over ``--reps`` syncs, the time ``gc.callbacks`` saw in
@@ -17,9 +17,10 @@ import statistics
 import time
 
 import torch
+from bench_send_loop import send_loop  # the script's folder is on sys.path when run as a script
 
 from fp8spec.runtime import fused_send
-from fp8spec.runtime.fused_send import BucketFill, Regions
+from fp8spec.runtime.fused_send import BucketFill
 
 
 def main() -> None:
@@ -31,19 +32,6 @@ def main() -> None:
     fused_send.gather_copy.launch = lambda buffer, table: table.clear()  # the copies are the GPU's
     buf = torch.empty(1 << 30, dtype=torch.uint8)
     fill = BucketFill(buf, buf.numel() // 64, table=True, cast=torch.bfloat16, packed=True)
-
-    def send(weights: list) -> None:  # async_send_weights' per-tensor steps, the bucket's send left out
-        regions = Regions(fill.bucket_size, True)
-        fill.reset(*regions.bounds())
-        for name, w in weights:
-            dtype, nbytes = fill.sent(name, w)
-            regions.needs_whole(nbytes)
-            if not fill.room(dtype, nbytes) and fill.meta:
-                fill.flush()
-                regions.after_send()
-                fill.reset(*regions.bounds())
-            fill.add(name, w, dtype)
-        fill.flush()
 
     seen = {"s": 0.0, "full": 0, "at": 0.0}
 
@@ -74,7 +62,7 @@ def main() -> None:
                 if not collect:
                     gc.disable()
                 t = time.perf_counter()
-                send(weights)
+                send_loop(fill, weights)
                 loops.append((time.perf_counter() - t) * 1e3)
                 gc.enable()
                 gcs.append(seen["s"] * 1e3)

@@ -33,6 +33,31 @@ def per_tensor_us(fn, n: int, reps: int) -> float:
     return statistics.median(times)
 
 
+def send_loop(fill: BucketFill, weights: list) -> None:
+    """``async_send_weights``' per-tensor steps over ``weights``, the bucket's send left out (bench_send_gc.py
+    runs it too)."""
+    regions = Regions(fill.bucket_size, True)
+    fill.reset(*regions.bounds())
+    for name, w in weights:
+        if hasattr(fill, "room"):
+            dtype, nbytes = fill.sent(name, w)
+            regions.needs_whole(nbytes)
+            if not fill.room(dtype, nbytes) and fill.meta:
+                fill.flush()
+                regions.after_send()
+                fill.reset(*regions.bounds())
+            fill.add(name, w, dtype)
+        else:
+            regions.needs_whole(fill.nbytes(name, w))
+            if not fill.fits(w, name) and fill.meta:
+                fill.flush()
+                regions.after_send()
+                fill.reset(*regions.bounds())
+            fill.fits(w, name)
+            fill.add(name, w)
+    fill.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tensors", type=int, default=18867)
@@ -65,27 +90,8 @@ def main() -> None:
     # the copies are the GPU's, not measured here
     fused_send.gather_copy.launch = lambda buffer, table: table.clear()
 
-    def sender_loop():  # async_send_weights' per-tensor steps, the bucket's send left out
-        regions = Regions(sender_fill.bucket_size, True)
-        sender_fill.reset(*regions.bounds())
-        for name, w in weights:
-            if hasattr(sender_fill, "room"):
-                dtype, nbytes = sender_fill.sent(name, w)
-                regions.needs_whole(nbytes)
-                if not sender_fill.room(dtype, nbytes) and sender_fill.meta:
-                    sender_fill.flush()
-                    regions.after_send()
-                    sender_fill.reset(*regions.bounds())
-                sender_fill.add(name, w, dtype)
-            else:
-                regions.needs_whole(sender_fill.nbytes(name, w))
-                if not sender_fill.fits(w, name) and sender_fill.meta:
-                    sender_fill.flush()
-                    regions.after_send()
-                    sender_fill.reset(*regions.bounds())
-                sender_fill.fits(w, name)
-                sender_fill.add(name, w)
-        sender_fill.flush()
+    def sender_loop():
+        send_loop(sender_fill, weights)
 
     keys = [(n, w.shape, w.dtype, w.get_device()) for n, w in weights]
 
