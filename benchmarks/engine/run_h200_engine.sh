@@ -16,7 +16,6 @@
 #                                             size (default 2048); WS_SYNC_TIMING=1 the sender split; WS_EAGER=0 CUDA graphs (as main_ppo);
 #                                             WS_SEND_CAST_BF16=1 float32 weights sent as BF16;
 #                                             WS_SEND_PACKED_META=1 bucket metadata as four lists;
-#                                             WS_SEND_TABLE_PINNED=1 the table staged in pinned memory;
 #                                             WS_TIMEOUT seconds for the call, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).

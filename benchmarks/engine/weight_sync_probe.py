@@ -426,7 +426,6 @@ def main() -> int:
             env["FP8SPEC_FUSED_SEND"] = os.environ.get("WS_FUSED_SEND", "1")
             env["FP8SPEC_SEND_PIPELINE"] = os.environ.get("WS_SEND_PIPELINE", "1")
             for ws, var in (("WS_SEND_TABLE", "FP8SPEC_SEND_TABLE"), ("WS_SEND_KEEP_BUFFER", "FP8SPEC_SEND_KEEP_BUFFER"),
-                            ("WS_SEND_TABLE_PINNED", "FP8SPEC_SEND_TABLE_PINNED"),
                             ("WS_DIRECT_ROUND_IN_KERNEL", "FP8SPEC_DIRECT_ROUND_IN_KERNEL"),
                             ("WS_DIRECT_INTO_PARAMS", "FP8SPEC_DIRECT_INTO_PARAMS"),
                             ("WS_SEND_CAST_BF16", "FP8SPEC_SEND_CAST_BF16"),

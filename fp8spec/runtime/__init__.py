@@ -19,7 +19,6 @@ from .envs import (
     SEND_PACKED_META,
     SEND_PIPELINE,
     SEND_TABLE,
-    SEND_TABLE_PINNED,
     check_environment,
 )
 from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
@@ -129,7 +128,6 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
                 table=None if SEND_TABLE.read() else False,
                 cast=torch.bfloat16 if SEND_CAST_BF16.read() else None,
                 packed=SEND_PACKED_META.read(),
-                pinned=SEND_TABLE_PINNED.read(),
             )
 
         _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)

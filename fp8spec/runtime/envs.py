@@ -250,13 +250,6 @@ SEND_TABLE = _direct_switch(
     "with the fused fill: copy each bucket's aligned contiguous tensors with one Triton launch from a table of "
     "their addresses instead of a byte view per tensor (gather_copy.py; needs Triton and CUDA)",
 )
-SEND_TABLE_PINNED = _direct_switch(
-    "FP8SPEC_SEND_TABLE_PINNED",
-    "with the table fill: stage each launch's table in pinned host memory before its copy to the GPU; from "
-    "pageable memory CUDA may make that copy wait on the stream, and so the trainer's loop on the copies launched "
-    "before it (not yet measured on a GPU: BENCHMARKS.md 8.14)",
-    default="0",
-)
 SEND_KEEP_BUFFER = _direct_switch(
     "FP8SPEC_SEND_KEEP_BUFFER",
     "keep verl's weight-sync buffer and its CUDA IPC mapping between syncs instead of setting them up at every "
@@ -308,7 +301,6 @@ VARIABLES: tuple[EnvVar, ...] = (
     FUSED_SEND,
     SEND_PIPELINE,
     SEND_TABLE,
-    SEND_TABLE_PINNED,
     SEND_KEEP_BUFFER,
     SEND_CAST_BF16,
     SEND_PACKED_META,

@@ -77,18 +77,16 @@ class BucketFill:
         table: bool | None = False,
         cast: torch.dtype | None = None,
         packed: bool = False,
-        pinned: bool = False,
     ):
         """``table``: copy what it can through a ``gather_copy`` table (None: where the Triton kernel runs;
         True: also without it, through the table's reference copy, for tests). ``cast``: the dtype float32
-        ``*.weight`` tensors are sent as (None: as they come). ``packed``: the metadata as a ``PackedMeta``.
-        ``pinned``: the tables staged in pinned host memory at each launch (``FP8SPEC_SEND_TABLE_PINNED``)."""
+        ``*.weight`` tensors are sent as (None: as they come). ``packed``: the metadata as a ``PackedMeta``."""
         self.buffer, self.bucket_size, self.cast, self.packed = buffer, bucket_size, cast, packed
         self._zeros = torch.zeros(16, dtype=torch.uint8, device=buffer.device)  # alignment padding
         if table is None:
             table = buffer.is_cuda and gather_copy.get_kernel() is not None
-        self.table = gather_copy.CopyTable(pinned=pinned) if table else None
-        self.cast_table = gather_copy.CopyTable(cast, pinned) if table and cast is not None else None
+        self.table = gather_copy.CopyTable() if table else None
+        self.cast_table = gather_copy.CopyTable(cast) if table and cast is not None else None
         self._device = buffer.get_device()  # -1 on the CPU, as Tensor.get_device gives it
         self.reset()
 
@@ -265,13 +263,11 @@ def patch_bucket_sender_fused(
     table: bool | None = False,
     cast: torch.dtype | None = None,
     packed: bool = False,
-    pinned: bool = False,
 ) -> None:
     """Give ``BucketedWeightSender`` in ``module`` (verl's bucketed_weight_transfer.py) the fused fill; idempotent.
     ``pipeline``: alternate the buffer's halves; ``table``: the table fill, ``cast``: the dtype float32 weights
-    are sent as; ``packed``: the metadata as a ``PackedMeta``; ``pinned``: the tables staged in pinned memory
-    (``BucketFill``). Install it before ``sync_timing.patch_bucket_sender``, which wraps whatever send method it
-    finds."""
+    are sent as; ``packed``: the metadata as a ``PackedMeta``. Install it before
+    ``sync_timing.patch_bucket_sender``, which wraps whatever send method it finds."""
     cls = module.BucketedWeightSender
     if getattr(cls, FLAG, False):
         return
@@ -299,7 +295,7 @@ def patch_bucket_sender_fused(
         try:
             self._init_socket()
             self._init_buffer()
-            fill = BucketFill(self.buffer, self.bucket_size, table, cast, packed, pinned)
+            fill = BucketFill(self.buffer, self.bucket_size, table, cast, packed)
             regions = Regions(self.bucket_size, pipeline)
             fill.reset(*regions.bounds())
             async for name, weight in ensure_async_iterator(weights):

@@ -50,13 +50,12 @@ class CopyTable:
     """Pending copies into one buffer: per tensor its address, destination offset, size and first chunk, and the
     tensor itself (alive until launched; the caching allocator orders any later reuse after the launch)."""
 
-    __slots__ = ("addr", "cast", "chunks", "first", "keep", "offset", "pinned", "size")
+    __slots__ = ("addr", "cast", "chunks", "first", "keep", "offset", "size")
 
-    def __init__(self, cast: torch.dtype | None = None, pinned: bool = False) -> None:
-        """``pinned``: the launch stages the table in pinned host memory before copying it to the GPU."""
+    def __init__(self, cast: torch.dtype | None = None) -> None:
         if cast not in (None, torch.bfloat16):
             raise ValueError(f"a copy table casts float32 to bfloat16 only, not to {cast}")
-        self.cast, self.pinned = cast, pinned
+        self.cast = cast
         self.clear()
 
     def clear(self) -> None:
@@ -98,12 +97,8 @@ def launch(buffer: torch.Tensor, table: CopyTable) -> None:
     if kernel is None:
         _reference(buffer, table)
     else:
-        rows = table.rows()
-        if table.pinned:
-            # a copy from pageable memory may wait on the stream (CUDA stages it); from pinned memory it is queued,
-            # and torch's host allocator keeps the block until the copy has run
-            rows = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True).copy_(rows)
-        rows = rows.to(buffer.device, non_blocking=True)
+        # from pageable memory: staging the table in pinned memory was measured slower (BENCHMARKS.md 8.15)
+        rows = table.rows().to(buffer.device, non_blocking=True)
         copy, cast = kernel
         if table.cast is None:
             copy[(table.chunks,)](

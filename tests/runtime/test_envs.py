@@ -85,7 +85,6 @@ BAD = {
     "FP8SPEC_FUSED_SEND": "fused",
     "FP8SPEC_SEND_PIPELINE": "both",
     "FP8SPEC_SEND_TABLE": "table",
-    "FP8SPEC_SEND_TABLE_PINNED": "pin",
     "FP8SPEC_SEND_KEEP_BUFFER": "forever",
     "FP8SPEC_SEND_CAST_BF16": "bf16",
     "FP8SPEC_SEND_PACKED_META": "lists",

@@ -156,12 +156,6 @@ def test_cast_sends_float32_weights_as_the_bf16_verls_receiver_would_load(tmp_pa
     assert len(metas) > 1 and sent(metas) == sum(w.nbytes for _, w in weights) - f32 // 2
 
 
-@pytest.mark.parametrize("pinned", [False, True])
-def test_the_pinned_switch_reaches_both_tables(pinned):
-    fill = fused_send.BucketFill(torch.empty(64, dtype=torch.uint8), 64, table=True, cast=torch.bfloat16, pinned=pinned)
-    assert fill.table.pinned is pinned and fill.cast_table.pinned is pinned
-
-
 @pytest.mark.parametrize("cast", [None, torch.bfloat16], ids=["as-sent", "cast"])
 def test_the_senders_one_question_per_tensor_answers_as_the_separate_ones(cast):
     # the sender asks sent() once per tensor and passes its dtype on (the per-tensor loop is the trainer's cost):
@@ -371,22 +365,20 @@ def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook, fused_send
 seen = []
-fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None, packed=False, pinned=False: (
-    seen.append([pipeline, table, str(cast), packed, pinned]))
+fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None, packed=False: (
+    seen.append([pipeline, table, str(cast), packed]))
 for hook in _importhook._pending.get(%r, []):
     if '_fused' in getattr(hook, '__qualname__', ''):
         hook(None)
 print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    # the table fill: None = where the Triton kernel runs; the BF16 cast and the packed metadata on by default;
-    # the pinned table staging off by default (not yet measured on a GPU)
-    assert _run(code, base)["seen"] == [[True, None, "torch.bfloat16", True, False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "torch.bfloat16", True, False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "torch.bfloat16", True, False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="0"))["seen"] == [[True, None, "None", True, False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="0"))["seen"] == [[True, None, "torch.bfloat16", False, False]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE_PINNED="1"))["seen"] == [[True, None, "torch.bfloat16", True, True]]
+    # the table fill: None = where the Triton kernel runs; the BF16 cast and the packed metadata on by default
+    assert _run(code, base)["seen"] == [[True, None, "torch.bfloat16", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "torch.bfloat16", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "torch.bfloat16", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="0"))["seen"] == [[True, None, "None", True]]
+    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="0"))["seen"] == [[True, None, "torch.bfloat16", False]]
     assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
 
 
