@@ -51,28 +51,35 @@ def init_dist() -> None:
     model_parallel_cuda_manual_seed(0)
 
 
+def config_kwargs(s: dict, num_layers: int) -> dict:
+    """The BF16 TransformerConfig fields of a shape from SHAPES (bench_te_layout.py builds on them)."""
+    from megatron.core.transformer.enums import AttnBackend
+
+    kw = dict(
+        num_layers=num_layers, hidden_size=s["hidden"], ffn_hidden_size=s["ffn"], num_attention_heads=s["heads"],
+        num_query_groups=s["kv_heads"], kv_channels=s["head_dim"], normalization="RMSNorm", layernorm_epsilon=1e-6,
+        qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+        add_qkv_bias=False, bf16=True, params_dtype=torch.bfloat16, attention_backend=AttnBackend.fused,
+        hidden_dropout=0.0, attention_dropout=0.0,
+    )
+    if s["experts"] > 0:
+        kw.update(num_moe_experts=s["experts"], moe_router_topk=s["topk"], moe_ffn_hidden_size=s["moe_ffn"],
+                  moe_grouped_gemm=True, moe_token_dispatcher_type="alltoall",
+                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+                  variable_seq_lengths=True)  # as verl builds it (alltoall dispatcher needed for that)
+    return kw
+
+
 def build(model: str, precision: str, seqlen: int):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
-    from megatron.core.transformer.enums import AttnBackend
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     s = SHAPES[model]
     moe = s["experts"] > 0
     recipe = RECIPES[precision]
-    kw = dict(
-        num_layers=1, hidden_size=s["hidden"], ffn_hidden_size=s["ffn"], num_attention_heads=s["heads"],
-        num_query_groups=s["kv_heads"], kv_channels=s["head_dim"], normalization="RMSNorm", layernorm_epsilon=1e-6,
-        qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
-        add_qkv_bias=False, bf16=True, params_dtype=torch.bfloat16, attention_backend=AttnBackend.fused,
-        hidden_dropout=0.0, attention_dropout=0.0,
-    )
-    if moe:
-        kw.update(num_moe_experts=s["experts"], moe_router_topk=s["topk"], moe_ffn_hidden_size=s["moe_ffn"],
-                  moe_grouped_gemm=True, moe_token_dispatcher_type="alltoall",
-                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-                  variable_seq_lengths=True)  # as verl builds it (alltoall dispatcher needed for that)
+    kw = config_kwargs(s, num_layers=1)
     if recipe:
         kw.update(fp8="hybrid", fp8_recipe=recipe)
     config = TransformerConfig(**kw)

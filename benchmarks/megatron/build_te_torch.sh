@@ -10,6 +10,8 @@
 # build is quick (103 s with 16 jobs, shared/engine notes). The wheel is left in /tmp/te-wheel (the folder is
 # TE_BUILD_DIR, default /tmp) for the caller to bring back ($OUT), so that the next offline set carries it
 # instead of the source. Idempotent: a SITE that already imports transformer_engine_torch is left alone.
+# TE_BUILD_ONLY=1 builds the wheel and stops (a build started before the offline set is there: SITE then holds
+# only the sdist under .sdists/ and the build's needs, nvidia-cudnn-frontend; run_h200_megatron.sh te-prebuild).
 # Exit codes: 0 installed (or already there), 3 neither a prebuilt wheel nor the source archive, 4 the archive
 # unpacked to no single source folder, 5 the build failed or left no wheel; each with a message on stderr.
 set -euo pipefail
@@ -60,5 +62,6 @@ if (( rc != 0 || ${#wheels[@]} == 0 )); then
 fi
 wheel=${wheels[0]}
 echo "build_te_torch: built $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) in $(( $(date +%s) - start ))s"
+if [[ ${TE_BUILD_ONLY:-0} == 1 ]]; then echo "build_te_torch: TE_BUILD_ONLY=1, $site left as it was"; exit 0; fi
 install_wheel "$wheel"
 python3 -c "import transformer_engine.pytorch as te; print('build_te_torch: transformer_engine', te.__version__ if hasattr(te, '__version__') else '', 'imports')"

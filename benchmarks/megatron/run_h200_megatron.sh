@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The Megatron + TransformerEngine runs on the H200 (issue 21; benchmarks/megatron/README.md), one step per call:
 #
+#   bash benchmarks/megatron/run_h200_megatron.sh te-prebuild DIR    before the set arrives: TE's torch extension
+#                                                             from DIR (its sdist, nvidia-cudnn-frontend, and TE's
+#                                                             pydantic wheels) builds in the background
 #   bash benchmarks/megatron/run_h200_megatron.sh install-megatron   the megatron set into /tmp/site-megatron; TE's
-#                                                             torch extension builds in the background
+#                                                             torch extension: the prebuilt wheel, else built in
+#                                                             the background
 #   bash benchmarks/megatron/run_h200_megatron.sh install-engine     the engine + verl set into /tmp/site
 #   bash benchmarks/megatron/run_h200_megatron.sh bench       wait for TE, then the layer benchmark -> $OUT/bench.tgz
+#   bash benchmarks/megatron/run_h200_megatron.sh layout ARGS...  wait for TE, then bench_te_layout.py ARGS -> $OUT/layout/
 #   bash benchmarks/megatron/run_h200_megatron.sh rl RUN...   compiled bundles' own launch.sh, all at once on GPU 0
 #   bash benchmarks/megatron/run_h200_megatron.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached, for
 #                                                             runs longer than one device call
@@ -21,18 +26,41 @@ OUT=${OUT:-/tmp/fp8spec_out}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 export VLLM_USE_FLASHINFER_SAMPLER=0
-export PYTHONPATH="/tmp/site-megatron:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="/tmp/site-megatron:/tmp/site:/tmp/site-te${PYTHONPATH:+:$PYTHONPATH}"
 step=${1:?step}
 # Two run sets (this script's and another's) may share one lease: each has its own folder, ports and Ray temp dirs.
 RL_TAG=${RL_TAG:-} RL_DIR=${RL_DIR:-/tmp/rl} PORT_BASE=${PORT_BASE:-20000} STAGGER_S=${STAGGER_S:-20}
 source benchmarks/rl_run/lanes.sh
 shift
+wait_te_prebuild() {  # a te-prebuild still running: wait for it (SECONDS at most)
+  [[ -f /tmp/te-prebuild.pid ]] || return 0
+  local pid; pid=$(cat /tmp/te-prebuild.pid)
+  for _ in $(seq "${1:-300}"); do kill -0 "$pid" 2> /dev/null || break; sleep 1; done
+  tail -n 3 /tmp/te-prebuild.log
+}
 case $step in
-  install-megatron)  # the megatron set into /tmp/site-megatron; TE's torch extension builds in the background
+  te-prebuild)  # DIR: TE's torch extension built from DIR before the offline set is there (it needs only the sdist,
+    # nvidia-cudnn-frontend's headers and the device's torch), so the build overlaps the set's transfer calls; TE's
+    # pydantic wheels (the megatron set lacks them) go into /tmp/site-te, which stays on PYTHONPATH
+    dir=${1:?te-prebuild DIR}
+    mkdir -p /tmp/site-te/.sdists
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-te "$dir"/*.whl 2>&1 |
+      grep -v -i warning
+    cp "$dir"/transformer_engine_torch-*.tar.gz /tmp/site-te/.sdists/ || exit
+    TE_BUILD_ONLY=1 setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-te > /tmp/te-prebuild.log 2>&1 < /dev/null &
+    echo $! > /tmp/te-prebuild.pid
+    echo "TE torch extension: building in the background (/tmp/te-prebuild.log, wheel to /tmp/te-wheel)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+    python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" ;;
+  install-megatron)  # the megatron set into /tmp/site-megatron; TE's torch extension: the prebuilt wheel if a
+    # te-prebuild made one, else built from the set's sdist in the background
     bash benchmarks/engine/install_offline.sh /tmp/megatron /tmp/site-megatron || exit
+    wait_te_prebuild 300
+    wheels=.whl
+    compgen -G "/tmp/te-wheel/transformer_engine_torch-*.whl" > /dev/null && wheels=/tmp/te-wheel
     if [[ -n $(compgen -G "/tmp/site-megatron/.sdists/transformer_engine_torch-*") && ! -f /tmp/te-build.log ]]; then
-      setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-megatron .whl > /tmp/te-build.log 2>&1 < /dev/null &
-      echo "TE torch extension: building in the background (/tmp/te-build.log)"
+      setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-megatron "$wheels" > /tmp/te-build.log 2>&1 < /dev/null &
+      echo "TE torch extension: from $wheels, else built in the background (/tmp/te-build.log)"
     fi ;;
   install-engine)  # the engine + verl set into /tmp/site
     bash benchmarks/engine/install_offline.sh /tmp/engine /tmp/site || exit
@@ -47,6 +75,13 @@ case $step in
     timeout "${BENCH_TIMEOUT_S:-300}" python3 benchmarks/megatron/bench_te_layer.py --out "$OUT/bench" "$@" 2>&1 |
       grep -v -E "Warning|warnings.warn" | tee "$OUT/bench/bench.log" | tail -n 20
     tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench" ;;
+  layout)  # ARGS...: bench_te_layout.py (the per-layout benchmark on RL-shaped batches) -> $OUT/layout/
+    mkdir -p "$OUT/layout"
+    for _ in $(seq 240); do python3 -c "import transformer_engine.pytorch" 2> /dev/null && break; sleep 1; done
+    cat /tmp/te-prebuild.log /tmp/te-build.log 2> /dev/null | grep -v -i warning | tail -n 20 > "$OUT/layout/te-build.log"
+    cp /tmp/te-wheel/transformer_engine_torch-*.whl "$OUT/" 2> /dev/null  # the device-built extension, for the next set
+    timeout "${BENCH_TIMEOUT_S:-560}" python3 benchmarks/megatron/bench_te_layout.py --out "$OUT/layout" "$@" 2>&1 |
+      grep -v -E "Warning|warnings.warn" | tee "$OUT/layout/bench.log" | tail -n 60 ;;
   rl-body)  # DIR RUN...: the runs, their logs into DIR (rl and rl-start call this)
     dir=$1; shift
     mkdir -p "$dir"

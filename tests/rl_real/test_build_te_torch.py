@@ -35,8 +35,12 @@ def env(tmp_path):
     fake = bin_dir / "python3"
     fake.write_text(FAKE_PYTHON.replace("WHEEL_NAME", WHEEL), encoding="utf-8")
     fake.chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_LOG=str(tmp_path / "calls.log"),
-                TE_BUILD_DIR=str(tmp_path / "work"))
+    return dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        FAKE_LOG=str(tmp_path / "calls.log"),
+        TE_BUILD_DIR=str(tmp_path / "work"),
+    )
 
 
 def site_with_sdist(tmp_path):
@@ -53,8 +57,14 @@ def site_with_sdist(tmp_path):
 
 
 def run(env, *args):
-    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def calls(env) -> list[str]:
@@ -78,7 +88,10 @@ def test_no_prebuilt_wheel_reaches_the_build_and_installs_what_it_built(tmp_path
     proc = run(env, site, wheels)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = calls(env)
-    assert any("-m pip wheel" in c and "--no-index" in c and "-w " + str(tmp_path / "work/te-wheel") in c for c in log)
+    assert any(
+        "-m pip wheel" in c and "--no-index" in c and "-w " + str(tmp_path / "work/te-wheel") in c
+        for c in log
+    )
     assert f"built {WHEEL}" in proc.stdout
     install = [c for c in log if "zipfile" in c]
     assert len(install) == 1 and install[0].endswith(f"{tmp_path}/work/te-wheel/{WHEEL} {site}")
@@ -124,7 +137,21 @@ def test_a_failed_build_exits_5_with_a_message(tmp_path, env):
 def test_a_site_that_has_the_extension_is_left_alone(tmp_path, env):
     site = tmp_path / "site"
     (site / "transformer_engine/wheel_lib").mkdir(parents=True)
-    (site / "transformer_engine/wheel_lib/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    (
+        site / "transformer_engine/wheel_lib/transformer_engine_torch.cpython-312-x86_64-linux-gnu.so"
+    ).write_bytes(b"")
     proc = run(env, site)
     assert proc.returncode == 0 and "already has the extension" in proc.stdout
     assert calls(env) == []
+
+
+def test_build_only_leaves_the_wheel_and_installs_nothing(tmp_path, env):
+    env["TE_BUILD_ONLY"] = "1"
+    site = site_with_sdist(tmp_path)
+    proc = run(env, site)
+    assert proc.returncode == 0, proc.stderr
+    assert "TE_BUILD_ONLY=1" in proc.stdout and (tmp_path / "work/te-wheel" / WHEEL).is_file()
+    log = calls(env)
+    assert any("-m pip wheel" in c for c in log) and not any(
+        "zipfile" in c or "import transformer" in c for c in log
+    )
