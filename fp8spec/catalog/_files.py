@@ -33,10 +33,14 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
 
 def read_config_file(path: str | os.PathLike[str]) -> tuple[dict, Path]:
     """Read and parse a local config.json. A directory is accepted when it holds a ``config.json``."""
+    from fp8spec.specfile.paths import PathError, expand_user
+
     try:
-        p = Path(os.fspath(path)).expanduser()
+        p = Path(expand_user(os.fsdecode(path)))
     except TypeError:
         raise ConfigError(f"config path must be a file path, got {type_name(path)}") from None
+    except PathError as err:
+        raise ConfigError(str(err), path=os.fsdecode(path)) from None
     shown = str(p)
     try:
         if p.is_dir():

@@ -21,6 +21,7 @@ from typing import Optional
 
 from fp8spec.bounded_read import ReadError, read_regular
 from fp8spec.specfile.model import Spec
+from fp8spec.specfile.paths import PathError, local_path
 
 BUNDLE_NAME = "custom_reward.py"
 MAX_BYTES = 1 << 20  # a reward function, not a package: 1 MiB is plenty and keeps the bundle small
@@ -44,9 +45,10 @@ def load_reward_file(spec: Spec, spec_dir: Path) -> tuple[Optional[RewardFile], 
     if custom is None:
         return None, None
     where = "reward.custom_function.path"
-    path = Path(custom.path).expanduser()
-    if not path.is_absolute():
-        path = spec_dir / path
+    try:
+        path = local_path(custom.path, spec_dir)
+    except PathError as err:
+        return None, RewardFileProblem(str(err), where)
     if path.suffix != ".py":
         return None, RewardFileProblem(f"{custom.path} is not a Python file (.py)", where)
     try:
