@@ -268,7 +268,10 @@ def compile(
     problem = working_dir_problem(valid.spec, out_dir / valid.spec.name)
     if problem is not None:
         line, col = validation.loaded.locate(problem[0])
-        typer.echo(f"{printable(str(spec))}:{line}:{col}: error {problem[0]}: {printable(problem[1])}; nothing written", err=True)
+        typer.echo(
+            f"{printable(str(spec))}:{line}:{col}: error {problem[0]}: {printable(problem[1])}; nothing written",
+            err=True,
+        )
         raise typer.Exit(EXIT_RULE_ERRORS)
     plan = build_settings_plan(valid, choice)
     try:

@@ -150,7 +150,8 @@ def init(
     if not result.clean:
         _show_draft_errors(result)
         draft = result.validation.loaded.spec
-        if draft is None:  # a schema error (a value from the command line or config.json): no hardware to name
+        # a schema error (a value from the command line or config.json) leaves no hardware section to name
+        if draft is None:
             where = "(the draft is not a well-formed spec)"
         else:
             where = f"on {draft.hardware.nodes} x {draft.hardware.gpus_per_node} {draft.hardware.gpu}"

@@ -64,7 +64,9 @@ def _check(raw: Any) -> str:
     except ValueError as err:
         raise ValueError(f"package: {err}") from None
     if package not in PACKAGES:
-        raise ValueError(f"package: no snapshot extractor for {package!r}; known: {', '.join(sorted(PACKAGES))}")
+        raise ValueError(
+            f"package: no snapshot extractor for {package!r}; known: {', '.join(sorted(PACKAGES))}"
+        )
     version = _field(raw, "version", str, "")
     try:
         _art.check_version(version)

@@ -254,7 +254,9 @@ class KubeRaySettings(Section):
     @classmethod
     def _distinct_volumes(cls, volumes: list[KubeRayVolume]) -> list[KubeRayVolume]:
         for attr, reserved in zip(("name", "mount_path"), POD_SHM_VOLUME):
-            values = [lexical(getattr(v, attr)) if attr == "mount_path" else getattr(v, attr) for v in volumes]
+            values = [
+                lexical(getattr(v, attr)) if attr == "mount_path" else getattr(v, attr) for v in volumes
+            ]
             if reserved in values:
                 raise ValueError(
                     f"volume {attr} {reserved!r} is the worker pods' own shared-memory volume (rayjob.yaml); "
