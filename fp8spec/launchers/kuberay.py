@@ -11,7 +11,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from fp8spec.compiler.quoting import json_scalar, shell_word
+from fp8spec.compiler.quoting import json_scalar, md_code, shell_word
 from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
 from fp8spec.profiles.kubernetes import kubernetes_limit
@@ -53,11 +53,11 @@ def readme(launch: Launch) -> str:
     kuberay, hw = spec.cluster.kuberay, spec.hardware
     volumes = ""
     if kuberay.volumes:
-        volumes = ", volumes at\n" + ", ".join(f"`{v.mount_path}`" for v in kuberay.volumes)
+        volumes = ", volumes at\n" + ", ".join(md_code(v.mount_path) for v in kuberay.volumes)
     return (
-        f"a KubeRay RayJob (and a ConfigMap with the files it runs) in namespace\n    `{kuberay.namespace}`: a CPU "
+        f"a KubeRay RayJob (and a ConfigMap with the files it runs) in namespace\n    {md_code(kuberay.namespace)}: a CPU "
         f"head pod and {hw.nodes} GPU worker pod(s) of\n    {hw.gpus_per_node} `nvidia.com/gpu` each, image "
-        f"`{image}`{volumes}; the entrypoint runs the preflight,\n    then `launch.sh`"
+        f"{md_code(image)}{volumes}; the entrypoint runs the preflight,\n    then `launch.sh`"
     )
 
 
