@@ -112,6 +112,17 @@ def check_snapshot(raw: Any, where: str = "snapshot") -> str:
         raise SnapshotFormatError(f"{where}: {err}") from None
 
 
+class _LongNumber(ValueError):
+    pass
+
+
+def _bounded_int(digits: str) -> int:
+    # Python refuses to convert more than 4300 digits (and says to raise its limit); no snapshot holds such a number
+    if len(digits.lstrip("-")) > 100:
+        raise _LongNumber(f"a number with {len(digits.lstrip('-'))} digits")
+    return int(digits)
+
+
 def read_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check the snapshot at ``path``; OSError when it cannot be read, SnapshotFormatError when
     it is not a well-formed snapshot."""
@@ -119,7 +130,9 @@ def read_checked(path: str | os.PathLike[str]) -> dict[str, Any]:
     with open(path, "rb") as f:
         data = f.read()
     try:
-        raw = json.loads(data.decode("utf-8"))
+        raw = json.loads(data.decode("utf-8"), parse_int=_bounded_int)
+    except _LongNumber as err:
+        raise SnapshotFormatError(f"{where}: not a snapshot: {err}") from None
     except UnicodeDecodeError as err:
         raise SnapshotFormatError(f"{where}: not UTF-8 text (byte {err.start})") from None
     except json.JSONDecodeError as err:
