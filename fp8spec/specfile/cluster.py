@@ -137,7 +137,7 @@ def _one_value(text: str) -> str:
     return text
 
 
-# One Hydra override appended to launch.sh in the RayJob entrypoint ([+|++|~]dotted.key=value).
+# One Hydra override appended to launch.sh's arguments in a KubeRay launch ([+|++|~]dotted.key=value).
 HydraOverride = Annotated[
     str,
     StringConstraints(
@@ -232,8 +232,8 @@ class KubeRaySettings(Section):
     )
     extra_overrides: list[HydraOverride] = Field(
         default_factory=list,
-        description="Hydra overrides appended to launch.sh in the RayJob entrypoint "
-        "(after fp8spec's, so they win), e.g. trainer.default_local_dir=/checkpoints/run1.",
+        description="Hydra overrides appended to launch.sh's arguments (from extra_overrides.sh in the "
+        "ConfigMap, after fp8spec's, so they win), e.g. trainer.default_local_dir=/checkpoints/run1.",
     )
     namespace: K8sLabel = Field("default", description="Kubernetes namespace (a DNS-1123 label).")
     ray_version: Optional[Version] = Field(
