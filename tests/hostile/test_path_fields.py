@@ -144,14 +144,19 @@ def test_submit_sh_refuses_a_working_dir_that_is_root_where_it_runs(tmp_path):
     moved = Path("/tmp") / f"fp8spec-wd-{uuid.uuid4().hex}"
     try:
         shutil.copytree(tmp_path / "out", moved)  # /tmp/X/bundle: '../../..' is '/'
+        env = {k: v for k, v in os.environ.items() if k != "RAY_JOB_CONFIG_JSON_ENV_VAR"}
         run = subprocess.run(
             ["bash", "submit.sh", "--preflight-only"], cwd=moved / "tiny-qwen3-h200-fp8", capture_output=True,
-            text=True, env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}, timeout=60,
+            text=True, env={**env, "PATH": f"{stubs}:{env['PATH']}"}, timeout=60,
         )
+        # launch.sh run by hand on a Ray head (not inside a Ray job) gives the working_dir to ray.init
+        by_hand = subprocess.run(["bash", "launch.sh"], cwd=moved / "tiny-qwen3-h200-fp8", capture_output=True,
+                                 text=True, env={**env, "PATH": f"{stubs}:{env['PATH']}"}, timeout=60)
     finally:
         shutil.rmtree(moved)
     assert run.returncode != 0
     assert "is the root folder here" in run.stderr, run.stderr
+    assert by_hand.returncode == 2 and "is the root folder here" in by_hand.stderr, by_hand.stderr
     assert not (tmp_path / "ray.log").exists() or "submit" not in (tmp_path / "ray.log").read_text()
 
 
