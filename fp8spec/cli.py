@@ -256,6 +256,7 @@ def compile(
     """Validate SPEC, then write its launch bundle (a folder named after the spec) into OUTPUT."""
     from fp8spec.compiler.build import build_settings_plan
     from fp8spec.compiler.bundle import bundle_files, executable
+    from fp8spec.compiler.placement import working_dir_problem
     from fp8spec.compiler.writer import WriteError, write_bundle
     from fp8spec.launchers.base import BundleError
 
@@ -264,6 +265,14 @@ def compile(
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     valid = validation.valid()
+    problem = working_dir_problem(valid.spec, out_dir / valid.spec.name)
+    if problem is not None:
+        line, col = validation.loaded.locate(problem[0])
+        typer.echo(
+            f"{printable(str(spec))}:{line}:{col}: error {problem[0]}: {printable(problem[1])}; nothing written",
+            err=True,
+        )
+        raise typer.Exit(EXIT_RULE_ERRORS)
     plan = build_settings_plan(valid, choice)
     try:
         files = bundle_files(valid, choice, plan, printable(str(spec)))  # the name is shown in README.md

@@ -200,21 +200,33 @@ def verify(
     cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder (as for refresh)."),
 ) -> None:
     """Re-extract each snapshot from the wheel it names (sha256-pinned) and report any difference."""
-    from fp8spec.snapshots import ArtifactError, SnapshotError, list_snapshots
+    from fp8spec.snapshots import ArtifactError, SnapshotError, list_snapshots, read_snapshot
     from fp8spec.snapshots import verify as do_verify
+    from fp8spec.snapshots.core import SnapshotFormatError
 
     paths = [_snapshot_target(s) for s in snapshots] if snapshots else list_snapshots()
     if not paths:
         _fail(EXIT_BAD_INPUT, "no snapshots to verify")
-    drift = 0
+    # Every file is checked before anything is downloaded: one that does not hold a well-formed snapshot
+    # (its artifact fields included) stops the run with its location, and pip is never started for it.
+    checked = []
     for path in paths:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            label = f"{raw['package']}=={raw['version']}"
+            checked.append((path, read_snapshot(path)))
+        except SnapshotFormatError as err:
+            _fail(EXIT_BAD_INPUT, _one_line(err))
+        except OSError as err:
+            _fail(EXIT_BAD_INPUT, _one_line(f"{path}: cannot read: {err.strerror or err}"))
+    drift = 0
+    for path, raw in checked:
+        label = f"{raw['package']}=={raw['version']}"
+        try:
             problems = do_verify(path, cache)
         except ArtifactError as err:
             _fail(EXIT_BAD_INPUT, _artifact_error(path.name, err))
-        except (SnapshotError, OSError, ValueError, KeyError, TypeError) as err:
+        except SnapshotFormatError as err:
+            _fail(EXIT_BAD_INPUT, _one_line(err))
+        except (SnapshotError, OSError, ValueError) as err:
             _fail(EXIT_BAD_INPUT, _one_line(f"{path}: not a readable snapshot ({type(err).__name__}: {err})"))
         if problems:
             drift += 1
@@ -254,7 +266,7 @@ def check(
     with confirm clauses and whether the snapshot still confirms it; facts without clauses are listed as
     evidence only."""
     from fp8spec.profiles import ProfileError, ProfileNotFound
-    from fp8spec.snapshots.drift import drift_report, render_text
+    from fp8spec.snapshots.drift import MalformedSnapshots, drift_report, render_text
 
     if format not in ("text", "json"):
         _fail(EXIT_BAD_INPUT, f"--format must be text or json, not {format!r}")
@@ -266,6 +278,10 @@ def check(
         _fail(EXIT_BAD_INPUT, str(err))
     except ProfileError as err:
         _fail(EXIT_BAD_INPUT, _one_line(err))
+    except MalformedSnapshots as err:
+        for line in err.lines[:-1]:
+            typer.echo(f"fp8spec: error: {_one_line(line)}", err=True)
+        _fail(EXIT_BAD_INPUT, _one_line(err.lines[-1]))
     if format == "json":
         typer.echo(
             json.dumps(

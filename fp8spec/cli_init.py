@@ -149,9 +149,14 @@ def init(
         typer.echo(f"init: note: {note}", err=True)
     if not result.clean:
         _show_draft_errors(result)
-        hw = result.validation.loaded.spec.hardware
+        draft = result.validation.loaded.spec
+        # a schema error (a value from the command line or config.json) leaves no hardware section to name
+        if draft is None:
+            where = "(the draft is not a well-formed spec)"
+        else:
+            where = f"on {draft.hardware.nodes} x {draft.hardware.gpus_per_node} {draft.hardware.gpu}"
         typer.echo(
-            f"init: no {template} spec validates clean on {hw.nodes} x {hw.gpus_per_node} {hw.gpu} "
+            f"init: no {template} spec validates clean {where} "
             "for this model; nothing written (the draft's lines are quoted above)",
             err=True,
         )

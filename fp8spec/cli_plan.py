@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,6 +30,22 @@ def _gpu_names() -> list[str]:
     return list(gpu_table())
 
 
+def _number_between(low: float, high: float):
+    """A float option's check: the range, and NaN named as not a number (a range check alone would say that
+    nan is above the upper bound)."""
+
+    def check(value: Optional[float]) -> Optional[float]:
+        if value is None:
+            return None
+        if math.isnan(value):
+            raise typer.BadParameter("is not a number")
+        if not low <= value <= high:
+            raise typer.BadParameter(f"{value:g} is not in the range {low:g} to {high:g}")
+        return value
+
+    return check
+
+
 def plan(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file (YAML).", show_default=False),
     format: str = format_option(),
@@ -51,16 +69,14 @@ def plan(
     gpu_memory_gib: Optional[float] = typer.Option(
         None,
         "--gpu-memory-gib",
-        min=1.0,
-        max=4096.0,
+        callback=_number_between(1.0, 4096.0),
         metavar="GIB",
         help="GPU memory as CUDA reports it (default: recorded for hardware.gpu).",
     ),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None,
         "--gpu-memory-utilization",
-        min=0.01,
-        max=1.0,
+        callback=_number_between(0.01, 1.0),
         metavar="FRACTION",
         help="Default: rollout.gpu_memory_utilization.",
     ),
@@ -102,6 +118,7 @@ def plan(
     spec has errors; the plan is still printed, files are not written)."""
     from fp8spec.plan import Overrides, PlanInputError, build_memory_plan
     from fp8spec.plan.columns import judged
+    from fp8spec.plan.layout import LayoutInputError, layout_changes, layout_errors
     from fp8spec.plan.render import render_json, render_text
 
     if format not in ("text", "json"):
@@ -134,13 +151,23 @@ def plan(
     )
     try:
         result = judged(build_memory_plan(ctx, overrides), ctx)
-    except PlanInputError as err:
+        if not validation.errors:  # a spec with errors of its own gets no verdict on a variant of it
+            result = replace(result, layout_errors=layout_errors(ctx, overrides))
+    except (PlanInputError, LayoutInputError) as err:
         fail(EXIT_BAD_INPUT, f"{spec}: {err}")
     typer.echo(render_json(result) if format == "json" else render_text(result), nl=format == "json")
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
     if validation.errors:
         typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS)
+    if result.layout_errors:
+        asked = ", ".join(f"{k} {v}" for k, v in layout_changes(ctx, overrides).items())
+        typer.echo(
+            f"{spec}: the layout asked about ({asked}) is refused by "
+            f"{', '.join(sorted({e.code for e in result.layout_errors}))}; nothing written",
+            err=True,
+        )
         raise typer.Exit(EXIT_RULE_ERRORS)
     if out_dir is not None:
         _write_plan_pictures(result, out_dir)

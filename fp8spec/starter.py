@@ -136,8 +136,12 @@ def _model_of_config(path: Path, model_id: Optional[str]):
     """(facts, config.json path) of a local model outside the catalog: the folder's config.json or the file,
     read by the catalog's own parser (fp8spec.catalog.model_from_config), exactly as model.config_path is."""
     from fp8spec.catalog import CatalogError, model_from_config
+    from fp8spec.specfile.paths import PathError, expand_user
 
-    path = path.expanduser().resolve()
+    try:
+        path = Path(expand_user(str(path))).resolve()
+    except PathError as err:
+        raise StarterError(f"--config-path {err}") from None
     config_file = path / "config.json" if path.is_dir() else path
     try:
         model = model_from_config(config_file, model_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from fp8spec.bounded_read import ReadError, read_regular
@@ -31,12 +32,39 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
+# As in a spec (E010): no config value has more digits; Python refuses to convert over 4300 anyway.
+MAX_INT_DIGITS = 100
+
+
+class _LongNumber(ValueError):
+    def __init__(self, digits: str) -> None:
+        super().__init__(digits[:20])
+        self.digits = digits
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _LongNumber(digits)
+    return int(digits)
+
+
+def _position(text: str, token: str) -> tuple[int, int]:
+    """1-based line and column of the first ``token`` in ``text`` standing as a number of its own."""
+    m = re.search(r"(?<![0-9.])" + re.escape(token) + r"(?![0-9])", text)
+    at = m.start() if m else 0
+    return text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
+
+
 def read_config_file(path: str | os.PathLike[str]) -> tuple[dict, Path]:
     """Read and parse a local config.json. A directory is accepted when it holds a ``config.json``."""
+    from fp8spec.specfile.paths import PathError, expand_user
+
     try:
-        p = Path(os.fspath(path)).expanduser()
+        p = Path(expand_user(os.fsdecode(path)))
     except TypeError:
         raise ConfigError(f"config path must be a file path, got {type_name(path)}") from None
+    except PathError as err:
+        raise ConfigError(str(err), path=os.fsdecode(path)) from None
     shown = str(p)
     try:
         if p.is_dir():
@@ -67,7 +95,16 @@ def read_config_file(path: str | os.PathLike[str]) -> tuple[dict, Path]:
     if not text.strip():
         raise ConfigError(f"{shown}: empty file, expected a JSON object", path=shown)
     try:
-        cfg = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        cfg = json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant, parse_int=_bounded_int
+        )
+    except _LongNumber as e:
+        line, col = _position(text, e.digits)
+        raise ConfigError(
+            f"{shown}:{line}:{col}: a number with {len(e.digits.lstrip('-'))} digits (more than "
+            f"{MAX_INT_DIGITS}): not a config value",
+            path=shown,
+        ) from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{shown}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}", path=shown) from None
     except RecursionError:

@@ -15,6 +15,7 @@ from fp8spec.compiler.quoting import yaml_string_list
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
 from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
+from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
@@ -119,6 +120,9 @@ def bundle_files(
     if choice.trainer:
         files.update(_memory_plan_files(valid, common))
     if choice.trainer:
+        check_arguments(
+            "launch.sh: the verl command", [*plan.entrypoint, *plan.overrides, *plan.ray_init_overrides]
+        )
         files["launch.sh"] = render(
             "launch.sh.j2", ray_job_var=ctx.profile("verl").value("env.ray_job_config"), **common
         )
@@ -143,6 +147,7 @@ def bundle_files(
             # verl loads it relative to the Ray working_dir, which is the bundle folder (adapters/verl_run.py)
             files[REWARD_FILE] = ctx.reward_file.text
     else:
+        check_arguments("serve.sh: the engine command", plan.entrypoint)
         files["serve.sh"] = render("serve.sh.j2", **common)
         files["engine_args.json"] = (
             json.dumps({"argv": plan.entrypoint, "env": plan.env}, indent=2, sort_keys=True) + "\n"

@@ -99,3 +99,47 @@ def yaml_string_map(mapping: dict[str, str], indent: int = 0) -> str:
     if not mapping:
         return f"{pad}{{}}\n"
     return "".join(f"{pad}{json_scalar(str(k))}: {json_scalar(str(v))}\n" for k, v in mapping.items())
+
+
+# ------------------------------------------------------------------------------------------------ Markdown
+# CommonMark (and GitHub's tables and strikethrough): a value goes into the bundle README either as a code
+# span, whose fence is longer than any run of backticks in it (so nothing in it can close it), or as text with
+# every character that could open a construct (emphasis, link, image, HTML, entity, table cell, autolink)
+# backslash-escaped. Characters a reader would not see as themselves, line breaks included (a line break
+# could start a new block: a heading, a list), are written as Python-style escapes in both.
+_MD_ESCAPE = re.compile(r"[\\`*\[\]<>&!|~#]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|:(?=//)|(?<=www)\.")
+
+
+def _visible(text: str) -> str:
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def md_code(value: Any) -> str:
+    """``value`` as one CommonMark code span that shows exactly its text."""
+    text = _visible(str(value))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    if not text:
+        return "` `"  # CommonMark has no empty code span; a blank one is the nearest
+    # Readers strip one space inside each end when both ends are spaces (and not all is space): a space is
+    # added at both ends where the text starts or ends with a backtick (it would join the fence) or starts
+    # and ends with a space (one would be stripped).
+    if text[0] == "`" or text[-1] == "`" or (text[0] == text[-1] == " " and text.strip(" ")):
+        text = f" {text} "
+    return f"{fence}{text}{fence}"
+
+
+def md_code_cell(value: Any) -> str:
+    """A code span inside a table cell: GitHub splits cells at every unescaped '|', code spans included."""
+    return md_code(value).replace("|", "\\|")
+
+
+def md_text(value: Any) -> str:
+    """``value`` as CommonMark text that shows exactly its characters."""
+    return _MD_ESCAPE.sub(lambda m: "\\" + m.group(0), _visible(str(value)))
+
+
+def md_fence(text: str) -> str:
+    """A fence for a fenced code block holding ``text``: longer than any backtick run in it, at least 3."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)

@@ -7,7 +7,7 @@ from typing import Any
 
 import jinja2
 
-from fp8spec.compiler.quoting import json_scalar, shell_word
+from fp8spec.compiler.quoting import json_scalar, md_code, md_code_cell, md_fence, md_text, shell_word
 from fp8spec.resources import data_dir
 
 
@@ -24,7 +24,10 @@ def template_environment() -> jinja2.Environment:
     )
     env.filters["sh"] = shell_word
     env.filters["json"] = json_scalar
-    env.filters["mdcell"] = lambda v: str(v).replace("|", "\\|")
+    env.filters["code"] = md_code
+    env.filters["codecell"] = md_code_cell
+    env.filters["mdtext"] = md_text
+    env.filters["fence"] = md_fence
     return env
 
 

@@ -11,7 +11,8 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from fp8spec.compiler.quoting import json_scalar, shell_word
+from fp8spec.compiler.quoting import json_scalar, md_code, shell_word
+from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
 from fp8spec.profiles.kubernetes import kubernetes_limit
 
@@ -52,11 +53,11 @@ def readme(launch: Launch) -> str:
     kuberay, hw = spec.cluster.kuberay, spec.hardware
     volumes = ""
     if kuberay.volumes:
-        volumes = ", volumes at\n" + ", ".join(f"`{v.mount_path}`" for v in kuberay.volumes)
+        volumes = ", volumes at\n" + ", ".join(md_code(v.mount_path) for v in kuberay.volumes)
     return (
-        f"a KubeRay RayJob (and a ConfigMap with the files it runs) in namespace\n    `{kuberay.namespace}`: a CPU "
+        f"a KubeRay RayJob (and a ConfigMap with the files it runs) in namespace\n    {md_code(kuberay.namespace)}: a CPU "
         f"head pod and {hw.nodes} GPU worker pod(s) of\n    {hw.gpus_per_node} `nvidia.com/gpu` each, image "
-        f"`{image}`{volumes}; the entrypoint runs the preflight,\n    then `launch.sh`"
+        f"{md_code(image)}{volumes}; the entrypoint runs the preflight,\n    then `launch.sh`"
     )
 
 
@@ -132,6 +133,19 @@ def _check_secret_env(spec: Spec, plan: SettingsPlan) -> None:
             )
 
 
+EXTRA_OVERRIDES = "extra_overrides.sh"
+
+
+def _extra_overrides_script(launch: list[str]) -> str:
+    words = " \\\n  ".join(shell_word(w) for w in launch)
+    return (
+        "# cluster.kuberay.extra_overrides, passed to launch.sh as its arguments (after fp8spec's, so they win).\n"
+        "# A script, not the RayJob entrypoint: Ray runs that as one argument of sh -c, and Linux caps one\n"
+        "# argument at 128 KiB.\n"
+        f"exec {words}\n"
+    )
+
+
 def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, sha: str, common: dict) -> str:
     from fp8spec.compiler.templates import render
     from fp8spec.patchset import BUNDLE_LIB
@@ -140,7 +154,19 @@ def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, s
     kuberay = spec.cluster.kuberay
     name = k8s_name(spec.name)
     shipped = {path: text for path, text in files.items() if path.startswith(BUNDLE_LIB + "/")}
+    launch = ["bash", "launch.sh", *kuberay.extra_overrides]
+    check_arguments("rayjob.yaml: launch.sh (cluster.kuberay.extra_overrides)", launch)
+    # Ray runs the entrypoint as one argument of `sh -c`: the overrides, any size the spec allows, go in a
+    # script in the ConfigMap, each its own argument there.
+    extra = {EXTRA_OVERRIDES: _extra_overrides_script(launch)} if kuberay.extra_overrides else {}
+    entrypoint = (
+        f"python3 preflight.py && bash {EXTRA_OVERRIDES}"
+        if extra
+        else "python3 preflight.py && bash launch.sh"
+    )
+    check_arguments("rayjob.yaml: the entrypoint (sh -c)", [entrypoint])
     bundle = {
+        **extra,
         "launch.sh": files["launch.sh"],
         "preflight.json": files["preflight.json"],
         "preflight.py": files["preflight.py"],
@@ -158,7 +184,6 @@ def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, s
             f"(it is {len(files.get(REWARD_FILE, '').encode('utf-8'))} bytes) or use another launcher"
         )
     _check_secret_env(spec, plan)
-    launch = " ".join(["bash", "launch.sh", *(shell_word(o) for o in kuberay.extra_overrides)])
     return render(
         LAUNCHER.template,
         name=name,
@@ -169,7 +194,7 @@ def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, s
         spec_sha256=sha,
         bundle_dir=KUBERAY_BUNDLE_DIR,
         configmap_files={configmap_key(path): (path, text) for path, text in bundle.items()},
-        entrypoint=f"python3 preflight.py && {launch}",
+        entrypoint=entrypoint,
         runtime_env_yaml=runtime_env_yaml(plan, KUBERAY_BUNDLE_DIR, KUBERAY_BUNDLE_DIR, comment=False).rstrip(
             "\n"
         ),

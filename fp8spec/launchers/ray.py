@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fp8spec.compiler.quoting import md_code
 from fp8spec.launchers.base import Launch, Launcher
 
 LAUNCHER = Launcher(
@@ -22,6 +23,7 @@ def render(launch: Launch) -> str:
 
 def readme(launch: Launch) -> str:
     return (
-        f"`ray job submit` to `{launch.valid.spec.cluster.address}` (or `--address`): the preflight job, then\n"
+        f"`ray job submit` to {md_code(launch.valid.spec.cluster.address)} (or `--address`): the preflight job, "
+        "then\n"
         "    `bash launch.sh` with `runtime_env.yaml` only when it passed (`--help` lists the options)"
     )

@@ -14,6 +14,7 @@ from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.plan.feasibility import Verdict
+    from fp8spec.plan.layout import LayoutError
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.specfile.model import Spec
 
@@ -31,6 +32,8 @@ class MemoryPlan:
     ctx: Optional[ResolvedSpec] = field(default=None, repr=False, compare=False)
     # choice key -> codes of the rules that refuse that column (plan.columns; None: not judged)
     refused: Optional[dict[str, tuple[str, ...]]] = None
+    # errors the rules report for the layout the plan was asked about (--tp/--ep), not for the spec itself
+    layout_errors: tuple[LayoutError, ...] = ()
 
     @property
     def total_bytes(self) -> int:

@@ -156,6 +156,9 @@ def plan_json(plan: MemoryPlan) -> dict:
             else q(plan.spec.trainer.keep_checkpoints, "checkpoints"),
         },
         "verdict": verdict_line(plan),
+        "layout_errors": [
+            {"code": e.code, "field": e.path, "message": e.message} for e in plan.layout_errors
+        ],
         "colocation": None
         if headroom is None
         else {"headroom_beside_rollout": q(headroom, "bytes", "estimate")},
@@ -199,6 +202,9 @@ def verdict_line(plan: MemoryPlan) -> str:
     error; warnings (preemption, an estimated peak) are named after 'fits' without changing it."""
     from fp8spec.rules.registry import get_rule
 
+    if plan.layout_errors:
+        codes = dict.fromkeys(e.code for e in plan.layout_errors)
+        return "invalid layout: " + "; ".join(f"{code} {_rule_name(code)}" for code in codes)
     failing = [v for v in plan.verdicts() if not v.ok]
     errors = [v for v in failing if (rule := get_rule(v.code)) is None or rule.severity == "error"]
     if errors:
@@ -365,5 +371,7 @@ def render_text(plan: MemoryPlan) -> str:
             out.append(f"    fix: {fix}")
     for note in plan.notes:
         out.append(f"note: {note}")
+    for e in plan.layout_errors:
+        out.append(f"{e.code}: {e.message} ({e.path}, as the plan was asked about it)")
     out.append(f"verdict: {verdict_line(plan)}")
     return "\n".join(out) + "\n"

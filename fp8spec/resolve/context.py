@@ -153,18 +153,16 @@ def derived_context(ctx: ResolvedSpec, spec: Spec) -> ResolvedSpec:
 
 def _resolve_model(ctx: ResolvedSpec) -> None:
     from fp8spec.catalog import CatalogError, get_model, model_from_config
+    from fp8spec.specfile.paths import PathError, local_path
 
     section = ctx.spec.model
     try:
         if section.config_path:
-            path = Path(section.config_path).expanduser()
-            if not path.is_absolute():
-                path = ctx.spec_dir / path
             ctx.model_error_path = "model.config_path"
-            ctx.model = model_from_config(path)
+            ctx.model = model_from_config(local_path(section.config_path, ctx.spec_dir))
         else:
             ctx.model = get_model(section.name)
-    except CatalogError as err:
+    except (CatalogError, PathError) as err:
         ctx.model_error = str(err)
 
 

@@ -21,6 +21,7 @@ from typing import Optional
 
 from fp8spec.bounded_read import ReadError, read_regular
 from fp8spec.specfile.model import Spec
+from fp8spec.specfile.paths import PathError, local_path
 
 BUNDLE_NAME = "custom_reward.py"
 MAX_BYTES = 1 << 20  # a reward function, not a package: 1 MiB is plenty and keeps the bundle small
@@ -44,9 +45,10 @@ def load_reward_file(spec: Spec, spec_dir: Path) -> tuple[Optional[RewardFile], 
     if custom is None:
         return None, None
     where = "reward.custom_function.path"
-    path = Path(custom.path).expanduser()
-    if not path.is_absolute():
-        path = spec_dir / path
+    try:
+        path = local_path(custom.path, spec_dir)
+    except PathError as err:
+        return None, RewardFileProblem(str(err), where)
     if path.suffix != ".py":
         return None, RewardFileProblem(f"{custom.path} is not a Python file (.py)", where)
     try:
@@ -61,10 +63,19 @@ def load_reward_file(spec: Spec, spec_dir: Path) -> tuple[Optional[RewardFile], 
         )
     except UnicodeDecodeError as err:
         return None, RewardFileProblem(f"{path} is not UTF-8 text (byte {err.start})", where)
+    if "\x00" in text:  # Python refuses it without a line number
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        return None, RewardFileProblem(
+            f"{path}:{line}: a NUL byte: Python refuses source code holding one", where
+        )
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as err:
-        return None, RewardFileProblem(f"{path}:{err.lineno}: Python syntax error: {err.msg}", where)
+        why = err.msg
+        if "sys.set_int_max_str_digits" in why:  # Python's own remedy is not the spec author's
+            why = "an integer literal over Python's 4300-digit limit: verl could not import the file"
+        at = f"{err.lineno}:" if err.lineno is not None else ""
+        return None, RewardFileProblem(f"{path}:{at} Python syntax error: {why}", where)
     except (RecursionError, MemoryError):  # what CPython's own compiler raises on it too
         return None, RewardFileProblem(
             f"{path}: an expression nested too deeply for Python to compile; verl could not import it", where

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
+from fp8spec.specfile.paths import lexical
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
@@ -48,7 +49,7 @@ def kuberay_image_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
 
 
 def _under(path: str, mounts: list[str]) -> bool:
-    path = posixpath.normpath(path)
+    path = lexical(path)
     return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
 
 
@@ -88,7 +89,7 @@ def kuberay_path_not_mounted(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     if spec.cluster.launcher != "kuberay":
         return
-    mounts = [posixpath.normpath(v.mount_path) for v in spec.cluster.kuberay.volumes]
+    mounts = [lexical(v.mount_path) for v in spec.cluster.kuberay.volumes]
     if not spec.model.from_hub and not _under(spec.model.path, mounts):
         yield Finding(
             f"model.path {spec.model.path} is under no cluster.kuberay.volumes mount_path", "model.path"

@@ -21,6 +21,7 @@ from .artifacts import ArtifactError, cache_root, parse_spec, wheel_cache
 from .core import (
     PACKAGES,
     SnapshotError,
+    SnapshotFormatError,
     build_snapshot,
     committed_specs,
     download,
@@ -43,6 +44,7 @@ __all__ = [
     "PACKAGES",
     "Snapshot",
     "SnapshotError",
+    "SnapshotFormatError",
     "build_snapshot",
     "committed_specs",
     "cache_root",

@@ -14,7 +14,7 @@ import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator
 
 from . import _ast
 
@@ -75,27 +75,86 @@ def find_cached(name: str, version: str, cache: Path, *, filename: str | None = 
     return sorted(p for p in cache.iterdir() if p.is_file() and p.name.lower().startswith(prefix.lower()))
 
 
-@dataclass
-class PipResult:
-    path: Path
-    command: list[str]
-    output: str = ""
+# Every word pip sees comes from here or from a field checked against these patterns: a snapshot file is
+# data, so nothing it says may reach pip as an option (``--find-links``, ``--no-binary``, ``--log``, ``-r``).
+PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64")
+PYTHON_VERSIONS = ("3.11", "3.12")
+# PEP 508 names; versions are then held to PEP 440's normalized spelling, which has no spaces, slashes or '@'.
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def pip_download(
-    name: str,
-    version: str,
-    cache: Path,
-    pip_args: Sequence[str],
-    *,
-    expected_sha256: str | None = None,
-    timeout: float = 1800,
-) -> PipResult:
-    """``pip download --no-deps --only-binary=:all: <pip_args> name==version`` into ``cache``.
+def check_name(name: object) -> str:
+    """A PEP 503-normalized distribution name, else ValueError."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or normalize_name(name) != name:
+        raise ValueError(f"not a normalized package name: {name!r}")
+    return name
 
-    With ``expected_sha256`` the requirement carries ``--hash`` so pip itself refuses a different file.
-    """
-    req = f"{name}=={version}"
+
+def check_version(version: object) -> str:
+    """An exact release in PEP 440's normalized spelling (``0.33.0``, ``2.0.0rc1``), else ValueError."""
+    from packaging.version import InvalidVersion, Version
+
+    if not isinstance(version, str) or not version.isascii():
+        raise ValueError(f"not a PEP 440 version: {version!r}")
+    try:
+        normal = str(Version(version))
+    except InvalidVersion:
+        raise ValueError(f"not a PEP 440 version: {version!r}") from None
+    if normal != version:
+        raise ValueError(f"not a normalized PEP 440 version: {version!r} (normalized: {normal!r})")
+    return version
+
+
+def check_sha256(digest: object) -> str:
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        raise ValueError(f"not a sha256 (64 lower-case hex digits): {digest!r}")
+    return digest
+
+
+@dataclass(frozen=True)
+class PipRequest:
+    """One ``pip download`` of one released wheel; every field is checked when the request is made."""
+
+    name: str
+    version: str
+    python_version: str
+    ignore_requires_python: bool = False
+    expected_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        check_version(self.version)
+        if self.python_version not in PYTHON_VERSIONS:
+            raise ValueError(f"python version {self.python_version!r} is not one of {PYTHON_VERSIONS}")
+        if not isinstance(self.ignore_requires_python, bool):
+            raise ValueError("ignore_requires_python must be a bool")
+        if self.expected_sha256 is not None:
+            check_sha256(self.expected_sha256)
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    def options(self) -> list[str]:
+        """The selection options (platform, Python), as written into a snapshot's ``pip_download`` record."""
+        args: list[str] = []
+        for p in PLATFORMS:
+            args += ["--platform", p]
+        args += ["--python-version", self.python_version]
+        if self.ignore_requires_python:
+            args.append("--ignore-requires-python")
+        return args
+
+    def record(self) -> str:
+        """The command a snapshot records (for people to read; it is never parsed back into arguments)."""
+        return " ".join(["pip download --no-deps --only-binary=:all:", *self.options(), self.requirement])
+
+
+def pip_download_argv(request: PipRequest, cache: Path, req_file: Path | None = None) -> list[str]:
+    """The exact argument list ``pip_download`` runs: wheels only (no build, so no code of the package
+    runs), no dependencies, the index from pip's own configuration; with a hash the requirement goes
+    through a requirements file that fp8spec writes, so pip refuses any other file."""
     cmd = [
         sys.executable,
         "-m",
@@ -104,19 +163,35 @@ def pip_download(
         "--no-deps",
         "--only-binary=:all:",
         "--disable-pip-version-check",
+        "--no-input",
         "--progress-bar",
         "off",
         "--dest",
         str(cache),
-        *pip_args,
+        *request.options(),
     ]
+    if request.expected_sha256:
+        if req_file is None:
+            raise ValueError("a hash-pinned download needs its requirements file")
+        return cmd + ["--require-hashes", "-r", str(req_file)]
+    return cmd + ["--", request.requirement]
+
+
+@dataclass
+class PipResult:
+    path: Path
+    command: list[str]
+    output: str = ""
+
+
+def pip_download(request: PipRequest, cache: Path, *, timeout: float = 1800) -> PipResult:
+    """Download ``request``'s wheel into ``cache`` (see :func:`pip_download_argv`)."""
+    req = request.requirement
     req_file = None
-    if expected_sha256:
-        req_file = cache / f".req-{normalize_name(name)}-{version}.txt"
-        req_file.write_text(f"{req} --hash=sha256:{expected_sha256}\n")
-        cmd += ["--require-hashes", "-r", str(req_file)]
-    else:
-        cmd.append(req)
+    if request.expected_sha256:
+        req_file = cache / f".req-{request.name}-{request.version}.txt"
+        req_file.write_text(f"{req} --hash=sha256:{request.expected_sha256}\n")
+    cmd = pip_download_argv(request, cache, req_file)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     finally:
@@ -131,7 +206,7 @@ def pip_download(
         if m:
             path = Path(m.group(1))
     if path is None or not path.is_file():
-        candidates = find_cached(name, version, cache)
+        candidates = find_cached(request.name, request.version, cache)
         if len(candidates) != 1:
             raise ArtifactError(
                 f"pip download {req} finished but the artifact is not identifiable:\n{out[-2000:]}"

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 FORMAT = 1
 MAX_DIFFERENCES = 200
 
-# Wheels are chosen for linux x86_64 and CPython 3.11 (3.12 when a release requires it), whatever the
-# machine running the refresh is, so the recorded artifact (and its sha256) does not depend on it.
-_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64")
+# Wheels are chosen for linux x86_64 (artifacts.PLATFORMS) and CPython 3.11 (3.12 when a release requires
+# it), whatever the machine running the refresh is, so the recorded artifact (and its sha256) does not
+# depend on it.
 
 
 @dataclass(frozen=True)
@@ -41,18 +41,18 @@ class PackageInfo:
     module: (
         str  # the extractor module (a rollout engine's is in its folder: fp8spec/engines/<name>/snapshot.py)
     )
-    python_versions: tuple[str, ...] = ("3.11", "3.12")
-    extra_pip_args: tuple[str, ...] = ()
+    python_versions: tuple[str, ...] = _art.PYTHON_VERSIONS
+    ignore_requires_python: bool = False
 
     def extractor(self) -> ModuleType:
         return importlib.import_module(self.module)
 
-    def pip_args(self, python_version: str) -> list[str]:
-        args: list[str] = []
-        for p in _PLATFORMS:
-            args += ["--platform", p]
-        args += ["--python-version", python_version, *self.extra_pip_args]
-        return args
+    def request(
+        self, version: str, python_version: str, expected_sha256: str | None = None
+    ) -> _art.PipRequest:
+        return _art.PipRequest(
+            self.name, version, python_version, self.ignore_requires_python, expected_sha256
+        )
 
 
 # One extractor per profiled kind (fp8spec.targets.KINDS): a rollout engine's in its folder, megatron-core's in
@@ -63,7 +63,7 @@ _EXTRACTOR_OPTIONS: dict[str, dict[str, Any]] = {
     "megatron-core": {
         "module": "fp8spec.megatron.snapshot",
         "python_versions": ("3.11",),
-        "extra_pip_args": ("--ignore-requires-python",),
+        "ignore_requires_python": True,
     },
 }
 
@@ -92,6 +92,10 @@ def committed_specs(directory: str | os.PathLike[str] | None = None) -> tuple[st
 
 class SnapshotError(RuntimeError):
     pass
+
+
+class SnapshotFormatError(SnapshotError):
+    """A file that does not hold a well-formed snapshot; the message names the file and the field."""
 
 
 def package_info(name: str) -> PackageInfo:
@@ -133,9 +137,7 @@ def dumps(snapshot: dict[str, Any]) -> str:
     return json.dumps(snapshot, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def build_snapshot(
-    name: str, version: str, artifact: _art.Artifact, pip_args: Sequence[str]
-) -> dict[str, Any]:
+def build_snapshot(name: str, version: str, artifact: _art.Artifact, python_version: str) -> dict[str, Any]:
     info = package_info(name)
     mod = info.extractor()
     data = mod.extract(artifact)
@@ -147,9 +149,7 @@ def build_snapshot(
             "filename": artifact.filename,
             "sha256": artifact.sha256,
             "size": artifact.size,
-            "pip_download": " ".join(
-                ["pip download --no-deps --only-binary=:all:", *pip_args, f"{info.name}=={version}"]
-            ),
+            "pip_download": info.request(version, python_version).record(),
         },
         "extractor": {"module": mod.__name__, "version": mod.EXTRACTOR_VERSION},
         "data": data,
@@ -163,18 +163,22 @@ def download(
     cache_dir: str | os.PathLike[str] | None = None,
     *,
     expected_sha256: str | None = None,
-    pip_args: Sequence[str] | None = None,
-) -> tuple[Path, list[str]]:
-    """Download (or find in the cache) the artifact for ``spec``; return its path and the pip args used."""
+    python_versions: Sequence[str] | None = None,
+) -> tuple[Path, str]:
+    """Download (or find in the cache) the artifact for ``spec``; return its path and the Python version
+    its wheel was chosen for. Only the package's own settings (``PACKAGES``) shape pip's arguments."""
     name, version = _art.parse_spec(spec)
     info = package_info(name)
+    requests = [
+        info.request(version, v, expected_sha256)
+        for v in (info.python_versions if python_versions is None else python_versions)
+    ]
     cache = _art.wheel_cache(cache_dir)
-    attempts = [list(pip_args)] if pip_args is not None else [info.pip_args(v) for v in info.python_versions]
     errors = []
-    for args in attempts:
+    for request in requests:
         try:
-            result = _art.pip_download(info.name, version, cache, args, expected_sha256=expected_sha256)
-            return result.path, args
+            result = _art.pip_download(request, cache)
+            return result.path, request.python_version
         except _art.ArtifactError as e:
             errors.append(str(e))
             if "HASH" in str(e).upper() and "MATCH" in str(e).upper():
@@ -192,9 +196,9 @@ def refresh(
 
     Returns the path written (``backends/snapshots/<package>-<version>.json`` unless ``out_dir``)."""
     name, version = _art.parse_spec(spec)
-    path, args = download(spec, cache_dir)
+    path, python_version = download(spec, cache_dir)
     with _art.open_artifact(path) as art:
-        snapshot = build_snapshot(name, version, art, args)
+        snapshot = build_snapshot(name, version, art, python_version)
     out = snapshot_path(name, version, out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = dumps(snapshot)
@@ -217,20 +221,28 @@ def refresh_all(
 
 # ----------------------------------------------------------------------------- verify
 def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The snapshot at ``path``, checked field by field (:mod:`.checks`); a file that does not hold one
+    raises :class:`SnapshotFormatError` naming the file and the field."""
+    from .checks import read_checked
+
+    return read_checked(path)
 
 
 def artifact_for(snapshot: dict[str, Any], cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The cached artifact a snapshot names, downloaded (pip, hash-pinned) when it is not cached."""
+    """The cached artifact a snapshot names, downloaded (pip, hash-pinned) when it is not cached.
+
+    The download is rebuilt from the package's own settings and the checked name, version and sha256;
+    the recorded ``pip_download`` text only selects which of those settings' Python versions it was."""
+    from .checks import check_snapshot
+
+    python_version = check_snapshot(snapshot)
     art = snapshot["artifact"]
     cache = _art.wheel_cache(cache_dir)
     cached = cache / art["filename"]
-    if cached.is_file() and _art.sha256_file(cached) == art["sha256"]:
+    if cached.is_file() and not cached.is_symlink() and _art.sha256_file(cached) == art["sha256"]:
         return cached
     spec = f"{snapshot['package']}=={snapshot['version']}"
-    pip_args = art["pip_download"].split()[4:-1] if art.get("pip_download") else None
-    path, _ = download(spec, cache_dir, expected_sha256=art["sha256"], pip_args=pip_args)
+    path, _ = download(spec, cache_dir, expected_sha256=art["sha256"], python_versions=[python_version])
     return path
 
 
@@ -238,14 +250,11 @@ def verify(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | Non
     """Recompute the snapshot at ``path`` from its artifact; return the differences (empty = confirmed).
 
     The artifact is taken from the cache when a file there has the recorded sha256; otherwise pip
-    downloads it with ``--require-hashes``, so a re-uploaded or different file is reported, not used."""
+    downloads it with ``--require-hashes``, so a re-uploaded or different file is reported, not used.
+    A file whose fields do not check (:mod:`.checks`) raises :class:`SnapshotFormatError` before any
+    download."""
     recorded = read_snapshot(path)
     problems: list[str] = []
-    for key in ("format", "package", "version", "artifact", "extractor", "data"):
-        if key not in recorded:
-            problems.append(f"snapshot has no {key!r} entry")
-    if problems:
-        return problems
     if recorded["format"] != FORMAT:
         problems.append(f"snapshot format {recorded['format']} != {FORMAT}; run refresh")
     try:
@@ -280,9 +289,11 @@ def verify(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | Non
 
 
 def _rebuild(recorded: dict[str, Any], artifact_path: Path) -> dict[str, Any]:
-    pip_args = recorded["artifact"]["pip_download"].split()[4:-1]
+    from .checks import check_snapshot
+
+    python_version = check_snapshot(recorded)
     with _art.open_artifact(artifact_path) as art:
-        return build_snapshot(recorded["package"], recorded["version"], art, pip_args)
+        return build_snapshot(recorded["package"], recorded["version"], art, python_version)
 
 
 def rebuild(path: str | os.PathLike[str], cache_dir: str | os.PathLike[str] | None = None) -> str:

@@ -93,12 +93,23 @@ class ProfileReport:
         }
 
 
+class MalformedSnapshots(ValueError):
+    """Files the report needed that do not hold well-formed snapshots; ``lines`` has one located line each."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
 class _Snapshots:
-    """Loads each snapshot once; a missing or unreadable one is remembered as the reason."""
+    """Loads each snapshot once; a missing or unreadable one is remembered as the reason, a malformed one
+    also in ``malformed`` (the report is then refused: its verdicts would rest on a file that is not data
+    fp8spec wrote)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = directory
         self._cache: dict[str, Any] = {}
+        self.malformed: dict[str, str] = {}
 
     def path(self, spec: str) -> Path:
         from fp8spec.snapshots import snapshot_path
@@ -113,10 +124,15 @@ class _Snapshots:
             if not path.is_file():
                 self._cache[spec] = f"no snapshot at {path} (run: fp8spec backends refresh {spec})"
             else:
+                from fp8spec.snapshots.core import SnapshotFormatError
+
                 try:
                     self._cache[spec] = Snapshot.load(path)
-                except (OSError, ValueError, KeyError) as e:
-                    self._cache[spec] = f"unreadable snapshot {path}: {e}"
+                except SnapshotFormatError as e:
+                    self._cache[spec] = f"not a snapshot: {e}"
+                    self.malformed[str(path)] = str(e)
+                except OSError as e:
+                    self._cache[spec] = f"unreadable snapshot {path}: {e.strerror or e}"
         return self._cache[spec]
 
 
@@ -151,19 +167,18 @@ def check_profile(
 ) -> ProfileReport:
     """Check one profile's confirm clauses and source against the snapshots in ``directory``
     (default backends/snapshots)."""
-    from fp8spec.snapshots import check_source
+    from fp8spec.snapshots.query import compare_source
 
     snapshots = snapshots or _Snapshots(directory)
     spec = f"{profile.kind}=={profile.version}"
     report = ProfileReport(profile.kind, profile.version, str(snapshots.path(spec)))
-    if snapshots.path(spec).is_file():
-        report.source_problems = check_source(
-            spec, profile.source.artifact, profile.source.sha256, directory=snapshots.directory
-        )
+    own = snapshots.get(spec)
+    if isinstance(own, str):
+        report.source_problems = [own]
     else:
-        report.source_problems = [
-            f"no snapshot at {snapshots.path(spec)} (run: fp8spec backends refresh {spec})"
-        ]
+        report.source_problems = compare_source(
+            spec, own.raw["artifact"], profile.source.artifact, profile.source.sha256
+        )
     for fact_id, fact in profile.facts.items():
         if not fact.confirm:
             report.evidence_only.append(fact_id)
@@ -180,7 +195,8 @@ def drift_report(
     """One report per profiled version, in kind then version order.
 
     ``selection`` narrows it: ``"vllm"`` (every vllm version) or ``"vllm==0.33.0"``. Raises
-    :class:`fp8spec.profiles.ProfileNotFound` for a kind or version without a profile."""
+    :class:`fp8spec.profiles.ProfileNotFound` for a kind or version without a profile, and
+    :class:`MalformedSnapshots` when a snapshot it reads is not well-formed."""
     from fp8spec.profiles.loader import ProfileNotFound
 
     wanted: list[tuple[str, str]] = []
@@ -199,7 +215,10 @@ def drift_report(
                 if (kind, v) not in wanted:
                     wanted.append((kind, v))
     snapshots = _Snapshots(directory)
-    return [check_profile(load_profile(k, v), snapshots=snapshots) for k, v in wanted]
+    reports = [check_profile(load_profile(k, v), snapshots=snapshots) for k, v in wanted]
+    if snapshots.malformed:
+        raise MalformedSnapshots([snapshots.malformed[p] for p in sorted(snapshots.malformed)])
+    return reports
 
 
 def render_text(reports: list[ProfileReport], *, failures_only: bool = False) -> str:

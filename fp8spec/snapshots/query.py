@@ -294,7 +294,13 @@ def check_source(
     path = core.snapshot_path(spec, directory=directory)
     if not path.is_file():
         return [f"no snapshot for {spec} at {path}; run refresh({spec!r})"]
-    art = core.read_snapshot(path)["artifact"]
+    return compare_source(spec, core.read_snapshot(path)["artifact"], artifact, sha256)
+
+
+def compare_source(
+    spec: str, art: Mapping[str, Any], artifact: str | None = None, sha256: str | None = None
+) -> list[str]:
+    """:func:`check_source` on a snapshot's (checked) ``artifact`` entry."""
     problems = []
     if artifact is not None and artifact != art["filename"]:
         problems.append(f"{spec}: profile cites {artifact}, snapshot was read from {art['filename']}")

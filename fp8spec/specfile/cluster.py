@@ -12,6 +12,7 @@ from fp8spec.launchers import launcher_names, launchers
 from fp8spec.launchers.base import POD_SHM_VOLUME
 from fp8spec.profiles.kubernetes import reserved_pod_env
 from fp8spec.specfile.fields import PathText, Section, Version, either, how_many, plain_text
+from fp8spec.specfile.paths import is_root, lexical
 
 LAUNCHERS = launcher_names()  # the table in fp8spec/launchers/
 
@@ -136,7 +137,7 @@ def _one_value(text: str) -> str:
     return text
 
 
-# One Hydra override appended to launch.sh in the RayJob entrypoint ([+|++|~]dotted.key=value).
+# One Hydra override appended to launch.sh's arguments in a KubeRay launch ([+|++|~]dotted.key=value).
 HydraOverride = Annotated[
     str,
     StringConstraints(
@@ -167,8 +168,10 @@ def _address(value: str) -> str:
 
 
 def _working_dir(value: str) -> str:
+    # Relative folders count from the bundle folder, known only at compile (compiler/guards.py judges them
+    # resolved there, and submit.sh/launch.sh again where they run); an absolute one is judged here.
     folder = posixpath.normpath(value)  # './' is '.', 'a/../b' is 'b'
-    if not folder.strip("/"):
+    if is_root(folder):
         raise ValueError(
             "is the root folder: Ray would upload the whole file system as the job's working_dir"
         )
@@ -229,8 +232,8 @@ class KubeRaySettings(Section):
     )
     extra_overrides: list[HydraOverride] = Field(
         default_factory=list,
-        description="Hydra overrides appended to launch.sh in the RayJob entrypoint "
-        "(after fp8spec's, so they win), e.g. trainer.default_local_dir=/checkpoints/run1.",
+        description="Hydra overrides appended to launch.sh's arguments (from extra_overrides.sh in the "
+        "ConfigMap, after fp8spec's, so they win), e.g. trainer.default_local_dir=/checkpoints/run1.",
     )
     namespace: K8sLabel = Field("default", description="Kubernetes namespace (a DNS-1123 label).")
     ray_version: Optional[Version] = Field(
@@ -251,8 +254,10 @@ class KubeRaySettings(Section):
     @classmethod
     def _distinct_volumes(cls, volumes: list[KubeRayVolume]) -> list[KubeRayVolume]:
         for attr, reserved in zip(("name", "mount_path"), POD_SHM_VOLUME):
-            values = [getattr(v, attr) for v in volumes]
-            if reserved in [posixpath.normpath(x) if attr == "mount_path" else x for x in values]:
+            values = [
+                lexical(getattr(v, attr)) if attr == "mount_path" else getattr(v, attr) for v in volumes
+            ]
+            if reserved in values:
                 raise ValueError(
                     f"volume {attr} {reserved!r} is the worker pods' own shared-memory volume (rayjob.yaml); "
                     "Kubernetes refuses a pod with it twice: choose another"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,9 @@ def _schema_diagnostic(err: Mapping[str, Any], positions: Positions, display: st
     if len(shown) > 60:
         shown = shown[:57] + "..."
     message = err.get("msg", "invalid value").removeprefix("Value error, ")
+    if isinstance(value, float) and not math.isfinite(value) and kind != "float_type":
+        # a bound's message ("should be <= 1") would read as if .nan were a number on the wrong side of it
+        message = "is not a number" if math.isnan(value) else "is infinite, not a number a setting can take"
     path = _dotted(written or loc)
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"

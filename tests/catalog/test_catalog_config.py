@@ -274,7 +274,7 @@ def test_bad_json_names_line_and_column(tmp_path):
         ('"just a string"', "must be a JSON object"),
         ('{"a": 1, "a": 2}', "duplicate key 'a'"),
         ('{"hidden_size": NaN}', "NaN is not valid JSON"),
-        ('{"hidden_size": ' + "9" * 5000 + "}", "invalid JSON"),
+        ('{"hidden_size": ' + "9" * 5000 + "}", "1:17: a number with 5000 digits"),
         ("[" * 100000 + "]" * 100000, "invalid JSON"),
     ],
 )

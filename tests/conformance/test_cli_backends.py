@@ -101,7 +101,7 @@ def test_unreadable_snapshot_is_bad_input(tmp_path):
     bad.write_text("{not json")
     proc = run("verify", str(bad))
     assert proc.returncode == 2
-    assert "not a readable snapshot" in one_line_error(proc)
+    assert one_line_error(proc).startswith(f"fp8spec: error: {bad}:1:2: not JSON: ")
 
 
 def test_network_failure_is_one_line_exit_2(tmp_path):

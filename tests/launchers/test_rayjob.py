@@ -195,8 +195,11 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
     assert [c["image"] for c in containers] == [image] * 3
     worker = containers[2]["resources"]["limits"]
     assert worker == {"nvidia.com/gpu": 8, "cpu": "96", "memory": "1500Gi"}
-    # the override reaches launch.sh as one shell word, never run
-    assert shlex.split(job["spec"]["entrypoint"])[-1] == override
+    # the override reaches launch.sh as one shell word, never run (from a script in the ConfigMap: the
+    # entrypoint is one argument of sh -c, capped at 128 KiB)
+    assert job["spec"]["entrypoint"] == "python3 preflight.py && bash extra_overrides.sh"
+    script = docs["ConfigMap"]["data"]["extra_overrides.sh"]
+    assert shlex.split(script.replace("\\\n", ""), comments=True) == ["exec", "bash", "launch.sh", override]
     volumes = {v["name"]: v for v in job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]}
     assert volumes["models"]["hostPath"]["path"] == "/mnt/my models: x"
     assert "kuberay" in (bundle / "README.md").read_text()

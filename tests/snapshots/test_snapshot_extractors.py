@@ -161,7 +161,7 @@ def test_build_is_deterministic(cache):
     texts = []
     for _ in range(2):
         with open_artifact(wheel) as art:
-            texts.append(dumps(build_snapshot("vllm", "9.9.9", art, ["--python-version", "3.11"])))
+            texts.append(dumps(build_snapshot("vllm", "9.9.9", art, "3.11")))
     assert texts[0] == texts[1]
     assert '"sha256": "' in texts[0] and '"timestamp"' not in texts[0]
 
@@ -170,8 +170,8 @@ def test_refresh_writes_identical_bytes_twice(cache, tmp_path, monkeypatch):
     wheel = make_wheel(cache / "wheels")
     calls = []
 
-    def fake_pip(name, version, dest, pip_args, expected_sha256=None, timeout=0):
-        calls.append((name, version, tuple(pip_args)))
+    def fake_pip(request, dest, timeout=0):
+        calls.append((request.name, request.version, tuple(request.options())))
         return artifacts.PipResult(path=wheel, command=[])
 
     monkeypatch.setattr(artifacts, "pip_download", fake_pip)
@@ -190,7 +190,7 @@ def test_refresh_writes_identical_bytes_twice(cache, tmp_path, monkeypatch):
 def _write_snapshot(cache: Path, out: Path) -> Path:
     wheel = make_wheel(cache / "wheels")
     with open_artifact(wheel) as art:
-        snap = build_snapshot("vllm", "9.9.9", art, ["--python-version", "3.11"])
+        snap = build_snapshot("vllm", "9.9.9", art, "3.11")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "vllm-9.9.9.json"
     path.write_text(dumps(snap))
@@ -223,8 +223,8 @@ def test_verify_reports_changed_source(cache, tmp_path, monkeypatch):
     path = _write_snapshot(cache, tmp_path / "snaps")
     make_wheel(cache / "wheels", arg_utils=ARG_UTILS.replace("calculate_kv_scales", "calc_scales"))
 
-    def pip_refuses(name, version, dest, pip_args, expected_sha256=None, timeout=0):
-        assert expected_sha256 == json.loads(path.read_text())["artifact"]["sha256"]
+    def pip_refuses(request, dest, timeout=0):
+        assert request.expected_sha256 == json.loads(path.read_text())["artifact"]["sha256"]
         raise ArtifactError("ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.")
 
     monkeypatch.setattr(core._art, "pip_download", pip_refuses)

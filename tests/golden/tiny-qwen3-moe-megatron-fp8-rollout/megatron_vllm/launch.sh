@@ -44,6 +44,7 @@ else
   spec_wd=.
   wd=$(cd "$here" && cd -- "$spec_wd" 2>/dev/null && pwd -P) \
     || die "cluster.working_dir '$spec_wd' is not a folder next to the bundle"
+  [[ $wd != / ]] || die "cluster.working_dir '$spec_wd' is the root folder here; Ray would upload the whole file system"
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
   ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")

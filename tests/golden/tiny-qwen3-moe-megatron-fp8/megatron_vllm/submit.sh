@@ -54,10 +54,10 @@ preflight_id="$submission_id-preflight"
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 cd "$bundle"
 wd=$(cd "$working_dir" 2>/dev/null && pwd -P) || die "working_dir '$working_dir' (runtime_env.yaml) is not a folder here"
+# The bundle may have moved since it was compiled: judge the folder as resolved here, not its text.
+[[ $wd != / ]] || die "working_dir '$working_dir' (runtime_env.yaml) is the root folder here; Ray would upload the whole file system"
 if [[ $bundle == "$wd" ]]; then
   in_wd=.
-elif [[ $wd == / ]]; then
-  in_wd=${bundle#/}
 elif [[ $bundle == "$wd"/* ]]; then
   in_wd=${bundle#"$wd"/}
 else
