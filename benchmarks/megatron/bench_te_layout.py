@@ -114,6 +114,14 @@ LAYOUTS = [
         "fp8-tensorwise", "tensorwise", mechanism="fp8='hybrid', fp8_recipe='tensorwise' (current scaling)"
     ),
     Layout(
+        "bf16-fp8pad",
+        "blockwise",
+        bf16_classes=("attention", "dense_mlp", "experts", "shared_experts"),
+        models="moe",
+        mechanism="control: the fp8 config (so TEGroupedMLP pads each expert's tokens to 16) with every TE module "
+        "BF16 through quant_recipe: BF16 compute, the FP8 layouts' expert padding",
+    ),
+    Layout(
         "bf16-opfuser",
         None,
         op_fuser=True,

@@ -42,14 +42,22 @@ case $step in
   te-prebuild)  # DIR: TE's torch extension built from DIR before the offline set is there (it needs only the sdist,
     # nvidia-cudnn-frontend's headers and the device's torch), so the build overlaps the set's transfer calls; TE's
     # pydantic wheels (the megatron set lacks them) go into /tmp/site-te, which stays on PYTHONPATH
+    # (DIR holding a transformer_engine_torch wheel built here before: that wheel is used, nothing is built)
     dir=${1:?te-prebuild DIR}
-    mkdir -p /tmp/site-te/.sdists
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-te "$dir"/*.whl 2>&1 |
-      grep -v -i warning
-    cp "$dir"/transformer_engine_torch-*.tar.gz /tmp/site-te/.sdists/ || exit
-    TE_BUILD_ONLY=1 setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-te > /tmp/te-prebuild.log 2>&1 < /dev/null &
-    echo $! > /tmp/te-prebuild.pid
-    echo "TE torch extension: building in the background (/tmp/te-prebuild.log, wheel to /tmp/te-wheel)"
+    mkdir -p /tmp/site-te/.sdists /tmp/te-wheel
+    shopt -s nullglob
+    small=(); for w in "$dir"/*.whl; do [[ $(basename "$w") == transformer_engine_torch-* ]] || small+=("$w"); done
+    (( ${#small[@]} )) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-te \
+      "${small[@]}" 2>&1 | grep -v -i warning
+    prebuilt=("$dir"/transformer_engine_torch-*.whl)
+    if (( ${#prebuilt[@]} )); then
+      cp "${prebuilt[0]}" /tmp/te-wheel/ && echo "TE torch extension: the prebuilt $(basename "${prebuilt[0]}")"
+    else
+      cp "$dir"/transformer_engine_torch-*.tar.gz /tmp/site-te/.sdists/ || exit
+      TE_BUILD_ONLY=1 setsid nohup bash benchmarks/megatron/build_te_torch.sh /tmp/site-te > /tmp/te-prebuild.log 2>&1 < /dev/null &
+      echo $! > /tmp/te-prebuild.pid
+      echo "TE torch extension: building in the background (/tmp/te-prebuild.log, wheel to /tmp/te-wheel)"
+    fi
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
     python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" ;;
   install-megatron)  # the megatron set into /tmp/site-megatron; TE's torch extension: the prebuilt wheel if a
