@@ -147,6 +147,8 @@ def init(
         typer.echo(f"init: note: {note}", err=True)
     for _, note in result.unacknowledged:
         typer.echo(f"init: note: {note}", err=True)
+    for note in result.not_acknowledged:
+        typer.echo(f"init: note: {note}", err=True)
     if not result.clean:
         _show_draft_errors(result)
         hw = result.validation.loaded.spec.hardware

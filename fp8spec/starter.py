@@ -44,8 +44,11 @@ class Starter:
     # warnings no change removes that the user did not acknowledge (--acknowledge CODE accepts one): printed as
     # notes; the spec stays unwritten until each is either fixed or acknowledged by the user
     unacknowledged: list[tuple[str, str]] = field(default_factory=list)  # (code, note)
-    # findings whose proposal init did not apply because it would undo an earlier change (also comments in text)
+    # findings whose proposal init did not apply because it would undo an earlier change or the user acknowledged
+    # the finding (also comments in text)
     kept: list[str] = field(default_factory=list)
+    # --acknowledge codes the written spec does not acknowledge, and why (init never drops one without a word)
+    not_acknowledged: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -129,6 +132,12 @@ def starter_spec(
         )
         values.update(name=name or bf16_name[:63], no_fp8="\n# ".join(textwrap.wrap(why, 108)))
         result = _repair(template_text.render(**values), file, spec_dir, chosen)
+    written = result.validation.loaded.spec
+    held = set(written.acknowledge) if written is not None else set()
+    result.not_acknowledged = [
+        f"--acknowledge {code}: this spec has no {code} finding to acknowledge, so none was written"
+        for code in sorted(chosen - held)
+    ]
     return result
 
 
@@ -206,6 +215,14 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
             if not f.proposals:
                 continue
             proposal = f.proposals[0]
+            if rule.code in acknowledge and rule.severity == "warning":
+                # the user chose to keep this warning (--acknowledge): its fix is theirs to choose, not init's
+                note = f"{rule.code} {rule.name} kept as you asked (--acknowledge {rule.code}): did not apply " + (
+                    _proposal_text(proposal) + (f" ({f.costs[0]})" if f.costs and f.costs[0] else "")
+                )
+                if note not in kept:
+                    kept.append(note)
+                continue
             undone = [d for d, v in proposal.items() if any(_same(v, h) for h in held.get(d, ()))]
             after = set_values(text, proposal)
             if undone or after in seen:
@@ -230,10 +247,17 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
             )
         rule, proposal, text = fix
         seen.add(text)
+        finding = next(f for r, f in pending if r is rule and f.proposals and f.proposals[0] is proposal)
+        cost = f": {finding.costs[0]}" if finding.costs and finding.costs[0] else ""
+        keep = (
+            f"; `--acknowledge {rule.code}` keeps the warning instead"
+            if cost and rule.acknowledgeable and rule.severity == "warning"
+            else ""
+        )
         for dotted, value in proposal.items():
             old = _get(spec_data, dotted)
             held.setdefault(dotted, []).extend((old, value))
-            changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code})")
+            changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code}{cost}{keep})")
     text = _with_notes(text, kept)
     validation = validate_loaded(load_spec_text(text, file), spec_dir)
     return Starter(text, validation, changes, kept=kept)
@@ -278,9 +302,13 @@ def _acknowledge_rest(
     if not left or any(rule.severity == "error" for rule, _ in left):
         return Starter(text, validation, changes, kept=kept)
     chosen = {rule.code: rule for rule, _ in left if rule.code in acknowledge}
-    undoing = {note.split(" ", 1)[0] for note in kept}  # its proposal would undo an earlier change
+    # its proposal would undo an earlier change, or the user chose to keep it (--acknowledge)
+    undoing = {note.split(" ", 1)[0] for note in kept if " kept as you asked " not in note}
+    declined = {note.split(" ", 1)[0]: note.split(": ", 1)[1] for note in kept if " kept as you asked " in note}
 
     def why(code: str) -> str:
+        if code in declined:
+            return f"kept as asked; init {declined[code]}"
         return (
             "its proposal would undo an earlier change" if code in undoing else "no single change removes it"
         )
@@ -299,8 +327,9 @@ def _acknowledge_rest(
     if not chosen:
         return Starter(text, validation, changes, unchosen, kept)
     acks = {
-        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: {why(code)} on this "
-        f"hardware ({_lowered(rule.summary).rstrip('.')})"
+        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: {why(code)}"
+        + ("" if code in declined else " on this hardware")
+        + f" ({_lowered(rule.summary).rstrip('.')})"
         for code, rule in sorted(chosen.items())
     }
     text = set_values(text, acks)

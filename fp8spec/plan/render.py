@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fp8spec.engines import get_engine
 from fp8spec.plan.advice import fix_line
 from fp8spec.plan.facts import estimate_basis
-from fp8spec.plan.gain import gain_source
+from fp8spec.plan.gain import gain_source, running_caveat
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
@@ -178,6 +178,9 @@ def plan_json(plan: MemoryPlan) -> dict:
         },
         "sources": {
             "expected_gain": gain_source(),
+            "expected_gain_running": running_caveat(spec_r.running)
+            if any(plan.gain(r) is not None for r in plan.rollout)
+            else "",
             "engine_memory_model": get_engine(s.engine).memory_source,
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
             "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
@@ -289,6 +292,8 @@ def render_text(plan: MemoryPlan) -> str:
     out.append("  * the spec's choice")
     if any(plan.gain(r) is not None for r in rs):
         out.append("  speed-up source: " + gain_source())
+        if caveat := running_caveat(spec_r.running):
+            out.append(f"  note: {caveat}")
     else:
         out.append(
             f"  speed-up: no measurement covers {s.engine} with {plan.model.architecture} "
