@@ -217,8 +217,9 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
             proposal = f.proposals[0]
             if rule.code in acknowledge and rule.severity == "warning":
                 # the user chose to keep this warning (--acknowledge): its fix is theirs to choose, not init's
-                note = f"{rule.code} {rule.name} kept as you asked (--acknowledge {rule.code}): did not apply " + (
-                    _proposal_text(proposal) + (f" ({f.costs[0]})" if f.costs and f.costs[0] else "")
+                note = (
+                    f"{rule.code} {rule.name} kept as you asked (--acknowledge {rule.code}): did not apply "
+                    + (_proposal_text(proposal) + (f" ({f.costs[0]})" if f.costs and f.costs[0] else ""))
                 )
                 if note not in kept:
                     kept.append(note)
@@ -304,7 +305,9 @@ def _acknowledge_rest(
     chosen = {rule.code: rule for rule, _ in left if rule.code in acknowledge}
     # its proposal would undo an earlier change, or the user chose to keep it (--acknowledge)
     undoing = {note.split(" ", 1)[0] for note in kept if " kept as you asked " not in note}
-    declined = {note.split(" ", 1)[0]: note.split(": ", 1)[1] for note in kept if " kept as you asked " in note}
+    declined = {
+        note.split(" ", 1)[0]: note.split(": ", 1)[1] for note in kept if " kept as you asked " in note
+    }
 
     def why(code: str) -> str:
         if code in declined:

@@ -340,7 +340,9 @@ def _more_kv_share(plan: MemoryPlan, r: RolloutResult) -> list[Advice]:
     """A larger rollout.gpu_memory_utilization that fits every running sequence (else half of them, the rule's
     threshold) at full length, where one up to the colocated maximum (with the proposal headroom) does."""
     m = r.memory
-    overhead = m.requested - m.available_kv  # weights, activations, non-torch, CUDA graphs: fixed by the share
+    overhead = (
+        m.requested - m.available_kv
+    )  # weights, activations, non-torch, CUDA graphs: fixed by the share
     top = min(max_colocated_utilization(plan), 0.95)
     out = []
     for want in (r.running, math.ceil(r.running * HEAVY_PREEMPTION_SHARE)):
