@@ -37,17 +37,20 @@ def _complete_gpu(incomplete: str) -> list[str]:
 DRAFT = "draft"  # what the diagnostics of an unwritten spec point into: its text, shown with them
 
 
-def _show_draft_errors(result) -> None:
+def _show_draft_errors(result) -> bool:
     """A rejected draft's findings, located in the draft's own text (quoted line by line), not in a file that
-    was never written."""
+    was never written. Whether any line was quoted."""
     lines = result.text.splitlines()
     noted = {code for code, _ in result.unacknowledged}  # said once, as a note
+    quoted = False
     for d in result.validation.diagnostics:
         if d.severity == "info" or (d.severity == "warning" and d.code in noted):
             continue
         typer.echo(dataclasses.replace(d, file=DRAFT).render(), err=True)
         if 1 <= d.line <= len(lines):
             typer.echo(f"    {d.line:>4} | {printable(lines[d.line - 1])}", err=True)
+            quoted = True
+    return quoted
 
 
 def init(
@@ -150,11 +153,12 @@ def init(
     for note in result.not_acknowledged:
         typer.echo(f"init: note: {note}", err=True)
     if not result.clean:
-        _show_draft_errors(result)
+        quoted = _show_draft_errors(result)
         hw = result.validation.loaded.spec.hardware
+        where = "the draft's lines are quoted above" if quoted else "the notes above say why"
         typer.echo(
             f"init: no {template} spec validates clean on {hw.nodes} x {hw.gpus_per_node} {hw.gpu} "
-            "for this model; nothing written (the draft's lines are quoted above)",
+            f"for this model; nothing written ({where})",
             err=True,
         )
         raise typer.Exit(EXIT_RULE_ERRORS)

@@ -221,8 +221,9 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
                     f"{rule.code} {rule.name} kept as you asked (--acknowledge {rule.code}): did not apply "
                     + (_proposal_text(proposal) + (f" ({f.costs[0]})" if f.costs and f.costs[0] else ""))
                 )
-                if note not in kept:
-                    kept.append(note)
+                # one note per code: the proposal of the latest draft
+                kept[:] = [k for k in kept if not k.startswith(f"{rule.code} {rule.name} kept as you asked")]
+                kept.append(note)
                 continue
             undone = [d for d, v in proposal.items() if any(_same(v, h) for h in held.get(d, ()))]
             after = set_values(text, proposal)
@@ -246,22 +247,60 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
             return _acknowledge_rest(
                 _with_notes(text, kept), file, spec_dir, validation, changes, acknowledge, kept
             )
+        prior = text
         rule, proposal, text = fix
         seen.add(text)
+        brought = _brought_by_rest(prior, proposal, file, spec_dir, validation)
         finding = next(f for r, f in pending if r is rule and f.proposals and f.proposals[0] is proposal)
         cost = f": {finding.costs[0]}" if finding.costs and finding.costs[0] else ""
+        # the cost of a proposal of several fields is that of the field set for another rule (a concurrency cap)
+        primary_cost = "" if brought else cost
         keep = (
             f"; `--acknowledge {rule.code}` keeps the warning instead"
-            if cost and rule.acknowledgeable and rule.severity == "warning"
+            if cost
+            and not cost.startswith(": no throughput cost")
+            and rule.acknowledgeable
+            and rule.severity == "warning"
             else ""
         )
         for dotted, value in proposal.items():
             old = _get(spec_data, dotted)
             held.setdefault(dotted, []).extend((old, value))
-            changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code}{cost}{keep})")
+            if dotted in brought:  # set together with the fix, for the rule the fix alone would bring
+                why = f"{brought[dotted]}, which {rule.code}'s change alone would bring{cost}"
+                changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({why})")
+                continue
+            changes.append(
+                f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code}{primary_cost}{keep if primary_cost else ''})"
+            )
     text = _with_notes(text, kept)
     validation = validate_loaded(load_spec_text(text, file), spec_dir)
     return Starter(text, validation, changes, kept=kept)
+
+
+def _brought_by_rest(
+    text: str, proposal: dict[str, Any], file: str, spec_dir: Path, validation
+) -> dict[str, str]:
+    """For a proposal of several fields: field -> the codes of the findings the proposal without that field
+    would bring (a BF16 KV cache for KV008 with a rollout.max_num_seqs that keeps MEM004 away): what each extra
+    field is there for, so init names the rule it serves."""
+    from fp8spec.rules.runner import validate_loaded
+    from fp8spec.specfile.loader import load_spec_text
+
+    def codes(changes: dict[str, Any]) -> set[str]:
+        found = validate_loaded(load_spec_text(set_values(text, changes), file), spec_dir).findings
+        return {r.code for r, _, severity in found if severity in ("error", "warning")}
+
+    if len(proposal) < 2:
+        return {}
+    before = {r.code for r, _, severity in validation.findings if severity in ("error", "warning")}
+    whole = codes(proposal)  # what the proposal leaves or brings is not what one field of it keeps away
+    out = {}
+    for dotted in list(proposal)[1:]:
+        new = sorted(codes({k: v for k, v in proposal.items() if k != dotted}) - whole - before)
+        if new:
+            out[dotted] = ", ".join(new)
+    return out
 
 
 def _lowered(summary: str) -> str:

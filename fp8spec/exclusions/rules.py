@@ -142,7 +142,8 @@ def fused_group_split(ctx: ResolvedSpec) -> Iterator[Finding]:
                 f"{key}: {ex} excluded but {kept} quantized; the engines quantize an MoE layer's routed experts "
                 "as one unit, so this would keep all of them in BF16",
                 path,
-                "vLLM quantizes an MoE layer's experts as one unit: exclude `mlp.experts.*` (the layer's routed experts whole) or none",
+                "vLLM quantizes an MoE layer's experts as one unit: exclude `mlp.experts.*` (the layer's routed "
+                "experts whole) or none",
             )
             continue
         yield Finding(f"{key}: {ex} excluded but {kept} quantized", path)

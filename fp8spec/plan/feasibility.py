@@ -61,6 +61,14 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.0f} %".replace("-0 %", "0 %").replace("+0 %", "0 %")
 
 
+def concurrency_cost(running: int, cap: int, loss: float) -> str:
+    """'concurrency 256 -> 16 per replica (-94 %), est. rollout throughput -50 %'."""
+    return (
+        f"concurrency {running} -> {cap} per replica ({_pct(cap / running - 1)}), "
+        f"est. rollout throughput {_pct(-loss)}"
+    )
+
+
 def capped_throughput_loss(r: RolloutResult, cap: int, prompt: int, response: int) -> float:
     """Estimated share of rollout throughput lost by running at most ``cap`` sequences at once instead of
     ``r.running``: decode throughput taken as proportional to the sequences running, and the KV cache bounding
@@ -321,8 +329,7 @@ def preemption(plan: MemoryPlan) -> Optional[Verdict]:
         fixes.append(
             advice(
                 f"rollout.max_num_seqs: {cap} (all of them fit at full length)",
-                cost=f"concurrency {r.running} -> {cap} per replica ({_pct(cap / r.running - 1)}), "
-                f"est. rollout throughput {_pct(-loss)}",
+                cost=concurrency_cost(r.running, cap, loss),
                 loss=loss,
                 rollout__max_num_seqs=cap,
             )
