@@ -153,6 +153,15 @@ def new_values(ctx: ResolvedSpec, changes: Changes) -> dict[str, Any]:
     return out
 
 
+def _unique(candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates in order, each once (two that differ only in a field the spec already holds are one)."""
+    out: list[dict[str, Any]] = []
+    for c in candidates:
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def _combined(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pairs of candidates on different fields: what may pass where no single change does."""
     out = []
@@ -207,7 +216,7 @@ def proposal(
     prober = _prober(ctx)
     if prober is None:
         return otherwise, ()  # a probe needs no hint
-    fresh: list[dict[str, Any]] = [c for c in (new_values(ctx, c) for c in candidates) if c]
+    fresh: list[dict[str, Any]] = _unique(c for c in (new_values(ctx, c) for c in candidates) if c)
     ok = _working(prober, fresh, (code, path))
     if code in ctx.spec.acknowledge:
         # an acknowledged finding is information: only what would remove it and passes every rule is named
@@ -215,7 +224,7 @@ def proposal(
     if ok:
         return _set(ok, prober, code, costs), tuple(ok)
     # where no single change passes: the caller's combined changes (a memory share with offload), then pairs
-    more = [c for c in (new_values(ctx, c) for c in fallbacks) if c]
+    more = _unique(c for c in (new_values(ctx, c) for c in fallbacks) if c)
     pairs = _working(prober, more, (code, path))[:3] or _working(prober, _combined(fresh), (code, path))[:3]
     near = _blocked(prober, fresh, (code, path))
     near = f"no single change passes every rule: {near}" if near else ""

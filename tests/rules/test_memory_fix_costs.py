@@ -78,3 +78,20 @@ def test_a_proposed_memory_fix_keeps_the_stated_headroom(code, patch, validate):
 
         left = plan.total_bytes - at_sync(plan, plan.trainer)[2]
     assert left >= proposal_headroom(), (left / GIB, d.hint)
+
+
+def test_a_value_is_named_once_per_field(validate):
+    """MEM004's FP8 KV cache with and without recalibrate: none are one change where recalibrate is none already:
+    'kv_cache.dtype: fp8_e4m3 or fp8_e4m3' named it twice."""
+    import re as _re
+
+    spec = patched(BASE_SPEC, {"model": {"name": "meta-llama/Llama-3.1-8B", "path": "/m"},
+                               "kv_cache": {"dtype": "bf16", "recalibrate": "none"},
+                               "rollout": {"engine": "sglang", "tp": 1, "gpu_memory_utilization": 0.7}})
+    v = validate(spec)
+    hints = [d.hint or "" for d in v.diagnostics]
+    assert any("kv_cache.dtype: fp8_e4m3" in h for h in hints), hints
+    for h in hints:
+        for m in _re.finditer(r"([a-z_.]+): ((?:[\w.]+)(?: or [\w.]+)+)", h):
+            values = m.group(2).split(" or ")
+            assert len(values) == len(set(values)), h
