@@ -83,9 +83,20 @@ def starter_spec(
         model_id = model_id or model.id
     else:
         model_id = model_id or d_model
+        # catalog ids are Hugging Face ids, whose case users do not always keep (qwen/qwen3-14b)
+        model_id = next((m for m in catalog_ids() if m.lower() == model_id.lower()), model_id)
         try:
             model = get_model(model_id)
         except CatalogError:
+            import difflib
+
+            close = difflib.get_close_matches(model_id.lower(), [m.lower() for m in catalog_ids()], n=1)
+            near = [m for m in catalog_ids() if close and m.lower() == close[0]]
+            if near:
+                raise StarterError(
+                    f"--model {model_id!r} is not in the catalog; did you mean {near[0]!r}? (`fp8spec models` "
+                    "lists them; for another model pass --config-path)"
+                ) from None
             raise StarterError(
                 f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
                 "another model pass --config-path (its local Hugging Face folder or config.json)"
@@ -94,6 +105,7 @@ def starter_spec(
     nodes = nodes or d_nodes
     from fp8spec.hardware import GPU_NAMES
 
+    gpu = next((g for g in GPU_NAMES if g == gpu.lower()), gpu)
     if gpu not in GPU_NAMES:
         raise StarterError(f"--gpu {gpu!r} is not one of {', '.join(GPU_NAMES)}")
     if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", name):

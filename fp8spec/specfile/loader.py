@@ -145,9 +145,23 @@ def _schema_diagnostic(err: Mapping[str, Any], positions: Positions, display: st
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
     hint = (
-        _value_hint(loc) or _quote_hint(kind, value, written or loc, written_text) or _type_hint(kind, value)
+        _value_hint(loc)
+        or _choice_hint(kind, value, err)
+        or _quote_hint(kind, value, written or loc, written_text)
+        or _type_hint(kind, value)
     )
     return Diagnostic("error", code, text, display, line, col, path, hint)
+
+
+def _choice_hint(kind: str, value: Any, err: Mapping[str, Any]) -> Optional[str]:
+    """'did you mean ...?' for a near miss of a field's choices: case (H100), '-' for '_' (per-step), a typo."""
+    if kind != "literal_error" or not isinstance(value, str):
+        return None
+    choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+    folded = value.strip().lower().replace("-", "_")
+    exact = [c for c in choices if c.lower().replace("-", "_") == folded]
+    close = exact or difflib.get_close_matches(folded, choices, n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
 
 
 def _quote_hint(kind: str, value: Any, loc: tuple, written: Optional[str]) -> Optional[str]:
