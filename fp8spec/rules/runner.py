@@ -66,6 +66,11 @@ def validate_loaded(
 ) -> Validation:
     result = Validation(loaded, list(loaded.diagnostics))
     if loaded.spec is None:
+        from fp8spec.rules.set_aside import findings_beside
+
+        # the rules that do not depend on the refused fields still speak (one typo hides nothing else), after
+        # the schema errors, which are what to fix first
+        result.diagnostics.extend(sorted(findings_beside(loaded, spec_dir), key=Diagnostic.sort_key))
         return result
     if retarget:
         result.retargeted = _retargets(loaded, retarget)
@@ -108,7 +113,9 @@ def validate_loaded(
                 # not at whatever value comes first inside it, and say which field is meant
                 line, col = loaded.locate(unwritten, prefer="key") if unwritten else (1, 1)
                 where = f"section {unwritten}" if unwritten else "the spec"
-                message = f"{message} [{finding.path}: not set in the spec, its default applies; shown at {where}]"
+                message = (
+                    f"{message} [{finding.path}: not set in the spec, its default applies; shown at {where}]"
+                )
             result.diagnostics.append(
                 Diagnostic(
                     severity,

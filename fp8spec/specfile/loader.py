@@ -26,6 +26,9 @@ class LoadedSpec:
     positions: Positions
     diagnostics: list[Diagnostic] = field(default_factory=list)
     sha256: str = ""
+    # when the schema refuses the spec: the parsed YAML, for the rules that do not depend on the refused fields
+    # (fp8spec.rules.set_aside)
+    raw: Any = None
 
     def locate(self, dotted: str, prefer: str = "value") -> tuple[int, int]:
         return self.positions.locate(_split_path(dotted), prefer)
@@ -54,6 +57,7 @@ def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
     except ValidationError as exc:
         diags = [_schema_diagnostic(err, positions, display) for err in exc.errors()]
         loaded.diagnostics = sorted(_drop_union_noise(diags), key=Diagnostic.sort_key)
+        loaded.raw = data
     return loaded
 
 
