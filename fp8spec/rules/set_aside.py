@@ -90,7 +90,7 @@ def _refused(loaded) -> Optional[list[tuple[tuple, Optional[tuple], Any]]]:
     refusal is of another kind (a missing required key, a whole section of the wrong type)."""
     from fp8spec.specfile.loader import _split_path
 
-    out = []
+    out: list[tuple[tuple, Optional[tuple], Any]] = []
     for d in loaded.diagnostics:
         if d.code not in ("S001", "S002") or not d.path:
             return None
