@@ -329,7 +329,7 @@ def render_text(plan: MemoryPlan) -> str:
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
         engine_share = spec_r.memory.requested + int(estimate("trainer", "cuda_context_bytes"))
-        out.append(row("rollout engine: request + CUDA context", [_g(engine_share) for _ in cols]))
+        out.append(row("engine request + CUDA context", [_g(engine_share) for _ in cols]))
         out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
         if plan.setup.sync_bucket_bytes:
             from fp8spec.plan.feasibility import at_sync

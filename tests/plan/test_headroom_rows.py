@@ -19,7 +19,7 @@ def test_headroom_is_the_gpu_minus_the_rows_above_it(validate):
     text = render_text(plan)
     total = float(re.search(r"([0-9.]+) GiB per GPU\)", text).group(1))
     kept = _row(text, "kept during rollout")
-    engine = _row(text, "rollout engine: request + CUDA context")
+    engine = _row(text, "engine request + CUDA context")
     assert abs(total - kept - engine - _row(text, "headroom beside the rollout engine")) <= 0.02
 
 
