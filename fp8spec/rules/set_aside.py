@@ -118,6 +118,7 @@ def _refused(loaded) -> Optional[list[tuple[tuple, Optional[tuple], Any]]]:
 def findings_beside(loaded, spec_dir: Path) -> list[Diagnostic]:
     """The rule diagnostics of a schema-refused spec that no value of its refused fields could change (empty
     when there is nothing safe to report)."""
+    from fp8spec.rules.registry import rule_hint
     from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import _split_path
 
@@ -157,6 +158,8 @@ def findings_beside(loaded, spec_dir: Path) -> list[Diagnostic]:
         return []
     keys = [{(d.code, d.path, d.severity) for d in run} for run in runs]
     common = set.intersection(*keys)
+    # a hint's values were checked with the refused field at one value: kept only where every variant prints it
+    hints = [{(d.code, d.path, d.severity): d.hint for d in run} for run in runs]
     set_aside = ", ".join(".".join(str(p) for p in path) for path, _, _ in refused)
     of = "it" if len(refused) == 1 else "them"
     out = []
@@ -169,9 +172,13 @@ def findings_beside(loaded, spec_dir: Path) -> list[Diagnostic]:
         )
         if near:
             continue  # about the refused field itself: its schema error says it
+        key = (d.code, d.path, d.severity)
+        hint = d.hint if all(h.get(key) == d.hint for h in hints) else rule_hint(d.code)
         out.append(
             dataclasses.replace(
-                d, message=f"{d.message} (found with {set_aside} set aside: no value of {of} changes this)"
+                d,
+                message=f"{d.message} (found with {set_aside} set aside: no value of {of} changes this)",
+                hint=hint,
             )
         )
     return out

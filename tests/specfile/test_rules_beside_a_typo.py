@@ -57,3 +57,13 @@ def test_a_missing_required_key_still_stops_the_rules(validate):
     del data["model"]
     v = validate(data)
     assert _codes(v) <= {"S001", "S002", "S003"}
+
+
+def test_a_hint_beside_a_typo_names_only_values_every_reading_of_it_shares(validate):
+    # the memory share is refused (S001): which rollout.tp values pass depends on it (tp 1 starves the engine at
+    # 0.1, not at the default 0.6), so BLK001's checked values give way to the rule's general hint
+    from fp8spec.rules.registry import get_rule
+
+    v = validate(patched(BASE_SPEC, INDEPENDENT, {"rollout": {"gpu_memory_utilisation": 0.1}}))
+    blk = [d for d in v.diagnostics if d.code == "BLK001"]
+    assert blk and all(d.hint == get_rule("BLK001").hint for d in blk), [d.hint for d in blk]
