@@ -117,8 +117,8 @@ def init(
         None,
         "--acknowledge",
         metavar="CODE",
-        help="Accept this acknowledgeable warning when no change removes it (repeatable); init acknowledges "
-        "nothing on its own.",
+        help="Keep this acknowledgeable warning: init applies no fix for it (it says which it did not apply) and "
+        "records the acknowledgement (repeatable); init acknowledges nothing on its own.",
     ),
 ) -> None:
     """Write a commented starter spec for a model and cluster. Values the template's first guess gets wrong
