@@ -95,3 +95,14 @@ def test_a_value_is_named_once_per_field(validate):
         for m in _re.finditer(r"([a-z_.]+): ((?:[\w.]+)(?: or [\w.]+)+)", h):
             values = m.group(2).split(" or ")
             assert len(values) == len(set(values)), h
+
+
+def test_memory_hints_say_the_layout_first_on_a_refused_layout(validate):
+    spec = patched(BASE_SPEC, {"model": {"name": "Qwen/Qwen3-30B-A3B-Base", "path": "/m"}, "rollout": {"tp": 2},
+                               "training": {"backend": "megatron", "precision": "fp8",
+                                            "parallel": {"tp": 2, "ep": 3}}})
+    v = validate(spec)
+    mem = [d for d in v.diagnostics if d.code.startswith("MEM")]
+    assert mem and {"PAR001", "PAR009"} <= {d.code for d in v.diagnostics}
+    for d in mem:
+        assert d.hint.startswith("fix the layout first (PAR001, PAR009)"), d.hint
