@@ -37,17 +37,20 @@ def _complete_gpu(incomplete: str) -> list[str]:
 DRAFT = "draft"  # what the diagnostics of an unwritten spec point into: its text, shown with them
 
 
-def _show_draft_errors(result) -> None:
+def _show_draft_errors(result) -> bool:
     """A rejected draft's findings, located in the draft's own text (quoted line by line), not in a file that
-    was never written."""
+    was never written. Whether any line was quoted."""
     lines = result.text.splitlines()
     noted = {code for code, _ in result.unacknowledged}  # said once, as a note
+    quoted = False
     for d in result.validation.diagnostics:
         if d.severity == "info" or (d.severity == "warning" and d.code in noted):
             continue
         typer.echo(dataclasses.replace(d, file=DRAFT).render(), err=True)
         if 1 <= d.line <= len(lines):
             typer.echo(f"    {d.line:>4} | {printable(lines[d.line - 1])}", err=True)
+            quoted = True
+    return quoted
 
 
 def init(
@@ -114,8 +117,8 @@ def init(
         None,
         "--acknowledge",
         metavar="CODE",
-        help="Accept this acknowledgeable warning when no change removes it (repeatable); init acknowledges "
-        "nothing on its own.",
+        help="Keep this acknowledgeable warning: init applies no fix for it (it says which it did not apply) and "
+        "records the acknowledgement (repeatable); init acknowledges nothing on its own.",
     ),
 ) -> None:
     """Write a commented starter spec for a model and cluster. Values the template's first guess gets wrong
@@ -147,17 +150,19 @@ def init(
         typer.echo(f"init: note: {note}", err=True)
     for _, note in result.unacknowledged:
         typer.echo(f"init: note: {note}", err=True)
+    for note in result.not_acknowledged:
+        typer.echo(f"init: note: {note}", err=True)
     if not result.clean:
-        _show_draft_errors(result)
+        quoted = _show_draft_errors(result)
         draft = result.validation.loaded.spec
         # a schema error (a value from the command line or config.json) leaves no hardware section to name
         if draft is None:
             where = "(the draft is not a well-formed spec)"
         else:
             where = f"on {draft.hardware.nodes} x {draft.hardware.gpus_per_node} {draft.hardware.gpu}"
+        why = "the draft's lines are quoted above" if quoted else "the notes above say why"
         typer.echo(
-            f"init: no {template} spec validates clean {where} "
-            "for this model; nothing written (the draft's lines are quoted above)",
+            f"init: no {template} spec validates clean {where} for this model; nothing written ({why})",
             err=True,
         )
         raise typer.Exit(EXIT_RULE_ERRORS)

@@ -44,8 +44,11 @@ class Starter:
     # warnings no change removes that the user did not acknowledge (--acknowledge CODE accepts one): printed as
     # notes; the spec stays unwritten until each is either fixed or acknowledged by the user
     unacknowledged: list[tuple[str, str]] = field(default_factory=list)  # (code, note)
-    # findings whose proposal init did not apply because it would undo an earlier change (also comments in text)
+    # findings whose proposal init did not apply because it would undo an earlier change or the user acknowledged
+    # the finding (also comments in text)
     kept: list[str] = field(default_factory=list)
+    # --acknowledge codes the written spec does not acknowledge, and why (init never drops one without a word)
+    not_acknowledged: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -80,9 +83,20 @@ def starter_spec(
         model_id = model_id or model.id
     else:
         model_id = model_id or d_model
+        # catalog ids are Hugging Face ids, whose case users do not always keep (qwen/qwen3-14b)
+        model_id = next((m for m in catalog_ids() if m.lower() == model_id.lower()), model_id)
         try:
             model = get_model(model_id)
         except CatalogError:
+            import difflib
+
+            close = difflib.get_close_matches(model_id.lower(), [m.lower() for m in catalog_ids()], n=1)
+            near = [m for m in catalog_ids() if close and m.lower() == close[0]]
+            if near:
+                raise StarterError(
+                    f"--model {model_id!r} is not in the catalog; did you mean {near[0]!r}? (`fp8spec models` "
+                    "lists them; for another model pass --config-path)"
+                ) from None
             raise StarterError(
                 f"--model {model_id!r} is not in the catalog ({', '.join(catalog_ids())}); for "
                 "another model pass --config-path (its local Hugging Face folder or config.json)"
@@ -91,6 +105,7 @@ def starter_spec(
     nodes = nodes or d_nodes
     from fp8spec.hardware import GPU_NAMES
 
+    gpu = next((g for g in GPU_NAMES if g == gpu.lower()), gpu)
     if gpu not in GPU_NAMES:
         raise StarterError(f"--gpu {gpu!r} is not one of {', '.join(GPU_NAMES)}")
     if name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,62}", name):
@@ -129,6 +144,12 @@ def starter_spec(
         )
         values.update(name=name or bf16_name[:63], no_fp8="\n# ".join(textwrap.wrap(why, 108)))
         result = _repair(template_text.render(**values), file, spec_dir, chosen)
+    written = result.validation.loaded.spec
+    held = set(written.acknowledge) if written is not None else set()
+    result.not_acknowledged = [
+        f"--acknowledge {code}: this spec has no {code} finding to acknowledge, so none was written"
+        for code in sorted(chosen - held)
+    ]
     return result
 
 
@@ -210,6 +231,16 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
             if not f.proposals:
                 continue
             proposal = f.proposals[0]
+            if rule.code in acknowledge and rule.severity == "warning":
+                # the user chose to keep this warning (--acknowledge): its fix is theirs to choose, not init's
+                note = (
+                    f"{rule.code} {rule.name} kept as you asked (--acknowledge {rule.code}): did not apply "
+                    + (_proposal_text(proposal) + (f" ({f.costs[0]})" if f.costs and f.costs[0] else ""))
+                )
+                # one note per code: the proposal of the latest draft
+                kept[:] = [k for k in kept if not k.startswith(f"{rule.code} {rule.name} kept as you asked")]
+                kept.append(note)
+                continue
             undone = [d for d, v in proposal.items() if any(_same(v, h) for h in held.get(d, ()))]
             after = set_values(text, proposal)
             if undone or after in seen:
@@ -232,15 +263,60 @@ def _repair(text: str, file: str, spec_dir: Path, acknowledge: frozenset[str] = 
             return _acknowledge_rest(
                 _with_notes(text, kept), file, spec_dir, validation, changes, acknowledge, kept
             )
+        prior = text
         rule, proposal, text = fix
         seen.add(text)
+        brought = _brought_by_rest(prior, proposal, file, spec_dir, validation)
+        finding = next(f for r, f in pending if r is rule and f.proposals and f.proposals[0] is proposal)
+        cost = f": {finding.costs[0]}" if finding.costs and finding.costs[0] else ""
+        # the cost of a proposal of several fields is that of the field set for another rule (a concurrency cap)
+        primary_cost = "" if brought else cost
+        keep = (
+            f"; `--acknowledge {rule.code}` keeps the warning instead"
+            if cost
+            and not cost.startswith(": no throughput cost")
+            and rule.acknowledgeable
+            and rule.severity == "warning"
+            else ""
+        )
         for dotted, value in proposal.items():
             old = _get(spec_data, dotted)
             held.setdefault(dotted, []).extend((old, value))
-            changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code})")
+            if dotted in brought:  # set together with the fix, for the rule the fix alone would bring
+                why = f"{brought[dotted]}, which {rule.code}'s change alone would bring{cost}"
+                changes.append(f"{dotted} {_shown(old)} -> {_shown(value)} ({why})")
+                continue
+            changes.append(
+                f"{dotted} {_shown(old)} -> {_shown(value)} ({rule.code}{primary_cost}{keep if primary_cost else ''})"
+            )
     text = _with_notes(text, kept)
     validation = validate_loaded(load_spec_text(text, file), spec_dir)
     return Starter(text, validation, changes, kept=kept)
+
+
+def _brought_by_rest(
+    text: str, proposal: dict[str, Any], file: str, spec_dir: Path, validation
+) -> dict[str, str]:
+    """For a proposal of several fields: field -> the codes of the findings the proposal without that field
+    would bring (a BF16 KV cache for KV008 with a rollout.max_num_seqs that keeps MEM004 away): what each extra
+    field is there for, so init names the rule it serves."""
+    from fp8spec.rules.runner import validate_loaded
+    from fp8spec.specfile.loader import load_spec_text
+
+    def codes(changes: dict[str, Any]) -> set[str]:
+        found = validate_loaded(load_spec_text(set_values(text, changes), file), spec_dir).findings
+        return {r.code for r, _, severity in found if severity in ("error", "warning")}
+
+    if len(proposal) < 2:
+        return {}
+    before = {r.code for r, _, severity in validation.findings if severity in ("error", "warning")}
+    whole = codes(proposal)  # what the proposal leaves or brings is not what one field of it keeps away
+    out = {}
+    for dotted in list(proposal)[1:]:
+        new = sorted(codes({k: v for k, v in proposal.items() if k != dotted}) - whole - before)
+        if new:
+            out[dotted] = ", ".join(new)
+    return out
 
 
 def _lowered(summary: str) -> str:
@@ -282,9 +358,15 @@ def _acknowledge_rest(
     if not left or any(rule.severity == "error" for rule, _ in left):
         return Starter(text, validation, changes, kept=kept)
     chosen = {rule.code: rule for rule, _ in left if rule.code in acknowledge}
-    undoing = {note.split(" ", 1)[0] for note in kept}  # its proposal would undo an earlier change
+    # its proposal would undo an earlier change, or the user chose to keep it (--acknowledge)
+    undoing = {note.split(" ", 1)[0] for note in kept if " kept as you asked " not in note}
+    declined = {
+        note.split(" ", 1)[0]: note.split(": ", 1)[1] for note in kept if " kept as you asked " in note
+    }
 
     def why(code: str) -> str:
+        if code in declined:
+            return f"kept as asked; init {declined[code]}"
         return (
             "its proposal would undo an earlier change" if code in undoing else "no single change removes it"
         )
@@ -303,8 +385,9 @@ def _acknowledge_rest(
     if not chosen:
         return Starter(text, validation, changes, unchosen, kept)
     acks = {
-        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: {why(code)} on this "
-        f"hardware ({_lowered(rule.summary).rstrip('.')})"
+        f"acknowledge.{code}": f"accepted with fp8spec init --acknowledge {code}: {why(code)}"
+        + ("" if code in declined else " on this hardware")
+        + f" ({_lowered(rule.summary).rstrip('.')})"
         for code, rule in sorted(chosen.items())
     }
     text = set_values(text, acks)

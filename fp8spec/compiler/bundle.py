@@ -84,6 +84,22 @@ def _fp8_table(plan: SettingsPlan) -> list[dict]:
     return rows
 
 
+def _unprofiled_packages(valid: ValidSpec, choice: BackendChoice) -> list[dict]:
+    """Packages the run needs beside the pinned stack that have no fp8spec backend profile: the Megatron trainer's
+    bridge (training.bridge; verl profile package.mbridge / package.megatron_bridge), which the preflight checks."""
+    if choice.trainer != "megatron":
+        return []
+    fact = "package.mbridge" if valid.spec.training.bridge == "mbridge" else "package.megatron_bridge"
+    package = dict(valid.profile("verl").value(fact))
+    return [
+        {
+            "name": package["name"],
+            "version": package["version"],
+            "why": f"training.bridge {valid.spec.training.bridge}",
+        }
+    ]
+
+
 def bundle_files(
     valid: ValidSpec, choice: BackendChoice, plan: SettingsPlan, spec_file: str
 ) -> dict[str, str]:
@@ -101,6 +117,7 @@ def bundle_files(
         "serve_bundle": choice.trainer is None,
         "plan": plan,
         "stack": stack,
+        "unprofiled": _unprofiled_packages(valid, choice),
         "checks": _checks(valid),
         "fp8_rows": _fp8_table(plan),
         "env": plan.env,

@@ -38,6 +38,7 @@ class Engine:
     # (row label, EngineMemory field) of the memory terms `fp8spec plan` shows for this engine
     memory_rows: tuple[tuple[str, str], ...] = ()
     runner_labels: dict[str, str] = {}  # EngineMemory.runner -> how `fp8spec plan` names it
+    runner_notes: dict[str, str] = {}  # EngineMemory.runner -> a note `plan` prints under the rollout table
 
     @property
     def memory_source(self) -> str:

@@ -116,8 +116,14 @@ def exclusion_too_broad(ctx: ResolvedSpec) -> Iterator[Finding]:
     "Part of a fused group is excluded and part is quantized.",
     """Engines fuse q/k/v into qkv_proj and gate/up into gate_up_proj and quantize the fused layer as one;
     vLLM refuses mixed precision inside it ("Detected some but not all shards of {prefix} are quantized. All
-    shards of fused layers to have the same precision", is_layer_skipped in vLLM's quant_utils).""",
-    "exclude all members of the group (e.g. q_proj, k_proj and v_proj together) or none",
+    shards of fused layers to have the same precision", is_layer_skipped in vLLM's quant_utils). An MoE layer's
+    routed experts are one such group: vLLM 0.24 and SGLang 0.5.12 hold every expert's gate and up projections
+    in one w13 parameter and the down projections in one w2 parameter per layer and choose FP8 or BF16 for that
+    layer as a whole, keyed by 'model.layers.N.mlp.experts' (vllm profile capability.moe_experts_one_unit); an
+    ignored name below it (one projection, one expert) skips the whole layer's experts, so a partial exclusion
+    would compile to a whole one.""",
+    "exclude all members of the group (e.g. q_proj, k_proj and v_proj together) or none; for routed experts, "
+    "exclude mlp.experts.* of a layer (all its routed experts) or none",
     examples=Examples(
         bad={"linear": {"exclude": ["q_proj"]}},
         good={"linear": {"exclude": ["q_proj", "k_proj", "v_proj"]}},
@@ -131,16 +137,26 @@ def fused_group_split(ctx: ResolvedSpec) -> Iterator[Finding]:
     for key, ex, kept, first in _split_groups(ctx.model, plan.excluded):
         index = next((e.index for e in plan.entries if first in e.matched), None)
         path = f"linear.exclude.{index}" if index is not None else "linear.exclude"
+        if key.endswith(".experts"):
+            yield Finding(
+                f"{key}: {ex} excluded but {kept} quantized; the engines quantize an MoE layer's routed experts "
+                "as one unit, so this would keep all of them in BF16",
+                path,
+                "vLLM quantizes an MoE layer's experts as one unit: exclude `mlp.experts.*` (the layer's routed "
+                "experts whole) or none",
+            )
+            continue
         yield Finding(f"{key}: {ex} excluded but {kept} quantized", path)
 
 
 @lru_cache(maxsize=16)
 def _split_groups(model, excluded: frozenset[str]) -> tuple[tuple[str, str, str, str], ...]:
     """(group shape, excluded members, kept members, first excluded name) of each split fused group, first
-    of its shape only: one walk over the modules per exclusion set, however often the rules probe."""
+    of its shape only: one walk over the modules per exclusion set, however often the rules probe. A layer's
+    routed experts are one group (every expert's projections)."""
     groups: dict[str, list] = {}
     for m in model.linear_modules():
-        if m.group and m.group != "experts":
+        if m.group and m.fused_name:
             groups.setdefault(m.fused_name, []).append(m)
     seen: set[str] = set()
     out = []
@@ -150,10 +166,30 @@ def _split_groups(model, excluded: frozenset[str]) -> tuple[tuple[str, str, str,
             key = shape_pattern(fused)
             if key not in seen:
                 seen.add(key)
-                ex = ", ".join(m.name.rsplit(".", 1)[-1] for m in excluded_members)
-                kept = ", ".join(m.name.rsplit(".", 1)[-1] for m in members if m.name not in excluded)
+                if members[0].group == "experts":
+                    ex, kept = _expert_parts(members, excluded)
+                else:
+                    ex = ", ".join(m.name.rsplit(".", 1)[-1] for m in excluded_members)
+                    kept = ", ".join(m.name.rsplit(".", 1)[-1] for m in members if m.name not in excluded)
                 out.append((key, ex, kept, excluded_members[0].name))
     return tuple(out)
+
+
+def _expert_parts(members: list, excluded: frozenset[str]) -> tuple[str, str]:
+    """('gate_proj of 128 experts', 'up_proj, down_proj') or ('3 of 128 experts', 'the other 125'): what of a
+    layer's routed experts is excluded and what is kept."""
+    experts: dict[str, list] = {}
+    for m in members:
+        head = m.name.rsplit(".", 1)[0]
+        experts.setdefault(head, []).append(m)
+    whole = [e for e, ms in experts.items() if all(m.name in excluded for m in ms)]
+    touched = [e for e, ms in experts.items() if any(m.name in excluded for m in ms)]
+    if not whole or len(touched) > len(whole):  # some projections of the experts
+        tails = sorted({m.name.rsplit(".", 1)[-1] for m in members if m.name in excluded})
+        others = sorted({m.name.rsplit(".", 1)[-1] for m in members if m.name not in excluded})
+        n = len(touched)
+        return f"{', '.join(tails)} of {n} expert{'s' if n > 1 else ''}", ", ".join(others)
+    return f"{len(whole)} of {len(experts)} experts", f"the other {len(experts) - len(whole)}"
 
 
 @rule(

@@ -14,6 +14,7 @@ from fp8spec.plan.facts import estimate
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
+    from fp8spec.plan.rollout import RolloutResult
     from fp8spec.plan.trainer import TrainerMemory
 
 GIB = 1 << 30
@@ -33,10 +34,49 @@ class Advice:
     text: str
     changes: tuple[tuple[str, object], ...] = ()
     fallback: bool = False  # tried only where no single change passes
+    # what the change costs the run, shown next to it ('' when not estimated) and the estimated share of rollout
+    # throughput it loses (0.0 none; None not estimated): proposals are ranked by it, cheapest first
+    cost: str = ""
+    loss: Optional[float] = None
 
 
-def advice(text: str, **changes: object) -> Advice:
-    return Advice(text, tuple((k.replace("__", "."), v) for k, v in changes.items()))
+def advice(text: str, cost: str = "", loss: Optional[float] = None, **changes: object) -> Advice:
+    return Advice(text, tuple((k.replace("__", "."), v) for k, v in changes.items()), cost=cost, loss=loss)
+
+
+NO_THROUGHPUT_COST = "no throughput cost"
+
+
+def proposal_headroom() -> int:
+    """Bytes every proposed memory fix leaves free beyond the estimate (memory_estimates.yaml proposals)."""
+    return int(estimate("proposals", "headroom_bytes"))
+
+
+def margin_text() -> str:
+    return f"leaves {gib(proposal_headroom())} free beyond the estimate"
+
+
+def _pct(x: float) -> str:
+    """-0.94 -> '-94 %' (the sign always shown)."""
+    return f"{x * 100:+.0f} %".replace("-0 %", "0 %").replace("+0 %", "0 %")
+
+
+def concurrency_cost(running: int, cap: int, loss: float) -> str:
+    """'concurrency 256 -> 16 per replica (-94 %), est. rollout throughput -50 %'."""
+    return (
+        f"concurrency {running} -> {cap} per replica ({_pct(cap / running - 1)}), "
+        f"est. rollout throughput {_pct(-loss)}"
+    )
+
+
+def capped_throughput_loss(r: RolloutResult, cap: int, prompt: int, response: int) -> float:
+    """Estimated share of rollout throughput lost by running at most ``cap`` sequences at once instead of
+    ``r.running``: decode throughput taken as proportional to the sequences running, and the KV cache bounding
+    them at the average sequence (prompt + half the response) either way."""
+    average = r.kv.concurrency_at(prompt + max(1, response // 2))
+    before = min(r.running, average)
+    after = min(cap, average)
+    return 0.0 if before <= 0 else max(0.0, 1 - after / before)
 
 
 @dataclass(frozen=True)
@@ -125,7 +165,7 @@ def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
         return Verdict("MEM002", True, path="rollout.gpu_memory_utilization")
     m = r.memory
     need = m.weights + m.activation_peak + m.non_torch + m.cudagraph + m.load_cache + r.kv.one_request_bytes
-    util = math.ceil(need / plan.total_bytes * 100) / 100
+    util = math.ceil((need + proposal_headroom()) / plan.total_bytes * 100) / 100
     msg = (
         f"rollout engine ({r.choice.label}) at gpu_memory_utilization {plan.setup.utilization:g}: "
         f"{problem}: requested {gib(m.requested)} - weights {gib(m.weights)} - activations {gib(m.activation_peak)}"
@@ -137,7 +177,12 @@ def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
     fixes = []
     if util <= 1.0:
         fixes.append(
-            advice(f"rollout.gpu_memory_utilization: {util:.2f}", rollout__gpu_memory_utilization=util)
+            advice(
+                f"rollout.gpu_memory_utilization: {util:.2f}",
+                cost=f"{NO_THROUGHPUT_COST}; {gib(proposal_headroom())} of KV room beyond one request",
+                loss=0.0,
+                rollout__gpu_memory_utilization=util,
+            )
         )
     need_len = plan.spec.rollout.max_prompt_length + plan.spec.rollout.max_response_length
     if need_len < plan.setup.max_model_len:
@@ -170,6 +215,16 @@ def rollout_weights(plan: MemoryPlan) -> Optional[Verdict]:
     )
 
 
+def max_colocated_utilization(plan: MemoryPlan) -> float:
+    """The largest rollout share (two decimals) that leaves the proposal headroom beside the trainer's resident
+    state and both CUDA contexts; 1.0 without a colocated trainer."""
+    t = plan.trainer
+    if t is None:
+        return 1.0
+    room = plan.total_bytes - t.resident_during_rollout - int(estimate("trainer", "cuda_context_bytes"))
+    return math.floor(max(room - proposal_headroom(), 0) / plan.total_bytes * 100) / 100
+
+
 def colocation(plan: MemoryPlan) -> Optional[Verdict]:
     """MEM003: what the trainer keeps on the GPU during rollout plus the engine's share must fit the GPU."""
     t = plan.trainer
@@ -180,12 +235,14 @@ def colocation(plan: MemoryPlan) -> Optional[Verdict]:
     used = t.resident_during_rollout + engine_ctx + requested
     ok = plan.headroom(t) >= 0
     room = plan.total_bytes - t.resident_during_rollout - engine_ctx
-    max_util = math.floor(max(room, 0) / plan.total_bytes * 100) / 100
+    max_util = max_colocated_utilization(plan)
     fixes = []
     if max_util > 0:
         fixes.append(
             advice(
-                f"rollout.gpu_memory_utilization: {max_util:.2f}", rollout__gpu_memory_utilization=max_util
+                f"rollout.gpu_memory_utilization: {max_util:.2f}",
+                cost=f"less KV room; {margin_text()}",
+                rollout__gpu_memory_utilization=max_util,
             )
         )
     off = {what: not t.offload.get(what) for what in ("optimizer", "params")}
@@ -217,31 +274,38 @@ def colocation(plan: MemoryPlan) -> Optional[Verdict]:
         ok,
         msg,
         tuple(fixes),
-        {"used": used, "max_utilization": max_util},
+        {"used": used, "max_utilization": max_util, "room": room},
         "rollout.gpu_memory_utilization",
     )
 
 
 def preemption(plan: MemoryPlan) -> Optional[Verdict]:
-    """MEM004: the KV cache holds fewer than half of the running sequences at full length."""
+    """MEM004: the KV cache holds fewer than half of the running sequences at full length. The ways out are
+    ranked by what they cost the rollout: more KV room (FP8 KV, FP8 linears, a larger engine share) costs no
+    throughput; capping the sequences at once (rollout.max_num_seqs) does, and says how much."""
     r = plan.spec_rollout
     if r.kv_shortfall is not None or r.running == 0:
         return None
     share = r.concurrency / r.running
     ok = share >= HEAVY_PREEMPTION_SHARE
     fixes = []
+    free = NO_THROUGHPUT_COST
     if r.choice.kv_dtype == "bf16":
         fp8 = next((x for x in plan.rollout if x.choice.key == "fp8_kv"), None)
         if fp8 is not None:
             fixes.append(
                 advice(
                     f"kv_cache.dtype: fp8_e4m3 ({fp8.concurrency:.0f} sequences fit)",
+                    cost=free,
+                    loss=0.0,
                     kv_cache__dtype="fp8_e4m3",
                 )
             )
             fixes.append(
                 advice(
                     f"kv_cache.dtype: fp8_e4m3, kv_cache.recalibrate: none ({fp8.concurrency:.0f} fit; scales 1.0)",
+                    cost=free,
+                    loss=0.0,
                     kv_cache__dtype="fp8_e4m3",
                     kv_cache__recalibrate="none",
                 )
@@ -249,12 +313,25 @@ def preemption(plan: MemoryPlan) -> Optional[Verdict]:
     if not plan.spec.linear.quantize:
         fp8w = next((x for x in plan.rollout if x.choice.key == "fp8"), None)
         if fp8w is not None:
-            fixes.append(advice(f"linear.quantize: true ({fp8w.concurrency:.0f} fit)", linear__quantize=True))
+            fixes.append(
+                advice(
+                    f"linear.quantize: true ({fp8w.concurrency:.0f} fit)",
+                    cost=free,
+                    loss=0.0,
+                    linear__quantize=True,
+                )
+            )
+    fixes += _more_kv_share(plan, r)
     if 1 <= int(r.concurrency) < r.running:
+        cap = int(r.concurrency)
+        spec_r = plan.spec.rollout
+        loss = capped_throughput_loss(r, cap, spec_r.max_prompt_length, spec_r.max_response_length)
         fixes.append(
             advice(
-                f"rollout.max_num_seqs: {int(r.concurrency)} (all of them fit at full length)",
-                rollout__max_num_seqs=int(r.concurrency),
+                f"rollout.max_num_seqs: {cap} (all of them fit at full length)",
+                cost=concurrency_cost(r.running, cap, loss),
+                loss=loss,
+                rollout__max_num_seqs=cap,
             )
         )
     fixes.append(Advice("a larger rollout.tp or gpu_memory_utilization, or a shorter max_response_length"))
@@ -264,6 +341,32 @@ def preemption(plan: MemoryPlan) -> Optional[Verdict]:
         "will be preempted and recomputed"
     )
     return Verdict("MEM004", ok, msg, tuple(fixes), {"share": share}, "rollout.max_response_length")
+
+
+def _more_kv_share(plan: MemoryPlan, r: RolloutResult) -> list[Advice]:
+    """A larger rollout.gpu_memory_utilization that fits every running sequence (else half of them, the rule's
+    threshold) at full length, where one up to the colocated maximum (with the proposal headroom) does."""
+    m = r.memory
+    overhead = (
+        m.requested - m.available_kv
+    )  # weights, activations, non-torch, CUDA graphs: fixed by the share
+    top = min(max_colocated_utilization(plan), 0.95)
+    out = []
+    for want in (r.running, math.ceil(r.running * HEAVY_PREEMPTION_SHARE)):
+        blocks = want * -(-r.seq_len // r.kv.block_size)
+        need = overhead + blocks * r.kv.page_bytes * r.kv.layers
+        util = math.ceil(need / plan.total_bytes * 100) / 100
+        if plan.setup.utilization < util <= top:
+            out.append(
+                advice(
+                    f"rollout.gpu_memory_utilization: {util:.2f} ({want} sequences fit)",
+                    cost=NO_THROUGHPUT_COST,
+                    loss=0.0,
+                    rollout__gpu_memory_utilization=util,
+                )
+            )
+            break
+    return out
 
 
 def _peak_terms(t) -> list[tuple[str, int]]:
@@ -384,9 +487,16 @@ def sync_bucket(plan: MemoryPlan) -> Optional[Verdict]:
     trainer, engine, used = at_sync(plan, t)
     room = plan.total_bytes - trainer - engine
     fixes = []
-    fit_mb = (room >> 20) // 256 * 256  # a round size, well above verl's per-tensor fallback
+    # a round size, well above verl's per-tensor fallback, leaving the proposal headroom
+    fit_mb = (max(room - proposal_headroom(), 0) >> 20) // 256 * 256
     if fit_mb >= 256:
-        fixes.append(advice(f"rollout.sync_bucket_mb: {fit_mb}", rollout__sync_bucket_mb=fit_mb))
+        fixes.append(
+            advice(
+                f"rollout.sync_bucket_mb: {fit_mb}",
+                cost=f"more sync calls per step; {margin_text()}",
+                rollout__sync_bucket_mb=fit_mb,
+            )
+        )
     if not t.offload.get("optimizer"):
         fixes.append(
             Advice(

@@ -36,6 +36,22 @@ def expected_gain(engine: str, architecture: str, linear: bool, kv_fp8: bool) ->
     return None
 
 
+def measured_running() -> int:
+    """Sequences running at once per engine in the measurements behind the speed-ups."""
+    return int(gains()["measured_running"])
+
+
+def running_caveat(running: int) -> str:
+    """'' when the spec runs as many sequences at once as the speed-ups were measured at; else what differs."""
+    measured = measured_running()
+    if running == measured:
+        return ""
+    return (
+        f"the speed-ups were measured with {measured} sequences running at once per engine; this spec runs "
+        f"{running} per replica (rollout.max_num_seqs, or the step's sequences per replica), so they may not hold"
+    )
+
+
 def gain_source() -> str:
     return " ".join(str(gains()["source"]).split())
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from fp8spec.engines import get_engine
 from fp8spec.plan.advice import fix_line
-from fp8spec.plan.facts import estimate_basis
-from fp8spec.plan.gain import gain_source
+from fp8spec.plan.facts import estimate, estimate_basis
+from fp8spec.plan.gain import gain_source, running_caveat
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
@@ -181,6 +181,9 @@ def plan_json(plan: MemoryPlan) -> dict:
         },
         "sources": {
             "expected_gain": gain_source(),
+            "expected_gain_running": running_caveat(spec_r.running)
+            if any(plan.gain(r) is not None for r in plan.rollout)
+            else "",
             "engine_memory_model": get_engine(s.engine).memory_source,
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
             "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
@@ -293,8 +296,13 @@ def render_text(plan: MemoryPlan) -> str:
     )
     out.append(row("expected rollout speed-up", [plan.gain_text(r) for r in rs]))
     out.append("  * the spec's choice")
+    runner_note = engine.runner_notes.get(spec_r.memory.runner)
+    if runner_note and s.cuda_graphs:
+        out.append(f"  note: {runner_note}")
     if any(plan.gain(r) is not None for r in rs):
         out.append("  speed-up source: " + gain_source())
+        if caveat := running_caveat(spec_r.running):
+            out.append(f"  note: {caveat}")
     else:
         out.append(
             f"  speed-up: no measurement covers {s.engine} with {plan.model.architecture} "
@@ -326,6 +334,8 @@ def render_text(plan: MemoryPlan) -> str:
             values = [getattr(c, attr) for c in cols]
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
+        engine_share = spec_r.memory.requested + int(estimate("trainer", "cuda_context_bytes"))
+        out.append(row("engine request + CUDA context", [_g(engine_share) for _ in cols]))
         out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
         if plan.setup.sync_bucket_bytes:
             from fp8spec.plan.feasibility import at_sync

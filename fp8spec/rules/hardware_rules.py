@@ -97,8 +97,9 @@ def blockwise_needs_sm90(ctx: ResolvedSpec) -> Iterator[Finding]:
             )
         if cuda < (12, 9):
             hint, ok = proposal(ctx, "HW002", "hardware.cuda", [{"hardware.cuda": "12.9"}], "")
-            if ok:
-                hint = 'run a torch built with CUDA 12.9 or newer and set hardware.cuda: "12.9" (passes every rule)'
+            if ok:  # keep the label proposal() chose: it passes every rule only where nothing else is left
+                label = hint[hint.rindex("(") :] if hint.endswith(")") else "(clears HW002, adds no error)"
+                hint = f'run a torch built with CUDA 12.9 or newer and set hardware.cuda: "12.9" {label}'
             else:
                 hint, ok = _training_fix(ctx, "HW002", "hardware.cuda")
             yield Finding(

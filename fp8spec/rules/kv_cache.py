@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.patchset import patch_attention, patch_supports
 from fp8spec.rules.examples import DEEPSEEK, Examples, fragment
-from fp8spec.rules.proposals import proposal
+from fp8spec.rules.proposals import cost_key, proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
 if TYPE_CHECKING:
@@ -174,26 +174,41 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
         "use a BF16 KV cache for this model (the FP8 W8A8 linears stay), or compare rollout accuracy against a "
         "BF16-KV run first and then acknowledge KV008"
     )
-    hint, ok = proposal(
-        ctx, "KV008", "kv_cache.dtype", [{"kv_cache.dtype": "bf16"}], otherwise, _bf16_that_fits(ctx)
-    )
+    pairs, costs = _bf16_that_fits(ctx)
+    hint, ok = proposal(ctx, "KV008", "kv_cache.dtype", [bf16_kv(ctx)], otherwise, pairs, costs)
     yield Finding(
         f"kv_cache.dtype {ctx.spec.kv_cache.dtype} on {model.id} ({model.architecture}), whose attention has no "
         f"QK-norm: FP8 KV caches broke RL runs of such models" + (f" (reported: {seen})" if seen else ""),
         "kv_cache.dtype",
         hint,
         ok,
+        tuple(costs.get(cost_key(p), "") for p in ok),
     )
 
 
-def _bf16_that_fits(ctx: ResolvedSpec) -> list[dict]:
+def _bf16_that_fits(ctx: ResolvedSpec) -> tuple[list[dict], dict]:
     """A BF16 KV cache together with the rollout.max_num_seqs whose sequences it holds at full length: where
-    bf16 alone makes the engine preempt (MEM004), this pair may pass every rule (checked, as every proposal)."""
+    bf16 alone makes the engine preempt (MEM004), this pair may pass every rule (checked, as every proposal).
+    With what the cap costs the rollout (fp8spec.plan.feasibility.capped_throughput_loss)."""
+    from fp8spec.plan.feasibility import capped_throughput_loss, concurrency_cost
+
     plan = ctx.memory_plan
     if plan is None:
-        return []
+        return [], {}
     key = "fp8" if ctx.spec.linear.quantize else "bf16"  # the spec's linears with a BF16 KV cache
     column = next((r for r in plan.rollout if r.choice.key == key), None)
     if column is None or column.kv_shortfall is not None or not 1 <= int(column.concurrency) < column.running:
-        return []
-    return [{"kv_cache.dtype": "bf16", "rollout.max_num_seqs": int(column.concurrency)}]
+        return [], {}
+    cap = int(column.concurrency)
+    pair = {**bf16_kv(ctx), "rollout.max_num_seqs": cap}
+    r = ctx.spec.rollout
+    loss = capped_throughput_loss(column, cap, r.max_prompt_length, r.max_response_length)
+    return [pair], {cost_key(pair): concurrency_cost(column.running, cap, loss)}
+
+
+def bf16_kv(ctx: ResolvedSpec) -> dict:
+    """A BF16 KV cache as a proposal: with recalibrate none where the spec recalibrates, so no FP8 scale setting is
+    left under a cache that has no scales."""
+    if ctx.spec.kv_cache.recalibrate == "none":
+        return {"kv_cache.dtype": "bf16"}
+    return {"kv_cache.dtype": "bf16", "kv_cache.recalibrate": "none"}

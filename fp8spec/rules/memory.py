@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.plan.advice import advised
+from fp8spec.plan.advice import advised, proposal_costs
 from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, Examples, fragment
 from fp8spec.rules.registry import Finding, rule
 
@@ -25,7 +25,7 @@ def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
     if verdict is None or verdict.ok:
         return
     hint, ok = advised(ctx, verdict)
-    yield Finding(verdict.message, verdict.path, hint or None, ok)
+    yield Finding(verdict.message, verdict.path, hint or None, ok, proposal_costs(verdict, ok))
 
 
 @rule(

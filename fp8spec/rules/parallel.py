@@ -252,7 +252,8 @@ def heads_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     sizes, expert tensor parallelism and uneven pipeline stages apply only to the Megatron engine
     (actor.megatron.*), so a spec written for Megatron and compiled for FSDP (--backend fsdp+...) runs
     without its layout.""",
-    "remove training.parallel, or use training.backend: megatron (--backend megatron+<engine>)",
+    "remove training.parallel, or use Megatron (training.backend: megatron or --backend megatron+<engine>"
+    "; not checked here: its memory plan differs, validate again)",
     needs_model=False,
     examples=Examples(
         bad={"training": {"parallel": {"tp": 2}}},

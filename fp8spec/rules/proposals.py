@@ -1,15 +1,20 @@
-"""Values a hint may propose: only those with which the spec passes every rule.
+"""Values a hint may propose: only those that remove the finding and add no error.
 
 A rule that knows candidate fixes (rollout tp values, layouts, budgets) does not trust its own arithmetic:
 each candidate is applied to the spec and every rule runs again. A candidate is proposed only if it removes
 the finding it is proposed for and adds no error: the changed spec may keep errors the spec already has (a
 broader problem, another field), but none at the fields it changes and no new one anywhere. A warning's
 proposal adds no warning of a rule in force either: that rule would propose undoing it (see _verdict).
+
+Each hint says what it promises, and the promise is kept (tests/rules/test_hint_promises.py holds it over the
+shipped specs, the rule examples and a generated corpus): "(passes every rule)" when the changed spec has no
+error or warning left at all; "(clears CODE)" when it only removes that finding and adds no error (others the
+spec had remain).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from fp8spec.rules.probing import PROBE, Changes, Prober, active_prober
 
@@ -148,6 +153,15 @@ def new_values(ctx: ResolvedSpec, changes: Changes) -> dict[str, Any]:
     return out
 
 
+def _unique(candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates in order, each once (two that differ only in a field the spec already holds are one)."""
+    out: list[dict[str, Any]] = []
+    for c in candidates:
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def _combined(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pairs of candidates on different fields: what may pass where no single change does."""
     out = []
@@ -158,12 +172,32 @@ def _combined(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _set(ok: list) -> str:
-    return (
-        f"set {describe(ok)} (each passes every rule)"
-        if len(ok) > 1
-        else f"set {describe(ok)} (passes every rule)"
-    )
+Costs = Mapping[tuple, str]  # cost_key(changes) -> what the change costs the run ('' unknown)
+
+
+def cost_key(changes: Changes) -> tuple:
+    return tuple(sorted(changes.items(), key=lambda kv: kv[0]))
+
+
+def _clean(prober: Prober, changes: Changes) -> bool:
+    """Whether the spec with ``changes`` has no error and no warning of a rule in force left."""
+    after = prober.findings(changes)
+    return after is not None and not any(severity in ("error", "warning") for _, _, severity in after)
+
+
+def _set(ok: list, prober: Optional[Prober] = None, code: str = "", costs: Optional[Costs] = None) -> str:
+    """'set X (passes every rule)' where each proposal leaves a spec without findings; else 'set X (clears
+    CODE)': the promise each proposal keeps. With ``costs``, each proposal is shown with its cost."""
+    clean = prober is None or all(_clean(prober, c) for c in ok)
+    each = "each " if len(ok) > 1 else ""
+    promise = f"{each}passes every rule" if clean else f"{each}clears {code}, adds no error"
+    named = {cost_key(c): costs.get(cost_key(c), "") for c in ok} if costs else {}
+    if any(named.values()):
+        listed = "; or ".join(
+            describe([c]) + (f" ({named[cost_key(c)]})" if named[cost_key(c)] else "") for c in ok
+        )
+        return f"set {listed} ({promise})"
+    return f"set {describe(ok)} ({promise})"
 
 
 def proposal(
@@ -173,6 +207,7 @@ def proposal(
     candidates: Iterable[Changes],
     otherwise: str,
     fallbacks: Iterable[Changes] = (),
+    costs: Optional[Costs] = None,
 ) -> tuple[str, tuple]:
     """The hint and proposals for a finding of ``code`` at ``path``: the candidates that pass every rule; else
     the ``fallbacks`` (several fields changed together) or pairs of candidates that do; else ``otherwise``
@@ -181,22 +216,31 @@ def proposal(
     prober = _prober(ctx)
     if prober is None:
         return otherwise, ()  # a probe needs no hint
-    fresh: list[dict[str, Any]] = [c for c in (new_values(ctx, c) for c in candidates) if c]
+    fresh: list[dict[str, Any]] = _unique(c for c in (new_values(ctx, c) for c in candidates) if c)
     ok = _working(prober, fresh, (code, path))
     if code in ctx.spec.acknowledge:
         # an acknowledged finding is information: only what would remove it and passes every rule is named
-        return (_set(ok) if ok else otherwise), tuple(ok)
+        return (_set(ok, prober, code, costs) if ok else otherwise), tuple(ok)
     if ok:
-        return _set(ok), tuple(ok)
+        return _set(ok, prober, code, costs), tuple(ok)
     # where no single change passes: the caller's combined changes (a memory share with offload), then pairs
-    more = [c for c in (new_values(ctx, c) for c in fallbacks) if c]
+    more = _unique(c for c in (new_values(ctx, c) for c in fallbacks) if c)
     pairs = _working(prober, more, (code, path))[:3] or _working(prober, _combined(fresh), (code, path))[:3]
     near = _blocked(prober, fresh, (code, path))
     near = f"no single change passes every rule: {near}" if near else ""
     if pairs:
-        together = _set(pairs).replace("set ", "together: set ", 1)
+        together = _set(pairs, prober, code, costs).replace("set ", "together: set ", 1)
         return "; ".join(p for p in (near, together) if p), tuple(pairs)
     return "; ".join(p for p in (near, otherwise) if p), ()
+
+
+def current_findings(ctx: ResolvedSpec) -> frozenset:
+    """(code, path, severity) of every finding of ``ctx`` as it stands (empty inside a probe, where nothing is
+    proposed)."""
+    prober = _prober(ctx)
+    if prober is None:
+        return frozenset()
+    return prober.findings({}) or frozenset()
 
 
 def refusing(ctx: ResolvedSpec, variants: Iterable[Changes]) -> tuple[str, ...]:

@@ -28,6 +28,8 @@ class Finding:
     hint: Optional[str] = None
     # The field changes the hint proposes, each checked against every rule (fp8spec.rules.proposals).
     proposals: tuple = ()
+    # what each proposal costs the run ('' where not estimated), in the order of ``proposals``
+    costs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

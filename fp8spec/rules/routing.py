@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     """verl 0.9.1 keeps router_replay in the Megatron (and VeOmni) engine config
     (actor_rollout_ref.actor.megatron.router_replay.mode, engine/megatron.yaml:123-132) and treats every other
     strategy as disabled (verl/workers/engine_workers.py:498-505); the FSDP tree has no such key.""",
-    "set training.router_replay: disabled, or train on Megatron: training.backend: megatron (or --backend "
-    "megatron+<engine>)",
+    "set training.router_replay: disabled, or train on Megatron (training.backend: megatron or --backend "
+    "megatron+<engine>; not checked here: its memory plan differs, validate again)",
     needs_model=False,
     examples=Examples(
         bad={"training": {"router_replay": "R3"}},

@@ -66,6 +66,11 @@ def validate_loaded(
 ) -> Validation:
     result = Validation(loaded, list(loaded.diagnostics))
     if loaded.spec is None:
+        from fp8spec.rules.set_aside import findings_beside
+
+        # the rules that do not depend on the refused fields still speak (one typo hides nothing else), after
+        # the schema errors, which are what to fix first
+        result.diagnostics.extend(sorted(findings_beside(loaded, spec_dir), key=Diagnostic.sort_key))
         return result
     if retarget:
         result.retargeted = _retargets(loaded, retarget)
@@ -102,6 +107,15 @@ def validate_loaded(
                 message = f"{message} (acknowledged: {acknowledged[rule.code]})"
             result.findings.append((rule, finding, severity))
             line, col = loaded.locate(finding.path)
+            unwritten = _unwritten(loaded, finding.path)
+            if unwritten is not None:
+                # the field is not in the spec (its default applies): point at the section that would hold it,
+                # not at whatever value comes first inside it, and say which field is meant
+                line, col = loaded.locate(unwritten, prefer="key") if unwritten else (1, 1)
+                where = f"section {unwritten}" if unwritten else "the spec"
+                message = (
+                    f"{message} [{finding.path}: not set in the spec, its default applies; shown at {where}]"
+                )
             result.diagnostics.append(
                 Diagnostic(
                     severity,
@@ -116,6 +130,24 @@ def validate_loaded(
             )
     result.diagnostics.sort(key=Diagnostic.sort_key)
     return result
+
+
+def _unwritten(loaded, path: str) -> Optional[str]:
+    """None when ``path`` (or a part of it) is written in the spec; else its nearest written ancestor ('' when
+    none is)."""
+    from fp8spec.specfile.loader import _split_path
+
+    if not path:
+        return None
+    parts = _split_path(path)
+    positions = loaded.positions
+    if positions.has(parts) or any(key[: len(parts)] == parts for key in positions.keys):
+        return None
+    while parts:
+        parts = parts[:-1]
+        if positions.has(parts):
+            return ".".join(str(p) for p in parts)
+    return ""
 
 
 def run_rules(

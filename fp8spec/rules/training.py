@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     """verl's FSDP backend has no FP8 training: FP8 end-to-end runs through Megatron-core's
     override_transformer_config (fp8, fp8_recipe) and TransformerEngine (verl #4223,
     docs/low_precision/fp8.md). With FSDP, FP8 applies to the rollout only.""",
-    "set training.precision: bf16 (FP8 then applies to the rollout only), or train on Megatron: "
-    "training.backend: megatron (or --backend megatron+<engine>)",
+    "set training.precision: bf16 (FP8 then applies to the rollout only), or train on Megatron "
+    "(training.backend: megatron or --backend megatron+<engine>; not checked here: its memory plan differs, validate again)",
     needs_model=False,
     examples=Examples(
         bad={"training": {"precision": "fp8"}}, good=MEGATRON_FP8, message="needs training.backend megatron"

@@ -27,6 +27,9 @@ class LoadedSpec:
     positions: Positions
     diagnostics: list[Diagnostic] = field(default_factory=list)
     sha256: str = ""
+    # when the schema refuses the spec: the parsed YAML, for the rules that do not depend on the refused fields
+    # (fp8spec.rules.set_aside)
+    raw: Any = None
 
     def locate(self, dotted: str, prefer: str = "value") -> tuple[int, int]:
         return self.positions.locate(_split_path(dotted), prefer)
@@ -55,6 +58,7 @@ def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
     except ValidationError as exc:
         diags = [_schema_diagnostic(err, positions, display) for err in exc.errors()]
         loaded.diagnostics = sorted(_drop_union_noise(diags), key=Diagnostic.sort_key)
+        loaded.raw = data
     return loaded
 
 
@@ -149,9 +153,23 @@ def _schema_diagnostic(err: Mapping[str, Any], positions: Positions, display: st
     code = "S004" if loc == ("version",) else "S002"
     text = f"{path}: {message} (got {shown})" if path else f"{message} (got {shown})"
     hint = (
-        _value_hint(loc) or _quote_hint(kind, value, written or loc, written_text) or _type_hint(kind, value)
+        _value_hint(loc)
+        or _choice_hint(kind, value, err)
+        or _quote_hint(kind, value, written or loc, written_text)
+        or _type_hint(kind, value)
     )
     return Diagnostic("error", code, text, display, line, col, path, hint)
+
+
+def _choice_hint(kind: str, value: Any, err: Mapping[str, Any]) -> Optional[str]:
+    """'did you mean ...?' for a near miss of a field's choices: case (H100), '-' for '_' (per-step), a typo."""
+    if kind != "literal_error" or not isinstance(value, str):
+        return None
+    choices = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+    folded = value.strip().lower().replace("-", "_")
+    exact = [c for c in choices if c.lower().replace("-", "_") == folded]
+    close = exact or difflib.get_close_matches(folded, choices, n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
 
 
 def _quote_hint(kind: str, value: Any, loc: tuple, written: Optional[str]) -> Optional[str]:

@@ -102,7 +102,8 @@ class LinearSection(Section):
     exclude: list[NonEmpty] = Field(
         default_factory=lambda: list(SYMBOLIC_EXCLUSIONS),
         description="Kept in BF16: symbolic groups lm_head, embeddings, norms, router, or anchored patterns "
-        "over checkpoint module names ('*' spans dots; 're:' prefix for a regex).",
+        "over checkpoint module names ('*' spans dots; 're:' prefix for a regex). A fused group is excluded "
+        "whole or not at all (q/k/v, gate/up, and an MoE layer's routed experts: 'mlp.experts.*'; rule EXC003).",
     )
     bf16_first_layers: NonNegLayers = Field(
         0,

@@ -69,7 +69,9 @@ def test_cli_init_writes_a_spec_that_validates_and_compiles(tmp_path):
     assert "# Check: fp8spec validate " in text and "parallel: {tp:" in text  # comments and layout kept
     for line in proc.stderr.splitlines():  # each change init made is reported with the rule behind it
         assert line.startswith("init: ") and "(" in line
-    assert "init: rollout.max_num_seqs null -> 51 (MEM004)" in proc.stderr  # a value that fits, applied
+    # a value that fits, applied, with what it costs and how to keep the concurrency instead
+    assert "init: rollout.max_num_seqs null -> 51 (MEM004: concurrency 256 -> 51 per replica (-80 %)" in proc.stderr
+    assert "`--acknowledge MEM004` keeps the warning instead)" in proc.stderr
     assert "init: acknowledge.TRN007 (--acknowledge" in proc.stderr
     assert run_cli_here("validate", "--strict", str(out)).returncode == 0
     proc = run_cli_here("compile", str(out), "-o", str(tmp_path / "b"))
@@ -106,7 +108,7 @@ def test_cli_init_acknowledges_only_what_the_user_chose(tmp_path):
     args = _args("moe-megatron", "Qwen/Qwen3-30B-A3B-Base", "h200", 2, 8) + ["-o", str(out)]
     proc = run_cli_here(*args)
     assert proc.returncode == 1 and not out.exists()
-    assert "(MEM004)" in proc.stderr and "init: note: MEM004" not in proc.stderr
+    assert "(MEM004: concurrency" in proc.stderr and "init: note: MEM004" not in proc.stderr
     assert "init: note: TRN007 fp8-training-measured-slower:" in proc.stderr
     assert "`--acknowledge TRN007`" in proc.stderr
     one = run_cli_here(*args, "--acknowledge", "trn007")
@@ -257,8 +259,10 @@ def test_init_config_path_mistral_like_writes_a_valid_spec(tmp_path):
     proc = run_cli_here("init", "--config-path", str(folder), "--gpu", "h200", "-o", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     changed = _changed_fields(line.removeprefix("init: ") for line in proc.stderr.splitlines())
-    assert changed == ["kv_cache.dtype", "rollout.max_num_seqs"], proc.stderr
+    # the BF16 cache keeps no FP8 recalibration, and the cap names the rule it is for (MEM004) and its cost
+    assert changed == ["kv_cache.dtype", "kv_cache.recalibrate", "rollout.max_num_seqs"], proc.stderr
     assert "init: kv_cache.dtype fp8_e4m3 -> bf16 (KV008)" in proc.stderr
+    assert "(MEM004, which KV008's change alone would bring: concurrency" in proc.stderr
     assert run_cli_here("validate", "--strict", str(out)).returncode == 0
     spec = load_spec(out).spec
     assert spec.kv_cache.dtype == "bf16" and spec.rollout.max_num_seqs and not spec.acknowledge
@@ -288,7 +292,7 @@ def test_init_never_undoes_its_own_change(tmp_path, monkeypatch):
 
     monkeypatch.setattr(proposals, "_verdict", errors_only)
     result = starter_spec("dense-vllm", gpu="h200", config_path=_mistral(tmp_path), spec_dir=tmp_path)
-    assert result.changes == ["kv_cache.dtype fp8_e4m3 -> bf16 (KV008)"]
+    assert result.changes == ["kv_cache.dtype fp8_e4m3 -> bf16 (KV008)", "kv_cache.recalibrate per_step -> none (KV008)"]
     assert result.kept == ["MEM004 heavy-preemption left unfixed: kv_cache.dtype: fp8_e4m3 would undo the change "
                            "kv_cache.dtype fp8_e4m3 -> bf16 (KV008)"]
     assert result.text.endswith(f"# init: {result.kept[0]}\n")

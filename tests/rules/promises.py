@@ -58,8 +58,14 @@ def refusals(text: str, spec: Spec) -> list[tuple[dict[str, Any], set[str], set[
     return out
 
 
+# a value a hint names as general advice it did not check ('...; not checked here: ..., validate again)'): no promise
+UNCHECKED = "not checked here"
+
+
 def promises(text: str, spec: Spec) -> list[dict[str, Any]]:
-    """Each change set the text proposes (clauses that name a refusal are not proposals: see refusals)."""
+    """Each change set the text proposes (clauses that name a refusal are not proposals: see refusals; nor are
+    values in a parenthesis the hint marks as not checked)."""
+    text = re.sub(rf"\([^()]*{UNCHECKED}[^()]*\)", "", text)
     return [c for clause in text.split(";") if not _REFUSED.search(clause) for c in _assignments(clause, spec)]
 
 

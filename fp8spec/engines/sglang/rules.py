@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.examples import Examples
-from fp8spec.rules.kv_cache import static_kv_fix
+from fp8spec.rules.kv_cache import bf16_kv, static_kv_fix
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
@@ -37,7 +37,7 @@ def sglang_q_scale(ctx: ResolvedSpec) -> Iterator[Finding]:
             ctx,
             "KV003",
             "kv_cache.dtype",
-            [{"kv_cache.dtype": "bf16"}],
+            [bf16_kv(ctx)],
             "accept it, or use vLLM (FA3 applies the q scale), or a BF16 KV cache",
         )
         yield Finding(
