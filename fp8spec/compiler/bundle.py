@@ -18,6 +18,7 @@ from fp8spec.launchers import executable_files, get_launcher, launcher_files, re
 from fp8spec.launchers.base import runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
+from fp8spec.plan.plan import plan_problem
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir
@@ -33,12 +34,21 @@ def executable(files: dict[str, str]) -> frozenset[str]:
     return frozenset(name for name in files if name in COMMANDS or name in executable_files())
 
 
-def _checks(valid: ValidSpec) -> list[dict]:
+def _checks(valid: ValidSpec, serve: bool) -> tuple[list[dict], list[dict]]:
+    """The rules that judged the spec, with what they found, and the rules that could not (with why): a rule
+    that did not run is never listed as passed. A rule of another engine is not about this spec, and a serve
+    bundle lists only the rules that judge the engine alone."""
     by_code: dict[str, list] = {}
     for d in valid.diagnostics:
         by_code.setdefault(d.code, []).append(d)
-    rows = []
+    rows, skipped = [], []
     for rule in all_rules():
+        if not rule.concerns(valid.resolved) or (serve and rule.scope != "engine"):
+            continue
+        reason = rule.skip_reason(valid.resolved)
+        if reason is not None:
+            skipped.append({"code": rule.code, "name": rule.name, "reason": reason})
+            continue
         found = by_code.get(rule.code, [])
         status = "passed"
         if any(d.severity == "info" for d in found):
@@ -48,7 +58,7 @@ def _checks(valid: ValidSpec) -> list[dict]:
         rows.append(
             {"code": rule.code, "name": rule.name, "status": status, "messages": [d.message for d in found]}
         )
-    return rows
+    return rows, skipped
 
 
 _FP8_SOURCES = (
@@ -92,6 +102,7 @@ def bundle_files(
     stack = valid.used_stack()
     if not choice.trainer:  # a standalone server runs the engine alone
         stack = {choice.engine: stack[choice.engine]}
+    checks, skipped = _checks(valid, serve=choice.trainer is None)
     common = {
         "fp8spec_version": __version__,
         "spec": spec,
@@ -100,7 +111,9 @@ def bundle_files(
         "serve_bundle": choice.trainer is None,
         "plan": plan,
         "stack": stack,
-        "checks": _checks(valid),
+        "checks": checks,
+        "skipped_checks": skipped,
+        "memory_plan_problem": plan_problem(valid.resolved) if choice.trainer else None,
         "fp8_rows": _fp8_table(plan),
         "env": plan.env,
         "patches": plan.patches,
