@@ -26,6 +26,7 @@ from fp8spec.rules.registry import all_rules
 from fp8spec.runtime import envs
 from fp8spec.targets import STACK_KINDS
 
+SPEC_COPY = "spec.yaml"
 COMMANDS = {"launch.sh", "serve.sh"}  # and each launcher's file the table marks executable
 
 
@@ -165,7 +166,9 @@ def bundle_files(
         common["launcher_run"] = get_launcher(spec.cluster.launcher).run
         common["launcher_lines"] = readme_lines(valid, choice.name, plan)
         common["ray_cpus"] = json.loads(files["preflight.json"])["ray_cpus"]
-    files["README.md"] = render("bundle_README.md.j2", **common)
+    # the spec itself, byte for byte as validated (manifest.json's spec.sha256 is this file's)
+    files[SPEC_COPY] = valid.source_text
+    files["README.md"] = render("bundle_README.md.j2", spec_copy=SPEC_COPY, **common)
     files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
     return files
 

@@ -26,6 +26,7 @@ class LoadedSpec:
     positions: Positions
     diagnostics: list[Diagnostic] = field(default_factory=list)
     sha256: str = ""
+    text: str = ""  # the file as read: the bundle ships it byte for byte (spec.yaml)
 
     def locate(self, dotted: str, prefer: str = "value") -> tuple[int, int]:
         return self.positions.locate(_split_path(dotted), prefer)
@@ -48,7 +49,9 @@ def load_spec(path: str | Path, display: str | None = None) -> LoadedSpec:
 
 def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
     data, positions = parse_yaml(text, display)
-    loaded = LoadedSpec(display, None, positions, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+    loaded = LoadedSpec(
+        display, None, positions, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text=text
+    )
     try:
         loaded.spec = Spec.model_validate(data)
     except ValidationError as exc:
