@@ -235,9 +235,11 @@ def sync_bucket_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     (fp8spec/data/gpu_memory.yaml, each figure with its source); for the other GPUs nothing would say whether
     the trainer fits, whether the engine has KV room at its gpu_memory_utilization, or whether a sync bucket
     fits, and a spec that runs out of memory on the first step would look as clean as one that fits. The rules
-    are then reported as skipped, never as passed.""",
+    are then reported as skipped, never as passed. Acknowledging it accepts running unchecked: the rules stay
+    skipped, and reported so.""",
     "state the memory: hardware.gpu_memory_gib (torch.cuda.get_device_properties(0).total_memory / 2**30 "
-    "on one of the GPUs)",
+    "on one of the GPUs), or acknowledge MEM008 to run without the memory rules",
+    acknowledgeable=True,
     needs_model=False,
     examples=Examples(
         bad={"hardware": {"gpu": "h800"}},

@@ -79,7 +79,8 @@ def test_two_nodes_of_eight_gpus(sbatch, bundle_30b):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (directives,) = [c["argv"] for c in calls if c["cmd"] == "#SBATCH"]
     assert directives == ["--job-name=qwen3-30b-a3b-fp8-e2e", "--nodes=2", "--ntasks-per-node=1",
-                          "--gpus-per-node=8", "--exclusive", "--time=48:00:00", "--partition=gpu"]
+                          "--gpus-per-node=8", "--exclusive", "--time=48:00:00", "--partition=gpu",
+                          "--output=../%x-%j.out"]
     sruns = srun_commands(calls)
     starts = [(o, cmd) for o, cmd in sruns if cmd[:2] == ["ray", "start"]]
     heads = [(o, cmd) for o, cmd in starts if "--head" in cmd]

@@ -96,3 +96,10 @@ def test_the_serve_bundle_lists_only_the_rules_that_judge_the_engine(write_spec,
     for trainer_rule in ("RUN001", "COR001", "MEM003", "TRN001", "CLU003"):
         assert trainer_rule not in listed
     assert listed["KV001"] == "passed" and listed["EXC001"] == "passed"
+
+
+def test_an_acknowledged_unknown_memory_still_reports_the_rules_as_skipped(write_spec, tmp_path):
+    spec = patched(BASE_SPEC, {"hardware": {"gpu": "h800"}, "acknowledge": {"MEM008": "sized by hand"}})
+    listed = _listed((compile_bundle(write_spec(spec), tmp_path) / "README.md").read_text())
+    assert listed["MEM008"] == "acknowledged"
+    assert {listed[code] for code in MEMORY_RULES} == {"skipped"}
