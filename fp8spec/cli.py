@@ -218,9 +218,10 @@ def _check_format(format: str) -> None:
         usage_error(f"--format must be text or json, not {format!r}")
 
 
-def _validated(spec: Path, backend: Optional[str]):
-    """Validate a spec for compile/explain/diff (retargeted to ``backend``): errors print located diagnostics
-    and exit non-zero (with --format json, also as JSON on stdout)."""
+def _validated(spec: Path, backend: Optional[str], outcome: str = "nothing written"):
+    """Validate a spec for compile/explain/diff (retargeted to ``backend``): errors print located diagnostics,
+    then ``outcome`` (what the command did not do), and exit non-zero (with --format json, also as JSON on
+    stdout)."""
     validation, choice = validate_on_backend(spec, backend)
     if validation.errors:
         if JSON_OUTPUT["on"]:
@@ -228,7 +229,7 @@ def _validated(spec: Path, backend: Optional[str]):
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)
         summary = summary_line(validation.diagnostics)
-        typer.echo(f"{printable(str(spec))}: {summary}; nothing written", err=True)
+        typer.echo(f"{printable(str(spec))}: {summary}; {outcome}", err=True)
         raise typer.Exit(EXIT_RULE_ERRORS)
     return validation, choice
 
@@ -338,10 +339,10 @@ def diff(
     format: str = format_option(),
 ) -> None:
     """The difference between two compiled configurations: two specs, or one spec on two backends (exit 0
-    either way)."""
+    whether they differ or not; 1 when a side does not compile: its errors are printed)."""
 
     from fp8spec.compiler.build import build_settings_plan
-    from fp8spec.compiler.explain import diff_data, diff_text
+    from fp8spec.compiler.explain import diff_data, diff_text, launcher_settings
 
     _check_format(format)
     backends = list(backends or [])
@@ -353,16 +354,21 @@ def diff(
     pairs = [(specs[0], backends[0] if backends else None), (specs[-1], backends[-1] if backends else None)]
     sides = []
     for path, backend in pairs:
-        validation, choice = _validated(path, backend)
+        target = f" for {backend}" if backend else ""
+        validation, choice = _validated(
+            path, backend, f"it does not compile{target}, so there is nothing to compare"
+        )
         valid = validation.valid()
         label = choice.name
         if valid.retargeted:
             label += f", retargeted from {valid.spec_backend}"
-        sides.append((build_settings_plan(valid, choice), f"{printable(str(path))} ({label})"))
+        plan = build_settings_plan(valid, choice)
+        sides.append((plan, f"{printable(str(path))} ({label})", launcher_settings(valid.spec)))
+    (a, name_a, launch_a), (b, name_b, launch_b) = sides
     if format == "json":
-        typer.echo(json.dumps(diff_data(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), indent=2))
+        typer.echo(json.dumps(diff_data(a, b, name_a, name_b, launch_a, launch_b), indent=2))
         return
-    typer.echo(diff_text(sides[0][0], sides[1][0], sides[0][1], sides[1][1]), nl=False)
+    typer.echo(diff_text(a, b, name_a, name_b, launch_a, launch_b), nl=False)
 
 
 app.command()(init)

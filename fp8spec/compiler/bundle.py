@@ -19,6 +19,7 @@ from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
+from fp8spec.plan.plan import plan_problem
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir
@@ -26,6 +27,7 @@ from fp8spec.rules.registry import all_rules
 from fp8spec.runtime import envs
 from fp8spec.targets import STACK_KINDS
 
+SPEC_COPY = "spec.yaml"
 COMMANDS = {"launch.sh", "serve.sh"}  # and each launcher's file the table marks executable
 
 
@@ -34,12 +36,21 @@ def executable(files: dict[str, str]) -> frozenset[str]:
     return frozenset(name for name in files if name in COMMANDS or name in executable_files())
 
 
-def _checks(valid: ValidSpec) -> list[dict]:
+def _checks(valid: ValidSpec, serve: bool) -> tuple[list[dict], list[dict]]:
+    """The rules that judged the spec, with what they found, and the rules that could not (with why): a rule
+    that did not run is never listed as passed. A rule of another engine is not about this spec, and a serve
+    bundle lists only the rules that judge the engine alone."""
     by_code: dict[str, list] = {}
     for d in valid.diagnostics:
         by_code.setdefault(d.code, []).append(d)
-    rows = []
+    rows, skipped = [], []
     for rule in all_rules():
+        if not rule.concerns(valid.resolved) or (serve and rule.scope != "engine"):
+            continue
+        reason = rule.skip_reason(valid.resolved)
+        if reason is not None:
+            skipped.append({"code": rule.code, "name": rule.name, "reason": reason})
+            continue
         found = by_code.get(rule.code, [])
         status = "passed"
         if any(d.severity == "info" for d in found):
@@ -49,7 +60,7 @@ def _checks(valid: ValidSpec) -> list[dict]:
         rows.append(
             {"code": rule.code, "name": rule.name, "status": status, "messages": [d.message for d in found]}
         )
-    return rows
+    return rows, skipped
 
 
 _FP8_SOURCES = (
@@ -109,6 +120,7 @@ def bundle_files(
     stack = valid.used_stack()
     if not choice.trainer:  # a standalone server runs the engine alone
         stack = {choice.engine: stack[choice.engine]}
+    checks, skipped = _checks(valid, serve=choice.trainer is None)
     common = {
         "fp8spec_version": __version__,
         "spec": spec,
@@ -118,7 +130,9 @@ def bundle_files(
         "plan": plan,
         "stack": stack,
         "unprofiled": _unprofiled_packages(valid, choice),
-        "checks": _checks(valid),
+        "checks": checks,
+        "skipped_checks": skipped,
+        "memory_plan_problem": plan_problem(valid.resolved) if choice.trainer else None,
         "fp8_rows": _fp8_table(plan),
         "env": plan.env,
         "patches": plan.patches,
@@ -174,7 +188,9 @@ def bundle_files(
         common["launcher_run"] = get_launcher(spec.cluster.launcher).run
         common["launcher_lines"] = readme_lines(valid, choice.name, plan)
         common["ray_cpus"] = json.loads(files["preflight.json"])["ray_cpus"]
-    files["README.md"] = render("bundle_README.md.j2", **common)
+    # the spec itself, byte for byte as validated (manifest.json's spec.sha256 is this file's)
+    files[SPEC_COPY] = valid.source_text
+    files["README.md"] = render("bundle_README.md.j2", spec_copy=SPEC_COPY, **common)
     files["manifest.json"] = _manifest(valid, choice, plan, spec_file, stack, files)
     return files
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Optional
 
 from fp8spec.compiler.settings import Setting, SettingsPlan
 from fp8spec.resolve.valid import ValidSpec
+
+if TYPE_CHECKING:
+    from fp8spec.specfile.model import Spec
 
 _LAYER_NAMES = {
     "hydra": "verl override",
@@ -13,6 +18,7 @@ _LAYER_NAMES = {
     "env": "env var",
     "engine_arg": "engine flag",
     "patch": "runtime patch",
+    "launcher": "launcher",
 }
 
 
@@ -52,13 +58,41 @@ def explain_text(valid: ValidSpec, plan: SettingsPlan) -> str:
     return "\n".join(lines)
 
 
-def diff_text(a: SettingsPlan, b: SettingsPlan, name_a: str, name_b: str) -> str:
-    """Settings that differ, keyed by layer and key; the names head the two sides (they say the backend)."""
+def launcher_settings(spec: Spec) -> dict[str, str]:
+    """The spec's cluster section as 'cluster.field' -> value: what the launcher files (submit.sh, slurm.sbatch,
+    rayjob.yaml) are made of besides the compiled configuration."""
+    out: dict[str, str] = {}
 
-    def table(plan: SettingsPlan) -> dict[tuple[str, str], str]:
-        return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value):
+                walk(f"{prefix}.{key}", value[key])
+        else:
+            out[prefix] = json.dumps(value, sort_keys=True)
 
-    ta, tb = table(a), table(b)
+    walk("cluster", spec.cluster.model_dump(mode="json"))
+    return out
+
+
+def _table(plan: SettingsPlan, launcher: Optional[dict[str, str]]) -> dict[tuple[str, str], str]:
+    table: dict[tuple[str, str], str] = {
+        (s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings
+    }
+    table.update({("launcher", key): f"{key}: {value}" for key, value in (launcher or {}).items()})
+    return table
+
+
+def diff_text(
+    a: SettingsPlan,
+    b: SettingsPlan,
+    name_a: str,
+    name_b: str,
+    launcher_a: Optional[dict[str, str]] = None,
+    launcher_b: Optional[dict[str, str]] = None,
+) -> str:
+    """Settings that differ, keyed by layer and key, the launcher's (the spec's cluster section) included; the
+    names head the two sides (they say the backend)."""
+    ta, tb = _table(a, launcher_a), _table(b, launcher_b)
     lines = [f"--- {name_a}", f"+++ {name_b}"]
     for key in sorted(set(ta) | set(tb)):
         if ta.get(key) == tb.get(key):
@@ -68,7 +102,7 @@ def diff_text(a: SettingsPlan, b: SettingsPlan, name_a: str, name_b: str) -> str
         if key in tb:
             lines.append(f"+ [{_LAYER_NAMES[key[0]]}] {tb[key]}")
     if len(lines) == 2:
-        lines.append("(no difference in the compiled configuration)")
+        lines.append("(no difference in the compiled configuration or the launcher settings)")
     return "\n".join(lines) + "\n"
 
 
@@ -103,13 +137,16 @@ def explain_data(valid: ValidSpec, plan: SettingsPlan) -> dict:
     }
 
 
-def diff_data(a: SettingsPlan, b: SettingsPlan, name_a: str, name_b: str) -> dict:
+def diff_data(
+    a: SettingsPlan,
+    b: SettingsPlan,
+    name_a: str,
+    name_b: str,
+    launcher_a: Optional[dict[str, str]] = None,
+    launcher_b: Optional[dict[str, str]] = None,
+) -> dict:
     """diff_text as data: every (layer, key) whose rendered setting differs; null where a side lacks it."""
-
-    def table(plan: SettingsPlan) -> dict[tuple[str, str], str]:
-        return {(s.layer, ("+" if s.plus else "") + s.key): _rendered(s) for s in plan.settings}
-
-    ta, tb = table(a), table(b)
+    ta, tb = _table(a, launcher_a), _table(b, launcher_b)
     changes = [
         {"layer": layer, "key": key, "a": ta.get((layer, key)), "b": tb.get((layer, key))}
         for layer, key in sorted(set(ta) | set(tb))

@@ -60,6 +60,7 @@ def _candidates(model) -> list[str]:
     a whole dotted suffix, never a substring). A pattern that matches nothing is almost always a typo, and
     the module the user meant to keep in BF16 would silently run in FP8.""",
     "fix the pattern (see the did-you-mean) or remove it",
+    scope="engine",
     examples=Examples(
         bad={"linear": {"exclude": ["router", "mlp.gates"]}},
         good={"linear": {"exclude": ["router", "model.layers.0.*"]}},
@@ -89,6 +90,7 @@ def exclusion_matches_nothing(ctx: ResolvedSpec) -> Iterator[Finding]:
     engines that match by substring, 'mlp.gate' catches gate_proj / gate_up_proj (prime-rl #2442,
     verl #7519). fp8spec flags such a pattern when its matches span several module kinds.""",
     "anchor the pattern on whole components, e.g. '*.mlp.gate' for the router only",
+    scope="engine",
     examples=Examples(
         bad=fragment(MOE, {"linear": {"exclude": ["*gate*"]}}),
         good=fragment(MOE, {"linear": {"exclude": ["*.mlp.gate"]}}),
@@ -124,6 +126,7 @@ def exclusion_too_broad(ctx: ResolvedSpec) -> Iterator[Finding]:
     would compile to a whole one.""",
     "exclude all members of the group (e.g. q_proj, k_proj and v_proj together) or none; for routed experts, "
     "exclude mlp.experts.* of a layer (all its routed experts) or none",
+    scope="engine",
     examples=Examples(
         bad={"linear": {"exclude": ["q_proj"]}},
         good={"linear": {"exclude": ["q_proj", "k_proj", "v_proj"]}},
@@ -201,6 +204,7 @@ def _expert_parts(members: list, excluded: frozenset[str]) -> tuple[str, str]:
     rollout/trainer mismatch KL in its MoE ablation. verl adds model.layers.{i}.mlp.gate to vLLM's
     ignored_layers for the same reason (verl #5107, #5122).""",
     "add 'router' to linear.exclude",
+    scope="engine",
     examples=Examples(
         bad=fragment(MOE, {"linear": {"exclude": ["lm_head", "embeddings", "norms"]}}),
         good=MOE,

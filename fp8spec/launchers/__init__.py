@@ -82,6 +82,7 @@ def launch_values(valid: ValidSpec, backend: str) -> dict:
     """The values every launcher template shares."""
     from fp8spec import __version__
     from fp8spec.launchers.base import submission_id
+    from fp8spec.launchers.preflight import credentials
 
     spec = valid.spec
     return {
@@ -92,4 +93,5 @@ def launch_values(valid: ValidSpec, backend: str) -> dict:
         "nodes": spec.hardware.nodes,
         "gpus_per_node": spec.hardware.gpus_per_node,
         "working_dir": spec.cluster.working_dir,
+        "credential_envs": [c["env"] for c in credentials(spec)],
     }

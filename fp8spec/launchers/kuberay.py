@@ -54,10 +54,20 @@ def readme(launch: Launch) -> str:
     volumes = ""
     if kuberay.volumes:
         volumes = ", volumes at\n" + ", ".join(md_code(v.mount_path) for v in kuberay.volumes)
+    trainer_packages = ""
+    if launch.backend.startswith("megatron+") and not kuberay.image:
+        # verl documents its published images for the rollout engine; the Megatron trainer's packages are
+        # checked, not assumed: the preflight refuses an image without them before training starts
+        trainer_packages = (
+            "; the image must also hold the Megatron trainer's\n    packages at the pinned versions "
+            "(megatron-core, transformer-engine and the `training.bridge` package: the\n    preflight checks "
+            "them), which verl does not document for its engine images: set `cluster.kuberay.image` to one "
+            "that has them"
+        )
     return (
         f"a KubeRay RayJob (and a ConfigMap with the files it runs) in namespace\n    {md_code(kuberay.namespace)}: a CPU "
         f"head pod and {hw.nodes} GPU worker pod(s) of\n    {hw.gpus_per_node} `nvidia.com/gpu` each, image "
-        f"{md_code(image)}{volumes}; the entrypoint runs the preflight,\n    then `launch.sh`"
+        f"{md_code(image)}{volumes}; the entrypoint runs the preflight,\n    then `launch.sh`{trainer_packages}"
     )
 
 

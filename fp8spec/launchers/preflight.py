@@ -19,6 +19,27 @@ if TYPE_CHECKING:
     from fp8spec.specfile.model import Spec
 
 PREFLIGHT_FORMAT = 2
+# The credential each logger of trainer.loggers needs on the cluster. wandb: "WANDB_API_KEY ... must be set if
+# wandb login hasn't been run on the remote machine" (docs.wandb.ai/guides/track/environment-variables; `wandb
+# login` keeps the key in ~/.netrc under api.wandb.ai), and WANDB_MODE=disabled turns the logger into a no-op.
+# Other loggers' credentials are not recorded: the preflight says nothing of them.
+LOGGER_CREDENTIALS = {
+    "wandb": {
+        "env": "WANDB_API_KEY",
+        "netrc_host": "api.wandb.ai",
+        "mode_env": "WANDB_MODE",
+        "modes_without_key": ["disabled"],
+    },
+}
+
+
+def credentials(spec: Spec) -> list[dict]:
+    """The credentials the spec's loggers need, each with the logger it is for."""
+    return [
+        {"logger": name, **LOGGER_CREDENTIALS[name]}
+        for name in spec.trainer.loggers
+        if name in LOGGER_CREDENTIALS
+    ]
 
 
 def preflight_files(valid: ValidSpec, backend: str, plan: SettingsPlan) -> dict[str, str]:
@@ -100,6 +121,7 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: SettingsPlan) -> di
             "config": config,
         },
         "data": {"files": data_files(spec)},
+        "credentials": credentials(spec),
         "ray_cpus": ray_cpus(valid),
     }
 

@@ -10,7 +10,7 @@ LAUNCHER = Launcher(
     file="slurm.sbatch",
     template="slurm.sbatch.j2",
     order=1,
-    run="run `sbatch slurm.sbatch` from this folder",
+    run="run `sbatch slurm.sbatch` from this folder (Slurm's log goes beside it: `../<spec name>-<job id>.out`)",
     summary="slurm.sbatch",
 )
 RAY_PORT = 6379

@@ -156,10 +156,12 @@ def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> 
     setup = setup_from_spec(ctx, overrides)
     notes = get_engine(setup.engine).memory_notes(setup, memory_facts(setup))
     if overrides.gpu_memory_gib is None:
-        notes.append(
-            f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them "
-            "(fp8spec/data/gpu_memory.yaml)"
+        where = (
+            "hardware.gpu_memory_gib"
+            if ctx.spec.hardware.gpu_memory_gib is not None
+            else "fp8spec/data/gpu_memory.yaml"
         )
+        notes.append(f"{setup.gpu}: {setup.total_bytes:,} bytes per GPU as CUDA reports them ({where})")
     trainers = trainer_precisions(ctx)
     other = trainers[1] if len(trainers) > 1 else None
     return MemoryPlan(
@@ -207,6 +209,23 @@ def response_ticks(lengths: list[int], min_gap: float = 0.6) -> list[tuple[int, 
 
 
 DOES_NOT_FIT = "does not fit"
+
+
+def plan_problem(ctx: ResolvedSpec) -> Optional[str]:
+    """Why the spec's plan cannot be made (the memory rules then do not run), or None when it can."""
+    from fp8spec.plan.setup import PlanInputError
+
+    if ctx.memory_plan is not None:
+        return None
+    if ctx.model is None:
+        return "the model is not resolved (REF001)"
+    if ctx.profile("verl") is None:
+        return f"verl {ctx.spec.stack.verl} has no backend profile (REF002)"
+    try:
+        build_memory_plan(ctx)
+    except PlanInputError as err:
+        return str(err)
+    return None
 
 
 def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:

@@ -85,19 +85,24 @@ class Overrides:
     cuda_graphs: Optional[bool] = None
 
 
+def unknown_gpu_memory(gpu: str) -> str:
+    return (
+        f"the memory of hardware.gpu {gpu!r} is not recorded (fp8spec/data/gpu_memory.yaml): state it as "
+        "hardware.gpu_memory_gib, or pass --gpu-memory-gib"
+    )
+
+
 def setup_from_spec(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> EngineSetup:
     """The engine of one rollout replica as verl 0.9.1 starts it for this spec (rollout defaults from the
     verl profile's memory.rollout_engine_defaults), with ``overrides`` applied."""
     spec, model = ctx.spec, ctx.known_model
     gpu = gpu_memory(spec.hardware.gpu)
     total = gpu.total_bytes
-    if overrides.gpu_memory_gib is not None:
-        total = int(overrides.gpu_memory_gib * (1 << 30))
+    stated = overrides.gpu_memory_gib or spec.hardware.gpu_memory_gib  # the command line, then the spec
+    if stated is not None:
+        total = int(stated * (1 << 30))
     if total is None:
-        raise PlanInputError(
-            f"the memory of hardware.gpu {spec.hardware.gpu!r} is not recorded "
-            "(fp8spec/data/gpu_memory.yaml); pass --gpu-memory-gib"
-        )
+        raise PlanInputError(unknown_gpu_memory(spec.hardware.gpu))
     verl = ctx.profile("verl")
     if verl is None or not verl.has("memory.rollout_engine_defaults"):
         raise PlanInputError(

@@ -6,14 +6,15 @@ needs the Python standard library, torch for the GPU facts and ray for the clust
 
     python3 preflight.py                     # as a Ray job: one task on every GPU node (what submit.sh runs)
     python3 preflight.py --skip-gpu-checks   # dry run on CPU nodes: one task on every alive node
-    python3 preflight.py --local             # this machine only, in-process, without Ray
+    python3 preflight.py --local             # this machine only, in-process, without Ray, with the bundle's env
     eval "$(python3 preflight.py --print-env)"   # export the bundle's environment into this shell
 
 On every node it checks: the GPUs (count, name and compute capability against hardware.gpu), the CUDA version
 torch was built with, the installed versions of the pinned packages (and flash-attn when the FSDP trainer asks for
 flash_attention_2), the runtime patch set the workers import (the files the bundle ships in lib/, by sha256),
 every environment variable the bundle sets (as the worker sees it), the model folder and its config.json (unless a
-hub id), and every data file. One table, node by node; exit 1 on any mismatch, 2 when it could not run.
+hub id), every data file, and the credentials the run's loggers need (WANDB_API_KEY for wandb). One table,
+node by node; exit 1 on any mismatch, 2 when it could not run.
 Before any node task it checks the Ray cluster's logical CPUs (preflight_cpus.py, shipped beside it): exit 3.
 """
 
@@ -333,17 +334,51 @@ def _model_row(model: dict, seen: dict) -> dict:
 def check_cluster(expected: dict, node_count: int, skip_gpu: bool, local: bool) -> list:
     nodes = expected["hardware"]["nodes"]
     if local:
-        return [_row("gpu nodes", nodes, "--local checks this machine only", SKIP)]
-    if skip_gpu:
-        return [_row("gpu nodes", nodes, f"{node_count} alive node(s), checked without GPU checks", SKIP)]
-    found = f"{node_count}" if node_count else "0 (no alive Ray node has a GPU resource)"
-    return [_row("gpu nodes", nodes, found, PASS if node_count == nodes else FAIL)]
+        rows = [_row("gpu nodes", nodes, "--local checks this machine only", SKIP)]
+    elif skip_gpu:
+        rows = [_row("gpu nodes", nodes, f"{node_count} alive node(s), checked without GPU checks", SKIP)]
+    else:
+        found = f"{node_count}" if node_count else "0 (no alive Ray node has a GPU resource)"
+        rows = [_row("gpu nodes", nodes, found, PASS if node_count == nodes else FAIL)]
+    return rows + credential_rows(expected)
+
+
+def credential_rows(expected: dict) -> list:
+    """The credentials the run's loggers need, as the job's driver sees them (the job's runtime env included):
+    a logger without its key fails when the trainer starts, after the cluster was allocated."""
+    rows = []
+    for cred in expected.get("credentials") or []:
+        name, logger = cred["env"], cred["logger"]
+        want = f"set (the {logger} logger)"
+        mode = os.environ.get(cred.get("mode_env") or "", "")
+        if os.environ.get(name):
+            rows.append(_row(f"credential {name}", want, "set", PASS))
+        elif mode in (cred.get("modes_without_key") or []):
+            rows.append(_row(f"credential {name}", want, f"unset, {cred['mode_env']}={mode}", PASS))
+        elif cred.get("netrc_host") and _in_netrc(cred["netrc_host"]):
+            rows.append(_row(f"credential {name}", want, f"unset, ~/.netrc has {cred['netrc_host']}", PASS))
+        else:
+            rows.append(_row(f"credential {name}", want, "(unset)", FAIL))
+    return rows
+
+
+def _in_netrc(host: str) -> bool:
+    try:
+        with open(os.path.join(os.path.expanduser("~"), ".netrc"), encoding="utf-8") as fh:
+            return host in fh.read().split()
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 # --- running: in-process (--local) or one Ray task per node -------------------------------------------------
 
 
 def run_local(expected: dict, skip_gpu: bool) -> list:
+    # What runtime_env.yaml gives every worker, and launch.sh exports when run by hand: without it every env row
+    # would fail in a plain shell, and the runtime patch set would be checked as no worker imports it. A value
+    # the shell already sets is kept, so that a different one is still reported.
+    for name, value in expected["env"].items():
+        os.environ.setdefault(name, value)
     facts = node_facts(expected, skip_gpu)
     label = facts["hostname"] + " (local)"
     return [("cluster", check_cluster(expected, 1, skip_gpu, local=True)),

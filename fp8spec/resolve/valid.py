@@ -56,6 +56,7 @@ class ValidSpec:
     sha256: str  # of the spec file as read
     retargeted: tuple[Retarget, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()  # warnings and acknowledged findings (no errors)
+    source_text: str = ""  # the spec file as read (its sha256 is ``sha256``)
 
     def __post_init__(self) -> None:
         if any(d.severity == "error" for d in self.diagnostics):

@@ -111,6 +111,7 @@ def candidate_tps(world: int) -> list[int]:
     vLLM issue #25292) and SGLang checks every merged partition (Fp8LinearMethod.validate_block_quant_shapes).
     Example: Qwen3-30B-A3B's experts have 768 rows, so rollout tp 4 gives 192-row shards.""",
     "set rollout.tp to a value the hint lists (each passes every rule), or exclude the module in linear.exclude",
+    scope="engine",
     examples=Examples(
         bad=fragment(MOE, {"rollout": {"tp": 4}}),
         good=fragment(MOE, {"rollout": {"tp": 2}}),
@@ -157,6 +158,7 @@ def shard_not_block_aligned(ctx: ResolvedSpec) -> Iterator[Finding]:
     Another block size would be silently replaced, so trainer-side and engine-side scales would disagree.""",
     "use linear.block_size: [128, 128]",
     needs_model=False,
+    scope="engine",
     examples=Examples(
         bad={"linear": {"block_size": [64, 64]}},
         good={"linear": {"block_size": [128, 128]}},
@@ -309,6 +311,7 @@ def direct_sync_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     fp8spec does not set from this field.""",
     "remove linear.deep_gemm, or roll out with vLLM: rollout.engine: vllm",
     needs_model=False,
+    scope="engine",
     examples=Examples(
         bad={"rollout": {"engine": "sglang"}, "linear": {"deep_gemm": False}},
         good={"linear": {"deep_gemm": False}},

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import posixpath
-import re
 from typing import TYPE_CHECKING, Iterator
 
+from fp8spec.resolve.job_paths import job_paths, under
 from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 from fp8spec.specfile.paths import lexical
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 @rule(
@@ -48,20 +45,21 @@ def kuberay_image_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
-def _under(path: str, mounts: list[str]) -> bool:
-    path = lexical(path)
-    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
+def _mounts(ctx: ResolvedSpec, *, writable: bool = False) -> list[str]:
+    return [lexical(v.mount_path) for v in ctx.spec.cluster.kuberay.volumes if not (writable and v.read_only)]
 
 
 @rule(
     "CLU002",
     "kuberay-path-not-mounted",
-    "warning",
-    "A KubeRay launch reads the model or a data file from a path no volume mounts.",
-    """Pods see only their image and the volumes mounted into them. model.path (unless it is a hub id) and every
-    data file must lie under a cluster.kuberay.volumes mount_path, or be baked into the image; otherwise the
-    preflight fails on every node and verl cannot load them.""",
-    "add a volume (hostPath or PVC) whose mount_path holds the path, or acknowledge it when the image holds it",
+    "error",
+    "A KubeRay launch reads a file (model, data, a checkpoint to resume from) from a path no volume mounts.",
+    """Pods see only their image and the volumes mounted into them. Every path the job reads on its nodes
+    (model.path unless it is a hub id, every data file, trainer.resume_from: each path-typed spec field the job
+    opens, fp8spec/resolve/job_paths.py) must lie under a cluster.kuberay.volumes mount_path, or be baked into
+    the image; otherwise the preflight fails on every node and verl cannot load them.""",
+    "add a volume (hostPath or PVC) whose mount_path holds the path, or move the path under a mounted one; "
+    "acknowledge it only when the image holds the file",
     acknowledgeable=True,
     needs_model=False,
     examples=Examples(
@@ -86,18 +84,65 @@ def _under(path: str, mounts: list[str]) -> bool:
     ),
 )
 def kuberay_path_not_mounted(ctx: ResolvedSpec) -> Iterator[Finding]:
-    spec = ctx.spec
-    if spec.cluster.launcher != "kuberay":
+    if ctx.spec.cluster.launcher != "kuberay":
         return
-    mounts = [lexical(v.mount_path) for v in spec.cluster.kuberay.volumes]
-    if not spec.model.from_hub and not _under(spec.model.path, mounts):
+    mounts = _mounts(ctx)
+    for p in job_paths(ctx.spec):
+        if not p.writes and not under(p.path, mounts):
+            yield Finding(f"{p.field} {p.path} is under no cluster.kuberay.volumes mount_path", p.field)
+
+
+@rule(
+    "CLU003",
+    "kuberay-output-not-persisted",
+    "error",
+    "A KubeRay launch writes checkpoints to a path no writable volume mounts: they are deleted with the pods.",
+    """The RayJob is deleted with its pods when the job ends (shutdownAfterJobFinishes: true and
+    ttlSecondsAfterFinished in rayjob.yaml), and a pod's own file system goes with it. Every path the job writes
+    (trainer.checkpoint_dir: each path-typed spec field the job writes, fp8spec/resolve/job_paths.py) must lie
+    under a cluster.kuberay.volumes mount_path that is not read_only; otherwise verl writes the checkpoints
+    into the pod, or fails to write them, and a run that stops early has nothing to resume from. No image can
+    hold what the job writes, so this cannot be acknowledged.""",
+    "add a writable volume (a PVC every worker pod mounts) whose mount_path holds the folder, or move the "
+    "folder under a mounted writable one",
+    needs_model=False,
+    examples=Examples(
+        bad={
+            "cluster": {
+                "launcher": "kuberay",
+                "kuberay": {
+                    "volumes": [
+                        {"name": "models", "mount_path": "/models", "pvc": "models"},
+                        {"name": "data", "mount_path": "/data", "pvc": "data"},
+                    ]
+                },
+            }
+        },
+        good={
+            "cluster": {
+                "launcher": "kuberay",
+                "kuberay": {
+                    "volumes": [
+                        {"name": "models", "mount_path": "/models", "pvc": "models"},
+                        {"name": "data", "mount_path": "/data", "pvc": "data"},
+                        {"name": "shared", "mount_path": "/shared", "pvc": "shared"},
+                    ]
+                },
+            }
+        },
+        message="trainer.checkpoint_dir /shared/checkpoints/base is under no writable cluster.kuberay.volumes",
+    ),
+)
+def kuberay_output_not_persisted(ctx: ResolvedSpec) -> Iterator[Finding]:
+    if ctx.spec.cluster.launcher != "kuberay":
+        return
+    writable, mounts = _mounts(ctx, writable=True), _mounts(ctx)
+    for p in job_paths(ctx.spec):
+        if not p.writes or under(p.path, writable):
+            continue
+        where = "a read_only one" if under(p.path, mounts) else "the pod's own disk, deleted with the pod"
         yield Finding(
-            f"model.path {spec.model.path} is under no cluster.kuberay.volumes mount_path", "model.path"
+            f"{p.field} {p.path} is under no writable cluster.kuberay.volumes mount_path: the job would write "
+            f"it to {where}",
+            p.field,
         )
-    for field in ("train_files", "val_files"):
-        value = getattr(spec.data, field)
-        for path in [value] if isinstance(value, str) else (value or []):
-            if not _URL.match(path) and posixpath.isabs(path) and not _under(path, mounts):
-                yield Finding(
-                    f"data.{field} {path} is under no cluster.kuberay.volumes mount_path", f"data.{field}"
-                )

@@ -59,6 +59,7 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     uncalibrated scales degraded reasoning accuracy.""",
     "calibrate the scales (kv_cache.recalibrate) where the engine and model allow it, or use a BF16 KV cache",
     needs_model=False,
+    scope="engine",
     examples=Examples(
         bad={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "none"}},
         good={"kv_cache": {"dtype": "fp8_e4m3", "recalibrate": "per_step"}},

@@ -7,7 +7,7 @@ advice names is applied and validated before it is printed (fp8spec.plan.advice)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from fp8spec.plan.advice import advised, proposal_costs
 from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, Examples, fragment
@@ -15,6 +15,13 @@ from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
+
+
+def no_memory_plan(ctx: ResolvedSpec) -> Optional[str]:
+    """Why a rule that judges the memory plan cannot run on ``ctx`` (its ``skip_when``), or None."""
+    from fp8spec.plan.plan import plan_problem
+
+    return plan_problem(ctx)
 
 
 def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
@@ -41,6 +48,7 @@ def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
     data parallelism (verl transformer_impl.py:453-460, megatron distrib_optimizer.py). The DeepSeek-V3 (671B)
     end-to-end run on 4x8 H200 needs about twice the cluster's HBM for this alone.""",
     "use more GPUs or a layout that shards the state further (the message gives the lower bound)",
+    skip_when=no_memory_plan,
     examples=Examples(
         bad=DEEPSEEK_E2E,
         good=fragment(MOE, MEGATRON_FP8, {"training": {"parallel": {"ep": 8}}}),
@@ -66,6 +74,7 @@ def trainer_state_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     max_position_embeddings unless rollout.max_model_len says otherwise.""",
     "raise rollout.gpu_memory_utilization or rollout.tp, lower rollout.max_model_len toward max_prompt_length + "
     "max_response_length, or quantize the linears (linear.quantize: true)",
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={"rollout": {"tp": 1, "gpu_memory_utilization": 0.1}, "linear": {"quantize": False}},
         good={"rollout": {"tp": 1, "gpu_memory_utilization": 0.6}, "linear": {"quantize": False}},
@@ -89,6 +98,7 @@ def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     free ('Free memory on device ... is less than desired GPU memory utilization',
     vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
     "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={"rollout": {"gpu_memory_utilization": 0.9}},
         good={"rollout": {"gpu_memory_utilization": 0.9}, "training": {"offload": {"optimizer": True}}},
@@ -114,6 +124,7 @@ def rollout_beside_trainer(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use an FP8 KV cache, a larger rollout.tp or gpu_memory_utilization, fewer sequences at once "
     "(rollout.max_num_seqs), or shorter responses",
     acknowledgeable=True,
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={"rollout": {"max_response_length": 20480}},
         good={"rollout": {"max_response_length": 2048}},
@@ -140,6 +151,7 @@ def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
     "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
     # two 22,528-token micro-batch rows: 86.6 GiB on a 79.2 GiB H100, within MEM006's 10 % margin
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}},
         good={},
@@ -170,6 +182,7 @@ def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     "rollout.max_response_length, shard activations further (Megatron: training.parallel.tp, pp or cp), or "
     "use more GPUs",
     # four rows: 155.3 GiB, beyond the margin; two stay within it (MEM005's warning, not this error)
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4}},
         good={"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}},
@@ -195,6 +208,7 @@ def trainer_peak_far_beyond_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     rollout and training pass. Larger buckets do make a sync cheaper (BENCHMARKS.md 8.12), so the largest that
     fits is the fix.""",
     "lower rollout.sync_bucket_mb (the message gives the memory it shares) or offload the optimizer",
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={"rollout": {"sync_bucket_mb": 65536}},
         good={"rollout": {"sync_bucket_mb": 8192}},
@@ -209,3 +223,38 @@ def sync_bucket_exceeds_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
         return None if together is not None and not together.ok else sync_bucket(plan)
 
     yield from _check(ctx, beside_a_fitting_trainer)
+
+
+@rule(
+    "MEM008",
+    "gpu-memory-unknown",
+    "warning",
+    "The GPU's memory is neither recorded nor stated: the memory rules (MEM001-MEM007) do not run.",
+    """Every memory rule compares what the trainer and the engine keep on one GPU with the memory CUDA reports
+    for it. fp8spec records that figure only where a CUDA print of it was found
+    (fp8spec/data/gpu_memory.yaml, each figure with its source); for the other GPUs nothing would say whether
+    the trainer fits, whether the engine has KV room at its gpu_memory_utilization, or whether a sync bucket
+    fits, and a spec that runs out of memory on the first step would look as clean as one that fits. The rules
+    are then reported as skipped, never as passed. Acknowledging it accepts running unchecked: the rules stay
+    skipped, and reported so.""",
+    "state the memory: hardware.gpu_memory_gib (torch.cuda.get_device_properties(0).total_memory / 2**30 "
+    "on one of the GPUs), or acknowledge MEM008 to run without the memory rules",
+    acknowledgeable=True,
+    needs_model=False,
+    examples=Examples(
+        bad={"hardware": {"gpu": "h800"}},
+        good={"hardware": {"gpu": "h800", "gpu_memory_gib": 79}},
+        message="the memory of hardware.gpu 'h800' is not recorded",
+    ),
+)
+def gpu_memory_unknown(ctx: ResolvedSpec) -> Iterator[Finding]:
+    from fp8spec.plan.facts import gpu_memory
+    from fp8spec.plan.setup import unknown_gpu_memory
+
+    hw = ctx.spec.hardware
+    if hw.gpu_memory_gib is None and gpu_memory(hw.gpu).total_bytes is None:
+        codes = ", ".join(c for c in _PLAN_RULES)
+        yield Finding(f"{unknown_gpu_memory(hw.gpu)}; {codes} do not run", "hardware.gpu")
+
+
+_PLAN_RULES = ("MEM001", "MEM002", "MEM003", "MEM004", "MEM005", "MEM006", "MEM007")

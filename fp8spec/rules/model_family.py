@@ -111,6 +111,7 @@ def context_too_long(ctx: ResolvedSpec) -> Iterator[Finding]:
     verl/workers/rollout/sglang_rollout/async_sglang_server.py:169-174).""",
     "lower rollout.max_model_len to the model's max_position_embeddings or less, or leave it out (verl then "
     "uses max_position_embeddings)",
+    scope="engine",
     examples=Examples(
         bad={"rollout": {"max_model_len": 40960}},
         good={"rollout": {"max_model_len": 32768}},

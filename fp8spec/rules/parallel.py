@@ -33,6 +33,7 @@ def _value_finding(ctx, code: str, message: str, field: str, candidates, what: s
     in one node's GPUs.""",
     "set rollout.tp (or rollout.ep) to a value the hint lists: each passes every rule",
     needs_model=False,
+    scope="engine",
     examples=Examples(
         bad={"rollout": {"tp": 3}}, good={"rollout": {"tp": 2}}, message="not divisible by rollout.tp 3"
     ),
@@ -93,6 +94,7 @@ def rollout_tp(ctx: ResolvedSpec) -> Iterator[Finding]:
     with vllm, sglang and trtllm (verl/workers/config/rollout.py).""",
     "set rollout.pp: 1 and use rollout.tp / rollout.ep",
     needs_model=False,
+    scope="engine",
     examples=Examples(bad={"rollout": {"pp": 2}}, good={"rollout": {"pp": 1}}, message="rollout.pp 2"),
 )
 def rollout_pp(ctx: ResolvedSpec) -> Iterator[Finding]:
@@ -207,6 +209,7 @@ def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
     """vLLM requires num_attention_heads % tp == 0, and for KV heads either kv_heads % tp == 0 or
     tp % kv_heads == 0 (then KV heads are replicated); SGLang has the same checks.""",
     "set rollout.tp to a value the hint lists: each passes every rule",
+    scope="engine",
     examples=Examples(
         bad={"model": {"name": "Qwen/Qwen2.5-7B", "path": "/m"}, "rollout": {"tp": 8}},
         good={"model": {"name": "Qwen/Qwen2.5-7B", "path": "/m"}, "rollout": {"tp": 4}},

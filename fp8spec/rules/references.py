@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     "use a catalog id (`fp8spec models` lists them), or point model.config_path at a local config.json of a "
     "supported architecture",
     needs_model=False,
+    scope="engine",
     examples=Examples(
         bad={"model": {"name": "Qwen/Qwen3-8B-Bse"}},
         good={"model": {"name": "Qwen/Qwen3-8B-Base"}},
@@ -54,6 +55,7 @@ def model_unresolved(ctx: ResolvedSpec) -> Iterator[Finding]:
     renamed or removed any of them.""",
     "pin a profiled version (listed in the message), or add a profile for the new release",
     needs_model=False,
+    scope="engine",
     examples=Examples(
         bad={"stack": {"vllm": "0.99.0"}}, good={"stack": {"vllm": "0.24.0"}}, message="0.24.0"
     ),

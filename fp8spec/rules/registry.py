@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from fp8spec.rules.examples import Examples
 
 Severity = Literal["error", "warning"]
+Scope = Literal["engine", "run"]
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,25 @@ class Rule:
     engine: Optional[str] = None  # a rule of one rollout engine's folder runs only for specs on that engine
     # a spec fragment that fires it and one that does not (fp8spec.rules.examples); every shipped rule has them
     examples: Optional[Examples] = field(default=None, compare=False)
+    # why the rule cannot judge ``ctx`` (its inputs are unknown), or None: such a rule is skipped, never passed
+    skip_when: Optional[Callable[["ResolvedSpec"], Optional[str]]] = field(default=None, compare=False)
+    # "engine": it judges the rollout engine alone and so also a standalone server; "run": the training run
+    scope: Scope = "run"
+
+    def concerns(self, ctx: ResolvedSpec) -> bool:
+        """Whether the rule is about this spec at all: the spec's rollout engine is the rule's, if it belongs
+        to one (a rule of another engine is not skipped, it does not apply)."""
+        return self.engine is None or ctx.engine.owns(self.engine)
+
+    def skip_reason(self, ctx: ResolvedSpec) -> Optional[str]:
+        """Why the rule cannot run on ``ctx`` although it concerns it, or None when it runs."""
+        if self.needs_model and ctx.model is None:
+            return "the model is not resolved (REF001)"
+        return self.skip_when(ctx) if self.skip_when is not None else None
 
     def applies(self, ctx: ResolvedSpec) -> bool:
-        """Whether the rule runs on ``ctx``: its model is known if it needs one, and the spec's rollout engine
-        is the rule's, if it belongs to one."""
-        if self.needs_model and ctx.model is None:
-            return False
-        return self.engine is None or ctx.engine.owns(self.engine)
+        """Whether the rule runs on ``ctx``: it concerns the spec and nothing it needs is unknown."""
+        return self.concerns(ctx) and self.skip_reason(ctx) is None
 
 
 REGISTRY: dict[str, Rule] = {}
@@ -70,11 +83,15 @@ def rule(
     needs_model: bool = True,
     engine: Optional[str] = None,
     examples: Optional[Examples] = None,
+    skip_when: Optional[Callable[["ResolvedSpec"], Optional[str]]] = None,
+    scope: Scope = "run",
 ) -> Callable[[Callable[["ResolvedSpec"], Iterable[Finding]]], Callable[["ResolvedSpec"], Iterable[Finding]]]:
     """Register ``check`` under ``code``. ``needs_model`` rules are skipped when the model is unknown; an
     ``engine`` rule (one in fp8spec/engines/<engine>/rules.py) runs only on specs for that rollout engine.
     ``examples`` are the spec fragments that make it fire and keep it quiet, printed by `fp8spec rules CODE`
-    and run by one test."""
+    and run by one test. ``skip_when`` says why the rule cannot judge a spec (reports list it as skipped, with
+    that reason, never as passed); ``scope`` "engine" marks a rule that judges the rollout engine alone, so that
+    a standalone server's bundle lists it."""
 
     def register(check: Callable[["ResolvedSpec"], Iterable[Finding]]):
         if code in REGISTRY:
@@ -91,6 +108,8 @@ def rule(
             needs_model,
             engine,
             examples,
+            skip_when,
+            scope,
         )
         return check
 

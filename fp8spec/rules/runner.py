@@ -47,7 +47,9 @@ class Validation:
 
         if self.loaded.spec is None or self.context is None:
             raise NotValid("the spec could not be read")
-        return ValidSpec(self.context, self.loaded.sha256, self.retargeted, tuple(self.diagnostics))
+        return ValidSpec(
+            self.context, self.loaded.sha256, self.retargeted, tuple(self.diagnostics), self.loaded.text
+        )
 
 
 def validate_path(

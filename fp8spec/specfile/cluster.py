@@ -221,7 +221,8 @@ class KubeRaySettings(Section):
     volumes: list[KubeRayVolume] = Field(
         default_factory=list,
         description="Volumes (hostPath or PVC) mounted in the head and worker pods: the "
-        "folders holding model.path, the data files and the checkpoint folder.",
+        "folders holding model.path, the data files and the checkpoint folder: every path the job reads "
+        "must lie under one (CLU002), the checkpoint folder under a writable one (CLU003).",
     )
     secret_env: list[SecretEnv] = Field(
         default_factory=list,

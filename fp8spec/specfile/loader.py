@@ -30,6 +30,7 @@ class LoadedSpec:
     # when the schema refuses the spec: the parsed YAML, for the rules that do not depend on the refused fields
     # (fp8spec.rules.set_aside)
     raw: Any = None
+    text: str = ""  # the file as read: the bundle ships it byte for byte (spec.yaml)
 
     def locate(self, dotted: str, prefer: str = "value") -> tuple[int, int]:
         return self.positions.locate(_split_path(dotted), prefer)
@@ -52,7 +53,9 @@ def load_spec(path: str | Path, display: str | None = None) -> LoadedSpec:
 
 def load_spec_text(text: str, display: str = "<spec>") -> LoadedSpec:
     data, positions = parse_yaml(text, display)
-    loaded = LoadedSpec(display, None, positions, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+    loaded = LoadedSpec(
+        display, None, positions, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text=text
+    )
     try:
         loaded.spec = Spec.model_validate(data)
     except ValidationError as exc:

@@ -74,6 +74,12 @@ class HardwareSection(Section):
         description="CUDA version of the cluster's torch build (torch.version.cuda), "
         'quoted: "12.9". Blockwise FP8 training needs 12.9 or newer. Default "12.9".',
     )
+    gpu_memory_gib: Optional[Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)]] = Field(
+        None,
+        description="Memory of one GPU as CUDA reports it, in GiB (the total_memory torch prints for the "
+        "device, divided by 2**30). Default: fp8spec's record for hardware.gpu (fp8spec/data/gpu_memory.yaml); "
+        "a GPU without one (h800, gb200, b300, gb300) needs it for the memory rules to run (MEM008).",
+    )
 
 
 class LinearSection(Section):

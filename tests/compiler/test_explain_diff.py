@@ -157,3 +157,30 @@ def test_bad_format_is_a_usage_error():
     for command in (["explain", str(SPECS / "qwen3-8b.yaml")], ["rules"]):
         proc = run_cli_here(*command, "--format", "xml")
         assert proc.returncode == 2 and "--format must be text or json, not 'xml'" in proc.stderr
+
+
+def test_diff_shows_a_difference_of_the_launcher_only(write_spec):
+    a = write_spec(BASE_SPEC, "a.yaml")
+    slurm = {"cluster": {"launcher": "slurm", "slurm": {"partition": "long", "time_limit": "48:00:00"}}}
+    b = write_spec(patched(BASE_SPEC, slurm), "b.yaml")
+    proc = run_cli_here("diff", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert '- [launcher] cluster.launcher: "ray"' in lines and '+ [launcher] cluster.launcher: "slurm"' in lines
+    assert '+ [launcher] cluster.slurm.partition: "long"' in lines
+    assert not any("no difference" in line for line in lines)
+    data = run_cli_here("diff", str(a), str(b), "--format", "json")
+    import json
+
+    changes = json.loads(data.stdout)
+    assert not changes["same"]
+    assert {"layer": "launcher", "key": "cluster.launcher", "a": 'cluster.launcher: "ray"',
+            "b": 'cluster.launcher: "slurm"'} in changes["differences"]
+
+
+def test_diff_on_a_backend_the_spec_does_not_compile_for_says_so():
+    spec = str(SPECS / "qwen3-8b.yaml")  # per-step KV scales: refused on SGLang (KV007)
+    proc = run_cli_here("diff", spec, "-b", "fsdp+vllm", "-b", "fsdp+sglang")
+    assert proc.returncode == 1
+    assert "KV007" in proc.stderr and "nothing written" not in proc.stderr
+    assert "does not compile for fsdp+sglang, so there is nothing to compare" in proc.stderr

@@ -195,6 +195,7 @@ def _sbatch(spec, script: str) -> list[str]:
                 f"--gpus-per-node={hw.gpus_per_node}", "--exclusive", f"--time={s.time_limit}"]
     expected += [f"--partition={s.partition}"] if s.partition else []
     expected += [f"--account={s.account}"] if s.account else []
+    expected += ["--output=../%x-%j.out"]  # Slurm's log beside the bundle, not in it
     expected += list(s.extra_sbatch)
     words = sbatch_directives(script)
     return [] if words == expected else [f"slurm.sbatch's #SBATCH words are {words!r}, expected {expected!r}"]

@@ -21,6 +21,10 @@ def record(name):
 RAY = _RECORD + r'''
 record("ray")
 args = sys.argv[1:]
+if "--runtime-env" in args:  # what the job would get: the file may be a temporary one, gone after the script
+    with open(args[args.index("--runtime-env") + 1], encoding="utf-8") as env_file, \
+            open(os.environ["STUB_LOG"], "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"cmd": "ray-runtime-env", "text": env_file.read(), "cwd": os.getcwd()}) + "\n")
 if args[:2] == ["job", "submit"]:
     entry = args[args.index("--") + 1:]
     which = "preflight" if any(a.endswith("preflight.py") for a in entry) else "training"
@@ -99,7 +103,8 @@ def install(bin_dir: Path, python: str) -> None:
 
 
 def env_with_stubs(bin_dir: Path, log: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_"))}
+    # no credential of the machine running the tests either: the scripts pass those on when set
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_", "WANDB_"))}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["STUB_LOG"] = str(log)
     env.update(extra)

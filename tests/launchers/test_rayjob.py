@@ -182,7 +182,8 @@ def test_hostile_values_stay_data(write_spec, tmp_path):
         "image": image, "namespace": "rl-team", "ray_version": "2.49.1", "worker_cpus": "96",
         "worker_memory": "1500Gi", "extra_overrides": [override],
         "volumes": [{"name": "models", "mount_path": "/models", "host_path": "/mnt/my models: x"},
-                    {"name": "data", "mount_path": "/data", "pvc": "rl.data"}]}}})
+                    {"name": "data", "mount_path": "/data", "pvc": "rl.data"},
+                    {"name": "ckpt", "mount_path": "/shared", "pvc": "ckpt"}]}}})
     bundle = compile_bundle(write_spec(data), tmp_path / "out")
     docs = documents(bundle)
     job = docs["RayJob"]
@@ -248,7 +249,8 @@ def test_no_rayjob_without_a_known_image(write_spec, tmp_path):
     assert "not generated: verl publishes no image for vllm\n    0.33.0" in (bundle / "README.md").read_text()
     named = patched(BASE_SPEC, {"name": "v033k", "stack": {"vllm": "0.33.0"}, "cluster": {
         "launcher": "kuberay", "kuberay": {"image": "registry.example/verl:v033", "volumes": [
-            {"name": "m", "mount_path": "/models", "pvc": "m"}, {"name": "d", "mount_path": "/data", "pvc": "d"}]}}})
+            {"name": "m", "mount_path": "/models", "pvc": "m"}, {"name": "d", "mount_path": "/data", "pvc": "d"},
+            {"name": "c", "mount_path": "/shared", "pvc": "c"}]}}})
     job = documents(compile_bundle(write_spec(named, "k.yaml"), tmp_path / "b"))["RayJob"]
     assert errors(job) == []
     assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == \

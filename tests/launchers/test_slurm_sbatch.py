@@ -79,7 +79,8 @@ def test_two_nodes_of_eight_gpus(sbatch, bundle_30b):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (directives,) = [c["argv"] for c in calls if c["cmd"] == "#SBATCH"]
     assert directives == ["--job-name=qwen3-30b-a3b-fp8-e2e", "--nodes=2", "--ntasks-per-node=1",
-                          "--gpus-per-node=8", "--exclusive", "--time=48:00:00", "--partition=gpu"]
+                          "--gpus-per-node=8", "--exclusive", "--time=48:00:00", "--partition=gpu",
+                          "--output=../%x-%j.out"]
     sruns = srun_commands(calls)
     starts = [(o, cmd) for o, cmd in sruns if cmd[:2] == ["ray", "start"]]
     heads = [(o, cmd) for o, cmd in starts if "--head" in cmd]
@@ -148,7 +149,7 @@ def test_slurm_settings_from_the_spec(sbatch, write_spec, tmp_path):
     (directives,) = [c["argv"] for c in calls if c["cmd"] == "#SBATCH"]
     assert directives == ["--job-name=slurm-x", "--nodes=4", "--ntasks-per-node=1", "--gpus-per-node=4",
                           "--exclusive", "--time=2-00:00:00", "--partition=h100-long", "--account=rl_team",
-                          "--qos=high", "--exclude=node[01-04]"]
+                          "--output=../%x-%j.out", "--qos=high", "--exclude=node[01-04]"]
     starts = [(o, cmd) for o, cmd in srun_commands(calls) if cmd[:2] == ["ray", "start"]]
     assert sorted(o["-w"] for o, _ in starts) == ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
     assert [flag(cmd, "--num-gpus") for _, cmd in starts] == ["4", "4", "4", "4"]

@@ -152,8 +152,14 @@ def test_the_pods_shared_memory_volume_is_not_taken_twice(volume):
     assert [d for d in errors if "shared-memory volume" in d.message], errors
 
 
+# every path of the base spec on a volume, the checkpoint folder on a writable one (rules CLU002, CLU003)
+MOUNTED = [{"name": "models", "mount_path": "/models", "pvc": "m"}, {"name": "data", "mount_path": "/data", "pvc": "d"},
+           {"name": "shared", "mount_path": "/shared", "pvc": "s"}]
+
+
 def _secret(env: str) -> dict:
-    return {"cluster": {"launcher": "kuberay", "kuberay": {"secret_env": [{"env": env, "secret": "s", "key": "k"}]}}}
+    return {"cluster": {"launcher": "kuberay", "kuberay": {"volumes": MOUNTED,
+                                                          "secret_env": [{"env": env, "secret": "s", "key": "k"}]}}}
 
 
 @pytest.mark.parametrize("env", ["PATH", "PYTHONPATH", "RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR",
@@ -180,7 +186,7 @@ def test_a_configmap_over_the_kubernetes_limit_is_refused(tmp_path, write_spec):
     """R09: a 900 KB reward file made a 1,072,400-byte ConfigMap."""
     (tmp_path / "big.py").write_text("def compute_score(*a, **k):\n    return 0.0\n" + ("# " + "x" * 1021 + "\n") * 880)
     spec = write_spec(patched(BASE_SPEC, {"reward": {"custom_function": {"path": "big.py"}},
-                                          "cluster": {"launcher": "kuberay"}}))
+                                          "cluster": {"launcher": "kuberay", "kuberay": {"volumes": MOUNTED}}}))
     proc = run_cli_here("compile", str(spec), "-o", str(tmp_path / "out"))
     assert proc.returncode == 1, proc.stderr
     assert "Kubernetes refuses more than 1048576" in proc.stderr and "nothing written" in proc.stderr

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from fp8spec.rules.examples import Examples
 from fp8spec.rules.kv_cache import bf16_kv, static_kv_fix
+from fp8spec.rules.memory import no_memory_plan
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule, rule_hint
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     "accept it, or use vLLM (FA3 applies the q scale), or kv_cache.dtype: bf16",
     needs_model=False,
     engine="sglang",
+    scope="engine",
     examples=Examples(
         bad={"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "fp8_e4m3"}},
         good={"rollout": {"engine": "sglang"}, "kv_cache": {"dtype": "bf16"}},
@@ -97,6 +99,7 @@ def kv_scales_flashinfer_sglang(ctx: ResolvedSpec) -> Iterator[Finding]:
     "use linear.scale_dtype: fp32 with SGLang on Hopper",
     needs_model=False,
     engine="sglang",
+    scope="engine",
     examples=Examples(
         bad={"rollout": {"engine": "sglang"}, "linear": {"scale_dtype": "ue8m0"}},
         good={"rollout": {"engine": "sglang"}, "linear": {"scale_dtype": "fp32"}},
@@ -190,6 +193,7 @@ def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
     "H200: 257 ran all 256 at once), or accept it",
     engine="sglang",
     acknowledgeable=True,
+    skip_when=no_memory_plan,
     examples=Examples(
         bad={
             "rollout": {"engine": "sglang", "n": 8, "max_num_seqs": 64, "max_response_length": 2048},

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     "use kv_cache.dtype: fp8_e4m3",
     needs_model=False,
     engine="vllm",
+    scope="engine",
     examples=Examples(
         bad={"kv_cache": {"dtype": "fp8_e5m2"}}, good={"kv_cache": {"dtype": "fp8_e4m3"}}, message="fp8_e5m2"
     ),
@@ -94,6 +95,7 @@ def kv_scales_flashinfer_vllm(ctx: ResolvedSpec) -> Iterator[Finding]:
     "set linear.scale_dtype: ue8m0 on Blackwell",
     needs_model=False,
     engine="vllm",
+    scope="engine",
     examples=Examples(
         bad={"hardware": {"gpu": "b200"}},
         good={"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}},
@@ -121,6 +123,7 @@ def vllm_blackwell_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
     "raise rollout.max_num_batched_tokens to at least rollout.max_num_seqs, or lower max_num_seqs",
     needs_model=False,
     engine="vllm",
+    scope="engine",
     examples=Examples(
         bad={"rollout": {"max_num_batched_tokens": 128}},
         good={"rollout": {"max_num_batched_tokens": 256}},

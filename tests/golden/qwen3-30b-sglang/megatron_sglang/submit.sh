@@ -7,6 +7,11 @@
 # is submitted only when it passed. Both jobs get runtime_env.yaml (working_dir, the FP8 env vars and, when
 # the bundle needs it, the runtime patch set in lib/ as py_modules): nothing is installed on the nodes.
 #
+# Credentials: WANDB_API_KEY (the spec's loggers need it), when set in this shell, goes to both
+# jobs through a copy of runtime_env.yaml made for this submission outside the bundle and removed on exit: never
+# written into the bundle. Ray keeps a job's runtime env with the job (`ray job list` shows it); where that is
+# not acceptable, run `wandb login` on the nodes instead. The preflight job fails when the jobs see neither.
+#
 # usage: bash submit.sh [options] [-- extra Hydra overrides for launch.sh]
 #   --address URL      Ray dashboard address (default: the spec's cluster.address, http://ray-head:8265)
 #   --id-suffix TEXT   append -TEXT to the submission ids (Ray refuses an id twice: use it to resubmit)
@@ -64,8 +69,19 @@ else
   die "working_dir $wd does not contain this bundle ($bundle); Ray would not upload launch.sh"
 fi
 
+runtime_env=runtime_env.yaml
+if [[ -n ${WANDB_API_KEY:-} ]]; then
+  [[ $WANDB_API_KEY =~ ^[A-Za-z0-9._-]+$ ]] || die "WANDB_API_KEY holds characters no API key has"
+  if [[ $runtime_env == runtime_env.yaml ]]; then
+    runtime_env=$(mktemp "${TMPDIR:-/tmp}/fp8spec-runtime-env.XXXXXX") || die "cannot make a temporary file"
+    trap 'rm -f "$runtime_env"' EXIT
+    grep -v '^  {}$' runtime_env.yaml > "$runtime_env"
+  fi
+  printf "  WANDB_API_KEY: '%s'\n" "$WANDB_API_KEY" >> "$runtime_env"
+fi
+
 echo "submit.sh: preflight job $preflight_id on $address"
-if ! ray job submit --address "$address" --submission-id "$preflight_id" --runtime-env runtime_env.yaml \
+if ! ray job submit --address "$address" --submission-id "$preflight_id" --runtime-env "$runtime_env" \
     -- python3 "$in_wd/preflight.py" ${preflight_args[@]+"${preflight_args[@]}"}; then
   echo "submit.sh: the preflight job did not pass (its output is above); the training job was NOT submitted" >&2
   exit 1
@@ -85,5 +101,5 @@ if ((preflight_only)); then
 fi
 
 echo "submit.sh: training job $submission_id on $address"
-ray job submit --address "$address" --submission-id "$submission_id" --runtime-env runtime_env.yaml \
+ray job submit --address "$address" --submission-id "$submission_id" --runtime-env "$runtime_env" \
   ${wait_args[@]+"${wait_args[@]}"} -- bash "$in_wd/launch.sh" ${launch_args[@]+"${launch_args[@]}"}

@@ -64,8 +64,10 @@ else
   die "working_dir $wd does not contain this bundle ($bundle); Ray would not upload launch.sh"
 fi
 
+runtime_env=runtime_env.yaml
+
 echo "submit.sh: preflight job $preflight_id on $address"
-if ! ray job submit --address "$address" --submission-id "$preflight_id" --runtime-env runtime_env.yaml \
+if ! ray job submit --address "$address" --submission-id "$preflight_id" --runtime-env "$runtime_env" \
     -- python3 "$in_wd/preflight.py" ${preflight_args[@]+"${preflight_args[@]}"}; then
   echo "submit.sh: the preflight job did not pass (its output is above); the training job was NOT submitted" >&2
   exit 1
@@ -85,5 +87,5 @@ if ((preflight_only)); then
 fi
 
 echo "submit.sh: training job $submission_id on $address"
-ray job submit --address "$address" --submission-id "$submission_id" --runtime-env runtime_env.yaml \
+ray job submit --address "$address" --submission-id "$submission_id" --runtime-env "$runtime_env" \
   ${wait_args[@]+"${wait_args[@]}"} -- bash "$in_wd/launch.sh" ${launch_args[@]+"${launch_args[@]}"}
