@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
 from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, base_spec  # noqa: F401 (re-exported to the tests)
+
+# Ray >= 2.60 turns token authentication on for a new local cluster (`ray.init()` without an address) and writes
+# ~/.ray/auth_token; every later `ray start` on the machine then enables it too, and the loopback heads the tests
+# start refuse the bundles' jobs ("Authentication token is missing"). The tests' clusters run without it: set
+# here, before any test starts Ray, so every process the suite starts inherits it.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"
