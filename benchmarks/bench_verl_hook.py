@@ -66,11 +66,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fp8spec.runtime import blockquant as bq  # noqa: E402
-from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
-from fp8spec.runtime import flat_launcher as fl  # noqa: E402
-from fp8spec.runtime import flat_bucket, verl_patch  # noqa: E402
-from fp8spec.runtime.flat_bucket import ENGINE  # noqa: E402
+from fp8spec.runtime.quantization import blockquant as bq  # noqa: E402
+from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
+from fp8spec.runtime.quantization import flat_launcher as fl  # noqa: E402
+from fp8spec.runtime.quantization import flat_bucket
+from fp8spec.runtime import verl_patch  # noqa: E402
+from fp8spec.runtime.quantization.flat_bucket import ENGINE  # noqa: E402
 from fp8spec.runtime.settings import QuantSettings  # noqa: E402
 
 BLOCK = (128, 128)

@@ -11,7 +11,7 @@ Per case, one process per engine (``--one``):
   default) while ``update_weights_from_ipc`` runs in the engine: verl's receiver, verl's ``quant_weights``
   (``scaled_fp8_blockwise``) and vLLM's ``load_weights`` + verl's post-load processing. Three syncs, timed.
 * ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (one launch per bucket).
-* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.direct_sync_hook``: each
+* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.weight_sync.receiver.direct_sync_hook``: each
   bucket quantized straight into the engine's parameters, the rest through verl's receiver).
 * ``fresh`` (tiny cases and Qwen3-8B): a new engine that loads the same weights from an FP8 checkpoint written by the driver
   with verl's own ``scaled_fp8_blockwise`` (``weight`` e4m3 + ``weight_scale_inv``), i.e. without any sync.
@@ -181,7 +181,7 @@ def write_fp8_checkpoint(cfg: dict, weights, folder: Path, quantizer: str = "ver
     from safetensors.torch import save_file
     from verl.utils.kernel.fp8_kernel import scaled_fp8_blockwise
 
-    from fp8spec.runtime.blockquant import quantize_blockwise
+    from fp8spec.runtime.quantization.blockquant import quantize_blockwise
 
     tensors, stats = {}, {"codes": 0, "codes_differ": 0, "scales": 0, "scales_differ": 0,
                           "max_scale_rel_diff": 0.0}
@@ -240,10 +240,11 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         # (FP8SPEC_FUSED_SEND in this process's environment, set by main(); with direct_sync only), which installs
         # it before sync_timing as a bundle does; importing the module above ran those hooks
         if os.environ.get("WS_SYNC_TIMING", "0") == "1":  # the trainer side's split, one line per sync
-            from fp8spec.runtime.sync_timing import patch_bucket_sender
+            from fp8spec.runtime.weight_sync.sender.sync_timing import patch_bucket_sender
 
             patch_bucket_sender(transfer)  # idempotent: the runtime already did it on the patch and direct paths
-        from fp8spec.runtime import fused_send, gather_copy, kept_buffer, sync_timing
+        from fp8spec.runtime.weight_sync.sender import fused_send, gather_copy, sync_timing
+        from fp8spec.runtime import kept_buffer
 
         cls = transfer.BucketedWeightSender
         record["fused_send"] = bool(getattr(cls, fused_send.FLAG, False))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from .envs import (
+from fp8spec.runtime.envs import (
     FUSED_SEND,
     RUNTIME_PATCHES,
     SEND_CAST_BF16,
@@ -21,7 +21,7 @@ from .envs import (
     SEND_TABLE,
     check_environment,
 )
-from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
+from fp8spec.runtime.manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -51,7 +51,7 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
     new = [p for p in names if p not in _ACTIVE]
     if not new:
         return active_patches()
-    from . import _importhook, log, version_guard
+    from fp8spec.runtime import _importhook, log, version_guard
 
     check_environment(set(new))  # a malformed knob fails here, in every worker, naming the variable
     log.install()
@@ -60,15 +60,15 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
         version_guard.require("verl", ",".join(new))
     _ACTIVE.update(new)
 
-    from . import verl_patch
-    from .settings import QuantSettings
+    from fp8spec.runtime import verl_patch
+    from fp8spec.runtime.settings import QuantSettings
 
     if "kv_scales" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers)
 
         def _vllm_ext(mod):
             version_guard.require("vllm", "kv_scales")
-            from .engines.vllm_kv import patch_verl_worker_extension
+            from fp8spec.runtime.kv_scales.vllm_kv import patch_verl_worker_extension
 
             patch_verl_worker_extension(mod)
 
@@ -78,19 +78,19 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         def _direct(mod):
             version_guard.require("vllm", "direct_sync")
-            from .direct_sync_hook import patch_worker_extension
+            from fp8spec.runtime.weight_sync.receiver.direct_sync_hook import patch_worker_extension
 
             patch_worker_extension(mod)
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
 
         if SEND_KEEP_BUFFER.read():  # first: the patches below wrap the methods they find
-            from .kept_buffer import patch_bucket_transfer
+            from fp8spec.runtime.kept_buffer import patch_bucket_transfer
 
             _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_transfer)
 
         def _lazy(mod):  # views built only for what verl's loader still takes; before the wrapper below
-            from .lazy_receive import patch_bucket_receiver_lazy
+            from fp8spec.runtime.weight_sync.receiver.lazy_receive import patch_bucket_receiver_lazy
 
             patch_bucket_receiver_lazy(mod)
 
@@ -102,12 +102,12 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
         )
 
     if "mbridge_compat" in new:
-        from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
+        from fp8spec.runtime.trainer.mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
 
         _importhook.when_imported(MOD_MBRIDGE_UTIL, patch_mbridge_util)
 
     if "te_extra_state_compat" in new:
-        from .te_extra_state_compat import MOD_MEGATRON_TE, patch_megatron_te
+        from fp8spec.runtime.trainer.te_extra_state_compat import MOD_MEGATRON_TE, patch_megatron_te
 
         _importhook.when_imported(MOD_MEGATRON_TE, patch_megatron_te)
 
@@ -120,7 +120,7 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
             version_guard.require("verl", "direct_sync (FP8SPEC_FUSED_SEND)")
             import torch
 
-            from .fused_send import patch_bucket_sender_fused
+            from fp8spec.runtime.weight_sync.sender.fused_send import patch_bucket_sender_fused
 
             patch_bucket_sender_fused(
                 mod,
@@ -134,7 +134,7 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
     if {"fast_block_quant", "direct_sync"} & set(new):
         # the trainer's side of each sync in one log line (verl's bucket sender: trainer processes only)
-        from .sync_timing import patch_bucket_sender
+        from fp8spec.runtime.weight_sync.sender.sync_timing import patch_bucket_sender
 
         _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_sender)
 

@@ -19,13 +19,12 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
    model config is built; the env var covers more processes, so bundles use it.)
 3. Engine-specific registration, which each engine's folder in the compiler declares (fp8spec/engines/<name>/:
    SGLang's ``--custom-weight-loader SGLANG_KV_LOADER`` for kv_scales) and, for vLLM without verl, the
-   ``vllm.general_plugins`` entry point ``fp8spec_runtime = fp8spec.runtime.engines.vllm_plugin:register``
+   ``vllm.general_plugins`` entry point ``fp8spec_runtime = fp8spec.runtime.vllm_plugin:register``
    (loaded in every vLLM process, ``vllm/plugins/__init__.py`` ``DEFAULT_PLUGINS_GROUP``).
 """
 
 from fp8spec import __version__
-
-from .envs import env_defaults, env_help
+from fp8spec.runtime.envs import env_defaults, env_help
 
 PATCHSET_NAME = "fp8spec-runtime"
 PATCHSET_VERSION = __version__  # the patch set is released with fp8spec: one version
@@ -42,13 +41,13 @@ KNOWN_VERSIONS = {
     "sglang": ("0.5.12", "0.5.23"),
 }
 
-SGLANG_KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
+SGLANG_KV_LOADER = "fp8spec.runtime.kv_scales.sglang_kv.load_kv_scales"
 VLLM_PLUGIN_ENTRY_POINT = (
     "vllm.general_plugins",
     "fp8spec_runtime",
-    "fp8spec.runtime.engines.vllm_plugin:register",
+    "fp8spec.runtime.vllm_plugin:register",
 )
-VLLM_WORKER_EXTENSION = "fp8spec.runtime.engines.vllm_kv.Fp8specKVScaleWorkerExtension"
+VLLM_WORKER_EXTENSION = "fp8spec.runtime.kv_scales.vllm_kv.Fp8specKVScaleWorkerExtension"
 
 PATCHES = {
     "kv_scales": {

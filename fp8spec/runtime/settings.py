@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import envs
-from .envs import Divisors
+from fp8spec.runtime import envs
+from fp8spec.runtime.envs import Divisors
 
 # QuantSettings switch -> its variable (BENCHMARKS.md section 3 has what each buys on an H200; the runtime README
 # what each costs)

@@ -54,12 +54,12 @@ from typing import Any, Callable
 
 import torch
 
-from . import blockquant
-from .flat_bucket import ENGINE, FlatBucketEngine, emit_flat
-from .kv_hooks import attach_kv_calibration
-from .settings import QuantSettings
-from .te_report import attach_te_report
-from .triton_blockquant import quantize_bucket
+from fp8spec.runtime.kv_scales.kv_hooks import attach_kv_calibration
+from fp8spec.runtime.quantization import blockquant
+from fp8spec.runtime.quantization.flat_bucket import ENGINE, FlatBucketEngine, emit_flat
+from fp8spec.runtime.quantization.triton_blockquant import quantize_bucket
+from fp8spec.runtime.settings import QuantSettings
+from fp8spec.runtime.trainer.te_report import attach_te_report
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def patch_vllm_quant(module: ModuleType, settings: QuantSettings, engine: FlatBu
     module.quant_weights = make_vllm_quant_weights(module, settings, engine)  # type: ignore[attr-defined]
     engine.set_output_policy(settings)
     if settings.flat_buckets and settings.backend != "reference":
-        from . import _importhook
+        from fp8spec.runtime import _importhook
 
         _importhook.when_imported(
             MOD_BUCKET_TRANSFER, functools.partial(patch_bucket_receiver, engine=engine)

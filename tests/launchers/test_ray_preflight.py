@@ -164,7 +164,7 @@ def test_changed_patch_set_file_fails(ray_head, bundle):
     proc = submit(ray_head, bundle, "--skip-gpu-checks", "--id-suffix", "lib")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = rows_by_check(result_of(proc))["runtime fp8spec.runtime"]
-    assert row["status"] == "FAIL" and "(differs: fp8spec/runtime/blockquant.py)" in row["found"]
+    assert row["status"] == "FAIL" and "(differs: fp8spec/runtime/quantization/blockquant.py)" in row["found"]
     assert "training job was NOT submitted" in proc.stderr
 
 

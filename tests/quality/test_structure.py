@@ -6,7 +6,7 @@
   registers all rules, and each rule module imports the registry's ``@rule`` decorator. Imports under
   ``if TYPE_CHECKING:`` never run and are not counted; imports inside functions run when called and are counted.
 - The runtime patch set imports nothing from fp8spec outside ``fp8spec.runtime`` (a bundle ships only it).
-- No rollout engine's name is compared outside the engines' folders (fp8spec/engines/, fp8spec/runtime/engines/):
+- No rollout engine's name is compared outside the engines' folders (fp8spec/engines/, fp8spec/runtime/kv_scales/):
   rules, compiler and planner ask the engine object.
 """
 

@@ -150,7 +150,7 @@ def test_import_hook_fires_after_module_body(tmp_path, monkeypatch):
 
 
 def test_vllm_plugin_register_activates_from_env(monkeypatch):
-    from fp8spec.runtime.engines import vllm_plugin
+    from fp8spec.runtime import vllm_plugin
 
     monkeypatch.setattr(rt, "_ACTIVE", set())
     monkeypatch.delenv("FP8SPEC_RUNTIME_PATCHES", raising=False)

@@ -4,7 +4,7 @@ import zlib
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
+from fp8spec.runtime.quantization import blockquant as bq
 
 from ._fp8ref import check_quantization
 

@@ -12,9 +12,9 @@ import types
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
 from fp8spec.runtime import verl_patch
-from fp8spec.runtime.engines import sglang_kv, vllm_kv
+from fp8spec.runtime.kv_scales import sglang_kv, vllm_kv
+from fp8spec.runtime.quantization import blockquant as bq
 from fp8spec.runtime.settings import QuantSettings
 
 # ----------------------------------------------------------------------------------------- vLLM

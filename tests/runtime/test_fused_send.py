@@ -1,4 +1,4 @@
-"""The fused bucket fill (fp8spec/runtime/fused_send.py) against verl 0.9.1's own sender, on verl's real receiver.
+"""The fused bucket fill (runtime/weight_sync/sender/fused_send.py) against verl 0.9.1's own sender, on verl's real receiver.
 
 As in test_sync_timing.py: verl's ``bucketed_weight_transfer`` module loaded from its file, the real sender and
 receiver over a real zmq ipc socket in shared-memory mode (their CPU path), the receiver in a thread. Each case
@@ -16,7 +16,8 @@ import threading
 import pytest
 import torch
 
-from fp8spec.runtime import fused_send, lazy_receive, sync_timing
+from fp8spec.runtime.weight_sync.receiver import lazy_receive
+from fp8spec.runtime.weight_sync.sender import fused_send, sync_timing
 
 from .test_activation import _run
 from .test_sync_timing import MOD, CpuDevice, _module
@@ -225,7 +226,7 @@ def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table, packed):
     fused_send.patch_bucket_sender_fused(mod, table=table, packed=packed)
     sync_timing.patch_bucket_sender(mod)
     weights = _weights()
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.sync_timing")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.sender.sync_timing")
     before = fused_send.gather_copy.STATS["tensors"]
     sender, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name="timed")
     st = sender._fp8spec_send_times
@@ -363,7 +364,8 @@ def test_a_tensor_larger_than_a_half_gets_the_whole_buffer_once_nothing_is_in_fl
 def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
     code = """
 import json, fp8spec.runtime as rt
-from fp8spec.runtime import _importhook, fused_send
+from fp8spec.runtime import _importhook
+from fp8spec.runtime.weight_sync.sender import fused_send
 seen = []
 fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None, packed=False: (
     seen.append([pipeline, table, str(cast), packed]))

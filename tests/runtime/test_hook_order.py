@@ -14,16 +14,16 @@ from fp8spec.runtime import _importhook, manifest, version_guard
 INSTALLERS = {
     "kv_trainer": ("fp8spec.runtime.verl_patch", "patch_engine_workers"),
     "te_report": ("fp8spec.runtime.verl_patch", "patch_engine_workers_te_report"),
-    "kv_vllm_extension": ("fp8spec.runtime.engines.vllm_kv", "patch_verl_worker_extension"),
-    "direct_extension": ("fp8spec.runtime.direct_sync_hook", "patch_worker_extension"),
-    "lazy_receive": ("fp8spec.runtime.lazy_receive", "patch_bucket_receiver_lazy"),
+    "kv_vllm_extension": ("fp8spec.runtime.kv_scales.vllm_kv", "patch_verl_worker_extension"),
+    "direct_extension": ("fp8spec.runtime.weight_sync.receiver.direct_sync_hook", "patch_worker_extension"),
+    "lazy_receive": ("fp8spec.runtime.weight_sync.receiver.lazy_receive", "patch_bucket_receiver_lazy"),
     "flat_receive": ("fp8spec.runtime.verl_patch", "patch_bucket_receiver"),
-    "fused_send": ("fp8spec.runtime.fused_send", "patch_bucket_sender_fused"),
-    "sync_timing": ("fp8spec.runtime.sync_timing", "patch_bucket_sender"),
+    "fused_send": ("fp8spec.runtime.weight_sync.sender.fused_send", "patch_bucket_sender_fused"),
+    "sync_timing": ("fp8spec.runtime.weight_sync.sender.sync_timing", "patch_bucket_sender"),
     "vllm_quant": ("fp8spec.runtime.verl_patch", "patch_vllm_quant"),
     "fp8_utils": ("fp8spec.runtime.verl_patch", "patch_fp8_utils"),
-    "mbridge": ("fp8spec.runtime.mbridge_compat", "patch_mbridge_util"),
-    "te_extra_state": ("fp8spec.runtime.te_extra_state_compat", "patch_megatron_te"),
+    "mbridge": ("fp8spec.runtime.trainer.mbridge_compat", "patch_mbridge_util"),
+    "te_extra_state": ("fp8spec.runtime.trainer.te_extra_state_compat", "patch_megatron_te"),
 }
 
 ENGINE_WORKERS = "verl.workers.engine_workers"

@@ -192,7 +192,7 @@ def _receiver_process(handle_prefix, n, conn):
     import torch
 
     from fp8spec.runtime import kept_buffer as kb
-    from fp8spec.runtime.lazy_receive import patch_bucket_receiver_lazy
+    from fp8spec.runtime.weight_sync.receiver.lazy_receive import patch_bucket_receiver_lazy
 
     from .test_sync_timing import _module as load
 
@@ -220,7 +220,7 @@ def test_gpu_three_syncs_over_cuda_ipc_with_one_buffer_and_one_mapping(tmp_path)
     import hashlib
     import multiprocessing as mp
 
-    from fp8spec.runtime.fused_send import patch_bucket_sender_fused
+    from fp8spec.runtime.weight_sync.sender.fused_send import patch_bucket_sender_fused
 
     mod = _module(torch.cuda)
     mod.is_support_ipc = lambda: True

@@ -1,4 +1,4 @@
-"""verl's bucket receiver with views built on access (fp8spec/runtime/lazy_receive.py), on verl 0.9.1's own sender.
+"""verl's bucket receiver with views built on access (runtime/weight_sync/receiver/lazy_receive.py), on verl 0.9.1's own sender.
 
 As in test_sync_timing.py: verl's ``bucketed_weight_transfer`` module loaded from its file, its real sender and
 receiver over a zmq ipc socket in shared-memory mode (the CPU path), the receiver in a thread. The lazy receiver
@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 
-from fp8spec.runtime import lazy_receive, verl_patch
+from fp8spec.runtime import verl_patch
+from fp8spec.runtime.weight_sync.receiver import lazy_receive
 
 from .test_fused_send import _equal, _weights
 from .test_sync_timing import MOD, CpuDevice, _module

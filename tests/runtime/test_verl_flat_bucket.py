@@ -25,11 +25,12 @@ import types
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
-from fp8spec.runtime import flat_bucket, verl_patch
-from fp8spec.runtime import flat_launcher as fl
-from fp8spec.runtime import triton_blockquant as tbq
-from fp8spec.runtime.flat_bucket import ENGINE
+from fp8spec.runtime import verl_patch
+from fp8spec.runtime.quantization import blockquant as bq
+from fp8spec.runtime.quantization import flat_bucket
+from fp8spec.runtime.quantization import flat_launcher as fl
+from fp8spec.runtime.quantization import triton_blockquant as tbq
+from fp8spec.runtime.quantization.flat_bucket import ENGINE
 from fp8spec.runtime.settings import FLAT_KNOBS, QuantSettings
 
 FMTS = ("fp32", "ue8m0", "ue8m0_fixed")

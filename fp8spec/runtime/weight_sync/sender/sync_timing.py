@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-log = logging.getLogger("fp8spec.runtime.sync_timing")
+log = logging.getLogger("fp8spec.runtime.weight_sync.sender.sync_timing")
 
 FLAG = "_fp8spec_sync_timing"
 GIB = float(1 << 30)
@@ -44,7 +44,7 @@ GIB = float(1 << 30)
 def _table_tensors() -> int:
     """The tensors the table fill copied in this process so far (gather_copy.STATS; imported here, at call time:
     verl's sender, the only caller, runs where torch is)."""
-    from . import gather_copy
+    from fp8spec.runtime.weight_sync.sender import gather_copy
 
     return gather_copy.STATS["tensors"]
 
@@ -158,7 +158,7 @@ def _add(part: str, seconds: float) -> None:
 
 def _time_table_launches() -> None:
     """Wrap ``gather_copy.launch`` (looked up by the fill at each call) to time its host side; once per process."""
-    from . import gather_copy
+    from fp8spec.runtime.weight_sync.sender import gather_copy
 
     if getattr(gather_copy.launch, FLAG, False):
         return

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .packed_meta import PackedMeta
+from fp8spec.runtime.weight_sync.packed_meta import PackedMeta
 
 FLAG = "_fp8spec_lazy_receive"
 # in a bucket message: its region stays untouched until the next message's ack

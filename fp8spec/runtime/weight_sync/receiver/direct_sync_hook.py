@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
-from .direct_sync import DirectSync
-from .direct_sync_plan import Planner
+from fp8spec.runtime.weight_sync.receiver.direct_sync import DirectSync
+from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import Planner
 
-log = logging.getLogger("fp8spec.runtime.direct_sync")
+log = logging.getLogger("fp8spec.runtime.weight_sync.receiver.direct_sync")
 
 MOD_VLLM_EXT = "verl.workers.rollout.vllm_rollout.utils"
 FLAG = "_fp8spec_direct_patched"
@@ -156,7 +156,7 @@ class DirectState:
             rank,
             size,
         )
-        from .envs import DIRECT_INTO_PARAMS, DIRECT_ROUND_IN_KERNEL
+        from fp8spec.runtime.envs import DIRECT_INTO_PARAMS, DIRECT_ROUND_IN_KERNEL
 
         return DirectSync(
             planner,
@@ -194,8 +194,8 @@ class DirectState:
         return rest
 
     def begin(self) -> None:
-        from .kept_buffer import STATS as KEPT
-        from .lazy_receive import STATS
+        from fp8spec.runtime.kept_buffer import STATS as KEPT
+        from fp8spec.runtime.weight_sync.receiver.lazy_receive import STATS
 
         self.syncs += 1
         self.new_sync = True
@@ -206,8 +206,8 @@ class DirectState:
         self.into_at = self.ds.stats["into_params"] if self.ds is not None else 0
 
     def end(self, seconds: float | None = None) -> dict:
-        from .kept_buffer import STATS as KEPT
-        from .lazy_receive import STATS
+        from fp8spec.runtime.kept_buffer import STATS as KEPT
+        from fp8spec.runtime.weight_sync.receiver.lazy_receive import STATS
 
         self.counts["early_acks"] = STATS["early_acks"] - self.early_acks_at
         mapped, reused = KEPT["mapped"] - self.kept_at[0], KEPT["map_reused"] - self.kept_at[1]
@@ -274,7 +274,7 @@ def patch_worker_extension(
     import time
 
     if engine is None:
-        from .flat_bucket import ENGINE as engine
+        from fp8spec.runtime.quantization.flat_bucket import ENGINE as engine
 
     cls = module.vLLMColocateWorkerExtension
     if getattr(cls, FLAG, False):

@@ -40,11 +40,11 @@ from typing import Any, Callable, cast
 
 import torch
 
-from . import blockquant
-from . import flat_launcher as _fl
-from . import triton_blockquant as _tbq
-from .bucket_plan import BucketPlan, make_flat_plan, same_device
-from .settings import QuantSettings
+from fp8spec.runtime.quantization import blockquant
+from fp8spec.runtime.quantization import flat_launcher as _fl
+from fp8spec.runtime.quantization import triton_blockquant as _tbq
+from fp8spec.runtime.quantization.bucket_plan import BucketPlan, make_flat_plan, same_device
+from fp8spec.runtime.settings import QuantSettings
 
 FLAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # (bucket dtype, quantization dtype) pairs the flat path casts on the whole buffer, as verl casts each tensor

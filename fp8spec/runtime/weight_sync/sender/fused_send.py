@@ -53,10 +53,10 @@ from typing import Any
 
 import torch
 
-from . import gather_copy
-from .lazy_receive import CAST, EARLY_ACK
-from .packed_meta import PackedMeta
-from .sync_timing import FLAG as TIMING_FLAG
+from fp8spec.runtime.weight_sync.packed_meta import PackedMeta
+from fp8spec.runtime.weight_sync.receiver.lazy_receive import CAST, EARLY_ACK
+from fp8spec.runtime.weight_sync.sender import gather_copy
+from fp8spec.runtime.weight_sync.sender.sync_timing import FLAG as TIMING_FLAG
 
 FLAG = "_fp8spec_fused_send"
 FLUSH_BYTES = 256 << 20  # source tensors a pending run may hold before it is written
