@@ -12,13 +12,8 @@ import functools
 from typing import TYPE_CHECKING
 
 from fp8spec.runtime.envs import (
-    FUSED_SEND,
     RUNTIME_PATCHES,
     SEND_CAST_BF16,
-    SEND_KEEP_BUFFER,
-    SEND_PACKED_META,
-    SEND_PIPELINE,
-    SEND_TABLE,
     check_environment,
 )
 from fp8spec.runtime.manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
@@ -84,11 +79,6 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
 
         _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
 
-        if SEND_KEEP_BUFFER.read():  # first: the patches below wrap the methods they find
-            from fp8spec.runtime.kept_buffer import patch_bucket_transfer
-
-            _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_transfer)
-
         def _lazy(mod):  # views built only for what verl's loader still takes; before the wrapper below
             from fp8spec.runtime.weight_sync.receiver.lazy_receive import patch_bucket_receiver_lazy
 
@@ -114,20 +104,20 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
     if "te_report" in new:
         _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
 
-    if "direct_sync" in new and FUSED_SEND.read():
+    if "direct_sync" in new:
         # before sync_timing, which wraps the send method it finds
         def _fused(mod):
-            version_guard.require("verl", "direct_sync (FP8SPEC_FUSED_SEND)")
+            version_guard.require("verl", "direct_sync (fused_send)")
             import torch
 
             from fp8spec.runtime.weight_sync.sender.fused_send import patch_bucket_sender_fused
 
             patch_bucket_sender_fused(
                 mod,
-                pipeline=SEND_PIPELINE.read(),
-                table=None if SEND_TABLE.read() else False,
+                pipeline=True,
+                table=None,
                 cast=torch.bfloat16 if SEND_CAST_BF16.read() else None,
-                packed=SEND_PACKED_META.read(),
+                packed=True,
             )
 
         _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)

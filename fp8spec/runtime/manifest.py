@@ -116,8 +116,7 @@ PATCHES = {
             "nothing). Refused by rule BLK006 with ue8m0 scales and where the engine's profile does not record it "
             "byte-exact in the real engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8); picked by auto "
             "where it also trained inside an RL loop with that trainer and kind of model (vLLM 0.24.0: FSDP, "
-            "dense or MoE). FP8SPEC_SEND_KEEP_BUFFER=1 keeps verl's bucket buffer and its CUDA IPC mapping between syncs "
-            "(one bucket held on each trainer GPU)."
+            "dense or MoE)."
         ),
         "side": ("engine-process quantizer (vLLM path)", "trainer-process sync timing line (sync_timing.py)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},

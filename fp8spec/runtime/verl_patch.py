@@ -33,8 +33,8 @@ Patches:
   vLLM worker, ``BucketedWeightReceiver`` (``bucketed_weight_transfer.py``) is wrapped so that
   ``quant_weights`` sees each received bucket's flat buffer and metadata and quantizes the bucket with
   one launch through a plan cached by layout (``flat_bucket``); the tensor-list path is the fallback. The
-  flat path's per-bucket host overhead is governed by ``settings.FLAT_KNOBS`` (lean pre-launch path and the
-  compiled kernel's runner on by default; pre-allocated / kept output memory opt-in; BENCHMARKS.md section 3).
+  flat path's per-bucket host overhead is cut by a lean pre-launch path and the compiled kernel's runner
+  (BENCHMARKS.md section 3).
 
 This module holds the installers (called by ``fp8spec.runtime.activate`` when their target module is imported);
 the trainer-side calibration is ``kv_hooks``, the flat-bucket engine ``flat_bucket``, the settings ``settings``.
@@ -161,7 +161,6 @@ def patch_vllm_quant(module: ModuleType, settings: QuantSettings, engine: FlatBu
     if getattr(module.quant_weights, "_fp8spec", None) is not None:
         return
     module.quant_weights = make_vllm_quant_weights(module, settings, engine)  # type: ignore[attr-defined]
-    engine.set_output_policy(settings)
     if settings.flat_buckets and settings.backend != "reference":
         from fp8spec.runtime import _importhook
 
@@ -201,15 +200,6 @@ def patch_bucket_receiver(module: ModuleType, engine: FlatBucketEngine = ENGINE,
     if getattr(cls, "_fp8spec_flat_patched", False):
         return
     orig_init_socket, orig_receive, orig_cleanup = cls._init_socket, cls.receive_weights, cls._cleanup
-    orig_init_buffer = cls._init_buffer
-
-    @functools.wraps(orig_init_buffer)
-    def _init_buffer(self):
-        # verl 0.9.1 (lines 316-330): receives the buffer handle, maps it and acks; the sender then
-        # fills the first bucket, which the receiver waits for (recv_pyobj, line 286)
-        orig_init_buffer(self)
-        if engine.output_policy["prealloc_outputs"] and not self.use_shm:
-            engine.prepare_outputs()
 
     @functools.wraps(orig_init_socket)
     def _init_socket(self):
@@ -248,7 +238,6 @@ def patch_bucket_receiver(module: ModuleType, engine: FlatBucketEngine = ENGINE,
             orig_cleanup(self)
 
     cls._init_socket = _init_socket
-    cls._init_buffer = _init_buffer
     cls.receive_weights = receive_weights
     cls._cleanup = _cleanup
     cls._fp8spec_flat_patched = True

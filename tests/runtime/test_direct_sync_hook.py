@@ -343,13 +343,12 @@ def _receiving_moe(dtype, seed):
     return params, weights, ref, model, ext_cls, _received(weights, bucket_size=2 << 20)
 
 
-@pytest.mark.parametrize("round_in_kernel", ["1", "0"])
-def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, round_in_kernel):
-    # FP8SPEC_DIRECT_ROUND_IN_KERNEL reaches the engine's DirectSync: float32 buckets rounded by the quantizer
-    # as it loads (1, the default) or through a cast copy of each bucket (0); the bytes are the same.
-    # FP8SPEC_DIRECT_INTO_PARAMS reaches it too (it acts on CUDA only: here the copy runs write either way)
-    monkeypatch.setenv("FP8SPEC_DIRECT_ROUND_IN_KERNEL", round_in_kernel)
-    monkeypatch.setenv("FP8SPEC_DIRECT_INTO_PARAMS", round_in_kernel)
+@pytest.mark.parametrize("old_switch", ["1", "0"])
+def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, old_switch):
+    # the engine's DirectSync always rounds float32 buckets in the quantizer as it loads and writes into the
+    # parameters where it can (it acts on CUDA only: here the copy runs write); the former switches do nothing
+    monkeypatch.setenv("FP8SPEC_DIRECT_ROUND_IN_KERNEL", old_switch)
+    monkeypatch.setenv("FP8SPEC_DIRECT_INTO_PARAMS", old_switch)
     params, weights, ref, model, ext_cls, buckets = _receiving_moe(torch.float32, 11)
     ext = ext_cls(model, buckets)
     ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
@@ -357,8 +356,8 @@ def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, round_
     _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
     ds = ext._fp8spec_direct.ds
     assert ds.stats["in_place"] == len(buckets) > 1
-    assert ds.stats["rounded_in_kernel"] == (len(buckets) if round_in_kernel == "1" else 0)
-    assert ds.into_params is (round_in_kernel == "1") and ds.stats["into_params"] == 0
+    assert ds.stats["rounded_in_kernel"] == len(buckets)
+    assert ds.into_params is True and ds.stats["into_params"] == 0
 
 
 def test_the_sync_line_counts_the_views_the_lazy_receiver_built(caplog):

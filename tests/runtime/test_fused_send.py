@@ -254,16 +254,14 @@ def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_l
     assert not getattr(mod.BucketedWeightSender, fused_send.FLAG, False)
 
 
-def test_activated_with_direct_sync_before_the_timing_line_unless_switched_off():
+def test_activated_with_direct_sync_before_the_timing_line():
     code = """
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook
 print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
                   'order': [getattr(c, '__qualname__', repr(c)) for c in _importhook._pending.get(%r, [])]}))
 """ % (MOD, MOD)
-    off = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})
-    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})  # on by default (BENCHMARKS.md 8.4, 8.6)
-    assert on["pending"] == off["pending"] + 1
+    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})  # always on
     fused_at = next(i for i, q in enumerate(on["order"]) if "_fused" in q)
     timing_at = next(i for i, q in enumerate(on["order"]) if q == "patch_bucket_sender")
     assert fused_at < timing_at, json.dumps(on)
@@ -361,7 +359,7 @@ def test_a_tensor_larger_than_a_half_gets_the_whole_buffer_once_nothing_is_in_fl
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
 
 
-def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
+def test_the_sender_gets_the_fused_fill_and_the_cast_switch_from_the_environment():
     code = """
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook
@@ -375,13 +373,12 @@ for hook in _importhook._pending.get(%r, []):
 print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    # the table fill: None = where the Triton kernel runs; the BF16 cast and the packed metadata on by default
+    # the table fill: None = where the Triton kernel runs; the pipeline, the BF16 cast and the packed metadata on
     assert _run(code, base)["seen"] == [[True, None, "torch.bfloat16", True]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "torch.bfloat16", True]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "torch.bfloat16", True]]
     assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="0"))["seen"] == [[True, None, "None", True]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="0"))["seen"] == [[True, None, "torch.bfloat16", False]]
-    assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
+    # the former switches of finished comparisons do nothing
+    old = dict.fromkeys(("FP8SPEC_FUSED_SEND", "FP8SPEC_SEND_PIPELINE", "FP8SPEC_SEND_TABLE", "FP8SPEC_SEND_PACKED_META"), "0")
+    assert _run(code, dict(base, **old))["seen"] == [[True, None, "torch.bfloat16", True]]
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """Pre-bound flat launches: one flat plan quantized again and again into fixed output buffers.
 
-``FP8SPEC_QUANT_FAST_LAUNCH``: the per-launch Python of ``kernel[grid](...)`` (argument binding,
+The per-launch Python of ``kernel[grid](...)`` (argument binding,
 specialization key string, cache lookup, globals check) is replaced, for a plan launched again and
 again into the same output buffers, by the compiled kernel's own launcher,
 ``CompiledKernel.__getitem__(grid)`` -> ``runner(*args)``, which Triton 3.x keeps for launching a

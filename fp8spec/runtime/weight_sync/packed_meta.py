@@ -12,7 +12,7 @@ It is a read-only ``Mapping`` of verl's shape: ``meta[name]`` is the dict verl's
 what it always got. fp8spec's receiver (``lazy_receive``) and the sender's timing line read the lists directly.
 It never carries a CUDA IPC handle: verl's large-weight path sends its own dict. Unpickling it imports this
 module, so both ends must have fp8spec's runtime importable (a bundle's workers do); the sender uses it only
-with ``FP8SPEC_SEND_PACKED_META``, within the ``direct_sync`` patch that installs fp8spec's receiver.
+within the ``direct_sync`` patch, which installs fp8spec's receiver.
 """
 
 from __future__ import annotations

@@ -115,7 +115,6 @@ class DirectState:
         self.new_sync = False
         self.counts = dict.fromkeys(COUNTS, 0)
         self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
-        self.kept_at = (0, 0)  # kept_buffer.STATS (mapped, map_reused) at the start of this sync
         self.into_at = 0  # the DirectSync's into_params count at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
@@ -156,15 +155,7 @@ class DirectState:
             rank,
             size,
         )
-        from fp8spec.runtime.envs import DIRECT_INTO_PARAMS, DIRECT_ROUND_IN_KERNEL
-
-        return DirectSync(
-            planner,
-            dtype,
-            on_left_out=self._left_out,
-            round_in_kernel=DIRECT_ROUND_IN_KERNEL.read(),
-            into_params=DIRECT_INTO_PARAMS.read(),
-        )
+        return DirectSync(planner, dtype, on_left_out=self._left_out, round_in_kernel=True, into_params=True)
 
     def _left_out(self, name: str, why: str) -> None:
         self.left_out.append(name)
@@ -194,7 +185,6 @@ class DirectState:
         return rest
 
     def begin(self) -> None:
-        from fp8spec.runtime.kept_buffer import STATS as KEPT
         from fp8spec.runtime.weight_sync.receiver.lazy_receive import STATS
 
         self.syncs += 1
@@ -202,26 +192,15 @@ class DirectState:
         self.counts = dict.fromkeys(COUNTS, 0)
         self.pending, self.pending_bytes = [], 0
         self.early_acks_at = STATS["early_acks"]
-        self.kept_at = (KEPT["mapped"], KEPT["map_reused"])
         self.into_at = self.ds.stats["into_params"] if self.ds is not None else 0
 
     def end(self, seconds: float | None = None) -> dict:
-        from fp8spec.runtime.kept_buffer import STATS as KEPT
         from fp8spec.runtime.weight_sync.receiver.lazy_receive import STATS
 
         self.counts["early_acks"] = STATS["early_acks"] - self.early_acks_at
-        mapped, reused = KEPT["mapped"] - self.kept_at[0], KEPT["map_reused"] - self.kept_at[1]
-        # the trainer's kept buffer (kept_buffer.py): mapped at this sync, or its mapping reused
-        kept = (
-            ", the trainer's kept buffer mapped"
-            if mapped
-            else ", the kept buffer's mapping reused"
-            if reused
-            else ""
-        )
         into = (self.ds.stats["into_params"] - self.into_at) if self.ds is not None else 0
-        if into:  # FP8SPEC_DIRECT_INTO_PARAMS: no staging outputs, no copy runs for these buckets
-            kept += f", {into} buckets quantized straight into the parameters"
+        # buckets quantized into the parameters: no staging outputs, no copy runs for them
+        kept = f", {into} buckets quantized straight into the parameters" if into else ""
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors written into the engine's parameters (%d quantized, %d "
             "copied), %d through verl's receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled "
