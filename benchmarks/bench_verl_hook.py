@@ -68,7 +68,7 @@ from fp8spec.runtime.quantization import blockquant as bq  # noqa: E402
 from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
 from fp8spec.runtime.quantization import flat_launcher as fl  # noqa: E402
 from fp8spec.runtime.quantization import flat_bucket
-from fp8spec.runtime import verl_patch  # noqa: E402
+from fp8spec.runtime.quantization import verl_quant  # noqa: E402
 from fp8spec.runtime.quantization.flat_bucket import ENGINE  # noqa: E402
 from fp8spec.runtime.settings import QuantSettings  # noqa: E402
 
@@ -189,7 +189,7 @@ def fake_quant_utils(fmt, fp8_names, knobs=None):
     settings = dataclasses.replace(QuantSettings.from_env({"fast_block_quant"}), scale_fmt=fmt)
     if knobs is not None:
         settings.update(knobs)
-    verl_patch.patch_vllm_quant(mod, settings)
+    verl_quant.patch_vllm_quant(mod, settings)
     mod.settings = settings
     return mod
 

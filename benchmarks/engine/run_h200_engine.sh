@@ -11,7 +11,7 @@
 #                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights;
 #                                             WS_SYNCS=N syncs per engine; WS_BREAKDOWN=1 per-stage timers;
 #                                             WS_BUCKET_MB bucket
-#                                             size (default 2048); WS_SYNC_TIMING=1 the sender split; WS_EAGER=0 CUDA graphs (as main_ppo);
+#                                             size (default 2048); WS_SYNC_TIMING=0 no sender split (default 1); WS_EAGER=0 CUDA graphs (as main_ppo);
 #                                             WS_SEND_CAST_BF16=1 float32 weights sent as BF16;
 #                                             WS_TIMEOUT seconds for the call, default 570)
 #

@@ -237,10 +237,10 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
 
         # the trainer side's fused bucket fill and its two-half pipeline, installed by the runtime itself with
         # direct_sync (before sync_timing, as in a bundle); importing the module above ran those hooks
-        if os.environ.get("WS_SYNC_TIMING", "0") == "1":  # the trainer side's split, one line per sync
+        if os.environ.get("WS_SYNC_TIMING", "1") == "1":  # the trainer side's split, one line per sync
             from fp8spec.runtime.weight_sync.sender.sync_timing import patch_bucket_sender
 
-            patch_bucket_sender(transfer)  # idempotent: the runtime already did it on the patch and direct paths
+            patch_bucket_sender(transfer)  # idempotent: the runtime did it where the patches name sync_timing
         from fp8spec.runtime.weight_sync.sender import fused_send, gather_copy, sync_timing
 
         cls = transfer.BucketedWeightSender
@@ -418,8 +418,9 @@ def main() -> int:
                             "--fresh-paths", ",".join(fresh)], env=base_env, check=True)
         for path in paths:
             env = dict(base_env)
-            if path in PATCH_ENV:
-                env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path]
+            if path in PATCH_ENV:  # with the trainer side's timing line (measurement) unless WS_SYNC_TIMING=0
+                timing = ",sync_timing" if os.environ.get("WS_SYNC_TIMING", "1") == "1" else ""
+                env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path] + timing
             # the runtime's own activation (direct path only), its defaults unless the probe is told otherwise
             if "WS_SEND_CAST_BF16" in os.environ:  # else the runtime's default
                 env["FP8SPEC_SEND_CAST_BF16"] = os.environ["WS_SEND_CAST_BF16"]

@@ -78,11 +78,7 @@ PATCHES = {
             "vLLM's DeepGEMM E8M0 re-quantization (default on Hopper, VLLM_USE_DEEP_GEMM_E8M0=1) is lossless "
             "instead of a second rounding."
         ),
-        "side": (
-            "engine-process quantizer (vLLM path)",
-            "trainer-process quantizer (SGLang path)",
-            "trainer-process sync timing line (sync_timing.py)",
-        ),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("ue8m0_scales"),
@@ -95,11 +91,7 @@ PATCHES = {
             "reused, launch through the compiled kernel's runner); on an H200 the hook reached 87.5 % (Qwen3-8B) "
             "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end with the default switches."
         ),
-        "side": (
-            "engine-process quantizer (vLLM path)",
-            "trainer-process quantizer (SGLang path)",
-            "trainer-process sync timing line (sync_timing.py)",
-        ),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("fast_block_quant"),
@@ -118,12 +110,27 @@ PATCHES = {
             "where it also trained inside an RL loop with that trainer and kind of model (vLLM 0.24.0: FSDP, "
             "dense or MoE)."
         ),
-        "side": ("engine-process quantizer (vLLM path)", "trainer-process sync timing line (sync_timing.py)"),
+        "side": (
+            "trainer-process bucket fill (vLLM path)",
+            "engine-process receiver and quantizer (vLLM path)",
+        ),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("direct_sync"),
         "env_notes": env_help("direct_sync"),
         "engine_args": {"vllm": {}, "sglang": {}},
+    },
+    "sync_timing": {
+        "description": (
+            "Measurement, never set by a compiled bundle: one log line per weight sync in the trainer splitting the "
+            "sync's time into the trainer's stream and bucket fill, the device waits and the engine's replies. It "
+            "wraps verl's bucket sender, replaces the device module verl's transfer module synchronizes through "
+            "and adds a gc callback for the process; add it to FP8SPEC_RUNTIME_PATCHES to measure a sync."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "env": env_defaults("sync_timing"),
     },
     "mbridge_compat": {
         "description": (

@@ -312,7 +312,7 @@ def test_a_large_uncovered_tensor_is_loaded_at_once_with_what_was_kept(monkeypat
 
 
 class ReceivingExt(Ext):
-    """As Ext, with each bucket handed over inside the receiver patch's context (verl_patch.patch_bucket_receiver
+    """As Ext, with each bucket handed over inside the receiver patch's context (flat_receive.patch_bucket_receiver
     wraps on_bucket_received in ``engine.received_bucket(buffer, meta, weights)``: the same list object)."""
 
     engine: FlatBucketEngine

@@ -254,17 +254,16 @@ def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_l
     assert not getattr(mod.BucketedWeightSender, fused_send.FLAG, False)
 
 
-def test_activated_with_direct_sync_before_the_timing_line():
+def test_activated_with_direct_sync_and_before_the_timing_line_only_when_that_is_asked_for():
     code = """
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook
-print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
-                  'order': [getattr(c, '__qualname__', repr(c)) for c in _importhook._pending.get(%r, [])]}))
-""" % (MOD, MOD)
-    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})  # always on
-    fused_at = next(i for i, q in enumerate(on["order"]) if "_fused" in q)
-    timing_at = next(i for i, q in enumerate(on["order"]) if q == "patch_bucket_sender")
-    assert fused_at < timing_at, json.dumps(on)
+print(json.dumps({'order': [c.hook.installer.rsplit('.', 2)[-2] for c in _importhook._pending.get(%r, [])]}))
+""" % (MOD,)
+    plain = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})  # always on
+    assert plain["order"] == ["lazy_receive", "flat_receive", "fused_send"], json.dumps(plain)
+    timed = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "sync_timing,direct_sync"})
+    assert timed["order"] == ["lazy_receive", "flat_receive", "fused_send", "sync_timing"], json.dumps(timed)
 
 
 # ----------------------------------------------------------------------------- the pipelined halves
@@ -368,7 +367,7 @@ seen = []
 fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None, packed=False: (
     seen.append([pipeline, table, str(cast), packed]))
 for hook in _importhook._pending.get(%r, []):
-    if '_fused' in getattr(hook, '__qualname__', ''):
+    if hook.hook.installer.endswith('fused_send.install'):
         hook(None)
 print(json.dumps({'seen': seen}))
 """ % (MOD,)

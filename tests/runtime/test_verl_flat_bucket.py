@@ -28,11 +28,12 @@ import torch
 
 from fp8spec.runtime import verl_patch
 from fp8spec.runtime.quantization import blockquant as bq
-from fp8spec.runtime.quantization import flat_bucket
+from fp8spec.runtime.quantization import flat_bucket, verl_quant
 from fp8spec.runtime.quantization import flat_launcher as fl
 from fp8spec.runtime.quantization import triton_blockquant as tbq
 from fp8spec.runtime.quantization.flat_bucket import ENGINE
 from fp8spec.runtime.settings import QuantSettings
+from fp8spec.runtime.weight_sync.receiver import flat_receive
 
 FMTS = ("fp32", "ue8m0", "ue8m0_fixed")
 
@@ -195,7 +196,7 @@ def hook(monkeypatch):
         if fmt != "fp32":
             monkeypatch.setenv("FP8SPEC_UE8M0_RULE", fmt)
         mod = fake_quant_module()
-        verl_patch.patch_vllm_quant(mod, dataclasses.replace(QuantSettings.from_env(patches), **switches))
+        verl_quant.patch_vllm_quant(mod, dataclasses.replace(QuantSettings.from_env(patches), **switches))
         return mod
 
     yield make
@@ -577,8 +578,8 @@ def test_receiver_patch_feeds_quant_weights(hook):
     def run(use_shm):
         events, seen = [], []
         transfer = fake_transfer_module(messages, {"handle-0": shared}, events)
-        verl_patch.patch_bucket_receiver(transfer)
-        verl_patch.patch_bucket_receiver(transfer)  # idempotent
+        flat_receive.patch_bucket_receiver(transfer)
+        flat_receive.patch_bucket_receiver(transfer)  # idempotent
 
         def on_bucket(weights, is_last):
             out = list(mod.quant_weights(list(weights), object(), qc))
@@ -606,10 +607,10 @@ def test_patch_vllm_quant_registers_receiver_hook(hook, monkeypatch):
     monkeypatch.setattr(_importhook, "when_imported", lambda name, cb: calls.append((name, cb)))
     hook()
     assert [(name, cb.func, cb.keywords) for name, cb in calls] == [
-        (verl_patch.MOD_BUCKET_TRANSFER, verl_patch.patch_bucket_receiver, {"engine": ENGINE})]
+        (verl_patch.MOD_BUCKET_TRANSFER, flat_receive.patch_bucket_receiver, {"engine": ENGINE})]
     calls.clear()
     mod = fake_quant_module()
-    verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(set()))  # reference backend: no flat path
+    verl_quant.patch_vllm_quant(mod, QuantSettings.from_env(set()))  # reference backend: no flat path
     assert calls == []
 
 

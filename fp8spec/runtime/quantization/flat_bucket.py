@@ -16,7 +16,7 @@ How a bucket reaches ``quant_weights`` in the vLLM worker (verl 0.9.1, IPC path)
   objects) -> load_quanted_weights (393, and 396 for an MTP drafter; vllm_quant_utils.py 439) ->
   list(weights) (452) -> quant_weights (453) -> model.load_weights (474).
 So the tensors quant_weights gets are views into one flat buffer whose layout the metadata describes. The
-receiver patch (``verl_patch.patch_bucket_receiver``) records the metadata message and the buffer
+receiver patch (``weight_sync.receiver.flat_receive.patch_bucket_receiver``) records the metadata message and the buffer
 (``FlatBucketEngine.received_bucket``); quant_weights then quantizes the selected tensors with ONE launch on
 that buffer, through a ``BucketPlan`` cached by layout (the metadata repeats every step).
 

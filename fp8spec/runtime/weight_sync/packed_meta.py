@@ -1,4 +1,4 @@
-"""A bucket's metadata as four lists instead of one dict per tensor (issue 23: the metadata's own cost).
+"""A bucket's metadata as four lists instead of one dict per tensor.
 
 verl 0.9.1's sender sends each bucket's layout as ``{"bucket_meta": {name: {"name", "shape": torch.Size,
 "dtype", "offset", "handle"}}}`` with ``send_pyobj`` and the receiver ``pickle.loads`` it

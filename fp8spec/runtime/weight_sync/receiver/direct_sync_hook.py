@@ -248,7 +248,7 @@ def patch_worker_extension(
 ) -> None:
     """Wrap ``vLLMColocateWorkerExtension`` in ``module`` (verl's vllm_rollout/utils.py); idempotent.
 
-    ``engine``: the ``FlatBucketEngine`` whose receiver patch (``verl_patch.patch_bucket_receiver``) exposes the
+    ``engine``: the ``FlatBucketEngine`` whose receiver patch (``flat_receive.patch_bucket_receiver``) exposes the
     bucket being received, so covered tensors are quantized where they lie in verl's buffer."""
     import time
 

@@ -1,4 +1,4 @@
-"""The trainer's bucket fill with a few copy launches per bucket instead of one per tensor (issue 23, item 3).
+"""The trainer's bucket fill with a few copy launches per bucket instead of one per tensor.
 
 verl 0.9.1's ``BucketedWeightSender.async_send_weights`` (``verl/workers/rollout/vllm_rollout/
 bucketed_weight_transfer.py`` 102-166) fills each bucket tensor by tensor: a slice, two views and a ``copy_`` per
@@ -53,6 +53,7 @@ from typing import Any
 
 import torch
 
+from fp8spec.runtime.envs import SEND_CAST_BF16
 from fp8spec.runtime.weight_sync.packed_meta import PackedMeta
 from fp8spec.runtime.weight_sync.receiver.lazy_receive import CAST, EARLY_ACK
 from fp8spec.runtime.weight_sync.sender import gather_copy
@@ -330,3 +331,10 @@ def patch_bucket_sender_fused(
 
     cls.async_send_weights = async_send_weights
     setattr(cls, FLAG, True)
+
+
+def install(module: ModuleType) -> None:
+    """The hook table's installer: the fused fill with its two-half pipeline, the table fill where Triton and CUDA
+    are, and the packed metadata; float32 weights sent as BF16 unless ``FP8SPEC_SEND_CAST_BF16=0``."""
+    cast = torch.bfloat16 if SEND_CAST_BF16.read() else None
+    patch_bucket_sender_fused(module, pipeline=True, table=None, cast=cast, packed=True)

@@ -14,7 +14,7 @@ those three points, per bucket, with no per-tensor work:
   two-half pipeline, fp8spec's receiver replies on receipt, so this is the engine's work the trainer's fill of the
   next bucket did not hide);
 * ``trainer stream + fill``: the rest: the host side of the trainer's generator and of the fill loop, split
-  further (session 17: on Qwen3-30B-A3B it is 0.09-0.13 s of a 0.12-0.16 s sync, 5-7 us per tensor on the H200's
+  further (on Qwen3-30B-A3B it is 0.09-0.13 s of a 0.12-0.16 s sync, 5-7 us per tensor on the H200's
   host where the fill's loop alone costs 2-3 us on the CPU machine) into what it holds per sync or per bucket:
   ``set-up`` (verl's ``_init_socket`` and ``_init_buffer``: the bucket's allocation and CUDA IPC handle, the
   receiver's reply), ``launches`` (the host side of the table fill's copy launches, ``gather_copy.launch``),
@@ -22,6 +22,10 @@ those three points, per bucket, with no per-tensor work:
   thread); what is left is the per-tensor loop.
 
 BENCHMARKS.md 9.1 is why: in the real 4B loop the engine received a sync in 0.50 s of 1.40 s.
+
+Measurement only: installed where ``sync_timing`` is named in ``FP8SPEC_RUNTIME_PATCHES`` (a compiled bundle never
+names it), since it replaces the ``get_torch_device`` of verl's transfer module and adds a gc callback to the
+process. ``direct_sync``'s own line per sync (engine side) is there either way.
 """
 
 from __future__ import annotations
