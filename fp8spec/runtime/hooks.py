@@ -65,12 +65,11 @@ class Hook:
         return "/".join(self.patches)
 
 
-RT = "fp8spec.runtime."
 HOOKS: tuple[Hook, ...] = (
     Hook(
         ("kv_scales",),
         MOD_ENGINE_WORKERS,
-        RT + "verl_patch.patch_engine_workers",
+        "fp8spec.runtime.verl_patch.patch_engine_workers",
         "trainer",
         1,
         ("ActorRolloutRefWorker.init_model",),
@@ -78,7 +77,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("te_report",),
         MOD_ENGINE_WORKERS,
-        RT + "verl_patch.patch_engine_workers_te_report",
+        "fp8spec.runtime.verl_patch.patch_engine_workers_te_report",
         "trainer",
         2,
         ("ActorRolloutRefWorker.init_model",),
@@ -87,7 +86,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("kv_scales",),
         MOD_VLLM_EXT,
-        RT + "kv_scales.vllm_kv.patch_verl_worker_extension",
+        "fp8spec.runtime.kv_scales.vllm_kv.patch_verl_worker_extension",
         "engine",
         1,
         (
@@ -100,7 +99,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("direct_sync",),
         MOD_VLLM_EXT,
-        RT + "weight_sync.receiver.direct_sync_hook.patch_worker_extension",
+        "fp8spec.runtime.weight_sync.receiver.direct_sync_hook.patch_worker_extension",
         "engine",
         2,
         (
@@ -113,7 +112,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("direct_sync",),
         MOD_BUCKET_TRANSFER,
-        RT + "weight_sync.receiver.lazy_receive.patch_bucket_receiver_lazy",
+        "fp8spec.runtime.weight_sync.receiver.lazy_receive.patch_bucket_receiver_lazy",
         "engine",
         1,
         ("BucketedWeightReceiver.receive_weights",),
@@ -122,7 +121,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("direct_sync",),
         MOD_BUCKET_TRANSFER,
-        RT + "weight_sync.receiver.flat_receive.patch_bucket_receiver_quiet",
+        "fp8spec.runtime.weight_sync.receiver.flat_receive.patch_bucket_receiver_quiet",
         "engine",
         2,
         (
@@ -135,7 +134,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("direct_sync",),
         MOD_BUCKET_TRANSFER,
-        RT + "weight_sync.sender.fused_send.install",
+        "fp8spec.runtime.weight_sync.sender.fused_send.install",
         "trainer",
         3,
         ("BucketedWeightSender.async_send_weights",),
@@ -145,7 +144,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("sync_timing",),
         MOD_BUCKET_TRANSFER,
-        RT + "weight_sync.sender.sync_timing.patch_bucket_sender",
+        "fp8spec.runtime.weight_sync.sender.sync_timing.patch_bucket_sender",
         "trainer",
         4,
         (
@@ -161,7 +160,7 @@ HOOKS: tuple[Hook, ...] = (
         # fires flat_receive on the bucket module in turn (fast_block_quant's flat path)
         ("fast_block_quant", "ue8m0_scales"),
         MOD_VLLM_QUANT,
-        RT + "quantization.verl_quant.install_vllm_quant",
+        "fp8spec.runtime.quantization.verl_quant.install_vllm_quant",
         "engine",
         1,
         ("vllm_quant_utils.quant_weights",),
@@ -170,7 +169,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("fast_block_quant", "ue8m0_scales"),
         MOD_FP8_UTILS,
-        RT + "quantization.verl_quant.install_fp8_utils",
+        "fp8spec.runtime.quantization.verl_quant.install_fp8_utils",
         "trainer",
         1,
         ("FP8QuantizerHelper.quant_weights_by_name",),
@@ -178,7 +177,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("mbridge_compat",),
         MOD_MBRIDGE_UTIL,
-        RT + "trainer.mbridge_compat.patch_mbridge_util",
+        "fp8spec.runtime.trainer.mbridge_compat.patch_mbridge_util",
         "trainer",
         1,
         ("ModelType.encoder_and_decoder",),
@@ -186,7 +185,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         ("te_extra_state_compat",),
         MOD_MEGATRON_TE,
-        RT + "trainer.te_extra_state_compat.patch_megatron_te",
+        "fp8spec.runtime.trainer.te_extra_state_compat.patch_megatron_te",
         "trainer",
         1,
         ("TEGroupedLinear._split_extra_state",),

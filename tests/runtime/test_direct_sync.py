@@ -11,8 +11,9 @@ import torch
 
 from fp8spec.runtime.quantization.blockquant import quantize_blockwise
 from fp8spec.runtime.weight_sync.receiver.direct_sync import DirectSync
-from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import COPY_LOADERS, Planner, build_plan, resolve
+from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import COPY_LOADERS, Planner, resolve
 
+from ._plan import build_plan
 from ._qwen_shapes import EMBEDDING_LOADER, catalog_config, checkpoint, engine_loaders, engine_params
 from ._vllm_tables import (
     LAYERNORM,

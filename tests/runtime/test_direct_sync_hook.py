@@ -24,8 +24,8 @@ from torch import nn
 from fp8spec.runtime.quantization.flat_bucket import FlatBucketEngine
 from fp8spec.runtime.verl_patch import MOD_BUCKET_TRANSFER
 from fp8spec.runtime.weight_sync.receiver import direct_sync_hook as hook
-from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import build_plan
 
+from ._plan import build_plan
 from ._qwen_shapes import checkpoint, engine_loaders, engine_params
 from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
 from .test_activation import CHECK, _run
