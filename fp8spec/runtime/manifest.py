@@ -89,7 +89,7 @@ PATCHES = {
             "verl's one launch per tensor; bit-identical to the torch reference. On the vLLM path each received "
             "bucket is quantized in place on verl's flat transfer buffer (plan cached by layout, output views "
             "reused, launch through the compiled kernel's runner); on an H200 the hook reached 87.5 % (Qwen3-8B) "
-            "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end with the default switches."
+            "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end."
         ),
         "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
