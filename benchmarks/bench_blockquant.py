@@ -30,8 +30,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fp8spec.runtime import blockquant as bq  # noqa: E402
-from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
+from fp8spec.runtime.quantization import blockquant as bq  # noqa: E402
+from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
 
 BLOCK = (128, 128)
 TIMED_KEYS = ("flat_whole", "flat_whole_views", "flat_buckets", "flat_buckets_views", "list_whole", "list_buckets",

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fp8spec.runtime import kv_calibration as kc  # noqa: E402
+from fp8spec.runtime.kv_scales import kv_calibration as kc  # noqa: E402
 
 DEV = "cuda"  # --smoke: cpu and a tiny model, to test the script without a GPU
 

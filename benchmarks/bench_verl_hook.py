@@ -25,12 +25,10 @@ the per-bucket synchronize verl does:
 * ``kernels_only``: the flat path's launches back to back (CUDA events), no host work.
 
 Issue 5 (the per-bucket gap between the hook and its kernels): the flat hook is timed under every
-combination of the four knobs of ``settings.FLAT_KNOBS`` (``L`` lean_prelaunch, ``F`` fast_launch,
-``P`` prealloc_outputs, ``K`` keep_outputs; ``----`` is the code path of run 4), rounds interleaved
+combination of the flat path's two host-side shortcuts (QuantSettings fields: ``L`` lean_prelaunch, ``F``
+fast_launch; ``--`` is the plain path they replaced; both are always on in the runtime), rounds interleaved
 across combinations (order reversed every other repetition), each round starting with the output
-memory where that combination's previous round left it (released and ``empty_cache``'d, or kept);
-with ``P`` the re-allocation happens before the first bucket, timed apart as ``round_start`` (in verl
-it runs while the receiver waits for the sender's first bucket). One instrumented round per
+memory released and ``empty_cache``'d. One instrumented round per
 combination of interest splits each bucket's hook time into: host time before the launch call
 (``pre``, with the output allocation ``ensure`` inside it), the launch call (``launch``; Triton's own
 ``kernel[grid]`` part ``triton``), the host work after it (``post``: verl's selection, yielding), the
@@ -66,11 +64,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fp8spec.runtime import blockquant as bq  # noqa: E402
-from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
-from fp8spec.runtime import flat_launcher as fl  # noqa: E402
-from fp8spec.runtime import flat_bucket, verl_patch  # noqa: E402
-from fp8spec.runtime.flat_bucket import ENGINE  # noqa: E402
+from fp8spec.runtime.quantization import blockquant as bq  # noqa: E402
+from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
+from fp8spec.runtime.quantization import flat_launcher as fl  # noqa: E402
+from fp8spec.runtime.quantization import flat_bucket
+from fp8spec.runtime.quantization import verl_quant  # noqa: E402
+from fp8spec.runtime.quantization.flat_bucket import ENGINE  # noqa: E402
 from fp8spec.runtime.settings import QuantSettings  # noqa: E402
 
 BLOCK = (128, 128)
@@ -190,33 +189,28 @@ def fake_quant_utils(fmt, fp8_names, knobs=None):
     settings = dataclasses.replace(QuantSettings.from_env({"fast_block_quant"}), scale_fmt=fmt)
     if knobs is not None:
         settings.update(knobs)
-    verl_patch.patch_vllm_quant(mod, settings)
+    verl_quant.patch_vllm_quant(mod, settings)
     mod.settings = settings
     return mod
 
 
-KNOBS = ("lean_prelaunch", "fast_launch", "prealloc_outputs", "keep_outputs")
+KNOBS = ("lean_prelaunch", "fast_launch")
 
 
 def combo_knobs(name):
-    """``"LF--"`` -> {lean_prelaunch: True, fast_launch: True, prealloc_outputs: False, keep_outputs: False}"""
-    assert len(name) == 4 and all(c in (l, "-") for c, l in zip(name, "LFPK")), name
+    """``"L-"`` -> {lean_prelaunch: True, fast_launch: False}"""
+    assert len(name) == 2 and all(c in (l, "-") for c, l in zip(name, "LF")), name
     return {k: c != "-" for k, c in zip(KNOBS, name)}
 
 
-ALL_COMBOS = ["".join(l if (i >> (3 - j)) & 1 else "-" for j, l in enumerate("LFPK")) for i in range(16)]
+ALL_COMBOS = ["".join(l if (i >> (1 - j)) & 1 else "-" for j, l in enumerate("LF")) for i in range(4)]
 
 
 def use_combo(mod):
-    """The output policy of this module's settings, and the output memory where the previous round of
-    this combination left it: kept (allocated) with K, else released and given back to the driver."""
-    ENGINE.set_output_policy(mod.settings)
-    if mod.settings.keep_outputs:
-        ENGINE.prepare_outputs()
-    else:
-        ENGINE.release_outputs(force=True)
-        if DEV == "cuda":
-            torch.cuda.empty_cache()
+    """The output memory released and given back to the driver, as the receiver leaves it after a round."""
+    ENGINE.release_outputs()
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
 
 
 class NoBuffers(torch.nn.Module):
@@ -230,11 +224,6 @@ def run_round(buffers, raws, quant_mod, split, flat, check=None, consume=True):
     model = NoBuffers()
     t_recv = t_hook = t_start = 0.0
     names = []
-    if flat and ENGINE.output_policy["prealloc_outputs"]:
-        # the receiver patch does this after _init_buffer, before the sender's first bucket arrives
-        t0 = time.perf_counter()
-        ENGINE.prepare_outputs()
-        t_start = time.perf_counter() - t0
     for buf, raw in zip(buffers, raws):
         t0 = time.perf_counter()
         metadata, weights = receive_views(buf, raw)
@@ -326,10 +315,6 @@ def profile_round(buffers, raws, quant_mod, split):
         tbq._kernel = KernelProxy()
     try:
         t_start = 0.0
-        if ENGINE.output_policy["prealloc_outputs"]:
-            t0 = perf()
-            ENGINE.prepare_outputs()
-            t_start = perf() - t0
         for buf, raw in zip(buffers, raws):
             metadata, weights = receive_views(buf, raw)
             param_updates, _, _ = split(model, weights)
@@ -430,7 +415,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     raws0 = sender_messages(buckets, torch.bfloat16)
     r["metadata_bytes_per_bucket"] = [len(x) for x in raws0]
     r["defaults"] = {k: getattr(mods["fp32"].settings, k) for k in KNOBS}
-    default_combo = "".join(l if r["defaults"][k] else "-" for k, l in zip(KNOBS, "LFPK"))
+    default_combo = "".join(l if r["defaults"][k] else "-" for k, l in zip(KNOBS, "LF"))
     r["default_combo"] = default_combo
 
     def rounds_list(reps, warm):
@@ -580,9 +565,9 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     ident = {}
     list_names = run_round(buffers, raws0, mods["fp32"], split, False, check=lambda o, i: None)[2]
     all_on = {k: True for k in KNOBS}
-    checks = [("LFPK", fmt, fake_quant_utils(fmt, fp8_names, all_on), 1 if fmt == "fp32" else args.ref_stride)
+    checks = [("LF", fmt, fake_quant_utils(fmt, fp8_names, all_on), 1 if fmt == "fp32" else args.ref_stride)
               for fmt in ("fp32", "ue8m0", "ue8m0_fixed")]
-    checks += [(default_combo, "fp32", mods["fp32"], args.ref_stride), ("----", "fp32",
+    checks += [(default_combo, "fp32", mods["fp32"], args.ref_stride), ("--", "fp32",
                fake_quant_utils("fp32", fp8_names, {k: False for k in KNOBS}), args.ref_stride)]
     for combo, fmt, qmod, stride in checks:
         stat = {"checked": 0, "bad": 0, "nan": 0, "passthrough_not_same": 0}
@@ -603,11 +588,10 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
                 stat["bad"] += not (torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs))
                 stat["nan"] += bool(torch.isnan(q.float()).any()) or bool(torch.isnan(s).any())
 
-        ENGINE.set_output_policy(qmod.settings)
         # a warm round (the layouts of this knob set are cached, later launches are cache hits), then
         # the checked round on poisoned memory
         run_round(buffers, sender_messages(buckets, torch.bfloat16), qmod, split, True)
-        ENGINE.release_outputs(force=True)
+        ENGINE.release_outputs()
         if DEV == "cuda":
             torch.cuda.empty_cache()
             free = torch.cuda.mem_get_info()[0]
@@ -621,7 +605,6 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
         print(f"  bit identity [{combo} {fmt}]: {stat['checked'] - stat['bad']}/{stat['checked']} identical, nan "
               f"{stat['nan']}, stream order == list path: {stat['names_equal_list_path']}, cache hits "
               f"{stat['cache_hits']}", flush=True)
-    ENGINE.set_output_policy(mods["fp32"].settings)
     r["bit_identity"] = ident
     r["speedup_flat_vs_list"] = r["list"]["hook_ms"] / r["flat"]["hook_ms"]
     if "verl_kernel_ms" in r:
@@ -756,8 +739,8 @@ def main():
     ap.add_argument("--bucket-mb", type=int, default=2048)
     ap.add_argument("--models", default="qwen3_8b,qwen3_30b_a3b")
     ap.add_argument("--combos", default=",".join(ALL_COMBOS),
-                    help="knob combinations to time (letters LFPK or '-', see the module docstring)")
-    ap.add_argument("--profile-combos", default="----,L---,LF--,LFP-,LF-K")
+                    help="knob combinations to time (letters LF or '-', see the module docstring)")
+    ap.add_argument("--profile-combos", default="--,L-,LF")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: exercise the script only")
     args = ap.parse_args()
     global DEV

@@ -10,12 +10,9 @@
 #   bash benchmarks/engine/run_h200_engine.sh wsprobe GPU [CASES]   weight-sync probe on GPU
 #                                            (WS_PATHS: engines per case; WS_DTYPE=fp32: FSDP's float32 weights;
 #                                             WS_SYNCS=N syncs per engine; WS_BREAKDOWN=1 per-stage timers;
-#                                             WS_FUSED_SEND=0 verl's bucket fill instead of the fused one (default 1);
-#                                             WS_SEND_PIPELINE=0 no two-half pipeline (default 1); WS_SEND_TABLE=0|1
-#                                             the table fill (default: the runtime's); WS_BUCKET_MB bucket
-#                                             size (default 2048); WS_SYNC_TIMING=1 the sender split; WS_EAGER=0 CUDA graphs (as main_ppo);
+#                                             WS_BUCKET_MB bucket
+#                                             size (default 2048); WS_SYNC_TIMING=0 no sender split (default 1); WS_EAGER=0 CUDA graphs (as main_ppo);
 #                                             WS_SEND_CAST_BF16=1 float32 weights sent as BF16;
-#                                             WS_SEND_PACKED_META=1 bucket metadata as four lists;
 #                                             WS_TIMEOUT seconds for the call, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).

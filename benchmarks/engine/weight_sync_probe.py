@@ -11,7 +11,7 @@ Per case, one process per engine (``--one``):
   default) while ``update_weights_from_ipc`` runs in the engine: verl's receiver, verl's ``quant_weights``
   (``scaled_fp8_blockwise``) and vLLM's ``load_weights`` + verl's post-load processing. Three syncs, timed.
 * ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (one launch per bucket).
-* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.direct_sync_hook``: each
+* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.weight_sync.receiver.direct_sync_hook``: each
   bucket quantized straight into the engine's parameters, the rest through verl's receiver).
 * ``fresh`` (tiny cases and Qwen3-8B): a new engine that loads the same weights from an FP8 checkpoint written by the driver
   with verl's own ``scaled_fp8_blockwise`` (``weight`` e4m3 + ``weight_scale_inv``), i.e. without any sync.
@@ -181,7 +181,7 @@ def write_fp8_checkpoint(cfg: dict, weights, folder: Path, quantizer: str = "ver
     from safetensors.torch import save_file
     from verl.utils.kernel.fp8_kernel import scaled_fp8_blockwise
 
-    from fp8spec.runtime.blockquant import quantize_blockwise
+    from fp8spec.runtime.quantization.blockquant import quantize_blockwise
 
     tensors, stats = {}, {"codes": 0, "codes_differ": 0, "scales": 0, "scales_differ": 0,
                           "max_scale_rel_diff": 0.0}
@@ -235,21 +235,19 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         opts = probe_options()
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as transfer
 
-        # WS_FUSED_SEND (default 1, as the runtime): the trainer side's fused bucket fill (issue 23 item 3) and, with
-        # WS_SEND_PIPELINE (default 1), its two-half pipeline, activated by the runtime itself
-        # (FP8SPEC_FUSED_SEND in this process's environment, set by main(); with direct_sync only), which installs
-        # it before sync_timing as a bundle does; importing the module above ran those hooks
-        if os.environ.get("WS_SYNC_TIMING", "0") == "1":  # the trainer side's split, one line per sync
-            from fp8spec.runtime.sync_timing import patch_bucket_sender
+        # the trainer side's fused bucket fill and its two-half pipeline, installed by the runtime itself with
+        # direct_sync (before sync_timing, as in a bundle); importing the module above ran those hooks
+        if os.environ.get("WS_SYNC_TIMING", "1") == "1":  # the trainer side's split, one line per sync
+            from fp8spec.runtime.weight_sync.sender.sync_timing import patch_bucket_sender
 
-            patch_bucket_sender(transfer)  # idempotent: the runtime already did it on the patch and direct paths
-        from fp8spec.runtime import fused_send, gather_copy, kept_buffer, sync_timing
+            patch_bucket_sender(transfer)  # idempotent: the runtime did it where the patches name sync_timing
+        from fp8spec.runtime.weight_sync.sender import fused_send, gather_copy, sync_timing
 
         cls = transfer.BucketedWeightSender
         record["fused_send"] = bool(getattr(cls, fused_send.FLAG, False))
         record["sync_timing"] = bool(getattr(cls, sync_timing.FLAG, False))
-        if os.environ.get("WS_FUSED_SEND", "1") == "1" and path == "direct" and not record["fused_send"]:
-            raise SystemExit("WS_FUSED_SEND=1: the runtime did not install the fused fill on the direct path")
+        if path == "direct" and not record["fused_send"]:
+            raise SystemExit("the runtime did not install the fused fill on the direct path")
         record["send_split"] = []
 
         def one_sync() -> float:
@@ -272,7 +270,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             if st is not None:
                 record["send_split"].append({"tensors": st.tensors, "buckets": st.buckets, "gpu_wait_s": st.gpu_wait,
                                              "engine_s": st.engine, "line": st.line(),
-                                             "table": dict(gather_copy.STATS), "kept": dict(kept_buffer.STATS)})
+                                             "table": dict(gather_copy.STATS)})
             del weights
             torch.cuda.empty_cache()
             return dt
@@ -420,18 +418,12 @@ def main() -> int:
                             "--fresh-paths", ",".join(fresh)], env=base_env, check=True)
         for path in paths:
             env = dict(base_env)
-            if path in PATCH_ENV:
-                env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path]
+            if path in PATCH_ENV:  # with the trainer side's timing line (measurement) unless WS_SYNC_TIMING=0
+                timing = ",sync_timing" if os.environ.get("WS_SYNC_TIMING", "1") == "1" else ""
+                env["FP8SPEC_RUNTIME_PATCHES"] = PATCH_ENV[path] + timing
             # the runtime's own activation (direct path only), its defaults unless the probe is told otherwise
-            env["FP8SPEC_FUSED_SEND"] = os.environ.get("WS_FUSED_SEND", "1")
-            env["FP8SPEC_SEND_PIPELINE"] = os.environ.get("WS_SEND_PIPELINE", "1")
-            for ws, var in (("WS_SEND_TABLE", "FP8SPEC_SEND_TABLE"), ("WS_SEND_KEEP_BUFFER", "FP8SPEC_SEND_KEEP_BUFFER"),
-                            ("WS_DIRECT_ROUND_IN_KERNEL", "FP8SPEC_DIRECT_ROUND_IN_KERNEL"),
-                            ("WS_DIRECT_INTO_PARAMS", "FP8SPEC_DIRECT_INTO_PARAMS"),
-                            ("WS_SEND_CAST_BF16", "FP8SPEC_SEND_CAST_BF16"),
-                            ("WS_SEND_PACKED_META", "FP8SPEC_SEND_PACKED_META")):
-                if ws in os.environ:  # else the runtime's default
-                    env[var] = os.environ[ws]
+            if "WS_SEND_CAST_BF16" in os.environ:  # else the runtime's default
+                env["FP8SPEC_SEND_CAST_BF16"] = os.environ["WS_SEND_CAST_BF16"]
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
             with open(a.out / f"ws_{case}_{path}.log", "w") as log:
                 r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],

@@ -210,7 +210,7 @@ def install_worker(timers: Timers, model: Any) -> dict:
                 mod, "default_weight_loader", "loader.default_weight_loader"
             )
     try:
-        from fp8spec.runtime.direct_sync import DirectSync
+        from fp8spec.runtime.weight_sync.receiver.direct_sync import DirectSync
 
         done["direct_sync.apply"] = timers.wrap(DirectSync, "apply", "direct_sync.apply")
     except ImportError:

@@ -53,7 +53,7 @@ class ProbeVerlExt(vLLMColocateWorkerExtension):
         import verl.utils.vllm.vllm_quant_utils as q
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as b
 
-        from fp8spec.runtime.flat_bucket import ENGINE
+        from fp8spec.runtime.quantization.flat_bucket import ENGINE
 
         return {"quant_weights_replaced": getattr(q.quant_weights, "_fp8spec", None) is not None,
                 "receiver_patched": bool(getattr(b.BucketedWeightReceiver, "_fp8spec_flat_patched", False)),

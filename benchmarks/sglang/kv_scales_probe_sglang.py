@@ -8,7 +8,7 @@ verl's own ``scaled_fp8_blockwise`` (so RadixAttention gets Fp8KVCacheMethod's k
 FP8 rollout), FP8 (e4m3) KV cache, CUDA graphs as SGLang defaults (decode graphs up to ``cuda_graph_max_bs`` 8,
 captured at start, before any push; piecewise prefill graphs on), memory saver and CPU weight backup on as verl
 sets them, radix cache off (a repeated prompt must not reuse KV written under other scales). One process per
-backend; scales are pushed with fp8spec's own SGLang loader ``fp8spec.runtime.engines.sglang_kv.load_kv_scales``
+backend; scales are pushed with fp8spec's own SGLang loader ``fp8spec.runtime.kv_scales.sglang_kv.load_kv_scales``
 (the bundle's custom_weight_loader), read back by ``sgl_probe_loaders.read_kv_scales``.
 
 Each generation: 4 prompts of 48 random tokens, greedy, 12 new tokens, sampled tokens' log-probs, twice: alone
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "engine"))
 from sglang_common import sglang_env, verl_sglang_fp8_config  # noqa: E402
 
-KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
+KV_LOADER = "fp8spec.runtime.kv_scales.sglang_kv.load_kv_scales"
 SCALES = {"unit": (1.0, 1.0), "clip": (0.004, 0.002), "cal": (0.02, 0.01)}
 LAYERS = 4
 BACKENDS = ("flashinfer", "triton", "fa3")

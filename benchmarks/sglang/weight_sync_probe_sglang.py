@@ -18,7 +18,7 @@ The SGLang counterpart of ``benchmarks/engine/weight_sync_probe.py`` (BENCHMARKS
   SGLang's HTTP handler calls (entrypoints/http_server.py:1167-1186) after verl's AsyncHttpServerAdapter posts it
   (http_server_engine.py:758-788, base64 of the same bytes); the offline Engine has no HTTP server. Three syncs.
 * ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (fp8spec's replacement of
-  ``FP8QuantizerHelper.quant_weights_by_name``, fp8spec/runtime/verl_patch.py ``patch_fp8_utils``).
+  ``FP8QuantizerHelper.quant_weights_by_name``, fp8spec/runtime/quantization/verl_quant.py ``patch_fp8_utils``).
 * ``fresh`` / ``fresh-ref`` (tiny cases): a new engine loading the same weights from an FP8 checkpoint quantized by
   verl's ``scaled_fp8_blockwise`` / by fp8spec's reference quantizer, i.e. without any sync.
 

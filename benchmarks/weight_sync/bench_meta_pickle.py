@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the source tree's fp8spec and tests
-from fp8spec.runtime.packed_meta import PackedMeta  # noqa: E402
+from fp8spec.runtime.weight_sync.packed_meta import PackedMeta  # noqa: E402
 from tests.runtime._qwen_shapes import catalog_config, checkpoint  # noqa: E402
 
 

@@ -29,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "engine"))
 from weight_sync_probe import case_config, checkpoint_shapes  # noqa: E402
 
-from fp8spec.runtime import fused_send, gather_copy, sync_timing  # noqa: E402
+from fp8spec.runtime.weight_sync.sender import fused_send, gather_copy
+from fp8spec.runtime.weight_sync.sender import sync_timing  # noqa: E402
 
 VARIANTS = ("iterate", "verl", "runs", "table")
 

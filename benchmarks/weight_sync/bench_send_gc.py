@@ -19,8 +19,8 @@ import time
 import torch
 from bench_send_loop import send_loop  # the script's folder is on sys.path when run as a script
 
-from fp8spec.runtime import fused_send
-from fp8spec.runtime.fused_send import BucketFill
+from fp8spec.runtime.weight_sync.sender import fused_send
+from fp8spec.runtime.weight_sync.sender.fused_send import BucketFill
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from fp8spec.runtime import fused_send
-from fp8spec.runtime.fused_send import BucketFill, Regions
+from fp8spec.runtime.weight_sync.sender import fused_send
+from fp8spec.runtime.weight_sync.sender.fused_send import BucketFill, Regions
 
 
 def per_tensor_us(fn, n: int, reps: int) -> float:

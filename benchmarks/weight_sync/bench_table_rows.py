@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from fp8spec.runtime.gather_copy import CopyTable
+from fp8spec.runtime.weight_sync.sender.gather_copy import CopyTable
 
 
 def main() -> None:

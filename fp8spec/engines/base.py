@@ -31,7 +31,8 @@ class Engine:
     checks_unsplit_shards: bool = False  # every merged partition, TP-split or not (SGLang)
     ragged_last_partition: bool = False  # an unsplit merged layer's last partition may be ragged (vLLM)
     deep_gemm_switch: bool = False  # linear.deep_gemm compiles to one of its switches (rule BLK004)
-    # linear.sync_quantizer direct: fp8spec/runtime/direct_sync_plan.py reads this engine's loaders (rule BLK006)
+    # linear.sync_quantizer direct: fp8spec/runtime/weight_sync/receiver/direct_sync_plan.py reads this engine's
+    # loaders (rule BLK006)
     direct_sync_plan: bool = False
 
     # ---------------------------------------------------------------------------------------------- the planner

@@ -255,7 +255,7 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     "The direct weight-sync path was not shown byte-exact in this engine.",
     """linear.sync_quantizer: direct activates the runtime patch direct_sync, which quantizes each received bucket
     straight into the engine's fused and stacked FP8 parameters through a plan built from vLLM's own loaders
-    (fp8spec/runtime/direct_sync_plan.py), bypassing vLLM's per-tensor load_weights. It is byte-equal to
+    (fp8spec/runtime/weight_sync/receiver/direct_sync_plan.py), bypassing vLLM's per-tensor load_weights. It is byte-equal to
     quantize-then-copy on CPU against vLLM 0.24.0's mapping tables, but writing into a live engine's parameters
     behind its loaders is only safe once a device run shows the synced engine byte-identical to a fresh one
     (greedy outputs equal where the engine is reproducible); the engine's profile records that as

@@ -97,7 +97,7 @@ def kv_uncalibrated(ctx: ResolvedSpec) -> Iterator[Finding]:
     "Per-step KV-scale recalibration is not implemented for MLA attention.",
     """The runtime patch that realises kv_cache.recalibrate on this stack ('kv_scales') hooks per-head
     attention: it takes post-RoPE q/k/v amax in Hugging Face *Attention / Megatron core_attention and pushes
-    model.layers.{i}.self_attn.attn.{q,k,v}_scale (fp8spec/runtime/kv_calibration.py; the patch manifest lists
+    model.layers.{i}.self_attn.attn.{q,k,v}_scale (fp8spec/runtime/kv_scales/kv_calibration.py; the patch manifest lists
     attention gqa only). MLA (DeepSeek-V2/V3) caches one compressed latent per token (kv_lora_rank +
     qk_rope_head_dim values) under a single scale per layer, so those scales would describe tensors the cache
     never holds.""",

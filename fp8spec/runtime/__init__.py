@@ -2,29 +2,23 @@
 
 Importing this package does nothing unless ``FP8SPEC_RUNTIME_PATCHES`` names patches (comma list,
 see ``manifest.PATCHES``). Then it checks the installed verl version and registers import hooks that
-patch verl / engine modules when (and only in the processes where) they are imported. Needs torch
+patch verl / engine modules when (and only in the processes where) they are imported: the hooks of ``hooks.HOOKS``,
+one table saying which patch turns each on, what it wraps, in which process and in which order. Needs torch
 (and triton for the fast path) and nothing else; never imports fp8spec modules outside this package.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib
 from typing import TYPE_CHECKING
 
-from .envs import (
-    FUSED_SEND,
-    RUNTIME_PATCHES,
-    SEND_CAST_BF16,
-    SEND_KEEP_BUFFER,
-    SEND_PACKED_META,
-    SEND_PIPELINE,
-    SEND_TABLE,
-    check_environment,
-)
-from .manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
+from fp8spec.runtime.envs import RUNTIME_PATCHES, check_environment
+from fp8spec.runtime.hooks import Hook, for_patches
+from fp8spec.runtime.manifest import PATCHES, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from types import ModuleType
 
 __version__ = PATCHSET_VERSION
 __all__ = ["PATCHSET_NAME", "PATCHSET_VERSION", "activate", "active_patches", "requested_patches"]
@@ -45,13 +39,31 @@ def active_patches() -> frozenset:
     return frozenset(_ACTIVE)
 
 
+class _Installer:
+    """The callback a hook registers: the version checks, then its installer, imported now."""
+
+    def __init__(self, hook: Hook):
+        self.hook = hook
+
+    def __call__(self, module: ModuleType) -> None:
+        from fp8spec.runtime import version_guard
+
+        for dist in self.hook.requires:
+            version_guard.require(dist, self.hook.label)
+        path, name = self.hook.installer.rsplit(".", 1)
+        getattr(importlib.import_module(path), name)(module)
+
+    def __repr__(self) -> str:
+        return f"<installer {self.hook.installer} on {self.hook.target}>"
+
+
 def activate(patches: Iterable[str] | None = None) -> frozenset:
     """Install the requested patches' import hooks (idempotent). Returns the active set."""
     names = requested_patches() if patches is None else requested_patches(",".join(patches))
     new = [p for p in names if p not in _ACTIVE]
     if not new:
         return active_patches()
-    from . import _importhook, log, version_guard
+    from fp8spec.runtime import _importhook, log, version_guard
 
     check_environment(set(new))  # a malformed knob fails here, in every worker, naming the variable
     log.install()
@@ -59,96 +71,10 @@ def activate(patches: Iterable[str] | None = None) -> frozenset:
     if version_guard.installed_version("verl") is not None:
         version_guard.require("verl", ",".join(new))
     _ACTIVE.update(new)
-
-    from . import verl_patch
-    from .settings import QuantSettings
-
-    if "kv_scales" in new:
-        _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers)
-
-        def _vllm_ext(mod):
-            version_guard.require("vllm", "kv_scales")
-            from .engines.vllm_kv import patch_verl_worker_extension
-
-            patch_verl_worker_extension(mod)
-
-        _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _vllm_ext)
-
-    if "direct_sync" in new:
-
-        def _direct(mod):
-            version_guard.require("vllm", "direct_sync")
-            from .direct_sync_hook import patch_worker_extension
-
-            patch_worker_extension(mod)
-
-        _importhook.when_imported(verl_patch.MOD_VLLM_EXT, _direct)
-
-        if SEND_KEEP_BUFFER.read():  # first: the patches below wrap the methods they find
-            from .kept_buffer import patch_bucket_transfer
-
-            _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_transfer)
-
-        def _lazy(mod):  # views built only for what verl's loader still takes; before the wrapper below
-            from .lazy_receive import patch_bucket_receiver_lazy
-
-            patch_bucket_receiver_lazy(mod)
-
-        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _lazy)
-        # the receiver's flat buffer and metadata for each bucket: the direct path reads its input in place
-        _importhook.when_imported(
-            verl_patch.MOD_BUCKET_TRANSFER,
-            functools.partial(verl_patch.patch_bucket_receiver, report=False),
-        )
-
-    if "mbridge_compat" in new:
-        from .mbridge_compat import MOD_MBRIDGE_UTIL, patch_mbridge_util
-
-        _importhook.when_imported(MOD_MBRIDGE_UTIL, patch_mbridge_util)
-
-    if "te_extra_state_compat" in new:
-        from .te_extra_state_compat import MOD_MEGATRON_TE, patch_megatron_te
-
-        _importhook.when_imported(MOD_MEGATRON_TE, patch_megatron_te)
-
-    if "te_report" in new:
-        _importhook.when_imported(verl_patch.MOD_ENGINE_WORKERS, verl_patch.patch_engine_workers_te_report)
-
-    if "direct_sync" in new and FUSED_SEND.read():
-        # before sync_timing, which wraps the send method it finds
-        def _fused(mod):
-            version_guard.require("verl", "direct_sync (FP8SPEC_FUSED_SEND)")
-            import torch
-
-            from .fused_send import patch_bucket_sender_fused
-
-            patch_bucket_sender_fused(
-                mod,
-                pipeline=SEND_PIPELINE.read(),
-                table=None if SEND_TABLE.read() else False,
-                cast=torch.bfloat16 if SEND_CAST_BF16.read() else None,
-                packed=SEND_PACKED_META.read(),
-            )
-
-        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, _fused)
-
-    if {"fast_block_quant", "direct_sync"} & set(new):
-        # the trainer's side of each sync in one log line (verl's bucket sender: trainer processes only)
-        from .sync_timing import patch_bucket_sender
-
-        _importhook.when_imported(verl_patch.MOD_BUCKET_TRANSFER, patch_bucket_sender)
-
-    if {"fast_block_quant", "ue8m0_scales"} & set(new):
-
-        def _vllm_quant(mod):
-            version_guard.require("vllm", "fast_block_quant/ue8m0_scales")
-            verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(_ACTIVE))
-
-        def _fp8_utils(mod):
-            verl_patch.patch_fp8_utils(mod, QuantSettings.from_env(_ACTIVE))
-
-        _importhook.when_imported(verl_patch.MOD_VLLM_QUANT, _vllm_quant)
-        _importhook.when_imported(verl_patch.MOD_FP8_UTILS, _fp8_utils)
+    for hook in for_patches(
+        set(new)
+    ):  # a hook of two patches activated one by one runs twice: installers are idempotent
+        _importhook.when_imported(hook.target, _Installer(hook))
     return active_patches()
 
 

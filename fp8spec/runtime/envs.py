@@ -33,7 +33,6 @@ class EnvVar:
     default: str  # as it would be written in the environment
     parse: Callable[[str], Any]  # text -> typed value; ValueError("must be ..., got ...") when malformed
     doc: str
-    setting: Optional[str] = None  # the QuantSettings switch it sets, for the flat path's switches
     empty_is_unset: bool = True  # False: set but empty is a value of its own (an empty list)
 
     def read(self, env: Optional[Mapping[str, str]] = None, default: Optional[str] = None) -> Any:
@@ -65,19 +64,6 @@ def _switch(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"must be 0 or 1, got {text!r}")
-
-
-def _quant_switch(name: str, default: str, doc: str, setting: str) -> EnvVar:
-    """An on/off knob of the fast_block_quant patch (each names the QuantSettings field it sets)."""
-    return EnvVar(
-        name=name,
-        patch="fast_block_quant",
-        type="switch",
-        default=default,
-        parse=_switch,
-        doc=doc,
-        setting=setting,
-    )
 
 
 def _positive_int(text: str) -> int:
@@ -180,45 +166,6 @@ BLOCK_QUANT_BACKEND = EnvVar(
     parse=_choice(*QUANT_BACKENDS),
     doc="auto | triton | reference",
 )
-QUANT_FLAT_BUCKETS = _quant_switch(
-    "FP8SPEC_QUANT_FLAT_BUCKETS",
-    "1",
-    "vLLM path: one launch on the received flat buffer",
-    setting="flat_buckets",
-)
-QUANT_REUSE_OUTPUTS = _quant_switch(
-    "FP8SPEC_QUANT_REUSE_OUTPUTS",
-    "1",
-    "output views made once per layout and handed out again",
-    setting="reuse_outputs",
-)
-QUANT_LEAN_PRELAUNCH = _quant_switch(
-    "FP8SPEC_QUANT_LEAN_PRELAUNCH",
-    "1",
-    "cheaper layout key; identity check after the launch; no memory cost",
-    setting="lean_prelaunch",
-)
-QUANT_FAST_LAUNCH = _quant_switch(
-    "FP8SPEC_QUANT_FAST_LAUNCH",
-    "1",
-    "launch through the compiled Triton kernel's runner (self-tested per process, falls back to "
-    "kernel[grid]); no memory cost",
-    setting="fast_launch",
-)
-QUANT_PREALLOC_OUTPUTS = _quant_switch(
-    "FP8SPEC_QUANT_PREALLOC_OUTPUTS",
-    "0",
-    "re-allocate the output memory when the receiver maps the sender's buffer, before the first bucket; "
-    "nothing held between syncs",
-    setting="prealloc_outputs",
-)
-QUANT_KEEP_OUTPUTS = _quant_switch(
-    "FP8SPEC_QUANT_KEEP_OUTPUTS",
-    "0",
-    "keep the output memory between syncs: half a bucket of fp8 + scales (1 GiB with 2048 MB buckets) "
-    "held per rollout GPU all the time",
-    setting="keep_outputs",
-)
 QUANT_CHUNK_MB = EnvVar(
     name="FP8SPEC_QUANT_CHUNK_MB",
     patch="fast_block_quant",
@@ -229,56 +176,16 @@ QUANT_CHUNK_MB = EnvVar(
 )
 
 
-def _direct_switch(name: str, doc: str, default: str = "1") -> EnvVar:
-    """A switch of the direct_sync patch (the trainer's sender, fused_send.py, or the engine's side)."""
-    return EnvVar(name=name, patch="direct_sync", type="switch", default=default, parse=_switch, doc=doc)
-
-
-FUSED_SEND = _direct_switch(
-    "FP8SPEC_FUSED_SEND",
-    "trainer side: fill each weight-sync bucket with a few copy launches instead of one per tensor "
-    "(fused_send.py; verl's bucket boundaries and metadata, BENCHMARKS.md 8.4: -0.34 s per Qwen3-30B-A3B sync)",
-)
-SEND_PIPELINE = _direct_switch(
-    "FP8SPEC_SEND_PIPELINE",
-    "with the fused fill: buckets alternate between the halves of verl's one buffer (no extra memory) and "
-    "fp8spec's receiver acks each on receipt, so the trainer fills the next bucket while the engine "
-    "quantizes this one",
-)
-SEND_TABLE = _direct_switch(
-    "FP8SPEC_SEND_TABLE",
-    "with the fused fill: copy each bucket's aligned contiguous tensors with one Triton launch from a table of "
-    "their addresses instead of a byte view per tensor (gather_copy.py; needs Triton and CUDA)",
-)
-SEND_KEEP_BUFFER = _direct_switch(
-    "FP8SPEC_SEND_KEEP_BUFFER",
-    "keep verl's weight-sync buffer and its CUDA IPC mapping between syncs instead of setting them up at every "
-    "sync (kept_buffer.py): one bucket of trainer GPU memory held all the time",
-    default="0",
-)
-SEND_CAST_BF16 = _direct_switch(
-    "FP8SPEC_SEND_CAST_BF16",
-    "with the fused fill: send float32 *.weight tensors as BF16, cast as they are copied into the bucket (the "
-    "values verl's receiver casts them to for a BF16 engine; half the bucket bytes; byte-exact against a fresh "
-    "Qwen3-8B engine, its float32 sync 0.066 -> 0.048 s, BENCHMARKS.md 8.11); an engine of another dtype refuses "
-    "the bucket",
-)
-SEND_PACKED_META = _direct_switch(
-    "FP8SPEC_SEND_PACKED_META",
-    "with the fused fill: send each bucket's metadata as four lists (packed_meta.py) instead of a dict per "
-    "tensor (Qwen3-30B-A3B's sync 0.20-0.23 -> 0.16 s, byte-exact against a fresh engine, BENCHMARKS.md 8.11); "
-    "needs fp8spec's runtime importable in the engine (a bundle's workers have it)",
-)
-DIRECT_ROUND_IN_KERNEL = _direct_switch(
-    "FP8SPEC_DIRECT_ROUND_IN_KERNEL",
-    "engine side: a float32 bucket read in place is rounded to the engine's dtype by the quantizer as it loads "
-    "(round to nearest even, as the cast it replaces), instead of a cast copy of the bucket first",
-)
-DIRECT_INTO_PARAMS = _direct_switch(
-    "FP8SPEC_DIRECT_INTO_PARAMS",
-    "engine side: quantize each bucket straight into the engine's FP8 parameters and block scales where every "
-    "tensor of it fills one contiguous region of its parameter (TP1), instead of into staging outputs and copy "
-    "runs (byte-exact against a fresh Qwen3-8B engine; Qwen3-8B BF16 sync 0.057 -> 0.039 s, BENCHMARKS.md 8.9)",
+SEND_CAST_BF16 = EnvVar(
+    name="FP8SPEC_SEND_CAST_BF16",
+    patch="direct_sync",
+    type="switch",
+    default="1",
+    parse=_switch,
+    doc="trainer side: send float32 *.weight tensors as BF16, cast as they are copied into the bucket (the values "
+    "verl's receiver casts them to for a BF16 engine; half the bucket bytes; byte-exact against a fresh Qwen3-8B "
+    "engine, its float32 sync 0.066 -> 0.048 s, BENCHMARKS.md 8.11); an engine of another dtype refuses the "
+    "bucket: 0 for such an engine",
 )
 
 # The table, in the order the manifest lists each patch's variables.
@@ -291,21 +198,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     KV_RECALIBRATE,
     UE8M0_RULE,
     BLOCK_QUANT_BACKEND,
-    QUANT_FLAT_BUCKETS,
-    QUANT_REUSE_OUTPUTS,
-    QUANT_LEAN_PRELAUNCH,
-    QUANT_FAST_LAUNCH,
-    QUANT_PREALLOC_OUTPUTS,
-    QUANT_KEEP_OUTPUTS,
     QUANT_CHUNK_MB,
-    FUSED_SEND,
-    SEND_PIPELINE,
-    SEND_TABLE,
-    SEND_KEEP_BUFFER,
     SEND_CAST_BF16,
-    SEND_PACKED_META,
-    DIRECT_ROUND_IN_KERNEL,
-    DIRECT_INTO_PARAMS,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

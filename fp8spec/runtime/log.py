@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from .envs import LOG_LEVEL
+from fp8spec.runtime.envs import LOG_LEVEL
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

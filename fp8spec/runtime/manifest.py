@@ -19,13 +19,12 @@ How a bundle activates patches (all three mechanisms already exist in verl 0.9.1
    model config is built; the env var covers more processes, so bundles use it.)
 3. Engine-specific registration, which each engine's folder in the compiler declares (fp8spec/engines/<name>/:
    SGLang's ``--custom-weight-loader SGLANG_KV_LOADER`` for kv_scales) and, for vLLM without verl, the
-   ``vllm.general_plugins`` entry point ``fp8spec_runtime = fp8spec.runtime.engines.vllm_plugin:register``
+   ``vllm.general_plugins`` entry point ``fp8spec_runtime = fp8spec.runtime.vllm_plugin:register``
    (loaded in every vLLM process, ``vllm/plugins/__init__.py`` ``DEFAULT_PLUGINS_GROUP``).
 """
 
 from fp8spec import __version__
-
-from .envs import env_defaults, env_help
+from fp8spec.runtime.envs import env_defaults, env_help
 
 PATCHSET_NAME = "fp8spec-runtime"
 PATCHSET_VERSION = __version__  # the patch set is released with fp8spec: one version
@@ -42,13 +41,13 @@ KNOWN_VERSIONS = {
     "sglang": ("0.5.12", "0.5.23"),
 }
 
-SGLANG_KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
+SGLANG_KV_LOADER = "fp8spec.runtime.kv_scales.sglang_kv.load_kv_scales"
 VLLM_PLUGIN_ENTRY_POINT = (
     "vllm.general_plugins",
     "fp8spec_runtime",
-    "fp8spec.runtime.engines.vllm_plugin:register",
+    "fp8spec.runtime.vllm_plugin:register",
 )
-VLLM_WORKER_EXTENSION = "fp8spec.runtime.engines.vllm_kv.Fp8specKVScaleWorkerExtension"
+VLLM_WORKER_EXTENSION = "fp8spec.runtime.kv_scales.vllm_kv.Fp8specKVScaleWorkerExtension"
 
 PATCHES = {
     "kv_scales": {
@@ -79,11 +78,7 @@ PATCHES = {
             "vLLM's DeepGEMM E8M0 re-quantization (default on Hopper, VLLM_USE_DEEP_GEMM_E8M0=1) is lossless "
             "instead of a second rounding."
         ),
-        "side": (
-            "engine-process quantizer (vLLM path)",
-            "trainer-process quantizer (SGLang path)",
-            "trainer-process sync timing line (sync_timing.py)",
-        ),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("ue8m0_scales"),
@@ -94,13 +89,9 @@ PATCHES = {
             "verl's one launch per tensor; bit-identical to the torch reference. On the vLLM path each received "
             "bucket is quantized in place on verl's flat transfer buffer (plan cached by layout, output views "
             "reused, launch through the compiled kernel's runner); on an H200 the hook reached 87.5 % (Qwen3-8B) "
-            "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end with the default switches."
+            "and 76.9 % (Qwen3-30B-A3B) of copy bandwidth end to end."
         ),
-        "side": (
-            "engine-process quantizer (vLLM path)",
-            "trainer-process quantizer (SGLang path)",
-            "trainer-process sync timing line (sync_timing.py)",
-        ),
+        "side": ("engine-process quantizer (vLLM path)", "trainer-process quantizer (SGLang path)"),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("fast_block_quant"),
@@ -117,15 +108,29 @@ PATCHES = {
             "nothing). Refused by rule BLK006 with ue8m0 scales and where the engine's profile does not record it "
             "byte-exact in the real engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8); picked by auto "
             "where it also trained inside an RL loop with that trainer and kind of model (vLLM 0.24.0: FSDP, "
-            "dense or MoE). FP8SPEC_SEND_KEEP_BUFFER=1 keeps verl's bucket buffer and its CUDA IPC mapping between syncs "
-            "(one bucket held on each trainer GPU)."
+            "dense or MoE)."
         ),
-        "side": ("engine-process quantizer (vLLM path)", "trainer-process sync timing line (sync_timing.py)"),
+        "side": (
+            "trainer-process bucket fill (vLLM path)",
+            "engine-process receiver and quantizer (vLLM path)",
+        ),
         "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
         "verl": KNOWN_VERSIONS["verl"],
         "env": env_defaults("direct_sync"),
         "env_notes": env_help("direct_sync"),
         "engine_args": {"vllm": {}, "sglang": {}},
+    },
+    "sync_timing": {
+        "description": (
+            "Measurement, never set by a compiled bundle: one log line per weight sync in the trainer splitting the "
+            "sync's time into the trainer's stream and bucket fill, the device waits and the engine's replies. It "
+            "wraps verl's bucket sender, replaces the device module verl's transfer module synchronizes through "
+            "and adds a gc callback for the process; add it to FP8SPEC_RUNTIME_PATCHES to measure a sync."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "env": env_defaults("sync_timing"),
     },
     "mbridge_compat": {
         "description": (

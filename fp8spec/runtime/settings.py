@@ -11,12 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import envs
-from .envs import Divisors
-
-# QuantSettings switch -> its variable (BENCHMARKS.md section 3 has what each buys on an H200; the runtime README
-# what each costs)
-FLAT_KNOBS = {v.setting: v.name for v in envs.VARIABLES if v.setting is not None}
+from fp8spec.runtime import envs
+from fp8spec.runtime.envs import Divisors
 
 
 @dataclass(frozen=True)
@@ -37,7 +33,9 @@ class KVSettings:
 
 @dataclass(frozen=True)
 class QuantSettings:
-    """The weight-sync quantizer (ue8m0_scales, fast_block_quant): scale format, kernel and the flat path's switches."""
+    """The weight-sync quantizer (ue8m0_scales, fast_block_quant): scale format, kernel, and the flat path's
+    shortcuts, all on (BENCHMARKS.md section 3); no variable turns one off: the tests set a field to False to
+    compare against the plain path it replaced."""
 
     scale_fmt: str = "fp32"
     backend: str = "reference"
@@ -48,8 +46,6 @@ class QuantSettings:
     # the check that the selected tensors are the receiver's views made after the launch
     lean_prelaunch: bool = True
     fast_launch: bool = True  # the compiled kernel's own launcher instead of kernel[grid](...) (self-tested)
-    prealloc_outputs: bool = False  # re-allocate the output memory when the receiver has mapped its buffer
-    keep_outputs: bool = False  # keep the output memory between weight syncs (half a bucket, all the time)
 
     @classmethod
     def from_env(
@@ -61,7 +57,4 @@ class QuantSettings:
         fmt = envs.UE8M0_RULE.read(env) if "ue8m0_scales" in active else "fp32"
         # unset, the Triton kernel is the default only where fast_block_quant is active
         backend = envs.BLOCK_QUANT_BACKEND.read(env, None if "fast_block_quant" in active else "reference")
-        switches = {v.setting: v.read(env) for v in envs.VARIABLES if v.setting is not None}
-        return cls(
-            scale_fmt=fmt, backend=backend, chunk_bytes=envs.QUANT_CHUNK_MB.read(env) << 20, **switches
-        )
+        return cls(scale_fmt=fmt, backend=backend, chunk_bytes=envs.QUANT_CHUNK_MB.read(env) << 20)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from .envs import ALLOW_UNKNOWN_VERSIONS
-from .manifest import KNOWN_VERSIONS, PATCHSET_NAME, PATCHSET_VERSION
+from fp8spec.runtime.envs import ALLOW_UNKNOWN_VERSIONS
+from fp8spec.runtime.manifest import KNOWN_VERSIONS, PATCHSET_NAME, PATCHSET_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -232,12 +232,12 @@ def test_runtime_patch_set_check(pf, expected, tmp_path):
     assert files == expected["runtime"]["files"] and pf.fileset_digest(files) == expected["runtime"]["sha256"]
     seen = {"path": str(lib / "fp8spec"), "files": files, "sha256": pf.fileset_digest(files)}
     assert pf._runtime_row(expected["runtime"], seen)["status"] == "PASS"
-    (lib / "fp8spec/runtime/blockquant.py").write_text("# changed\n")
+    (lib / "fp8spec/runtime/quantization/blockquant.py").write_text("# changed\n")
     (lib / "fp8spec/runtime/extra.py").write_text("")
     files = pf.runtime_fileset(str(lib / "fp8spec"))
     bad = pf._runtime_row(expected["runtime"], {"path": "x", "files": files, "sha256": pf.fileset_digest(files)})
     assert bad["status"] == "FAIL"
-    assert "differs: fp8spec/runtime/blockquant.py, fp8spec/runtime/extra.py" in bad["found"]
+    assert "differs: fp8spec/runtime/extra.py, fp8spec/runtime/quantization/blockquant.py" in bad["found"]
     shutil.rmtree(lib)
     missing = pf._runtime_row(expected["runtime"], {"error": "fp8spec is not importable here"})
     assert missing["status"] == "FAIL" and missing["found"] == "fp8spec is not importable here"

@@ -159,12 +159,12 @@ def test_missing_model_folder_and_data_file_fail(ray_head, bundle):
 
 def test_changed_patch_set_file_fails(ray_head, bundle):
     """The workers import the bundle's lib/ through py_modules: a changed file there is named."""
-    target = bundle / "lib" / "fp8spec" / "runtime" / "blockquant.py"
+    target = bundle / "lib" / "fp8spec" / "runtime" / "quantization" / "blockquant.py"
     target.write_text(target.read_text() + "\n# edited on the cluster\n")
     proc = submit(ray_head, bundle, "--skip-gpu-checks", "--id-suffix", "lib")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = rows_by_check(result_of(proc))["runtime fp8spec.runtime"]
-    assert row["status"] == "FAIL" and "(differs: fp8spec/runtime/blockquant.py)" in row["found"]
+    assert row["status"] == "FAIL" and "(differs: fp8spec/runtime/quantization/blockquant.py)" in row["found"]
     assert "training job was NOT submitted" in proc.stderr
 
 

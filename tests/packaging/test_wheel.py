@@ -89,5 +89,5 @@ def test_wheel_registers_vllm_plugin_and_cli(wheel):
     zf = zipfile.ZipFile(wheel)
     (ep,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = zf.read(ep).decode()
-    assert "[vllm.general_plugins]" in text and "fp8spec.runtime.engines.vllm_plugin:register" in text
+    assert "[vllm.general_plugins]" in text and "fp8spec.runtime.vllm_plugin:register" in text
     assert "fp8spec = fp8spec.cli:main" in text

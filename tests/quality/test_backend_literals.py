@@ -57,10 +57,10 @@ ALLOWED = {
     # The patch reads verl's own FP8QuantizerHelper.quant_config in the trainer process (verl/utils/fp8_utils.py),
     # a dict or an object with this attribute: code that patches verl names what it touches, and the version guard
     # refuses any verl but the one it was written against.
-    ("fp8spec/runtime/verl_patch.py", "weight_block_size"): "verl's quant_config field, read by the patch",
+    ("fp8spec/runtime/quantization/verl_quant.py", "weight_block_size"): "verl's quant_config field, read by the patch",
     # The sender's BF16 cast applies to model weights only: Hugging Face checkpoint names end in ".weight"
     # (torch.nn.Module's parameter naming), which the pushed KV scales ("*_scale") do not; a tensor name, not a key.
-    ("fp8spec/runtime/fused_send.py", ".weight"): "the checkpoint's weight-name suffix the BF16 cast selects",
+    ("fp8spec/runtime/weight_sync/sender/fused_send.py", ".weight"): "the checkpoint's weight-name suffix the BF16 cast selects",
     # A citation, not a setting: the SGLang release whose source the pool formula was read from, named in the
     # planner's JSON sources (`fp8spec plan -f json`); nothing is emitted from it.
     ("fp8spec/engines/sglang/memory.py", "0.5.12"): "the memory model's source release (plan JSON sources)",

@@ -6,7 +6,7 @@
   registers all rules, and each rule module imports the registry's ``@rule`` decorator. Imports under
   ``if TYPE_CHECKING:`` never run and are not counted; imports inside functions run when called and are counted.
 - The runtime patch set imports nothing from fp8spec outside ``fp8spec.runtime`` (a bundle ships only it).
-- No rollout engine's name is compared outside the engines' folders (fp8spec/engines/, fp8spec/runtime/engines/):
+- No rollout engine's name is compared outside the engines' folders (fp8spec/engines/, fp8spec/runtime/kv_scales/):
   rules, compiler and planner ask the engine object.
 """
 
@@ -176,7 +176,7 @@ def engine_name_comparisons(path: Path, engines: tuple[str, ...]) -> list[str]:
 def test_no_engine_name_is_compared_outside_the_engines_folders():
     from fp8spec.engines import engine_names
 
-    folders = {PACKAGE / "engines", PACKAGE / "runtime" / "engines"}
+    folders = {PACKAGE / "engines", PACKAGE / "runtime" / "kv_scales"}
     paths = [p for p in sorted(PACKAGE.rglob("*.py")) if not any(f in p.parents for f in folders)]
     # In the runtime 'vllm' is also a value of FP8SPEC_KV_SCALE_DIVISORS (vLLM's divisors), not an engine: there
     # only comparisons of an engine reference count.

@@ -63,7 +63,7 @@ def _method(src: str, cls: str, name: str) -> ast.FunctionDef:
 
 
 def loader_source(qualname: str) -> str:
-    """The source of a weight loader named as ``fp8spec.runtime.direct_sync_plan.COPY_LOADERS`` names it."""
+    """The source of a weight loader named as ``fp8spec.runtime.weight_sync.receiver.direct_sync_plan.COPY_LOADERS`` names it."""
     where = {
         "default_weight_loader": WEIGHT_UTILS,
         "ReplicatedLinear.weight_loader": LINEAR,

@@ -4,9 +4,10 @@ import zlib
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
+from fp8spec.runtime.quantization import blockquant as bq
 
 from ._fp8ref import check_quantization
+from ._vllm_requant import block_amax, requant_ue8m0_like_engine
 
 CASES = [  # (shape, block): aligned, ragged, tiny, tall, wide, 3-D expert stacks, non-square blocks
     ((1, 1), (128, 128)),
@@ -83,11 +84,11 @@ def test_pow2_ceil_exact_at_edges():
 
 def _engine_requant_survival(x, block):
     q, s = bq.quantize_blockwise(x, block, "ue8m0")
-    q2, s2 = bq.requant_ue8m0_like_engine(q, s, block)
+    q2, s2 = requant_ue8m0_like_engine(q, s, block)
     # no second rounding: every dequantized value is bit-identical
     assert torch.equal(bq.dequantize_blockwise(q, s, block), bq.dequantize_blockwise(q2, s2, block))
     # scales survive, except blocks whose largest code is exactly 224, re-expressed as (2q, s/2)
-    qmax = bq.block_amax(q.to(torch.float32), block)
+    qmax = block_amax(q.to(torch.float32), block)
     edge = qmax == 224
     assert torch.equal(s2[~edge], s[~edge])
     assert torch.equal(s2[edge], s[edge] / 2)
@@ -103,7 +104,7 @@ def test_ue8m0_survives_engine_requant(shape, block):
     _engine_requant_survival(x, block)
     # the fixed-point rule: scales and codes survive bit for bit
     q, s = bq.quantize_blockwise(x, block, "ue8m0_fixed")
-    q2, s2 = bq.requant_ue8m0_like_engine(q, s, block)
+    q2, s2 = requant_ue8m0_like_engine(q, s, block)
     assert torch.equal(s2, s)
     assert torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
     # and represents the same values as the plain ue8m0 rule, except that codes which are E4M3
@@ -126,7 +127,7 @@ def test_edge_blocks_exist_and_fp32_scales_get_rounded_twice():
     edge = _engine_requant_survival(x, (128, 128))
     assert edge.any() and not edge.all()
     q, s = bq.quantize_blockwise(x, scale_fmt="fp32")
-    q2, s2 = bq.requant_ue8m0_like_engine(q, s)
+    q2, s2 = requant_ue8m0_like_engine(q, s)
     assert not torch.equal(bq.dequantize_blockwise(q, s), bq.dequantize_blockwise(q2, s2))
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8spec.runtime.blockquant import quantize_blockwise
-from fp8spec.runtime.direct_sync import DirectSync
-from fp8spec.runtime.direct_sync_plan import COPY_LOADERS, Planner, build_plan, resolve
+from fp8spec.runtime.quantization.blockquant import quantize_blockwise
+from fp8spec.runtime.weight_sync.receiver.direct_sync import DirectSync
+from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import COPY_LOADERS, Planner, resolve
 
+from ._plan import build_plan
 from ._qwen_shapes import EMBEDDING_LOADER, catalog_config, checkpoint, engine_loaders, engine_params
 from ._vllm_tables import (
     LAYERNORM,
@@ -334,7 +335,7 @@ def _received(weights, bucket_size, device="cpu", halves=False):
     shifted, as the pipelined sender (fused_send) places them."""
     import pickle
 
-    from fp8spec.runtime.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.quantization.flat_bucket import ReceivedBucket
 
     from .test_verl_flat_bucket import receive, send_buckets
 
@@ -497,7 +498,7 @@ def test_the_into_params_table_points_where_the_loaders_copy(cfg):
     # the table the kernel writes through (output offsets from two base tensors into the parameters), read on the
     # CPU as the kernel reads it: every quantized parameter byte-equal to vLLM-style loading, at TP1; at TP2 a
     # row-parallel layer takes a column shard of its source, which no contiguous write can place: no table
-    from fp8spec.runtime.direct_sync import into_params_layout, into_params_meta
+    from fp8spec.runtime.weight_sync.receiver.direct_sync import into_params_layout, into_params_meta
 
     params, parts, weights, ref, (stacked, experts), fp8 = _tp1_case(cfg, torch.float32, 13)
     ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
@@ -526,8 +527,8 @@ def test_lazy_bucket_views_build_only_what_verl_still_loads(cfg):
     # every tensor to plan the layout) only the uncovered tensors and two address checks per bucket are built
     import pickle
 
-    from fp8spec.runtime.flat_bucket import ReceivedBucket
-    from fp8spec.runtime.lazy_receive import BucketViews
+    from fp8spec.runtime.quantization.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.weight_sync.receiver.lazy_receive import BucketViews
 
     params, parts, weights, ref, (stacked, experts), fp8 = _tp1_case(cfg, torch.bfloat16, 11)
     ds = DirectSync(Planner(params, parts, stacked, experts), torch.bfloat16, on_left_out=lambda *a: None)
@@ -566,7 +567,7 @@ def test_a_tensor_sent_alone_with_a_fresh_handle_each_sync_reuses_its_layout():
     # bytes it would add a layout per sync for as long as training runs
     import pickle
 
-    from fp8spec.runtime.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.quantization.flat_bucket import ReceivedBucket
 
     cfg = SMALL_DENSE
     params, parts = engine_params(cfg, 1)

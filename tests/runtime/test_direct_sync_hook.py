@@ -1,4 +1,4 @@
-"""The ``direct_sync`` runtime patch (fp8spec/runtime/direct_sync_hook.py) on CPU.
+"""The ``direct_sync`` runtime patch (fp8spec/runtime/weight_sync/receiver/direct_sync_hook.py) on CPU.
 
 * Registration: ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` registers one import hook, on verl's vLLM worker extension
   module, and imports no engine, no verl and nothing of fp8spec outside the runtime.
@@ -21,11 +21,11 @@ import pytest
 import torch
 from torch import nn
 
-from fp8spec.runtime import direct_sync_hook as hook
-from fp8spec.runtime.direct_sync_plan import build_plan
-from fp8spec.runtime.flat_bucket import FlatBucketEngine
+from fp8spec.runtime.quantization.flat_bucket import FlatBucketEngine
 from fp8spec.runtime.verl_patch import MOD_BUCKET_TRANSFER
+from fp8spec.runtime.weight_sync.receiver import direct_sync_hook as hook
 
+from ._plan import build_plan
 from ._qwen_shapes import checkpoint, engine_loaders, engine_params
 from ._vllm_tables import expert_params_mapping, packed_modules_mapping, stacked_params_mapping
 from .test_activation import CHECK, _run
@@ -130,7 +130,7 @@ def test_buckets_route_direct_and_the_rest_to_verl(cfg, tp, rank, caplog):
     model = _model(cfg, params, parts, dst)
     step = -(-len(weights) // 3)
     ext = _patched((rank, tp))(model, [weights[i : i + step] for i in range(0, len(weights), step)])
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.receiver.direct_sync")
     for _ in range(2):
         ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
     # at tp 2 the embedding and lm_head are vocabulary shards: verl's loader narrows them
@@ -173,7 +173,7 @@ def test_lora_syncs_and_unreadable_engines_go_to_verl_whole(caplog):
     ext.update_weights_from_ipc(peft_config={"r": 8}, base_sync_done=True)
     assert ext.to_verl == [[n for n, _ in weights]]
     assert ext._fp8spec_direct_stats["direct"] == 0
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.receiver.direct_sync")
     broken = _patched(tp=None)(model, [weights])  # tp() is not callable: the plan cannot be built
     broken.update_weights_from_ipc()
     assert broken.to_verl == [[n for n, _ in weights]] and broken._fp8spec_direct_stats["broken"]
@@ -281,7 +281,7 @@ def test_uncovered_tensors_reach_verl_in_one_call_before_the_post_load_processin
         factory=lambda: hook.DirectState(tp=lambda: (0, 1)),
     )
     ext = cls(model, [weights[i : i + step] for i in range(0, len(weights), step)])
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.receiver.direct_sync")
     for sync in (1, 2):
         ext.events.clear()
         ext.loaded.clear()
@@ -312,7 +312,7 @@ def test_a_large_uncovered_tensor_is_loaded_at_once_with_what_was_kept(monkeypat
 
 
 class ReceivingExt(Ext):
-    """As Ext, with each bucket handed over inside the receiver patch's context (verl_patch.patch_bucket_receiver
+    """As Ext, with each bucket handed over inside the receiver patch's context (flat_receive.patch_bucket_receiver
     wraps on_bucket_received in ``engine.received_bucket(buffer, meta, weights)``: the same list object)."""
 
     engine: FlatBucketEngine
@@ -343,13 +343,12 @@ def _receiving_moe(dtype, seed):
     return params, weights, ref, model, ext_cls, _received(weights, bucket_size=2 << 20)
 
 
-@pytest.mark.parametrize("round_in_kernel", ["1", "0"])
-def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, round_in_kernel):
-    # FP8SPEC_DIRECT_ROUND_IN_KERNEL reaches the engine's DirectSync: float32 buckets rounded by the quantizer
-    # as it loads (1, the default) or through a cast copy of each bucket (0); the bytes are the same.
-    # FP8SPEC_DIRECT_INTO_PARAMS reaches it too (it acts on CUDA only: here the copy runs write either way)
-    monkeypatch.setenv("FP8SPEC_DIRECT_ROUND_IN_KERNEL", round_in_kernel)
-    monkeypatch.setenv("FP8SPEC_DIRECT_INTO_PARAMS", round_in_kernel)
+@pytest.mark.parametrize("old_switch", ["1", "0"])
+def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, old_switch):
+    # the engine's DirectSync always rounds float32 buckets in the quantizer as it loads and writes into the
+    # parameters where it can (it acts on CUDA only: here the copy runs write); the former switches do nothing
+    monkeypatch.setenv("FP8SPEC_DIRECT_ROUND_IN_KERNEL", old_switch)
+    monkeypatch.setenv("FP8SPEC_DIRECT_INTO_PARAMS", old_switch)
     params, weights, ref, model, ext_cls, buckets = _receiving_moe(torch.float32, 11)
     ext = ext_cls(model, buckets)
     ext.update_weights_from_ipc(peft_config=None, base_sync_done=True)
@@ -357,19 +356,19 @@ def test_the_hook_quantizes_in_place_on_the_receivers_buffer(monkeypatch, round_
     _assert_bytes_equal(ref, {n: p.data for n, p in model.named_parameters()}, fp8)
     ds = ext._fp8spec_direct.ds
     assert ds.stats["in_place"] == len(buckets) > 1
-    assert ds.stats["rounded_in_kernel"] == (len(buckets) if round_in_kernel == "1" else 0)
-    assert ds.into_params is (round_in_kernel == "1") and ds.stats["into_params"] == 0
+    assert ds.stats["rounded_in_kernel"] == len(buckets)
+    assert ds.into_params is True and ds.stats["into_params"] == 0
 
 
 def test_the_sync_line_counts_the_views_the_lazy_receiver_built(caplog):
     import pickle
 
-    from fp8spec.runtime.flat_bucket import ReceivedBucket
-    from fp8spec.runtime.lazy_receive import BucketViews
+    from fp8spec.runtime.quantization.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.weight_sync.receiver.lazy_receive import BucketViews
 
     params, weights, ref, model, ext_cls, eager = _receiving_moe(torch.bfloat16, 12)
     ext = ext_cls(model, [])
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.direct_sync")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.receiver.direct_sync")
     for _ in range(2):
         ext.buckets = []
         for b in eager:
@@ -392,8 +391,8 @@ def test_a_bucket_cast_to_another_dtype_than_the_engines_is_refused(engine_dtype
     # twice, silently; the hook refuses the bucket, and a BF16 engine takes it as any other
     import pickle
 
-    from fp8spec.runtime.flat_bucket import ReceivedBucket
-    from fp8spec.runtime.lazy_receive import BucketViews
+    from fp8spec.runtime.quantization.flat_bucket import ReceivedBucket
+    from fp8spec.runtime.weight_sync.receiver.lazy_receive import BucketViews
 
     params, weights, ref, model, ext_cls, eager = _receiving_moe(torch.bfloat16, 12)
 

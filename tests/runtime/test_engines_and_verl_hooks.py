@@ -12,9 +12,10 @@ import types
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
 from fp8spec.runtime import verl_patch
-from fp8spec.runtime.engines import sglang_kv, vllm_kv
+from fp8spec.runtime.kv_scales import sglang_kv, vllm_kv
+from fp8spec.runtime.quantization import blockquant as bq
+from fp8spec.runtime.quantization import verl_quant
 from fp8spec.runtime.settings import QuantSettings
 
 # ----------------------------------------------------------------------------------------- vLLM
@@ -234,7 +235,7 @@ def test_vllm_quant_weights_replacement(fmt_patch, monkeypatch):
     monkeypatch.setenv("FP8SPEC_QUANT_CHUNK_MB", "1")  # force several launches
     mod = _fake_vllm_quant_utils()
     settings = QuantSettings.from_env(fmt_patch)
-    verl_patch.patch_vllm_quant(mod, settings)
+    verl_quant.patch_vllm_quant(mod, settings)
     g = torch.Generator().manual_seed(0)
     ws = [
         ("model.embed_tokens.weight", torch.randn(300, 64, generator=g).bfloat16()),
@@ -289,7 +290,7 @@ def test_sglang_quant_weights_by_name_replacement(monkeypatch, caplog):
             yield x
 
     mod = types.SimpleNamespace(FP8QuantizerHelper=FP8QuantizerHelper, ensure_async_iterator=ensure_async_iterator)
-    verl_patch.patch_fp8_utils(mod, QuantSettings.from_env({"fast_block_quant"}))
+    verl_quant.patch_fp8_utils(mod, QuantSettings.from_env({"fast_block_quant"}))
     g = torch.Generator().manual_seed(1)
     ws = [(f"model.layers.{i}.mlp.up_proj.weight", torch.randn(640, 600, generator=g).bfloat16()) for i in range(3)]
     ws.insert(1, ("model.norm.weight", torch.randn(600, generator=g).bfloat16()))
@@ -298,7 +299,7 @@ def test_sglang_quant_weights_by_name_replacement(monkeypatch, caplog):
         h = FP8QuantizerHelper({"weight_block_size": [128, 128]})
         return [x async for x in h.quant_weights_by_name(ws)]
 
-    with caplog.at_level(logging.INFO, logger=verl_patch.__name__):
+    with caplog.at_level(logging.INFO, logger=verl_quant.__name__):
         out = asyncio.run(collect())
     # one line per sync, the in-loop evidence on SGLang (the quantizer runs in the trainer's processes)
     lines = [r.getMessage() for r in caplog.records if "fast_block_quant (trainer)" in r.getMessage()]

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from fp8spec.runtime import envs, manifest
-from fp8spec.runtime.settings import FLAT_KNOBS, KVSettings, QuantSettings
+from fp8spec.runtime.settings import KVSettings, QuantSettings
 from tests.conftest import REPO
 
 RUNTIME = REPO / "fp8spec" / "runtime"
@@ -34,7 +34,7 @@ def test_the_settings_read_exactly_the_declared_variables():
     QuantSettings.from_env(frozenset(("ue8m0_scales", "fast_block_quant")), env)
     declared = {v.name for p in ("kv_scales", "ue8m0_scales", "fast_block_quant") for v in envs.of_patch(p)}
     assert env.read == declared
-    assert len(declared) == 12
+    assert len(declared) == 6
 
 
 def test_no_other_runtime_module_names_a_variable():
@@ -55,13 +55,26 @@ def test_no_other_runtime_module_names_a_variable():
     assert "FP8SPEC_RUNTIME_PATCHES" in (RUNTIME / "envs.py").read_text(encoding="utf-8")
 
 
-def test_the_manifest_and_the_flat_switches_derive_from_the_table():
+def test_the_manifest_derives_from_the_table():
     for patch, info in manifest.PATCHES.items():
         assert info["env"] == {v.name: v.default for v in envs.VARIABLES if v.patch == patch}, patch
     assert manifest.PATCHES["fast_block_quant"]["env_notes"]["FP8SPEC_BLOCK_QUANT_BACKEND"] == "auto | triton | reference"
-    assert list(FLAT_KNOBS) == ["flat_buckets", "reuse_outputs", "lean_prelaunch", "fast_launch", "prealloc_outputs",
-                                "keep_outputs"]
-    assert QuantSettings.from_env({"fast_block_quant"}, {"FP8SPEC_QUANT_KEEP_OUTPUTS": "1"}).keep_outputs is True
+
+
+def test_only_variables_a_bundle_or_a_user_sets_are_read():
+    # the compiler sets the first and KV_RECALIBRATE; the rest each have a reason a user sets them (runtime README)
+    assert [v.name for v in envs.VARIABLES] == [
+        "FP8SPEC_RUNTIME_PATCHES",
+        "FP8SPEC_LOG_LEVEL",
+        "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS",
+        "FP8SPEC_KV_SCALE_DIVISORS",
+        "FP8SPEC_KV_CALIB_PHASES",
+        "FP8SPEC_KV_RECALIBRATE",
+        "FP8SPEC_UE8M0_RULE",
+        "FP8SPEC_BLOCK_QUANT_BACKEND",
+        "FP8SPEC_QUANT_CHUNK_MB",
+        "FP8SPEC_SEND_CAST_BF16",
+    ]
 
 
 def test_every_default_parses():
@@ -75,21 +88,8 @@ BAD = {
     "FP8SPEC_KV_RECALIBRATE": "always",
     "FP8SPEC_UE8M0_RULE": "e8m0",
     "FP8SPEC_BLOCK_QUANT_BACKEND": "tritn",
-    "FP8SPEC_QUANT_FLAT_BUCKETS": "maybe",
-    "FP8SPEC_QUANT_REUSE_OUTPUTS": "2",
-    "FP8SPEC_QUANT_LEAN_PRELAUNCH": "yes please",
-    "FP8SPEC_QUANT_FAST_LAUNCH": "-1",
-    "FP8SPEC_QUANT_PREALLOC_OUTPUTS": "on?",
-    "FP8SPEC_QUANT_KEEP_OUTPUTS": "keep",
     "FP8SPEC_QUANT_CHUNK_MB": "0",
-    "FP8SPEC_FUSED_SEND": "fused",
-    "FP8SPEC_SEND_PIPELINE": "both",
-    "FP8SPEC_SEND_TABLE": "table",
-    "FP8SPEC_SEND_KEEP_BUFFER": "forever",
     "FP8SPEC_SEND_CAST_BF16": "bf16",
-    "FP8SPEC_SEND_PACKED_META": "lists",
-    "FP8SPEC_DIRECT_ROUND_IN_KERNEL": "round",
-    "FP8SPEC_DIRECT_INTO_PARAMS": "params",
 }
 
 

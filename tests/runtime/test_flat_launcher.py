@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
-from fp8spec.runtime import flat_launcher as fl
-from fp8spec.runtime import triton_blockquant as tbq
+from fp8spec.runtime.quantization import blockquant as bq
+from fp8spec.runtime.quantization import flat_launcher as fl
+from fp8spec.runtime.quantization import triton_blockquant as tbq
 
 FMT_NAMES = {0: "fp32", 1: "ue8m0", 2: "ue8m0_fixed"}
 

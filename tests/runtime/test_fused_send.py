@@ -1,4 +1,4 @@
-"""The fused bucket fill (fp8spec/runtime/fused_send.py) against verl 0.9.1's own sender, on verl's real receiver.
+"""The fused bucket fill (runtime/weight_sync/sender/fused_send.py) against verl 0.9.1's own sender, on verl's real receiver.
 
 As in test_sync_timing.py: verl's ``bucketed_weight_transfer`` module loaded from its file, the real sender and
 receiver over a real zmq ipc socket in shared-memory mode (their CPU path), the receiver in a thread. Each case
@@ -16,7 +16,8 @@ import threading
 import pytest
 import torch
 
-from fp8spec.runtime import fused_send, lazy_receive, sync_timing
+from fp8spec.runtime.weight_sync.receiver import lazy_receive
+from fp8spec.runtime.weight_sync.sender import fused_send, sync_timing
 
 from .test_activation import _run
 from .test_sync_timing import MOD, CpuDevice, _module
@@ -225,7 +226,7 @@ def test_sync_timing_wraps_the_fused_fill(tmp_path, caplog, table, packed):
     fused_send.patch_bucket_sender_fused(mod, table=table, packed=packed)
     sync_timing.patch_bucket_sender(mod)
     weights = _weights()
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.sync_timing")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.sender.sync_timing")
     before = fused_send.gather_copy.STATS["tensors"]
     sender, metas, got = _sync(mod, tmp_path, weights, bucket_mb=1, name="timed")
     st = sender._fp8spec_send_times
@@ -253,19 +254,16 @@ def test_installed_after_sync_timing_it_refuses_instead_of_dropping_the_timing_l
     assert not getattr(mod.BucketedWeightSender, fused_send.FLAG, False)
 
 
-def test_activated_with_direct_sync_before_the_timing_line_unless_switched_off():
+def test_activated_with_direct_sync_and_before_the_timing_line_only_when_that_is_asked_for():
     code = """
 import json, fp8spec.runtime as rt
 from fp8spec.runtime import _importhook
-print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
-                  'order': [getattr(c, '__qualname__', repr(c)) for c in _importhook._pending.get(%r, [])]}))
-""" % (MOD, MOD)
-    off = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})
-    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})  # on by default (BENCHMARKS.md 8.4, 8.6)
-    assert on["pending"] == off["pending"] + 1
-    fused_at = next(i for i, q in enumerate(on["order"]) if "_fused" in q)
-    timing_at = next(i for i, q in enumerate(on["order"]) if q == "patch_bucket_sender")
-    assert fused_at < timing_at, json.dumps(on)
+print(json.dumps({'order': [c.hook.installer.rsplit('.', 2)[-2] for c in _importhook._pending.get(%r, [])]}))
+""" % (MOD,)
+    plain = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})  # always on
+    assert plain["order"] == ["lazy_receive", "flat_receive", "fused_send"], json.dumps(plain)
+    timed = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "sync_timing,direct_sync"})
+    assert timed["order"] == ["lazy_receive", "flat_receive", "fused_send", "sync_timing"], json.dumps(timed)
 
 
 # ----------------------------------------------------------------------------- the pipelined halves
@@ -360,26 +358,26 @@ def test_a_tensor_larger_than_a_half_gets_the_whole_buffer_once_nothing_is_in_fl
     assert all(_equal(t, w) for (_, t), (_, w) in zip(got, weights))
 
 
-def test_pipeline_and_table_switches_reach_the_sender_from_the_environment():
+def test_the_sender_gets_the_fused_fill_and_the_cast_switch_from_the_environment():
     code = """
 import json, fp8spec.runtime as rt
-from fp8spec.runtime import _importhook, fused_send
+from fp8spec.runtime import _importhook
+from fp8spec.runtime.weight_sync.sender import fused_send
 seen = []
 fused_send.patch_bucket_sender_fused = lambda mod, pipeline=True, table=False, cast=None, packed=False: (
     seen.append([pipeline, table, str(cast), packed]))
 for hook in _importhook._pending.get(%r, []):
-    if '_fused' in getattr(hook, '__qualname__', ''):
+    if hook.hook.installer.endswith('fused_send.install'):
         hook(None)
 print(json.dumps({'seen': seen}))
 """ % (MOD,)
     base = {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"}
-    # the table fill: None = where the Triton kernel runs; the BF16 cast and the packed metadata on by default
+    # the table fill: None = where the Triton kernel runs; the pipeline, the BF16 cast and the packed metadata on
     assert _run(code, base)["seen"] == [[True, None, "torch.bfloat16", True]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PIPELINE="0"))["seen"] == [[False, None, "torch.bfloat16", True]]
-    assert _run(code, dict(base, FP8SPEC_SEND_TABLE="0"))["seen"] == [[True, False, "torch.bfloat16", True]]
     assert _run(code, dict(base, FP8SPEC_SEND_CAST_BF16="0"))["seen"] == [[True, None, "None", True]]
-    assert _run(code, dict(base, FP8SPEC_SEND_PACKED_META="0"))["seen"] == [[True, None, "torch.bfloat16", False]]
-    assert _run(code, dict(base, FP8SPEC_FUSED_SEND="0"))["seen"] == []
+    # the former switches of finished comparisons do nothing
+    old = dict.fromkeys(("FP8SPEC_FUSED_SEND", "FP8SPEC_SEND_PIPELINE", "FP8SPEC_SEND_TABLE", "FP8SPEC_SEND_PACKED_META"), "0")
+    assert _run(code, dict(base, **old))["seen"] == [[True, None, "torch.bfloat16", True]]
 
 
 @pytest.mark.gpu

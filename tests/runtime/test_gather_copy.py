@@ -1,4 +1,4 @@
-"""The table copy of fp8spec/runtime/gather_copy.py: the table and its chunks on the CPU (through the reference
+"""The table copy of fp8spec/runtime/weight_sync/sender/gather_copy.py: the table and its chunks on the CPU (through the reference
 reading), the Triton kernel against the reference on the GPU (skipped here: CI has no GPU)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8spec.runtime import gather_copy as gc
+from fp8spec.runtime.weight_sync.sender import gather_copy as gc
 
 
 def _tensors(seed=0, device="cpu"):

@@ -6,7 +6,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
 
-from fp8spec.runtime import kv_calibration as kc  # noqa: E402
+from fp8spec.runtime.kv_scales import kv_calibration as kc  # noqa: E402
 
 
 def _tiny_qwen3(impl: str, layers: int = 3) -> Qwen3ForCausalLM:
@@ -175,7 +175,7 @@ def _observed(cal, value):
 
 
 def test_sync_scales_per_step_follow_each_step(monkeypatch):
-    from fp8spec.runtime import kv_hooks
+    from fp8spec.runtime.kv_scales import kv_hooks
 
     monkeypatch.delenv("FP8SPEC_KV_RECALIBRATE", raising=False)
     cal = kc.KVScaleCalibrator(2, divisors=(1.0, 1.0, 1.0))
@@ -188,7 +188,7 @@ def test_sync_scales_per_step_follow_each_step(monkeypatch):
 
 
 def test_sync_scales_once_keep_the_first_real_calibration(monkeypatch):
-    from fp8spec.runtime import kv_hooks
+    from fp8spec.runtime.kv_scales import kv_hooks
 
     monkeypatch.setenv("FP8SPEC_KV_RECALIBRATE", "once")
     cal = kc.KVScaleCalibrator(2, divisors=(1.0, 1.0, 1.0))
@@ -202,7 +202,7 @@ def test_sync_scales_once_keep_the_first_real_calibration(monkeypatch):
 
 
 def test_sync_scales_recalibrate_env_is_checked(monkeypatch):
-    from fp8spec.runtime import kv_hooks
+    from fp8spec.runtime.kv_scales import kv_hooks
 
     monkeypatch.setenv("FP8SPEC_KV_RECALIBRATE", "sometimes")
     cal = kc.KVScaleCalibrator(1, divisors=(1.0, 1.0, 1.0))

@@ -1,4 +1,4 @@
-"""verl's bucket receiver with views built on access (fp8spec/runtime/lazy_receive.py), on verl 0.9.1's own sender.
+"""verl's bucket receiver with views built on access (runtime/weight_sync/receiver/lazy_receive.py), on verl 0.9.1's own sender.
 
 As in test_sync_timing.py: verl's ``bucketed_weight_transfer`` module loaded from its file, its real sender and
 receiver over a zmq ipc socket in shared-memory mode (the CPU path), the receiver in a thread. The lazy receiver
@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from fp8spec.runtime import lazy_receive, verl_patch
+from fp8spec.runtime.weight_sync.receiver import flat_receive, lazy_receive
 
 from .test_fused_send import _equal, _weights
 from .test_sync_timing import MOD, CpuDevice, _module
@@ -81,7 +81,7 @@ def test_sequence_reads_are_kept_and_sliced_as_a_list_would_be():
 
 def test_installed_after_the_flat_bucket_wrapper_it_refuses_instead_of_dropping_it():
     mod = _module(CpuDevice())
-    verl_patch.patch_bucket_receiver(mod, report=False)
+    flat_receive.patch_bucket_receiver(mod, report=False)
     wrapped = mod.BucketedWeightReceiver.receive_weights
     with pytest.raises(RuntimeError, match="install lazy_receive first"):
         lazy_receive.patch_bucket_receiver_lazy(mod)
@@ -98,7 +98,7 @@ print(json.dumps([repr(c) for c in _importhook._pending.get(%r, [])]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     order = json.loads(out.stdout.strip().splitlines()[-1])
     lazy_at = next(i for i, q in enumerate(order) if "_lazy" in q)
-    flat_at = next(i for i, q in enumerate(order) if "patch_bucket_receiver" in q)
+    flat_at = next(i for i, q in enumerate(order) if "flat_receive" in q)
     assert lazy_at < flat_at, order
     env["FP8SPEC_RUNTIME_PATCHES"] = "fast_block_quant"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fp8spec.resources import data_dir
-from fp8spec.runtime.mbridge_compat import patch_mbridge_util
+from fp8spec.runtime.trainer.mbridge_compat import patch_mbridge_util
 from fp8spec.snapshots.core import artifact_for, read_snapshot
 
 

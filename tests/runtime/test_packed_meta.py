@@ -1,4 +1,4 @@
-"""``PackedMeta`` (fp8spec/runtime/packed_meta.py): verl's bucket metadata as four lists.
+"""``PackedMeta`` (fp8spec/runtime/weight_sync/packed_meta.py): verl's bucket metadata as four lists.
 
 What verl's receiver reads from it (every entry, through the Mapping) equals what verl's sender writes for the
 same bucket; it survives the pickle round trip as itself, without a ``torch.Size`` per tensor; fp8spec's lazy receiver builds
@@ -11,8 +11,8 @@ import pickle
 
 import torch
 
-from fp8spec.runtime import lazy_receive
-from fp8spec.runtime.packed_meta import PackedMeta
+from fp8spec.runtime.weight_sync.packed_meta import PackedMeta
+from fp8spec.runtime.weight_sync.receiver import lazy_receive
 
 
 def _bucket():

@@ -1,4 +1,4 @@
-"""The trainer-side sync timing (fp8spec/runtime/sync_timing.py) on verl 0.9.1's own sender and receiver.
+"""The trainer-side sync timing (fp8spec/runtime/weight_sync/sender/sync_timing.py) on verl 0.9.1's own sender and receiver.
 
 The real ``BucketedWeightSender`` and ``BucketedWeightReceiver`` talk over a real zmq ipc socket in shared-memory
 mode (their CPU path), receiver in a thread as in a colocated engine. The module is loaded from verl's file (its
@@ -22,7 +22,7 @@ import time
 import pytest
 import torch
 
-from fp8spec.runtime import sync_timing
+from fp8spec.runtime.weight_sync.sender import sync_timing
 
 pytest.importorskip("zmq")
 verl = pytest.importorskip("verl")
@@ -87,7 +87,7 @@ def test_one_line_per_sync_with_what_was_sent(tmp_path, caplog):
     g = torch.Generator().manual_seed(0)
     weights = [(f"layers.{i}.w", torch.randn(300 + 7 * i, 256, generator=g)) for i in range(24)]
     weights += [("norm", torch.randn(256, generator=g).to(torch.bfloat16))]
-    caplog.set_level(logging.INFO, logger="fp8spec.runtime.sync_timing")
+    caplog.set_level(logging.INFO, logger="fp8spec.runtime.weight_sync.sender.sync_timing")
     for k in range(2):
         sender, got, buckets = _sync(mod, tmp_path, weights, bucket_mb=2, name=f"s{k}")
         assert [n for n, _ in got] == [n for n, _ in weights]
@@ -100,7 +100,7 @@ def test_one_line_per_sync_with_what_was_sent(tmp_path, caplog):
         assert st.sends > 0 and st.setup > 0 and st.launches == 0  # verl's own fill: no table launches
         host = time_of(st) - st.engine - st.gpu_wait
         assert st.setup + st.sends + st.launches + st.gc <= host
-    lines = [r.getMessage() for r in caplog.records if r.name == "fp8spec.runtime.sync_timing"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "fp8spec.runtime.weight_sync.sender.sync_timing"]
     assert len(lines) == 2
     assert lines[0].startswith(f"fp8spec weight sync sent: {len(weights)} tensors, {len(buckets)} buckets, ")
     assert "trainer stream + fill" in lines[0] and "GPU wait" in lines[0] and "engine" in lines[0]

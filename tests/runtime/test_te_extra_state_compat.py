@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fp8spec.resources import data_dir
-from fp8spec.runtime.te_extra_state_compat import split_extra_state_with_stateless_recipes
+from fp8spec.runtime.trainer.te_extra_state_compat import split_extra_state_with_stateless_recipes
 from fp8spec.snapshots.core import artifact_for, read_snapshot
 
 NUM_GEMMS = 4

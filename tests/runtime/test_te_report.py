@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8spec.runtime.te_report import TEReport, bf16_kind
+from fp8spec.runtime.trainer.te_report import TEReport, bf16_kind
 
 
 @pytest.fixture

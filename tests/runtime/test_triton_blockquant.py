@@ -3,8 +3,8 @@ import zlib
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
-from fp8spec.runtime import triton_blockquant as tbq
+from fp8spec.runtime.quantization import blockquant as bq
+from fp8spec.runtime.quantization import triton_blockquant as tbq
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

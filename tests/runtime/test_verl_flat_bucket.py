@@ -19,18 +19,21 @@ is packed, as in verl (the sender waits for the receiver's reply, line 136).
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import types
 
 import pytest
 import torch
 
-from fp8spec.runtime import blockquant as bq
-from fp8spec.runtime import flat_bucket, verl_patch
-from fp8spec.runtime import flat_launcher as fl
-from fp8spec.runtime import triton_blockquant as tbq
-from fp8spec.runtime.flat_bucket import ENGINE
-from fp8spec.runtime.settings import FLAT_KNOBS, QuantSettings
+from fp8spec.runtime import verl_patch
+from fp8spec.runtime.quantization import blockquant as bq
+from fp8spec.runtime.quantization import flat_bucket, verl_quant
+from fp8spec.runtime.quantization import flat_launcher as fl
+from fp8spec.runtime.quantization import triton_blockquant as tbq
+from fp8spec.runtime.quantization.flat_bucket import ENGINE
+from fp8spec.runtime.settings import QuantSettings
+from fp8spec.runtime.weight_sync.receiver import flat_receive
 
 FMTS = ("fp32", "ue8m0", "ue8m0_fixed")
 
@@ -187,19 +190,17 @@ def hook(monkeypatch):
     for k in list(ENGINE.stats):
         ENGINE.stats[k] = 0
 
-    def make(fmt="fp32", **env):
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
+    def make(fmt="fp32", **switches):
+        """``switches``: QuantSettings fields other than their defaults (the plain paths the defaults replace)."""
         patches = {"fast_block_quant"} | ({"ue8m0_scales"} if fmt != "fp32" else set())
         if fmt != "fp32":
             monkeypatch.setenv("FP8SPEC_UE8M0_RULE", fmt)
         mod = fake_quant_module()
-        verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(patches))
+        verl_quant.patch_vllm_quant(mod, dataclasses.replace(QuantSettings.from_env(patches), **switches))
         return mod
 
     yield make
     ENGINE.clear()
-    ENGINE.set_output_policy(QuantSettings())
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -224,7 +225,7 @@ def _current_layout(params):
     """The cached layout the hook used for this bucket (None when it took the list path)."""
     ctx = ENGINE.bucket
     lay = None
-    for lean in (True, False):  # the key the hook used depends on FP8SPEC_QUANT_LEAN_PRELAUNCH
+    for lean in (True, False):  # the key the hook used depends on the lean_prelaunch setting
         lay = lay or ENGINE.layouts.get((ctx.layout_key(lean), len(params), torch.bfloat16, (128, 128)))
     if lay is not None:
         assert lay.sel == tuple(i for i, (n, _) in enumerate(params) if n.endswith("proj.weight"))
@@ -472,7 +473,7 @@ def test_fallback_not_a_flat_buffer(hook):
     assert ENGINE.stats["not_flat"] == hits_before + 2
     # (4) the flat path switched off
     ENGINE.clear()
-    mod2 = hook(FP8SPEC_QUANT_FLAT_BUCKETS="0")
+    mod2 = hook(flat_buckets=False)
     launches = ENGINE.stats["flat_launches"]
     run_round(mod2, stream, "fp32", check=check)
     assert ENGINE.stats["flat_launches"] == launches
@@ -480,7 +481,7 @@ def test_fallback_not_a_flat_buffer(hook):
 
 def test_without_output_reuse(hook):
     gen = torch.Generator().manual_seed(18)
-    mod = hook(FP8SPEC_QUANT_REUSE_OUTPUTS="0")
+    mod = hook(reuse_outputs=False)
     stream = model_stream(gen, layers=1)
     a, b = {}, {}
 
@@ -577,8 +578,8 @@ def test_receiver_patch_feeds_quant_weights(hook):
     def run(use_shm):
         events, seen = [], []
         transfer = fake_transfer_module(messages, {"handle-0": shared}, events)
-        verl_patch.patch_bucket_receiver(transfer)
-        verl_patch.patch_bucket_receiver(transfer)  # idempotent
+        flat_receive.patch_bucket_receiver(transfer)
+        flat_receive.patch_bucket_receiver(transfer)  # idempotent
 
         def on_bucket(weights, is_last):
             out = list(mod.quant_weights(list(weights), object(), qc))
@@ -606,10 +607,10 @@ def test_patch_vllm_quant_registers_receiver_hook(hook, monkeypatch):
     monkeypatch.setattr(_importhook, "when_imported", lambda name, cb: calls.append((name, cb)))
     hook()
     assert [(name, cb.func, cb.keywords) for name, cb in calls] == [
-        (verl_patch.MOD_BUCKET_TRANSFER, verl_patch.patch_bucket_receiver, {"engine": ENGINE})]
+        (verl_patch.MOD_BUCKET_TRANSFER, flat_receive.patch_bucket_receiver, {"engine": ENGINE})]
     calls.clear()
     mod = fake_quant_module()
-    verl_patch.patch_vllm_quant(mod, QuantSettings.from_env(set()))  # reference backend: no flat path
+    verl_quant.patch_vllm_quant(mod, QuantSettings.from_env(set()))  # reference backend: no flat path
     assert calls == []
 
 
@@ -622,8 +623,8 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
     if not tbq.triton_available():
         pytest.skip("triton not available")
     gen = torch.Generator().manual_seed(21)
-    env = {} if knobs == "defaults" else _combo_env((knobs == "all_on",) * 4)
-    mod = hook(fmt, **env)
+    switches = {} if knobs == "defaults" else _combo((knobs == "all_on",) * 2)
+    mod = hook(fmt, **switches)
     fl.reset_fast_launch()
     for _step in range(2):  # second step: cached plans and reused output views
         stream = model_stream(gen, device="cuda")
@@ -638,57 +639,40 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
         assert fl.FAST_STATS["fast"] == st["cache_hits"] and fl.FAST_STATS["fallbacks"] == 0
 
 
-# ------------------------------------------------------------ the flat path's knobs (issue 5)
-KNOB_ENV = {
-    "lean_prelaunch": "FP8SPEC_QUANT_LEAN_PRELAUNCH",
-    "fast_launch": "FP8SPEC_QUANT_FAST_LAUNCH",
-    "prealloc_outputs": "FP8SPEC_QUANT_PREALLOC_OUTPUTS",
-    "keep_outputs": "FP8SPEC_QUANT_KEEP_OUTPUTS",
-}
+# ------------------------------------------------------------ the flat path's host-side shortcuts
+KNOBS = ("lean_prelaunch", "fast_launch")
 
 
-def test_knob_table_and_defaults(monkeypatch):
-    for env in KNOB_ENV.values():
-        monkeypatch.delenv(env, raising=False)
-    assert {k: FLAT_KNOBS[k] for k in KNOB_ENV} == KNOB_ENV
+def test_shortcuts_are_always_on_and_read_no_environment(monkeypatch):
+    # BENCHMARKS.md section 3: on by default since they were measured; no variable turns them off
+    for name in ("FP8SPEC_QUANT_LEAN_PRELAUNCH", "FP8SPEC_QUANT_FAST_LAUNCH", "FP8SPEC_QUANT_FLAT_BUCKETS",
+                 "FP8SPEC_QUANT_REUSE_OUTPUTS"):
+        monkeypatch.setenv(name, "0")
     st = QuantSettings.from_env({"fast_block_quant"})
-    # defaults: what BENCHMARKS.md section 3 says (no memory held between syncs by default)
     assert st.flat_buckets and st.reuse_outputs and st.lean_prelaunch and st.fast_launch
-    assert not st.prealloc_outputs and not st.keep_outputs
-    monkeypatch.setenv("FP8SPEC_QUANT_KEEP_OUTPUTS", "yes")
-    monkeypatch.setenv("FP8SPEC_QUANT_LEAN_PRELAUNCH", "0")
-    st = QuantSettings.from_env({"fast_block_quant"})
-    assert st.keep_outputs and not st.lean_prelaunch
-    monkeypatch.setenv("FP8SPEC_QUANT_FAST_LAUNCH", "maybe")
-    with pytest.raises(ValueError, match="FP8SPEC_QUANT_FAST_LAUNCH"):
-        QuantSettings.from_env({"fast_block_quant"})
 
 
-def _combo_env(bits):
-    return {env: str(int(b)) for env, b in zip(KNOB_ENV.values(), bits)}
+def _combo(bits):
+    return dict(zip(KNOBS, map(bool, bits)))
 
 
-@pytest.mark.parametrize("bits", [(a, b, c, d) for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)])
+@pytest.mark.parametrize("bits", [(a, b) for a in (0, 1) for b in (0, 1)])
 def test_every_knob_combination_bit_identical_over_two_rounds(hook, bits):
     gen = torch.Generator().manual_seed(30)
     stream = model_stream(gen, layers=1)
-    mod = hook(**_combo_env(bits))
-    assert ENGINE.output_policy == {"keep_outputs": bool(bits[3]), "prealloc_outputs": bool(bits[2])}
+    mod = hook(**_combo(bits))
     names = [run_round(mod, stream, "fp32", check=check_against_reference("fp32")) for _ in range(2)]
     st = ENGINE.stats
     assert st["plan_builds"] > 0 and st["cache_hits"] == st["plan_builds"] and st["spec_discarded"] == 0
     assert names[0] == names[1] == run_round(mod, stream, "fp32", flat=False)
     held = ENGINE.arenas[torch.device("cpu")].y.untyped_storage().nbytes()
-    assert (held > 0) == bool(bits[3])  # memory kept between rounds only with KEEP_OUTPUTS
-    ENGINE.release_outputs(force=True)
-    held = ENGINE.arenas[torch.device("cpu")].y.untyped_storage().nbytes()
-    assert held == 0
+    assert held == 0  # the output memory is given back after every round
 
 
 def test_fast_launch_uses_one_launcher_per_layout_and_format(hook):
     gen = torch.Generator().manual_seed(31)
     stream = model_stream(gen, layers=1)
-    mods = {fmt: hook(fmt, FP8SPEC_QUANT_FAST_LAUNCH="1") for fmt in ("fp32", "ue8m0_fixed")}
+    mods = {fmt: hook(fmt, fast_launch=True) for fmt in ("fp32", "ue8m0_fixed")}
     for _ in range(2):
         for fmt, mod in mods.items():
             run_round(mod, stream, fmt, check=check_against_reference(fmt))
@@ -702,7 +686,7 @@ def test_fast_launch_uses_one_launcher_per_layout_and_format(hook):
 @pytest.mark.parametrize("lean", ["0", "1"])
 def test_changed_layout_is_a_miss_with_either_key(hook, lean):
     gen = torch.Generator().manual_seed(32)
-    mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH=lean)
+    mod = hook(lean_prelaunch=lean == "1")
     stream = model_stream(gen, layers=1)
     run_round(mod, stream, "fp32", check=check_against_reference("fp32"))
     builds = ENGINE.stats["plan_builds"]
@@ -730,7 +714,7 @@ def test_lean_replaced_tensor_discards_the_speculative_launch(hook):
     """With the identity check after the launch, a bucket whose selected tensors are not the
     receiver's views is launched, found out, and redone on the list path; the outputs are right."""
     gen = torch.Generator().manual_seed(33)
-    mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH="1")
+    mod = hook(lean_prelaunch=True)
     stream = model_stream(gen, layers=1)
     qc = types.SimpleNamespace(weight_block_size=[128, 128])
     check = check_against_reference("fp32")
@@ -756,7 +740,7 @@ def test_lean_refuses_a_buffer_shorter_than_the_plan(hook):
     """Same metadata bytes, but the buffer handed in is shorter than the cached plan reads: no launch
     (the O(1) bound check runs before the launch), list path."""
     gen = torch.Generator().manual_seed(34)
-    mod = hook(FP8SPEC_QUANT_LEAN_PRELAUNCH="1")
+    mod = hook(lean_prelaunch=True)
     stream = model_stream(gen, layers=1)
     qc = types.SimpleNamespace(weight_block_size=[128, 128])
     check = check_against_reference("fp32")
@@ -769,72 +753,3 @@ def test_lean_refuses_a_buffer_shorter_than_the_plan(hook):
     with ENGINE.received_bucket(short, meta["bucket_meta"], weights, raw=raw):
         check(list(mod.quant_weights(list(weights), object(), qc)), weights)
     assert st["flat_launches"] == launches and st["list_path"] == lists + 1
-
-
-@pytest.mark.parametrize("prealloc", ["0", "1"])
-def test_prealloc_outputs_before_the_first_bucket(hook, prealloc):
-    """FP8SPEC_QUANT_PREALLOC_OUTPUTS=1: from the second round on, the output memory is back once the
-    receiver has mapped the sender's buffer, before the sender fills the first bucket."""
-    gen = torch.Generator().manual_seed(35)
-    mod = hook(FP8SPEC_QUANT_PREALLOC_OUTPUTS=prealloc)
-    stream = [(n, t) for n, t in model_stream(gen, layers=1) if "shared_expert" not in n]
-    size = 1 << 20
-    shared = torch.empty(size, dtype=torch.uint8)
-    held_at_first_bucket = []
-
-    def arena_bytes():
-        a = ENGINE.arenas.get(torch.device("cpu"))
-        return 0 if a is None else a.y.untyped_storage().nbytes()
-
-    messages = [(pickle.dumps("handle-0"), lambda: None)]
-    for k, (buffer, raw, _ipc) in enumerate(send_buckets(stream, size)):
-        def before(snap=buffer.clone(), first=k == 0):
-            if first:
-                held_at_first_bucket.append(arena_bytes())
-            shared.copy_(snap)
-
-        messages.append((raw, before))
-    qc = types.SimpleNamespace(weight_block_size=[128, 128])
-
-    def on_bucket(weights, is_last):
-        out = list(mod.quant_weights(list(weights), object(), qc))
-        check_against_reference("fp32")(out, weights)
-
-    for _ in range(3):
-        transfer = fake_transfer_module(list(messages), {"handle-0": shared}, [])
-        verl_patch.patch_bucket_receiver(transfer)
-        transfer.BucketedWeightReceiver("ipc:///tmp/x", torch.device("cpu")).receive_weights(on_bucket)
-        assert arena_bytes() == 0  # released at cleanup either way (KEEP_OUTPUTS off)
-    want = [0, 1, 1] if prealloc == "1" else [0, 0, 0]
-    assert [int(b > 0) for b in held_at_first_bucket] == want
-
-
-def test_keep_outputs_through_the_receiver(hook):
-    gen = torch.Generator().manual_seed(36)
-    mod = hook(FP8SPEC_QUANT_KEEP_OUTPUTS="1")
-    stream = [(n, t) for n, t in model_stream(gen, layers=1) if "shared_expert" not in n]
-    size = 1 << 20
-    shared = torch.empty(size, dtype=torch.uint8)
-    messages = [(pickle.dumps("handle-0"), lambda: None)]
-    for buffer, raw, _ipc in send_buckets(stream, size):
-        messages.append((raw, lambda snap=buffer.clone(): shared.copy_(snap)))
-    qc = types.SimpleNamespace(weight_block_size=[128, 128])
-    outs = []
-
-    def on_bucket(weights, is_last):
-        out = list(mod.quant_weights(list(weights), object(), qc))
-        check_against_reference("fp32")(out, weights)
-        outs.append(out)
-
-    transfer = fake_transfer_module(messages, {"handle-0": shared}, [])
-    verl_patch.patch_bucket_receiver(transfer)
-    transfer.BucketedWeightReceiver("ipc:///tmp/x", torch.device("cpu")).receive_weights(on_bucket)
-    arena = ENGINE.arenas[torch.device("cpu")]
-    plans = [lay.plan for lay in ENGINE.layouts.values()]
-    # held after the round: the largest bucket's fp8 output (1 byte per element) and its scales
-    # (plain ints compared: a failing assert must not print tensors whose memory was given back)
-    held_y, held_s = arena.y.untyped_storage().nbytes(), arena.s.untyped_storage().nbytes()
-    assert held_y == max(p.y_total for p in plans)
-    assert held_s == 4 * max(p.s_total for p in plans)
-    ENGINE.clear()
-    assert not ENGINE.arenas

@@ -88,7 +88,7 @@ def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
         plan.notes.append(
             "Standalone SGLang quantizes a BF16 checkpoint per output channel, not in 128x128 blocks "
             "(block-wise online quantization is sglang PR #15440, open). For an exact block-FP8 evaluation, "
-            "serve an FP8 checkpoint quantized with fp8spec.runtime.blockquant."
+            "serve an FP8 checkpoint quantized with fp8spec.runtime.quantization.blockquant."
         )
     if spec.kv_cache.fp8:
         args.append(kv_cache_dtype_flag(spec))

@@ -1,4 +1,4 @@
-"""Many tensors copied into one byte buffer by one launch, from a table of their addresses (issue 23, item 3).
+"""Many tensors copied into one byte buffer by one launch, from a table of their addresses.
 
 The trainer's bucket fill (``fused_send``) gathered each run of tensors with ``torch.cat(..., out=...)``, which
 needs a flat byte view of every source (``reshape(-1).view(torch.uint8)``: two tensor ops, about half the fill's

@@ -1,6 +1,6 @@
 """Pre-bound flat launches: one flat plan quantized again and again into fixed output buffers.
 
-``FP8SPEC_QUANT_FAST_LAUNCH``: the per-launch Python of ``kernel[grid](...)`` (argument binding,
+The per-launch Python of ``kernel[grid](...)`` (argument binding,
 specialization key string, cache lookup, globals check) is replaced, for a plan launched again and
 again into the same output buffers, by the compiled kernel's own launcher,
 ``CompiledKernel.__getitem__(grid)`` -> ``runner(*args)``, which Triton 3.x keeps for launching a
@@ -20,9 +20,15 @@ from typing import Any
 
 import torch
 
-from . import blockquant as _ref
-from .bucket_plan import SCALE_FMT_CODE, check_fmt, check_out, make_flat_plan, same_device
-from .triton_blockquant import get_kernel, quantize_flat
+from fp8spec.runtime.quantization import blockquant as _ref
+from fp8spec.runtime.quantization.bucket_plan import (
+    SCALE_FMT_CODE,
+    check_fmt,
+    check_out,
+    make_flat_plan,
+    same_device,
+)
+from fp8spec.runtime.quantization.triton_blockquant import get_kernel, quantize_flat
 
 _FAST: dict[str, Any] = {"convention": None, "checked": False, "error": None, "disabled": False}
 FAST_STATS = {"fast": 0, "jit": 0, "fallbacks": 0}

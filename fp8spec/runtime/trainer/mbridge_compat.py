@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from types import ModuleType, SimpleNamespace
 
-logger = logging.getLogger(__name__)
+from fp8spec.runtime.targets import MOD_MBRIDGE_UTIL  # noqa: F401  (the installer's target)
 
-MOD_MBRIDGE_UTIL = "mbridge.core.util"
+logger = logging.getLogger(__name__)
 
 
 class _NoSuchModelType:

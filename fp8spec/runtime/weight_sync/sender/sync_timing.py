@@ -14,7 +14,7 @@ those three points, per bucket, with no per-tensor work:
   two-half pipeline, fp8spec's receiver replies on receipt, so this is the engine's work the trainer's fill of the
   next bucket did not hide);
 * ``trainer stream + fill``: the rest: the host side of the trainer's generator and of the fill loop, split
-  further (session 17: on Qwen3-30B-A3B it is 0.09-0.13 s of a 0.12-0.16 s sync, 5-7 us per tensor on the H200's
+  further (on Qwen3-30B-A3B it is 0.09-0.13 s of a 0.12-0.16 s sync, 5-7 us per tensor on the H200's
   host where the fill's loop alone costs 2-3 us on the CPU machine) into what it holds per sync or per bucket:
   ``set-up`` (verl's ``_init_socket`` and ``_init_buffer``: the bucket's allocation and CUDA IPC handle, the
   receiver's reply), ``launches`` (the host side of the table fill's copy launches, ``gather_copy.launch``),
@@ -22,6 +22,10 @@ those three points, per bucket, with no per-tensor work:
   thread); what is left is the per-tensor loop.
 
 BENCHMARKS.md 9.1 is why: in the real 4B loop the engine received a sync in 0.50 s of 1.40 s.
+
+Measurement only: installed where ``sync_timing`` is named in ``FP8SPEC_RUNTIME_PATCHES`` (a compiled bundle never
+names it), since it replaces the ``get_torch_device`` of verl's transfer module and adds a gc callback to the
+process. ``direct_sync``'s own line per sync (engine side) is there either way.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-log = logging.getLogger("fp8spec.runtime.sync_timing")
+log = logging.getLogger("fp8spec.runtime.weight_sync.sender.sync_timing")
 
 FLAG = "_fp8spec_sync_timing"
 GIB = float(1 << 30)
@@ -44,7 +48,7 @@ GIB = float(1 << 30)
 def _table_tensors() -> int:
     """The tensors the table fill copied in this process so far (gather_copy.STATS; imported here, at call time:
     verl's sender, the only caller, runs where torch is)."""
-    from . import gather_copy
+    from fp8spec.runtime.weight_sync.sender import gather_copy
 
     return gather_copy.STATS["tensors"]
 
@@ -158,7 +162,7 @@ def _add(part: str, seconds: float) -> None:
 
 def _time_table_launches() -> None:
     """Wrap ``gather_copy.launch`` (looked up by the fill at each call) to time its host side; once per process."""
-    from . import gather_copy
+    from fp8spec.runtime.weight_sync.sender import gather_copy
 
     if getattr(gather_copy.launch, FLAG, False):
         return

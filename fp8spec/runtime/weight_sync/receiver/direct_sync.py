@@ -20,12 +20,17 @@ from typing import Any
 
 import torch
 
-from . import blockquant as _ref
-from .bucket_plan import aligned, make_flat_plan
-from .direct_sync_plan import Copy, Placement, Planner
-from .triton_blockquant import ROUND_CODE, get_kernel, quantize_flat, quantize_flat_into
+from fp8spec.runtime.quantization import blockquant as _ref
+from fp8spec.runtime.quantization.bucket_plan import aligned, make_flat_plan
+from fp8spec.runtime.quantization.triton_blockquant import (
+    ROUND_CODE,
+    get_kernel,
+    quantize_flat,
+    quantize_flat_into,
+)
+from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import Copy, Placement, Planner
 
-log = logging.getLogger("fp8spec.runtime.direct_sync")
+log = logging.getLogger("fp8spec.runtime.weight_sync.receiver.direct_sync")
 
 
 @dataclass(frozen=True)

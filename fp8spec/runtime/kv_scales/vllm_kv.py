@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..kv_calibration import is_kv_scale_name, scales_per_layer
+from fp8spec.runtime.kv_scales.kv_calibration import is_kv_scale_name, scales_per_layer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

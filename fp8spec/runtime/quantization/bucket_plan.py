@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from . import blockquant as _ref
+from fp8spec.runtime.quantization import blockquant as _ref
 
 SCALE_FMT_CODE = {"fp32": 0, "ue8m0": 1, "ue8m0_fixed": 2}
 META_COLS = 8  # x_off, y_off, s_off, M, N, ldx, gn, tile_start

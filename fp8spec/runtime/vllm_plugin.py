@@ -1,4 +1,4 @@
-"""vLLM general plugin, the entry point ``fp8spec_runtime = "fp8spec.runtime.engines.vllm_plugin:register"``
+"""vLLM general plugin, the entry point ``fp8spec_runtime = "fp8spec.runtime.vllm_plugin:register"``
 of ``[project.entry-points."vllm.general_plugins"]``.
 
 vLLM calls every ``vllm.general_plugins`` entry point in each of its processes (front end, engine
@@ -11,6 +11,6 @@ activation is idempotent.
 
 
 def register() -> None:
-    from .. import activate
+    from fp8spec.runtime import activate
 
     activate()

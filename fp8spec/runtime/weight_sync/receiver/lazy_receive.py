@@ -1,4 +1,4 @@
-"""verl's bucket receiver handing each bucket over as views built on access (issue 23, the engine's side).
+"""verl's bucket receiver handing each bucket over as views built on access.
 
 verl 0.9.1's ``BucketedWeightReceiver.receive_weights`` (``verl/workers/rollout/vllm_rollout/
 bucketed_weight_transfer.py`` 269-310) builds a ``[(name, view), ...]`` list of every tensor of a bucket before it
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .packed_meta import PackedMeta
+from fp8spec.runtime.weight_sync.packed_meta import PackedMeta
 
 FLAG = "_fp8spec_lazy_receive"
 # in a bucket message: its region stays untouched until the next message's ack
@@ -130,7 +130,7 @@ def early_ack(metadata: dict) -> bool:
 
 def patch_bucket_receiver_lazy(module: ModuleType) -> None:
     """Give ``BucketedWeightReceiver`` in ``module`` (verl's bucketed_weight_transfer.py) lazy bucket views;
-    idempotent. Install it before ``verl_patch.patch_bucket_receiver``, which wraps the method it finds."""
+    idempotent. Install it before ``flat_receive.patch_bucket_receiver``, which wraps the method it finds."""
     cls = module.BucketedWeightReceiver
     if getattr(cls, FLAG, False):
         return

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..kv_calibration import scales_per_layer
+from fp8spec.runtime.kv_scales.kv_calibration import scales_per_layer
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -71,10 +71,10 @@ def apply_kv_scales(
 
 
 def load_kv_scales(model: torch.nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """SGLang custom weight loader (``--custom-weight-loader fp8spec.runtime.engines.sglang_kv.load_kv_scales``)."""
+    """SGLang custom weight loader (``--custom-weight-loader fp8spec.runtime.kv_scales.sglang_kv.load_kv_scales``)."""
     global _checked
     if not _checked:
-        from ..version_guard import require
+        from fp8spec.runtime.version_guard import require
 
         require("sglang", "kv_scales")
         _checked = True

@@ -1,4 +1,4 @@
-"""The trainer's bucket fill with a few copy launches per bucket instead of one per tensor (issue 23, item 3).
+"""The trainer's bucket fill with a few copy launches per bucket instead of one per tensor.
 
 verl 0.9.1's ``BucketedWeightSender.async_send_weights`` (``verl/workers/rollout/vllm_rollout/
 bucketed_weight_transfer.py`` 102-166) fills each bucket tensor by tensor: a slice, two views and a ``copy_`` per
@@ -9,7 +9,7 @@ offsets cached per metadata message, see the same buckets) but gathers the tenso
 ``torch.cat(..., out=bucket_slice)`` writes (CUDA's cat copies up to 128 inputs per launch). A run is flushed
 before the bucket is sent, and every ``FLUSH_BYTES`` so the tensors it holds stay bounded.
 
-Pipelined (``pipeline=True``, ``FP8SPEC_SEND_PIPELINE``): verl's sender fills its one buffer, then waits for
+Pipelined (``pipeline=True``): verl's sender fills its one buffer, then waits for
 the engine to process it before filling the next bucket, so a sync costs the trainer's fill plus the engine's
 work (BENCHMARKS.md 8.4: 0.22 + 0.17 s on Qwen3-30B-A3B). Here the buckets alternate between the two halves of
 the same buffer (no extra memory; the metadata offsets are absolute, so any receiver reads them right) and each
@@ -19,7 +19,7 @@ so the ack of bucket k means bucket k-1 is done and its half free. A tensor larg
 buffer once nothing is in flight: the bucket before it goes without ``EARLY_ACK`` (acked when processed), and
 so does the whole-buffer bucket. verl's own receiver ignores the key and acks when done: correct, no overlap.
 
-Table fill (``table=True``, ``FP8SPEC_SEND_TABLE``): a tensor the Triton kernel of ``gather_copy`` can copy
+Table fill (``table=True``): a tensor the Triton kernel of ``gather_copy`` can copy
 (contiguous, on the buffer's device, address / size / offset in 16-byte words) costs four integers in a table
 instead of a byte view for the gathered copy, and one launch per flush copies all of them; the rest (and every
 tensor without CUDA and Triton) take the gathered runs above. The two never share a run: a run is always one
@@ -35,14 +35,14 @@ says so in its message (``lazy_receive.CAST``), and an engine of another dtype r
 runs of their own (``torch.cat`` into a BF16 view of the bucket: one copy per tensor on CUDA, whose batched cat
 needs equal dtypes), or, with the table fill, a cast table of their own (``gather_copy``: one launch for all).
 
-Packed metadata (``packed=True``, ``FP8SPEC_SEND_PACKED_META``): each bucket's metadata goes as a
+Packed metadata (``packed=True``): each bucket's metadata goes as a
 ``packed_meta.PackedMeta`` (four lists) instead of a dict of dicts: for Qwen3-30B-A3B 5.6 ms of pickling and loading
 per sync instead of 28 ms (BENCHMARKS.md 8.10); verl's receiver still reads it as its dict.
 
 Everything around the loop stays verl's: its socket and buffer set-up (``_init_socket``, ``_init_buffer``), its
 large-weight path (``_direct_send_large_weight``), its clean-up, and ``get_torch_device`` looked up in verl's
 module at each call (``sync_timing`` wraps it). A tensor on another device than the bucket (an offloaded shard
-going host-to-device) is copied the way verl copies it. On with ``direct_sync`` (``FP8SPEC_FUSED_SEND``).
+going host-to-device) is copied the way verl copies it. Always on with ``direct_sync``.
 """
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ from typing import Any
 
 import torch
 
-from . import gather_copy
-from .lazy_receive import CAST, EARLY_ACK
-from .packed_meta import PackedMeta
-from .sync_timing import FLAG as TIMING_FLAG
+from fp8spec.runtime.envs import SEND_CAST_BF16
+from fp8spec.runtime.weight_sync.packed_meta import PackedMeta
+from fp8spec.runtime.weight_sync.receiver.lazy_receive import CAST, EARLY_ACK
+from fp8spec.runtime.weight_sync.sender import gather_copy
+from fp8spec.runtime.weight_sync.sender.sync_timing import FLAG as TIMING_FLAG
 
 FLAG = "_fp8spec_fused_send"
 FLUSH_BYTES = 256 << 20  # source tensors a pending run may hold before it is written
@@ -330,3 +331,10 @@ def patch_bucket_sender_fused(
 
     cls.async_send_weights = async_send_weights
     setattr(cls, FLAG, True)
+
+
+def install(module: ModuleType) -> None:
+    """The hook table's installer: the fused fill with its two-half pipeline, the table fill where Triton and CUDA
+    are, and the packed metadata; float32 weights sent as BF16 unless ``FP8SPEC_SEND_CAST_BF16=0``."""
+    cast = torch.bfloat16 if SEND_CAST_BF16.read() else None
+    patch_bucket_sender_fused(module, pipeline=True, table=None, cast=cast, packed=True)

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from . import blockquant as _ref
-from .bucket_plan import (
+from fp8spec.runtime.quantization import blockquant as _ref
+from fp8spec.runtime.quantization.bucket_plan import (
     SCALE_FMT_CODE,
     BucketPlan,
     aligned,
@@ -36,7 +36,7 @@ from .bucket_plan import (
     check_out,
     plan_for,
 )
-from .bucket_plan import (
+from fp8spec.runtime.quantization.bucket_plan import (
     make_flat_plan as make_flat_plan,  # re-exported: a flat plan is what quantize_flat takes
 )
 

@@ -16,7 +16,7 @@ How a bucket reaches ``quant_weights`` in the vLLM worker (verl 0.9.1, IPC path)
   objects) -> load_quanted_weights (393, and 396 for an MTP drafter; vllm_quant_utils.py 439) ->
   list(weights) (452) -> quant_weights (453) -> model.load_weights (474).
 So the tensors quant_weights gets are views into one flat buffer whose layout the metadata describes. The
-receiver patch (``verl_patch.patch_bucket_receiver``) records the metadata message and the buffer
+receiver patch (``weight_sync.receiver.flat_receive.patch_bucket_receiver``) records the metadata message and the buffer
 (``FlatBucketEngine.received_bucket``); quant_weights then quantizes the selected tensors with ONE launch on
 that buffer, through a ``BucketPlan`` cached by layout (the metadata repeats every step).
 
@@ -40,11 +40,11 @@ from typing import Any, Callable, cast
 
 import torch
 
-from . import blockquant
-from . import flat_launcher as _fl
-from . import triton_blockquant as _tbq
-from .bucket_plan import BucketPlan, make_flat_plan, same_device
-from .settings import QuantSettings
+from fp8spec.runtime.quantization import blockquant
+from fp8spec.runtime.quantization import flat_launcher as _fl
+from fp8spec.runtime.quantization import triton_blockquant as _tbq
+from fp8spec.runtime.quantization.bucket_plan import BucketPlan, make_flat_plan, same_device
+from fp8spec.runtime.settings import QuantSettings
 
 FLAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # (bucket dtype, quantization dtype) pairs the flat path casts on the whole buffer, as verl casts each tensor
@@ -185,10 +185,7 @@ class OutputArena:
     ``load_weights`` gets views of the receiver's buffer, bucketed_weight_transfer.py 295 and utils.py
     405, which the sender overwrites with the next bucket, line 155): ``load_weights`` copies what it
     is given and keeps no reference past the bucket (verl clones only for LoRA, which keeps tensors,
-    utils.py 309-310, 374-376). ``FP8SPEC_QUANT_REUSE_OUTPUTS=0`` allocates fresh outputs per bucket.
-    ``FP8SPEC_QUANT_KEEP_OUTPUTS=1`` keeps the memory between rounds (``release_outputs`` does nothing
-    unless forced); ``FP8SPEC_QUANT_PREALLOC_OUTPUTS=1`` gets it back when the receiver has mapped the
-    sender's buffer (``prepare_outputs``) instead of at the first bucket.
+    utils.py 309-310, 374-376).
     """
 
     def __init__(self, device: torch.device):
@@ -232,26 +229,17 @@ def _new_stats() -> dict[str, int]:
 
 
 class FlatBucketEngine:
-    """Quantizes received buckets in place on the flat buffer: the layout cache, the reused output memory, what
-    happens to it around a round (``output_policy``), counters (``stats``) and the bucket being received (per
-    thread)."""
+    """Quantizes received buckets in place on the flat buffer: the layout cache, the reused output memory
+    (given back after each round), counters (``stats``) and the bucket being received (per thread)."""
 
     def __init__(self, max_layouts: int = 4096):
         self.layouts: OrderedDict[Any, FlatLayout] = OrderedDict()
         self.max_layouts = max_layouts
         self.arenas: dict[torch.device, OutputArena] = {}
         self.stats = _new_stats()
-        # set from the settings by patch_vllm_quant (FP8SPEC_QUANT_KEEP_OUTPUTS / FP8SPEC_QUANT_PREALLOC_OUTPUTS)
-        self.output_policy = {"keep_outputs": False, "prealloc_outputs": False}
         self._local = threading.local()
 
     # ------------------------------------------------------------------------------------ round and bucket
-    def set_output_policy(self, settings: QuantSettings) -> None:
-        self.output_policy = {
-            "keep_outputs": settings.keep_outputs,
-            "prealloc_outputs": settings.prealloc_outputs,
-        }
-
     @property
     def bucket(self) -> ReceivedBucket | None:
         return getattr(self._local, "bucket", None)
@@ -268,27 +256,16 @@ class FlatBucketEngine:
         finally:
             self._local.bucket = prev
 
-    def release_outputs(self, force: bool = False) -> None:
-        """Give back the reused output memory (called when verl's receiver cleans up after a round);
-        with ``FP8SPEC_QUANT_KEEP_OUTPUTS=1`` it stays allocated unless ``force``."""
-        if self.output_policy["keep_outputs"] and not force:
-            return
+    def release_outputs(self) -> None:
+        """Give back the reused output memory (called when verl's receiver cleans up after a round)."""
         for dev, arena in self.arenas.items():
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             arena.release()
 
-    def prepare_outputs(self) -> None:
-        """Re-allocate the reused output memory (its size from the last round) ahead of the first bucket;
-        the receiver patch calls it once it has mapped the sender's buffer, with
-        ``FP8SPEC_QUANT_PREALLOC_OUTPUTS=1``, so the allocation happens while the receiver waits for the
-        sender to fill the first bucket instead of inside the first bucket's quantization."""
-        for arena in self.arenas.values():
-            arena.ensure()
-
     def clear(self) -> None:
         """Forget every layout and give back every output memory."""
-        self.release_outputs(force=True)
+        self.release_outputs()
         self.layouts.clear()
         self.arenas.clear()
 

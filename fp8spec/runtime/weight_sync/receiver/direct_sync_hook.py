@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
-from .direct_sync import DirectSync
-from .direct_sync_plan import Planner
+from fp8spec.runtime.weight_sync.receiver.direct_sync import DirectSync
+from fp8spec.runtime.weight_sync.receiver.direct_sync_plan import Planner
 
-log = logging.getLogger("fp8spec.runtime.direct_sync")
+log = logging.getLogger("fp8spec.runtime.weight_sync.receiver.direct_sync")
 
 MOD_VLLM_EXT = "verl.workers.rollout.vllm_rollout.utils"
 FLAG = "_fp8spec_direct_patched"
@@ -115,7 +115,6 @@ class DirectState:
         self.new_sync = False
         self.counts = dict.fromkeys(COUNTS, 0)
         self.early_acks_at = 0  # lazy_receive.STATS at the start of this sync
-        self.kept_at = (0, 0)  # kept_buffer.STATS (mapped, map_reused) at the start of this sync
         self.into_at = 0  # the DirectSync's into_params count at the start of this sync
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
@@ -156,15 +155,7 @@ class DirectState:
             rank,
             size,
         )
-        from .envs import DIRECT_INTO_PARAMS, DIRECT_ROUND_IN_KERNEL
-
-        return DirectSync(
-            planner,
-            dtype,
-            on_left_out=self._left_out,
-            round_in_kernel=DIRECT_ROUND_IN_KERNEL.read(),
-            into_params=DIRECT_INTO_PARAMS.read(),
-        )
+        return DirectSync(planner, dtype, on_left_out=self._left_out, round_in_kernel=True, into_params=True)
 
     def _left_out(self, name: str, why: str) -> None:
         self.left_out.append(name)
@@ -194,34 +185,22 @@ class DirectState:
         return rest
 
     def begin(self) -> None:
-        from .kept_buffer import STATS as KEPT
-        from .lazy_receive import STATS
+        from fp8spec.runtime.weight_sync.receiver.lazy_receive import STATS
 
         self.syncs += 1
         self.new_sync = True
         self.counts = dict.fromkeys(COUNTS, 0)
         self.pending, self.pending_bytes = [], 0
         self.early_acks_at = STATS["early_acks"]
-        self.kept_at = (KEPT["mapped"], KEPT["map_reused"])
         self.into_at = self.ds.stats["into_params"] if self.ds is not None else 0
 
     def end(self, seconds: float | None = None) -> dict:
-        from .kept_buffer import STATS as KEPT
-        from .lazy_receive import STATS
+        from fp8spec.runtime.weight_sync.receiver.lazy_receive import STATS
 
         self.counts["early_acks"] = STATS["early_acks"] - self.early_acks_at
-        mapped, reused = KEPT["mapped"] - self.kept_at[0], KEPT["map_reused"] - self.kept_at[1]
-        # the trainer's kept buffer (kept_buffer.py): mapped at this sync, or its mapping reused
-        kept = (
-            ", the trainer's kept buffer mapped"
-            if mapped
-            else ", the kept buffer's mapping reused"
-            if reused
-            else ""
-        )
         into = (self.ds.stats["into_params"] - self.into_at) if self.ds is not None else 0
-        if into:  # FP8SPEC_DIRECT_INTO_PARAMS: no staging outputs, no copy runs for these buckets
-            kept += f", {into} buckets quantized straight into the parameters"
+        # buckets quantized into the parameters: no staging outputs, no copy runs for them
+        kept = f", {into} buckets quantized straight into the parameters" if into else ""
         log.info(
             "fp8spec direct_sync: sync %d: %d tensors written into the engine's parameters (%d quantized, %d "
             "copied), %d through verl's receiver in %d calls, %d buckets (%d acked on receipt: the trainer filled "
@@ -269,12 +248,12 @@ def patch_worker_extension(
 ) -> None:
     """Wrap ``vLLMColocateWorkerExtension`` in ``module`` (verl's vllm_rollout/utils.py); idempotent.
 
-    ``engine``: the ``FlatBucketEngine`` whose receiver patch (``verl_patch.patch_bucket_receiver``) exposes the
+    ``engine``: the ``FlatBucketEngine`` whose receiver patch (``flat_receive.patch_bucket_receiver``) exposes the
     bucket being received, so covered tensors are quantized where they lie in verl's buffer."""
     import time
 
     if engine is None:
-        from .flat_bucket import ENGINE as engine
+        from fp8spec.runtime.quantization.flat_bucket import ENGINE as engine
 
     cls = module.vLLMColocateWorkerExtension
     if getattr(cls, FLAG, False):

@@ -1,4 +1,4 @@
-"""A bucket's metadata as four lists instead of one dict per tensor (issue 23: the metadata's own cost).
+"""A bucket's metadata as four lists instead of one dict per tensor.
 
 verl 0.9.1's sender sends each bucket's layout as ``{"bucket_meta": {name: {"name", "shape": torch.Size,
 "dtype", "offset", "handle"}}}`` with ``send_pyobj`` and the receiver ``pickle.loads`` it
@@ -12,7 +12,7 @@ It is a read-only ``Mapping`` of verl's shape: ``meta[name]`` is the dict verl's
 what it always got. fp8spec's receiver (``lazy_receive``) and the sender's timing line read the lists directly.
 It never carries a CUDA IPC handle: verl's large-weight path sends its own dict. Unpickling it imports this
 module, so both ends must have fp8spec's runtime importable (a bundle's workers do); the sender uses it only
-with ``FP8SPEC_SEND_PACKED_META``, within the ``direct_sync`` patch that installs fp8spec's receiver.
+within the ``direct_sync`` patch, which installs fp8spec's receiver.
 """
 
 from __future__ import annotations

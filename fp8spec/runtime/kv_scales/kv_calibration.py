@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from .envs import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
+from fp8spec.runtime.envs import FP8_MAX_DIVISORS, VLLM_CALC_DIVISORS
 
 NAME_TEMPLATE = "model.layers.{layer}.self_attn.attn.{kind}_scale"
 KINDS = ("q", "k", "v")

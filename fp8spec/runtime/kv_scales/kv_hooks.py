@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .engines import kv_scale_route
-from .kv_calibration import KVScaleCalibrator, num_layers_of
-from .manifest import SGLANG_KV_LOADER
-from .settings import KVSettings
+from fp8spec.runtime.kv_scales import kv_scale_route
+from fp8spec.runtime.kv_scales.kv_calibration import KVScaleCalibrator, num_layers_of
+from fp8spec.runtime.manifest import SGLANG_KV_LOADER
+from fp8spec.runtime.settings import KVSettings
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

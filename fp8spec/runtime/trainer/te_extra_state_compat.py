@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-logger = logging.getLogger(__name__)
+from fp8spec.runtime.targets import MOD_MEGATRON_TE  # noqa: F401  (the installer's target)
 
-MOD_MEGATRON_TE = "megatron.core.extensions.transformer_engine"
+logger = logging.getLogger(__name__)
 
 
 def split_extra_state_with_stateless_recipes(orig: Any) -> Any:
