@@ -59,11 +59,16 @@ def _run_entrypoint(bundle: Path, tmp_path: Path) -> list[str]:
     return (wd / "args.bin").read_bytes().decode("utf-8").split("\0")[:-1]
 
 
+# every path the base spec's job opens is on a volume (CLU002, CLU003)
+VOLUMES = [{"name": "models", "mount_path": "/models", "pvc": "m"}, {"name": "data", "mount_path": "/data", "pvc": "d"},
+           {"name": "ckpt", "mount_path": "/shared", "pvc": "c"}]
+
+
 @pytest.mark.parametrize("case", sorted(HEAVY))
 def test_kuberay_extra_overrides_of_any_size_reach_launch_sh_exactly(tmp_path, case):
     overrides = HEAVY[case]
     spec = patched(BASE_SPEC, {"cluster": {"launcher": "kuberay", "kuberay": {
-        "image": "registry.example/verl:1", "extra_overrides": overrides}}})
+        "image": "registry.example/verl:1", "extra_overrides": overrides, "volumes": VOLUMES}}})
     path = tmp_path / "spec.yaml"
     from tests.conftest import dump_yaml
 
@@ -76,7 +81,8 @@ def test_kuberay_extra_overrides_of_any_size_reach_launch_sh_exactly(tmp_path, c
 
 
 def test_kuberay_without_extra_overrides_runs_launch_sh_directly(tmp_path):
-    spec = patched(BASE_SPEC, {"cluster": {"launcher": "kuberay", "kuberay": {"image": "registry.example/verl:1"}}})
+    spec = patched(BASE_SPEC, {"cluster": {"launcher": "kuberay", "kuberay": {"image": "registry.example/verl:1",
+                                                                               "volumes": VOLUMES}}})
     path = tmp_path / "spec.yaml"
     from tests.conftest import dump_yaml
 
@@ -110,7 +116,9 @@ def test_every_launcher_measures_its_command_at_compile(tmp_path, monkeypatch, s
     spec = folder / src.name
     text = spec.read_text().replace("launcher: ray\n", f"launcher: {launcher}\n", 1)
     if launcher == "kuberay":
-        text = text.replace(f"launcher: {launcher}\n", f"launcher: {launcher}\n  kuberay:\n    image: r.example/v:1\n", 1)
+        kuberay = ("  kuberay:\n    image: r.example/v:1\n    volumes:\n"
+                   "      - {name: rl, mount_path: /tmp/fp8spec-rl, pvc: rl}\n")  # every path the job opens (CLU002/3)
+        text = text.replace(f"launcher: {launcher}\n", f"launcher: {launcher}\n{kuberay}", 1)
     spec.write_text(text)
     monkeypatch.setattr(argv, "max_arg_bytes", lambda: 64)
     proc = run_cli_here("compile", str(spec), "-o", str(tmp_path / "out"))
