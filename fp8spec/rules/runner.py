@@ -72,7 +72,9 @@ def validate_loaded(
 
         # the rules that do not depend on the refused fields still speak (one typo hides nothing else), after
         # the schema errors, which are what to fix first
-        result.diagnostics.extend(sorted(findings_beside(loaded, spec_dir), key=Diagnostic.sort_key))
+        result.diagnostics.extend(
+            sorted(findings_beside(loaded, spec_dir, validate_loaded), key=Diagnostic.sort_key)
+        )
         return result
     if retarget:
         result.retargeted = _retargets(loaded, retarget)

@@ -14,9 +14,12 @@ import dataclasses
 import difflib
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from fp8spec.diagnostics import Diagnostic
+
+if TYPE_CHECKING:
+    from fp8spec.specfile.loader import LoadedSpec
 
 #: more variants than this and the check is skipped (each is a full rule run)
 MAX_VARIANTS = 16
@@ -115,11 +118,13 @@ def _refused(loaded) -> Optional[list[tuple[tuple, Optional[tuple], Any]]]:
     return out
 
 
-def findings_beside(loaded, spec_dir: Path) -> list[Diagnostic]:
+def findings_beside(
+    loaded: LoadedSpec, spec_dir: Path, validate: Callable[[LoadedSpec, Path], Any]
+) -> list[Diagnostic]:
     """The rule diagnostics of a schema-refused spec that no value of its refused fields could change (empty
-    when there is nothing safe to report)."""
+    when there is nothing safe to report). ``validate`` is the rule runner's (passed in: the runner calls this,
+    so importing it here would make a cycle)."""
     from fp8spec.rules.registry import rule_hint
-    from fp8spec.rules.runner import validate_loaded
     from fp8spec.specfile.loader import _split_path
 
     if not isinstance(loaded.raw, dict):
@@ -153,7 +158,7 @@ def findings_beside(loaded, spec_dir: Path) -> list[Diagnostic]:
         except Exception:  # noqa: BLE001 - a value the field cannot take (or a required one removed): not a variant
             continue
         one = dataclasses.replace(loaded, spec=spec, diagnostics=[], raw=None)
-        runs.append(validate_loaded(one, spec_dir).diagnostics)
+        runs.append(validate(one, spec_dir).diagnostics)
     if not runs:
         return []
     keys = [{(d.code, d.path, d.severity) for d in run} for run in runs]

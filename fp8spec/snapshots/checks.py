@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from . import artifacts as _art
-from .core import PACKAGES, SnapshotFormatError
+from .packages import PACKAGES, SnapshotFormatError
 
 # A wheel file name (PEP 427): name-version[-build]-python-abi-platform.whl, ASCII word characters only,
 # so it cannot hold a folder, '..' or an option.

@@ -202,7 +202,7 @@ def test_check_refuses_malformed_snapshots_one_located_line_each(tmp_path, case)
     # one line per file the report reads, each naming its file
     named = sorted(ln.split("fp8spec: error: ", 1)[1].split(":", 1)[0] for ln in lines)
     assert len(lines) == len(named) and all(ln.startswith("fp8spec: error: ") for ln in lines)
-    assert named == sorted({n for n in named}) and all(Path(n).parent == snaps for n in named), lines
+    assert named == sorted(set(named)) and all(Path(n).parent == snaps for n in named), lines
 
 
 def test_check_names_only_the_malformed_file(tmp_path):

@@ -7,13 +7,15 @@ import re
 
 import pytest
 
+from tests.conftest import BASE_SPEC, patched
+from tests.rules.promises import nested
+
 GIB = 1 << 30
 
 
 def proposal_headroom() -> int:  # the margin docs/spec.md states (fp8spec/data/memory_estimates.yaml proposals)
     return 2 * GIB
-from tests.conftest import BASE_SPEC, patched
-from tests.rules.promises import nested
+
 
 QWEN14_2X8 = {"model": {"name": "Qwen/Qwen3-14B", "path": "/models/q14"}, "hardware": {"nodes": 2},
               "rollout": {"tp": 2, "max_model_len": 22528}}

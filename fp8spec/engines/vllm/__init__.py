@@ -33,10 +33,11 @@ class VLLM(Engine):
     runner_labels = {"v1": "vLLM V1 model runner", "v2": "vLLM V2 model runner"}
     # what `plan` says under the rollout table for a runner (why a row reads as it does)
     runner_notes = {
-        "v2": "CUDA graph estimate 0.00 GiB: vLLM 0.24 runs this architecture on its V2 model runner, whose "
-        "profile_cudagraph_memory returns 0, so nothing is deducted for CUDA graphs before the KV cache is sized "
-        "(backends/vllm/0.24.0.yaml memory.v2_runner_architectures); after capture the graphs take 0.8-1.0 GiB "
-        "on top of gpu_memory_utilization (BENCHMARKS.md 4.1), inside the 2 GiB every proposed memory fix leaves"
+        "v2": "CUDA graph estimate 0.00 GiB: this vLLM release runs this architecture on its V2 model runner, "
+        "whose profile_cudagraph_memory returns 0, so nothing is deducted for CUDA graphs before the KV cache is "
+        "sized (the vLLM profile's memory.v2_runner_architectures); after capture the graphs take 0.8-1.0 GiB on "
+        "top of gpu_memory_utilization (measured with the real engine: the results reference), inside the 2 GiB "
+        "every proposed memory fix leaves"
     }
 
     @property
