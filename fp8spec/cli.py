@@ -1,7 +1,8 @@
 """The fp8spec command line.
 
 Exit codes: 0 clean (warnings allowed unless --strict), 1 the spec has errors (schema or rules; with
---strict, warnings too), 2 unreadable or malformed input or bad usage, 3 an internal error (a bug).
+--strict, warnings too), 2 unreadable or malformed input or bad usage, an output that cannot be written, or
+too little memory, 3 an internal error (a bug). A stderr that cannot be written changes no exit code.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def init(
     if output is not None:  # refuse what cannot be written before the work (the write checks again)
         try:
             if check(Target(output, b"", force)) is not None and not force:
-                fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
+                fail(EXIT_BAD_INPUT, f"{display} already exists; use --force to replace it")
         except WriteError as err:
             fail(EXIT_BAD_INPUT, f"{err}; nothing written")
     try:

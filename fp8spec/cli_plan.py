@@ -152,9 +152,12 @@ def plan(
         failure, notes = _write_plan_pictures(result, out_dir, force)
     if format == "json":
         text = render_json(result)
-        if failure is not None:  # one JSON document: the plan, with what went wrong
+        if failure is not None or validation.errors:  # one JSON document: the plan, with what went wrong
             data = json.loads(text)
-            data["error"] = {"kind": "usage", "message": printable(failure)}
+            if validation.errors:  # as `validate -f json` reports them
+                data.update(json.loads(render_diagnostics_json({str(spec): validation.diagnostics})))
+            if failure is not None:
+                data["error"] = {"kind": "usage", "message": printable(failure)}
             text = json.dumps(data, indent=2, sort_keys=True)
         typer.echo(text)
     else:
@@ -175,14 +178,19 @@ def _write_plan_pictures(result: Any, output: Path, force: bool) -> tuple[Option
     """Write plan.png and plan.svg (fp8spec.plan.pictures decides which) into ``output``, both or neither;
     returns why they were not written (None when they were) and notes for the user."""
     from fp8spec.plan.pictures import picture_targets
-    from fp8spec.safe_write import WriteError, prepare_folder, write_files
+    from fp8spec.safe_write import WriteError, prepare_folder, remove_created, write_files
 
+    created = None
     try:
-        prepare_folder(output)
+        created = prepare_folder(output)
         targets, left_out = picture_targets(result, output, force)
         written = write_files(targets)
     except WriteError as err:
+        remove_created(created, output)
         return f"{err}; no picture written", []
+    except BaseException:
+        remove_created(created, output)
+        raise
     notes = [f"fp8spec: note: {note}" for note in left_out]
     for target, new in zip(targets, written):
         name = printable(str(target.path))

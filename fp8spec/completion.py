@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from fp8spec.bounded_read import ReadError, read_regular
-from fp8spec.safe_write import Target, WriteError, check, prepare_folder, write_files
+from fp8spec.safe_write import Target, WriteError, check, prepare_folder, remove_created, write_files
 
 SHELLS = ("bash", "zsh", "fish")
 PROG = "fp8spec"
@@ -131,16 +131,24 @@ def install(shell: Optional[str]) -> tuple[str, Path]:
         if plan.rc_path
         else "nothing was installed"
     )
-    targets = [Target(plan.script_path, (text + "\n").encode("utf-8"), False, _is_ours)]
+    data = (text + "\n").encode("utf-8")
+    targets = [
+        Target(plan.script_path, data, False, _is_ours, refused="it is not fp8spec's: move it away first")
+    ]
     if plan.rc_path is not None:
         rc = _rc_target(plan.rc_path, plan.rc_lines, by_hand)
         if rc is not None:
             targets.append(rc)
+    created = None
     try:
-        prepare_folder(plan.script_path.parent)
+        created = prepare_folder(plan.script_path.parent)
         write_files(targets)
     except WriteError as err:
+        remove_created(created, plan.script_path.parent)
         raise CompletionError(f"{err}; nothing installed") from None
+    except BaseException:
+        remove_created(created, plan.script_path.parent)
+        raise
     return shell, plan.script_path
 
 

@@ -64,9 +64,13 @@ def not_a_folder(path: Path) -> str:
     return f"output path {path} exists and is not a folder"
 
 
-def prepare_folder(path: Path) -> None:
+def prepare_folder(path: Path) -> Optional[Path]:
     """Create the output folder ``path`` (and its parents) unless it exists; WriteError naming what is in the
-    way when it is not a folder."""
+    way when it is not a folder. Returns the topmost folder it created (for remove_created), None if none."""
+    top = None
+    probe = Path(os.path.abspath(path))
+    while not os.path.lexists(probe) and probe != probe.parent:
+        top, probe = probe, probe.parent
     try:
         if os.path.lexists(path) and not path.is_dir():
             raise WriteError(not_a_folder(path))
@@ -75,6 +79,23 @@ def prepare_folder(path: Path) -> None:
         raise WriteError(not_a_folder(path)) from None
     except OSError as err:
         raise oserror(path, err) from None
+    return top
+
+
+def remove_created(top: Optional[Path], path: Path) -> None:
+    """Remove the folders prepare_folder created for ``path`` (up to ``top``) while they are empty: a failed
+    write leaves nothing behind."""
+    if top is None:
+        return
+    folder = Path(os.path.abspath(path))
+    while True:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+        if folder == top:
+            return
+        folder = folder.parent
 
 
 def oserror(what: Path | str, err: OSError) -> WriteError:
@@ -180,6 +201,7 @@ class Target:
     force: bool = False
     ours: Optional[Callable[[bytes], bool]] = None
     mode: Optional[int] = None
+    refused: str = "use --force to replace it"  # what to tell the user about a file it may not replace
 
 
 @dataclass
@@ -260,7 +282,7 @@ def _stage(target: Target, mask: int) -> _Staged:
         if old == target.data:
             return _Staged(target, None)
         if not target.force and not (old is not None and target.ours is not None and target.ours(old)):
-            raise WriteError(f"{target.path} already exists; use --force to replace it")
+            raise WriteError(f"{target.path} already exists; {target.refused}")
     path = target.path
     _remove_dead_temporaries(path)
     prefix, _ = _temporary_name(path)
