@@ -49,7 +49,8 @@ from fp8spec.diagnostics import (
 app = typer.Typer(
     name="fp8spec",
     help="One typed FP8-RL spec: validate it against model, hardware and backend versions; compile it into "
-    "launch bundles for verl. Exit codes: 0 ok, 1 spec errors, 2 bad input or usage, 3 internal error.",
+    "launch bundles for verl. Exit codes: 0 ok, 1 spec errors, 2 bad input or usage, or an output that "
+    "cannot be written, 3 internal error.",
     no_args_is_help=True,
     add_completion=False,  # fp8spec.completion installs it, through the safe writer
     # Plain help: flags render as flags ('--strict', not '--strict <bool>') with every typer release allowed.

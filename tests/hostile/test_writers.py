@@ -50,8 +50,21 @@ class Writer:
             if limit_bytes is not None:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=90,
-                              preexec_fn=limit)
+        return _run(cmd, env, limit)
+
+
+def _run(cmd: list[str], env: dict, preexec=None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group: one that blocks (a FIFO opened for writing) is killed with all its
+    children after a timeout, and the test fails instead of waiting on their pipes."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+                            preexec_fn=preexec, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        pytest.fail(f"{' '.join(cmd)}: still running after 90 s (blocked?)")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _quote(word: str) -> str:
@@ -181,8 +194,7 @@ def test_a_read_only_folder_is_a_located_exit_2(tmp_path, writer):
         if writer.home:
             env.update(HOME=str(tmp_path / "home"), SHELL="/bin/bash")
             cmd = ["bash", "-c", " ".join(map(_quote, cmd)) + '; exit "$?"']
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=90)
-        error = _refused(proc)
+        error = _refused(_run(cmd, env))
         assert "Permission denied" in error
         assert _tree(tmp_path) == before
     finally:
