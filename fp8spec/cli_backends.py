@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, NoReturn, Optional
 
 import typer
 
@@ -33,9 +33,10 @@ backends_app = typer.Typer(
 )
 
 
-def _fail(code: int, message: str) -> None:
-    typer.echo(f"fp8spec: error: {message}", err=True)
-    raise typer.Exit(code)
+def _fail(code: int, message: str) -> NoReturn:
+    from fp8spec.cli_options import fail
+
+    fail(code, message)  # with --format json also a JSON error object on stdout
 
 
 def _one_line(text: object, limit: int = 400) -> str:

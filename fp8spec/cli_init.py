@@ -12,8 +12,9 @@ from typing import List, Optional
 
 import typer
 
-from fp8spec.cli_options import fail
+from fp8spec.cli_options import fail, write_outputs
 from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable
+from fp8spec.safe_write import Target, WriteError, check
 
 
 def _complete_template(incomplete: str) -> list[str]:
@@ -127,8 +128,12 @@ def init(
     from fp8spec.starter import StarterError, starter_spec
 
     display = str(output) if output is not None else "spec.yaml"
-    if output is not None and output.exists() and not force:
-        fail(EXIT_BAD_INPUT, f"{display} exists; use --force to replace it")
+    if output is not None:  # refuse what cannot be written before the work (the write checks again)
+        try:
+            if check(Target(output, b"", force)) is not None and not force:
+                fail(EXIT_BAD_INPUT, f"{display} already exists; use --force to replace it")
+        except WriteError as err:
+            fail(EXIT_BAD_INPUT, f"{err}; nothing written")
     try:
         result = starter_spec(
             template,
@@ -169,8 +174,4 @@ def init(
     if output is None:
         typer.echo(result.text, nl=False)
         return
-    try:
-        output.write_text(result.text, encoding="utf-8")
-    except OSError as err:
-        fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
-    typer.echo(f"wrote {printable(str(output))}")
+    write_outputs([Target(output, result.text.encode("utf-8"), force)])

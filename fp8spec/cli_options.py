@@ -82,6 +82,20 @@ def output_folder(text: str) -> Path:
     return Path(text)
 
 
+def write_outputs(targets: list, to_stderr: bool = False) -> None:
+    """Write files through fp8spec.safe_write (all or none) and say what was written; a refusal or an I/O
+    error is one line and exit 2."""
+    from fp8spec.safe_write import WriteError, write_files
+
+    try:
+        written = write_files(targets)
+    except WriteError as err:
+        fail(EXIT_BAD_INPUT, f"{err}; nothing written")
+    for target, new in zip(targets, written):
+        name = printable(str(target.path))
+        typer.echo(f"wrote {name}" if new else f"{name} unchanged: it holds this content", err=to_stderr)
+
+
 def validate_on_backend(spec: Path, backend: Optional[str], gpu: Optional[str] = None) -> tuple[Any, Any]:
     """Validate ``spec`` as compiled for ``backend`` (its own when None) and say on stderr how it was
     retargeted; unreadable input or an unknown backend exits EXIT_BAD_INPUT with one line.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,8 @@ from fp8spec.cli_options import (
     usage_error,
     validate_on_backend,
 )
-from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, summary_line
+from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable, summary_line
+from fp8spec.diagnostics import render_json as render_diagnostics_json
 
 
 def _complete_gpu(incomplete: str) -> list[str]:
@@ -54,8 +56,14 @@ def plan(
         "--output",
         "-o",
         metavar="DIR",
-        help="Also write plan.png (needs matplotlib: pip install "
-        "'fp8spec[plot]') and plan.svg into this folder.",
+        help="Also write plan.svg and plan.png (needs matplotlib: pip install 'fp8spec[plot]'; without it "
+        "only plan.svg) into this folder.",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="With -o: replace a plan.png or plan.svg that fp8spec did not draw (its own are replaced without "
+        "it; links and special files never).",
     ),
     backend: Optional[str] = backend_option(),
     gpu: Optional[str] = typer.Option(
@@ -131,6 +139,8 @@ def plan(
     validation, _ = validate_on_backend(spec, backend, gpu)
     ctx = validation.context
     if ctx is None or ctx.model is None or ctx.profile("verl") is None:
+        if format == "json":
+            typer.echo(render_diagnostics_json({str(spec): validation.diagnostics}))
         for d in validation.diagnostics:
             typer.echo(d.render(), err=True)
         typer.echo(
@@ -155,9 +165,26 @@ def plan(
             result = replace(result, layout_errors=layout_errors(ctx, overrides))
     except (PlanInputError, LayoutInputError) as err:
         fail(EXIT_BAD_INPUT, f"{spec}: {err}")
-    typer.echo(render_json(result) if format == "json" else render_text(result), nl=format == "json")
+    failure = None
+    notes: list[str] = []
+    if out_dir is not None and not validation.errors and not result.layout_errors:
+        failure, notes = _write_plan_pictures(result, out_dir, force)
+    if format == "json":
+        text = render_json(result)
+        if failure is not None or validation.errors:  # one JSON document: the plan, with what went wrong
+            data = json.loads(text)
+            if validation.errors:  # as `validate -f json` reports them
+                data.update(json.loads(render_diagnostics_json({str(spec): validation.diagnostics})))
+            if failure is not None:
+                data["error"] = {"kind": "usage", "message": printable(failure)}
+            text = json.dumps(data, indent=2, sort_keys=True)
+        typer.echo(text)
+    else:
+        typer.echo(render_text(result), nl=False)
     for d in validation.diagnostics:
         typer.echo(d.render(), err=True)
+    for note in notes:
+        typer.echo(note, err=True)
     if validation.errors:
         typer.echo(f"{spec}: {summary_line(validation.diagnostics)}; nothing written", err=True)
         raise typer.Exit(EXIT_RULE_ERRORS)
@@ -169,22 +196,30 @@ def plan(
             err=True,
         )
         raise typer.Exit(EXIT_RULE_ERRORS)
-    if out_dir is not None:
-        _write_plan_pictures(result, out_dir)
+    if failure is not None:
+        typer.echo(f"fp8spec: error: {printable(failure)}", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _write_plan_pictures(result: Any, output: Path) -> None:
-    from fp8spec.plan.svg import plan_svg
+def _write_plan_pictures(result: Any, output: Path, force: bool) -> tuple[Optional[str], list[str]]:
+    """Write plan.png and plan.svg (fp8spec.plan.pictures decides which) into ``output``, both or neither;
+    returns why they were not written (None when they were) and notes for the user."""
+    from fp8spec.plan.pictures import picture_targets
+    from fp8spec.safe_write import WriteError, prepare_folder, remove_created, write_files
 
+    created = None
     try:
-        from fp8spec.plan.figure import plan_png
-    except ImportError:
-        fail(EXIT_BAD_INPUT, "-o needs matplotlib for the PNG: pip install 'fp8spec[plot]'")
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        png = plan_png(result)
-        (output / "plan.png").write_bytes(png)
-        (output / "plan.svg").write_text(plan_svg(result), encoding="utf-8")
-    except OSError as err:
-        fail(EXIT_BAD_INPUT, f"{output}: cannot write: {err.strerror or err}")
-    typer.echo(f"wrote {output / 'plan.png'}, {output / 'plan.svg'}", err=True)
+        created = prepare_folder(output)
+        targets, left_out = picture_targets(result, output, force)
+        written = write_files(targets)
+    except WriteError as err:
+        remove_created(created, output)
+        return f"{err}; no picture written", []
+    except BaseException:
+        remove_created(created, output)
+        raise
+    notes = [f"fp8spec: note: {note}" for note in left_out]
+    for target, new in zip(targets, written):
+        name = printable(str(target.path))
+        notes.append(f"wrote {name}" if new else f"{name} unchanged: it holds this content")
+    return None, notes

@@ -21,8 +21,6 @@ run for that bundle removes staging folders whose lock is free (their run was ki
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import fcntl
 import os
 import re
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fp8spec.compiler.owned import not_ours
+from fp8spec.safe_write import RENAME_EXCHANGE, not_a_folder, renameat2, umask, write_all
 
 LOCK_TIMEOUT_S = 30.0  # the lock is held for a mkdir or a rename; waiting this long means a stuck process
 
@@ -52,8 +51,8 @@ def bundle_target(out_dir: Path, name: str) -> Path:
         raise WriteError(f"bundle name {name!r} is not a plain folder name")
     target = out_dir / name
     try:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise WriteError(f"output path {out_dir} exists and is not a folder")
+        if os.path.lexists(out_dir) and not out_dir.is_dir():
+            raise WriteError(not_a_folder(out_dir))
         if target.is_symlink():
             raise WriteError(f"{target} is a symbolic link; refusing to write through it")
         root = out_dir.resolve()
@@ -235,8 +234,11 @@ def write_bundle(
             for folder in reversed(path.relative_to(staging).parents[:-1]):
                 (staging / folder).mkdir(mode=0o700, exist_ok=True)
                 os.chmod(staging / folder, 0o777 & ~mask)
-            with open(path, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                write_all(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
             os.chmod(path, (0o777 if rel in executable else 0o666) & ~mask)
         os.chmod(staging, 0o777 & ~mask)
         with _bundle_lock(out_dir, name):
@@ -253,36 +255,12 @@ def write_bundle(
     return target
 
 
-def _umask() -> int:
-    """The process umask, read without changing it where Linux shows it (/proc/self/status, 4.7+)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: set and restore (fp8spec writes bundles from one thread)
-    os.umask(mask)
-    return mask
-
-
-_RENAME_EXCHANGE = 2  # linux/fs.h: renameat2 swaps the two paths atomically
-_AT_FDCWD = -100  # linux/fcntl.h: paths relative to the working folder
+_umask = umask
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two existing paths in one step; False where the C library or file system has no such call."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return False
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
+    return renameat2(a, b, RENAME_EXCHANGE)
 
 
 def _put_in_place(staging: Path, target: Path) -> None:

@@ -1,18 +1,25 @@
 """The plan's picture as a PNG (matplotlib; imported only when a PNG is asked for).
 
-Byte-identical for identical plans: Agg backend, fixed size and dpi, no 'Software' metadata.
+Byte-identical for identical plans: Agg backend, fixed size and dpi, a fixed 'Software' entry (no matplotlib
+version), which also marks the file as fp8spec's plan picture (fp8spec.plan.pictures).
+Text from the spec (the model's name) is drawn literally: matplotlib would read `$...$` in it as math.
 """
 
 from __future__ import annotations
 
 import io
+import os
 from typing import TYPE_CHECKING
 
-import matplotlib
+# numpy's OpenBLAS reserves buffers per thread when it loads and ends the process (exit 1, no Python error)
+# when a memory limit refuses them; one figure needs no threads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fp8spec.plan.pictures import SOFTWARE  # noqa: E402
 from fp8spec.plan.plan import DOES_NOT_FIT, curves, response_ticks  # noqa: E402
 
 if TYPE_CHECKING:
@@ -23,11 +30,16 @@ if TYPE_CHECKING:
 COLOURS = ("#555555", "#1f77b4", "#d62728", "#2ca02c")
 
 
+def literal(text: str) -> str:
+    """``text`` as matplotlib draws it literally: every '$' escaped, so no part of it is parsed as mathtext."""
+    return text.replace("$", r"\$")
+
+
 def plan_png(plan: MemoryPlan) -> bytes:
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
         fig = plan_figure(plan)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": SOFTWARE})
         plt.close(fig)
     return buf.getvalue()
 
@@ -36,7 +48,7 @@ def plan_figure(plan: MemoryPlan) -> Figure:
     """The figure (left: KV capacity bars; right: concurrency curves), laid out; the caller closes it."""
     series, running = curves(plan)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
-    names = [c.label + (" *" if c.is_spec else "") for c in series]
+    names = [literal(c.label + (" *" if c.is_spec else "")) for c in series]
     left.bar(range(len(series)), [c.capacity_tokens / 1e3 for c in series], color=COLOURS[: len(series)])
     left.set_xticks(range(len(series)), names, fontsize=8)
     left.set_ylabel("KV capacity per replica (thousand tokens)")
@@ -44,12 +56,17 @@ def plan_figure(plan: MemoryPlan) -> Figure:
     for i, c in enumerate(series):
         if c.capacity_tokens <= 0:  # an empty bar: say why there is nothing to see
             left.text(i, top * 0.02, DOES_NOT_FIT, ha="center", va="bottom", fontsize=8, color="#d62728")
-    left.set_title(f"{plan.spec.model.name}: KV cache capacity", fontsize=10)
+    left.set_title(literal(f"{plan.spec.model.name}: KV cache capacity"), fontsize=10)
     for colour, c in zip(COLOURS, series):
         xs = [p[0] for p in c.points]
         ys = [p[1] for p in c.points]
         right.plot(
-            xs, ys, marker="o", markersize=3, color=colour, label=c.label + (" *" if c.is_spec else "")
+            xs,
+            ys,
+            marker="o",
+            markersize=3,
+            color=colour,
+            label=literal(c.label + (" *" if c.is_spec else "")),
         )
     right.axhline(running, color="black", linestyle="--", linewidth=1, label=f"running sequences ({running})")
     right.axvline(plan.spec.rollout.max_response_length, color="grey", linestyle=":", linewidth=1)

@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from fp8spec.safe_write import Target, WriteError, prepare_folder, write_file
+
 from . import artifacts as _art
 from .packages import PACKAGES as PACKAGES  # re-exported: callers name them through core
 from .packages import PackageInfo as PackageInfo
@@ -147,13 +149,21 @@ def refresh(
     with _art.open_artifact(path) as art:
         snapshot = build_snapshot(name, version, art, python_version)
     out = snapshot_path(name, version, out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(snapshot)
-    if not out.is_file() or out.read_text(encoding="utf-8") != text:
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
+    try:
+        prepare_folder(out.parent)
+        write_file(Target(out, dumps(snapshot).encode("utf-8"), ours=_is_snapshot))
+    except WriteError as err:  # the CLI reports an OSError as "cannot write the snapshot: ..."
+        raise OSError(str(err)) from None
     return out
+
+
+def _is_snapshot(old: bytes) -> bool:
+    """A snapshot file (what refresh rewrites); anything else at its name is the user's and stays."""
+    try:
+        data = json.loads(old)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "package" in data and "artifact" in data
 
 
 def refresh_all(

@@ -93,7 +93,8 @@ def test_png_is_written_and_byte_identical_across_processes(tmp_path):
     assert a.startswith(b"\x89PNG\r\n\x1a\n") and len(a) > 10_000
     assert a == b
     assert (tmp_path / "a" / "plan.svg").read_bytes() == (tmp_path / "b" / "plan.svg").read_bytes()
-    assert b"Software" not in a  # no matplotlib version stamp
+    assert b"matplotlib" not in a  # no matplotlib version stamp: the Software entry is fp8spec's fixed mark
+    assert b"tEXtSoftware\x00fp8spec plan" in a
 
 
 def test_matplotlib_is_imported_only_for_the_png():

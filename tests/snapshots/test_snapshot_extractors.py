@@ -187,6 +187,32 @@ def test_refresh_writes_identical_bytes_twice(cache, tmp_path, monkeypatch):
     assert raw["artifact"]["sha256"] == artifacts.sha256_file(wheel)
 
 
+@pytest.mark.parametrize("what", ["a user's file", "a link", "a dangling link", "a FIFO"])
+def test_refresh_never_writes_through_or_over_what_is_not_a_snapshot(cache, tmp_path, monkeypatch, what):
+    """The snapshot goes through fp8spec.safe_write: what is at its name stays as it was."""
+    import os
+
+    wheel = make_wheel(cache / "wheels")
+    monkeypatch.setattr(artifacts, "pip_download", lambda *a, **k: artifacts.PipResult(path=wheel, command=[]))
+    out = tmp_path / "snaps"
+    out.mkdir()
+    path, victim = out / "vllm-9.9.9.json", tmp_path / "victim.txt"
+    if what == "a user's file":
+        path.write_text("my notes\n")
+    elif what == "a FIFO":
+        os.mkfifo(path)
+    else:
+        if what == "a link":
+            victim.write_text("victim\n")
+        path.symlink_to(victim)
+    with pytest.raises(OSError, match="already exists|symbolic link|named pipe"):
+        refresh("vllm==9.9.9", cache, out_dir=out)
+    assert sorted(p.name for p in out.iterdir()) == ["vllm-9.9.9.json"]
+    assert victim.read_text() == "victim\n" if what == "a link" else not victim.exists()
+    if what == "a user's file":
+        assert path.read_text() == "my notes\n"
+
+
 def _write_snapshot(cache: Path, out: Path) -> Path:
     wheel = make_wheel(cache / "wheels")
     with open_artifact(wheel) as art:
