@@ -26,6 +26,6 @@ def test_headroom_is_the_gpu_minus_the_rows_above_it(validate):
 def test_a_zero_cuda_graph_estimate_says_why(validate):
     dense = render_text(validate(BASE_SPEC).context.memory_plan)  # Qwen3: vLLM 0.24's V2 runner
     assert re.search(r"CUDA graph estimate\s+0\.00 GiB", dense)
-    assert "note: CUDA graph estimate 0.00 GiB: vLLM 0.24 runs this architecture on its V2 model runner" in dense
+    assert "note: CUDA graph estimate 0.00 GiB: this vLLM release runs this architecture on its V2 model runner" in dense
     moe = render_text(validate(patched(BASE_SPEC, MOE, {"rollout": {"tp": 2}})).context.memory_plan)  # V1 runner
     assert not re.search(r"CUDA graph estimate\s+0\.00 GiB", moe) and "V2 model runner, whose" not in moe
