@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fp8spec.catalog._parse import facts_from_dict  # noqa: E402
 from fp8spec.catalog._store import load_entry  # noqa: E402

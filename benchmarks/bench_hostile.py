@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fp8spec.rules.runner import validate_path  # noqa: E402
 from fp8spec.specfile.loader import InputError  # noqa: E402

@@ -15,12 +15,9 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fp8spec.runtime import kv_calibration as kc  # noqa: E402
 

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fp8spec.catalog._parse import MAX_EXPERT_MODULES, MAX_LAYERS  # noqa: E402
 

@@ -57,19 +57,16 @@ import json
 import os
 import pickle
 import statistics
-import sys
 import time
 import types
 import zipfile
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from fp8spec.runtime import blockquant as bq  # noqa: E402
-from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
-from fp8spec.runtime import flat_launcher as fl  # noqa: E402
 from fp8spec.runtime import flat_bucket, verl_patch  # noqa: E402
+from fp8spec.runtime import flat_launcher as fl  # noqa: E402
+from fp8spec.runtime import triton_blockquant as tbq  # noqa: E402
 from fp8spec.runtime.flat_bucket import ENGINE  # noqa: E402
 from fp8spec.runtime.settings import QuantSettings  # noqa: E402
 
@@ -200,11 +197,11 @@ KNOBS = ("lean_prelaunch", "fast_launch", "prealloc_outputs", "keep_outputs")
 
 def combo_knobs(name):
     """``"LF--"`` -> {lean_prelaunch: True, fast_launch: True, prealloc_outputs: False, keep_outputs: False}"""
-    assert len(name) == 4 and all(c in (l, "-") for c, l in zip(name, "LFPK")), name
+    assert len(name) == 4 and all(c in (letter, "-") for c, letter in zip(name, "LFPK")), name
     return {k: c != "-" for k, c in zip(KNOBS, name)}
 
 
-ALL_COMBOS = ["".join(l if (i >> (3 - j)) & 1 else "-" for j, l in enumerate("LFPK")) for i in range(16)]
+ALL_COMBOS = ["".join(letter if (i >> (3 - j)) & 1 else "-" for j, letter in enumerate("LFPK")) for i in range(16)]
 
 
 def use_combo(mod):
@@ -430,7 +427,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     raws0 = sender_messages(buckets, torch.bfloat16)
     r["metadata_bytes_per_bucket"] = [len(x) for x in raws0]
     r["defaults"] = {k: getattr(mods["fp32"].settings, k) for k in KNOBS}
-    default_combo = "".join(l if r["defaults"][k] else "-" for k, l in zip(KNOBS, "LFPK"))
+    default_combo = "".join(letter if r["defaults"][k] else "-" for k, letter in zip(KNOBS, "LFPK"))
     r["default_combo"] = default_combo
 
     def rounds_list(reps, warm):
@@ -579,11 +576,11 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     # bit identity, every quantized tensor (fp32) / every 10th (UE8M0 formats); poisoned memory
     ident = {}
     list_names = run_round(buffers, raws0, mods["fp32"], split, False, check=lambda o, i: None)[2]
-    all_on = {k: True for k in KNOBS}
+    all_on = dict.fromkeys(KNOBS, True)
     checks = [("LFPK", fmt, fake_quant_utils(fmt, fp8_names, all_on), 1 if fmt == "fp32" else args.ref_stride)
               for fmt in ("fp32", "ue8m0", "ue8m0_fixed")]
     checks += [(default_combo, "fp32", mods["fp32"], args.ref_stride), ("----", "fp32",
-               fake_quant_utils("fp32", fp8_names, {k: False for k in KNOBS}), args.ref_stride)]
+               fake_quant_utils("fp32", fp8_names, dict.fromkeys(KNOBS, False)), args.ref_stride)]
     for combo, fmt, qmod, stride in checks:
         stat = {"checked": 0, "bad": 0, "nan": 0, "passthrough_not_same": 0}
         counter = [0]
@@ -628,7 +625,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
         r["speedup_flat_vs_verl_kernel"] = r["verl_kernel_ms"] / r["flat"]["hook_ms"]
     results[name] = r
     ENGINE.clear()
-    del buffers, pairs
+    buffers = pairs = None  # the memory back (the timed closures read these names)
     if DEV == "cuda":
         torch.cuda.empty_cache()
 

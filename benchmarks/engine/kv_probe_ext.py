@@ -1,4 +1,4 @@
-"""Worker extension for the real-engine KV-scale probe (``worker_extension_cls="kv_probe_ext.ProbeExt"``).
+"""Worker extension for the real-engine KV-scale probe (``worker_extension_cls="benchmarks.engine.kv_probe_ext.ProbeExt"``).
 
 The scale writes under test are fp8spec's own (``fp8spec.runtime.engines.vllm_kv``); this class only adds
 what an experiment needs: read the scales the kernels use, write them the way fp8spec did before the V1 fix

@@ -31,13 +31,10 @@ import argparse
 import json
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "rl_run"))
-from make_assets import CHAT_TEMPLATE, SPECIAL, problems  # noqa: E402
+from benchmarks.rl_run.make_assets import CHAT_TEMPLATE, SPECIAL, problems
 
 MEDIAN, SIGMA, LO, HI = 192, 0.6, 48, 1000
 

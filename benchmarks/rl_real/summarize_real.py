@@ -26,11 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.engine.engine_common import parse_log as engine_facts
+from benchmarks.rl_run.summarize import ANSI, parse_log
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "rl_run"))
-sys.path.insert(0, str(HERE.parent / "engine"))
-from engine_common import parse_log as engine_facts  # noqa: E402
-from summarize import ANSI, parse_log  # noqa: E402
 
 PREDICTIONS = HERE / "plan_predictions.json"
 PREFIX = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ")

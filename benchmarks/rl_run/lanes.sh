@@ -50,7 +50,7 @@ rl_lanes() {  # DIR LANE...: every lane at once, then the checkpoint listing, er
   for f in "$dir"/*.log; do
     echo "== $f"; grep -E "Traceback|Error|error:" "$f" | grep -v -E "Warning|warn" | cut -c1-300 | tail -n 6
   done > "$dir/errors.txt"
-  python3 benchmarks/rl_run/summarize.py "$dir" --json "$dir/summary.json" > "$dir/tables.md" 2>&1
+  python3 -m benchmarks.rl_run.summarize "$dir" --json "$dir/summary.json" > "$dir/tables.md" 2>&1
   touch "$dir/DONE"
 }
 

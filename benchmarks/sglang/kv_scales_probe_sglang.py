@@ -37,11 +37,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "engine"))
-from sglang_common import sglang_env, verl_sglang_fp8_config  # noqa: E402
+from benchmarks.common.cli import child_env, default_out
+from benchmarks.sglang.sglang_common import sglang_env, verl_sglang_fp8_config
+
+MODULE = "benchmarks.sglang.kv_scales_probe_sglang"
 
 KV_LOADER = "fp8spec.runtime.engines.sglang_kv.load_kv_scales"
 SCALES = {"unit": (1.0, 1.0), "clip": (0.004, 0.002), "cal": (0.02, 0.01)}
@@ -85,7 +84,8 @@ def scale_tensors(which: str):
 def run_backend(backend: str, ckpt: str, out: Path) -> None:
     import sglang
     import torch
-    from sgl_probe_loaders import LOADERS, probe
+
+    from benchmarks.sglang.sgl_probe_loaders import LOADERS, probe
 
     os.environ["FP8SPEC_PROBE_OUT"] = str(out / f"probe-{backend}")
     llm = sglang.Engine(model_path=ckpt, dtype="bfloat16", quantization="fp8",
@@ -181,8 +181,8 @@ def verdicts(out: Path, backends: list[str]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, type=Path)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out("kv_scales_probe_sglang"), help="default: %(default)s")
     ap.add_argument("--backends", default="flashinfer,triton")
     ap.add_argument("--one", nargs=2, metavar=("BACKEND", "CKPT"))
     ap.add_argument("--verdicts-only", action="store_true", help="recompute the verdicts from DIR's records")
@@ -200,12 +200,12 @@ def main() -> int:
             raise SystemExit(f"unknown backend {b!r} (choose from {', '.join(BACKENDS)})")
     ckpt = write_checkpoint(Path("/tmp/fp8spec-models/sglang-kv-probe-tiny-dense"))
     env = sglang_env(deep_gemm=False)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent / "engine"), str(REPO), env.get("PYTHONPATH", "")])
+    env = child_env(env)
     rc = 0
     for b in backends:
         with open(a.out / f"kv_probe_sglang_{b}.log", "w") as log:
             try:
-                r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--one", b, str(ckpt)], env=env,
+                r = subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", b, str(ckpt)], env=env,
                                    stdout=log, stderr=subprocess.STDOUT,
                                    timeout=int(os.environ.get("KV_PROBE_TIMEOUT_S", "420")))
                 code = r.returncode

@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import pickle
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the source tree's fp8spec and tests
 from fp8spec.runtime.packed_meta import PackedMeta  # noqa: E402
 from tests.runtime._qwen_shapes import catalog_config, checkpoint  # noqa: E402
 

@@ -19,16 +19,12 @@ import asyncio
 import importlib.util
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "engine"))
-from weight_sync_probe import case_config, checkpoint_shapes  # noqa: E402
-
+from benchmarks.engine.weight_sync_probe import case_config, checkpoint_shapes
 from fp8spec.runtime import fused_send, gather_copy, sync_timing  # noqa: E402
 
 VARIANTS = ("iterate", "verl", "runs", "table")

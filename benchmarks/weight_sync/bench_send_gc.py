@@ -17,8 +17,8 @@ import statistics
 import time
 
 import torch
-from bench_send_loop import send_loop  # the script's folder is on sys.path when run as a script
 
+from benchmarks.weight_sync.bench_send_loop import send_loop
 from fp8spec.runtime import fused_send
 from fp8spec.runtime.fused_send import BucketFill
 

@@ -67,25 +67,25 @@ PY
 }
 
 case $step in
-  receive) bash benchmarks/engine/run_h200_engine.sh receive "$1" engine ;;
+  receive) bash benchmarks/offline/run_h200_engine.sh receive "$1" engine ;;
   install)
-    bash benchmarks/engine/install_offline.sh /tmp/engine /tmp/site || exit
+    bash benchmarks/offline/install_offline.sh /tmp/engine /tmp/site || exit
     python3 -c "import vllm, verl, ray, torch; print('vllm', vllm.__version__, 'verl', verl.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 ;;
   assets)
     set_name=${1:?assets SET}; size=${set_name%%-*}
-    python3 benchmarks/rl_real/make_real_assets.py --out /tmp/fp8spec-real \
+    python3 -m benchmarks.rl_real.make_real_assets --out /tmp/fp8spec-real \
       --config "benchmarks/rl_real/models/qwen3-$size/config.json" --model-dir "model-$size" 2>&1 | tail -n 2 ;;
   bare)
     bundle=${1:?bare BUNDLE}; dir=$OUT/bare-$bundle
     mkdir -p "$dir"
-    reps=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks/rl_real'); import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
+    reps=$(python3 -c "from benchmarks.rl_real import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
     eval "$(bundle_env "$bundle")"
     export PYTHONPATH="$PWD/.rl/bundles/$bundle/lib:$PYTHONPATH"  # as launch.sh: verl imports the patch set
     # the driver has touched CUDA before LLM() starts its worker: a forked worker cannot re-initialise it
     # (seen on the H200, 2026-12-02); verl's server process is spawned by Ray, so its worker never inherits CUDA
     export VLLM_WORKER_MULTIPROC_METHOD=spawn
     for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
-      CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 benchmarks/engine/bench_rollout.py \
+      CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 -m benchmarks.engine.bench_rollout \
         --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --json "$dir/replica$r.json" \
         > "$dir/replica$r.log" 2>&1 &
     done
@@ -132,12 +132,12 @@ case $step in
       dir=${dir%/}; bundle=$(basename "$dir")
       grep -h -o -E "step:[0-9]+ - " "$dir/$bundle.log" 2> /dev/null | sort -u | tail -n 8
       if [[ -f $dir/DONE ]]; then
-        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 40
+        python3 -m benchmarks.rl_real.summarize_real "$dir" 2>&1 | tail -n 40
         rm -f "$dir/DONE"; tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle" && rm -rf "${dir:?}"
       else  # a snapshot of what is there now (the steps so far), the run goes on while the machine stays warm
         echo "rl-wait: $bundle still running; snapshot in $OUT/rl-$bundle.tgz"
         tail -n 3 "$dir/$bundle.log" 2> /dev/null | cut -c1-300
-        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 12
+        python3 -m benchmarks.rl_real.summarize_real "$dir" 2>&1 | tail -n 12
         tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle"
       fi
     done ;;

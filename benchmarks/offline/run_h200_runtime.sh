@@ -10,6 +10,6 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONUNBUFFERED=1 PYTHO
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
 } 2>&1 | tee "$OUT/env.txt"
 timeout 150 python3 -m pytest tests/runtime --noconftest -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/pytest.log"
-timeout 300 python3 benchmarks/bench_blockquant.py --verl-wheel .whl/verl-0.9.1-py3-none-any.whl \
+timeout 300 python3 -m benchmarks.bench_blockquant --verl-wheel .whl/verl-0.9.1-py3-none-any.whl \
   --out "$OUT" --ref-stride 10 2>&1 | tee "$OUT/bench_blockquant.log"
-[ "${SKIP_KV:-0}" = 1 ] || timeout 150 python3 benchmarks/bench_kv_calibration.py --out "$OUT" 2>&1 | tee "$OUT/bench_kv_calibration.log"
+[ "${SKIP_KV:-0}" = 1 ] || timeout 150 python3 -m benchmarks.bench_kv_calibration --out "$OUT" 2>&1 | tee "$OUT/bench_kv_calibration.log"
