@@ -12,7 +12,7 @@ shapes; 30B as per-expert 2-D tensors, router excluded) it measures, in one proc
   run on the GPU), and how often verl's codes/scales agree with it.
 
 Bytes per quantization: 2 B read + 1 B written per element + 4 B per block scale.
-Usage: python benchmarks/bench_blockquant.py --verl-wheel .whl/verl-0.9.1-py3-none-any.whl --out DIR
+Usage: python -m benchmarks.bench_blockquant --verl-wheel verl-0.9.1-py3-none-any.whl [--out DIR]
 """
 
 from __future__ import annotations
@@ -274,13 +274,14 @@ def bench_model(name, shapes, verl, copy_gbs, args, results):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--verl-wheel", required=True)
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default="out/runtime", help="folder of the JSON record (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--verl-reps", type=int, default=3)
     ap.add_argument("--ref-stride", type=int, default=1, help="check every n-th tensor for the ue8m0 formats")
     ap.add_argument("--models", default="qwen3_8b,qwen3_30b_a3b")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: exercise the script only")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     global DEV
     if args.smoke:
         DEV = "cpu"

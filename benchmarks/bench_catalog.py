@@ -4,7 +4,7 @@ then a cached list).
 Moved here from a wall-clock assert in tests/catalog (timing fails under load; the test now checks the
 layout is built once). Best of --repeat, each on fresh facts (no cached layout).
 
-Usage: python benchmarks/bench_catalog.py [--repeat 5] [--out results.json]
+Usage: python -m benchmarks.bench_catalog [--repeat 5] [--out results.json]
 """
 
 from __future__ import annotations

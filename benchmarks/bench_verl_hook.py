@@ -24,7 +24,7 @@ the per-bucket synchronize verl does:
   loop without the selection), + synchronize per bucket;
 * ``kernels_only``: the flat path's launches back to back (CUDA events), no host work.
 
-Issue 5 (the per-bucket gap between the hook and its kernels): the flat hook is timed under every
+The per-bucket gap between the hook and its kernels: the flat hook is timed under every
 combination of the four knobs of ``settings.FLAT_KNOBS`` (``L`` lean_prelaunch, ``F`` fast_launch,
 ``P`` prealloc_outputs, ``K`` keep_outputs; ``----`` is the code path of run 4), rounds interleaved
 across combinations (order reversed every other repetition), each round starting with the output
@@ -44,7 +44,7 @@ modules); a stand-in (set lookup) replaces it, and its cost is timed separately.
 selected tensor of one round against the torch reference (fp32 scales; every 10th tensor for the
 UE8M0 formats), output names/order equal to the list path's.
 
-Usage: python benchmarks/bench_verl_hook.py --verl-wheel .whl/verl-0.9.1-py3-none-any.whl --out DIR
+Usage: python -m benchmarks.bench_verl_hook --verl-wheel verl-0.9.1-py3-none-any.whl [--out DIR]
 """
 
 from __future__ import annotations
@@ -745,7 +745,7 @@ def _cpu_model():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--verl-wheel", required=True)
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default="out/runtime", help="folder of the JSON record (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--list-reps", type=int, default=3)
     ap.add_argument("--verl-reps", type=int, default=2)
@@ -757,6 +757,7 @@ def main():
     ap.add_argument("--profile-combos", default="----,L---,LF--,LFP-,LF-K")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: exercise the script only")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     global DEV
     streams = {"qwen3_8b": qwen3_8b_stream, "qwen3_30b_a3b": qwen3_30b_a3b_stream}
     if args.smoke:

@@ -1,6 +1,6 @@
 """Are pushed FP8 KV scales really used by the real vLLM engine, CUDA graphs included, across verl's wake-up?
 
-    python benchmarks/engine/kv_scales_probe.py --out DIR      # both models, both engines, then the verdicts
+    python -m benchmarks.engine.kv_scales_probe --out DIR      # both models, both engines, then the verdicts
 
 Tiny Qwen3 models (dense -> vLLM 0.24's V2 model runner; MoE -> the V1 runner), random-initialised and saved
 with transformers (lm_head scaled up so greedy decoding has clear margins), FP8 (e4m3) KV cache, BF16 linears.

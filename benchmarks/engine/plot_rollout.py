@@ -1,12 +1,14 @@
 """Plot the real-engine rollout results: throughput and KV capacity per model and mode.
 
-    python benchmarks/engine/plot_rollout.py benchmarks/results/2026-11-30_h200_engine/rollout_results.json OUT.png
+    python -m benchmarks.engine.plot_rollout out/engine/rollout_results.json out/engine/rollout.png
+
+The records are ``run_configs``' (a JSON list of them); DeepGEMM-off runs that finished are drawn.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 import matplotlib
 
@@ -43,4 +45,8 @@ def main(src: str, dst: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("records", help="a JSON list of run_configs records")
+    ap.add_argument("png", help="the picture to write")
+    a = ap.parse_args()
+    main(a.records, a.png)

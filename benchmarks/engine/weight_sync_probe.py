@@ -1,8 +1,8 @@
 """FP8 weight sync through verl 0.9.1's real path into a real vLLM 0.24.0 engine: verl's quantizer vs fp8spec's
 ``fast_block_quant``, checked against a fresh engine, and timed.
 
-    python benchmarks/engine/weight_sync_probe.py --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b]
-    WS_DTYPE=fp32 python benchmarks/engine/weight_sync_probe.py ...   # an FSDP trainer's float32 weights
+    python -m benchmarks.engine.weight_sync_probe --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b]
+    WS_DTYPE=fp32 python -m benchmarks.engine.weight_sync_probe ...   # an FSDP trainer's float32 weights
 
 Per case, one process per engine (``--one``):
 
@@ -237,7 +237,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         opts = probe_options()
         import verl.workers.rollout.vllm_rollout.bucketed_weight_transfer as transfer
 
-        # WS_FUSED_SEND (default 1, as the runtime): the trainer side's fused bucket fill (issue 23 item 3) and, with
+        # WS_FUSED_SEND (default 1, as the runtime): the trainer side's fused bucket fill and, with
         # WS_SEND_PIPELINE (default 1), its two-half pipeline, activated by the runtime itself
         # (FP8SPEC_FUSED_SEND in this process's environment, set by main(); with direct_sync only), which installs
         # it before sync_timing as a bundle does; importing the module above ran those hooks

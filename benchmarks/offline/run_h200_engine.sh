@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The real-engine runs on the H200 machine, one step per device call (see benchmarks/engine/README.md).
+# The vLLM benchmarks (benchmarks/engine/README.md) on a GPU machine without network, one step at a time
+# (benchmarks/offline/README.md): each step runs the plain command with the offline install on PYTHONPATH.
 #
 #   bash benchmarks/offline/run_h200_engine.sh receive NN [SET]  copy the carried .SET/partNN into /tmp/SET (SET: engine)
 #   bash benchmarks/offline/run_h200_engine.sh install        check + unpack the offline set into /tmp/site
@@ -16,7 +17,7 @@
 #                                             size (default 2048); WS_SYNC_TIMING=1 the sender split; WS_EAGER=0 CUDA graphs (as main_ppo);
 #                                             WS_SEND_CAST_BF16=1 float32 weights sent as BF16;
 #                                             WS_SEND_PACKED_META=1 bucket metadata as four lists;
-#                                             WS_TIMEOUT seconds for the call, default 570)
+#                                             WS_TIMEOUT seconds for the step, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).
 set -uo pipefail
@@ -28,7 +29,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 step=${1:?step}
 shift
-# $OUT comes back as at most 8 files: each step packs its folder into one archive.
+# Each step packs its folder into one archive, so a step's output is one file to bring back.
 pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" && rm -rf "${OUT:?}/$1"; }
 case $step in
   receive)  # NN [SET]: the carried .SET/partNN (default SET engine) into /tmp/SET
@@ -42,7 +43,7 @@ case $step in
     { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
       python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
     } 2>&1 | tee "$OUT/gputests/env.txt"
-    # the tests import ruamel.yaml, which the image lacks: take it from whichever offline install this lease has;
+    # the tests import ruamel.yaml, which the image lacks: take it from whichever offline install this machine has;
     # the image has no pytest-xdist, so pyproject's addopts (-n auto) is dropped
     site=$(ls -d /tmp/site /tmp/site-sglang 2> /dev/null | head -n 1)
     PYTHONPATH="$PWD${site:+:$site}" timeout 240 python3 -m pytest tests/runtime --noconftest -q -p no:cacheprovider \
@@ -52,12 +53,12 @@ case $step in
   bench)
     gpu=$1; shift
     mkdir -p "$OUT/bench$gpu"
-    CUDA_VISIBLE_DEVICES=$gpu timeout 570 python3 -m benchmarks.engine.run_configs --out "$OUT/bench$gpu" \
+    CUDA_VISIBLE_DEVICES=$gpu timeout "${CALL_TIMEOUT_S:-570}" python3 -m benchmarks.engine.run_configs --out "$OUT/bench$gpu" \
       --budget-s "${BUDGET_S:-540}" "$@" 2>&1 | tee "$OUT/bench$gpu/driver.log"
     pack "bench$gpu" ;;
   kvprobe)
     mkdir -p "$OUT/kvprobe"
-    CUDA_VISIBLE_DEVICES=$1 timeout 570 python3 -m benchmarks.engine.kv_scales_probe --out "$OUT/kvprobe" 2>&1 |
+    CUDA_VISIBLE_DEVICES=$1 timeout "${CALL_TIMEOUT_S:-570}" python3 -m benchmarks.engine.kv_scales_probe --out "$OUT/kvprobe" 2>&1 |
       tee "$OUT/kvprobe/driver.log"
     pack kvprobe ;;
   sendfill)  # GPU [ARGS...]: the trainer side alone, no engine (benchmarks/weight_sync/bench_send_fill.py)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the verl hook's flat-bucket path: the whole tests/runtime suite (CPU + GPU; the
+# On a GPU machine, the verl hook's flat-bucket path: the whole tests/runtime suite (CPU + GPU; the
 # flat-bucket and launcher GPU tests included), then the end-to-end hook benchmark with every knob
 # combination, the per-bucket profile and the micro-measurements. Logs go to $OUT.
 # Needs .whl/verl-0.9.1-py3-none-any.whl (carried; verl's kernel and split_buffer_updates are read

@@ -3,7 +3,7 @@
 # (FP8 and BF16), keep the logs in $OUT/rl.tgz. Bundles come compiled from the CPU machine in .rl/bundles/
 # (see README.md).
 #
-#   bash benchmarks/rl_run/run_h200_rl.sh            # both runs, in parallel on GPUs 0 and 1 when there are two
+#   bash benchmarks/offline/run_h200_rl.sh            # both runs, in parallel on GPUs 0 and 1 when there are two
 #
 # Each run gets its own Ray head (its own GPU, temp dir and loopback ports) and the bundle's launch.sh is run
 # by hand on it (RAY_ADDRESS set): the path the bundle README documents for a Ray head. The heads are stopped

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call: GPU + CPU tests of fp8spec.runtime, then both benchmarks. Logs go to $OUT.
+# On a GPU machine: GPU + CPU tests of fp8spec.runtime, then the kernel benchmarks (bench_blockquant,
+# bench_kv_calibration; verl's wheel in .whl/). Logs go to $OUT.
 set -u
 OUT=${OUT:-/tmp/fp8spec_out}
 mkdir -p "$OUT"

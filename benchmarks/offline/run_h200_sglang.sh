@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# The SGLang 0.5.12 runs on the H200 (issue 22; benchmarks/sglang/README.md), one step per device call:
+# The SGLang 0.5.12 benchmarks (benchmarks/sglang/README.md) on a GPU machine without network, one step at a time:
 #
-#   bash benchmarks/sglang/run_h200_sglang.sh receive NN SET       the carried .SET/partNN into /tmp/SET
-#   bash benchmarks/sglang/run_h200_sglang.sh install-engine       the engine + verl set into /tmp/site (vLLM, verl)
-#   bash benchmarks/sglang/run_h200_sglang.sh install-sglang [PARTS]  the sglang set into /tmp/site-sglang (+ sglang-fa3
+#   bash benchmarks/offline/run_h200_sglang.sh receive NN SET       the carried .SET/partNN into /tmp/SET
+#   bash benchmarks/offline/run_h200_sglang.sh install-engine       the engine + verl set into /tmp/site (vLLM, verl)
+#   bash benchmarks/offline/run_h200_sglang.sh install-sglang [PARTS]  the sglang set into /tmp/site-sglang (+ sglang-fa3
 #                                                                  when its parts were received), the view of /tmp/site
 #                                                                  without vLLM, and an import check of both paths
-#   bash benchmarks/sglang/run_h200_sglang.sh bench GPU ITEMS...   SGLang engine throughput/KV (run_sglang_configs.py)
-#   bash benchmarks/sglang/run_h200_sglang.sh vbench GPU ITEMS...  vLLM 0.24.0 on the same batch (engine/run_configs.py)
-#   bash benchmarks/sglang/run_h200_sglang.sh kvprobe GPU [BACKENDS]   KV-scale probe (kv_scales_probe_sglang.py)
-#   bash benchmarks/sglang/run_h200_sglang.sh wsprobe GPU [CASES]  weight sync through verl's SGLang path
-#   bash benchmarks/sglang/run_h200_sglang.sh rl RUN...            compiled bundles' own launch.sh (FSDP + SGLang)
-#   bash benchmarks/sglang/run_h200_sglang.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached
-#   bash benchmarks/sglang/run_h200_sglang.sh jit-save             the JIT caches (FlashInfer, tvm-ffi) into $OUT
+#   bash benchmarks/offline/run_h200_sglang.sh bench GPU ITEMS...   SGLang engine throughput/KV (run_sglang_configs.py)
+#   bash benchmarks/offline/run_h200_sglang.sh vbench GPU ITEMS...  vLLM 0.24.0 on the same batch (engine/run_configs.py)
+#   bash benchmarks/offline/run_h200_sglang.sh kvprobe GPU [BACKENDS]   KV-scale probe (kv_scales_probe_sglang.py)
+#   bash benchmarks/offline/run_h200_sglang.sh wsprobe GPU [CASES]  weight sync through verl's SGLang path
+#   bash benchmarks/offline/run_h200_sglang.sh rl RUN...            compiled bundles' own launch.sh (FSDP + SGLang)
+#   bash benchmarks/offline/run_h200_sglang.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached
+#   bash benchmarks/offline/run_h200_sglang.sh jit-save             the JIT caches (FlashInfer, tvm-ffi) into $OUT
 #
 # SGLang runs see PYTHONPATH=/tmp/site-sglang:/tmp/site-ev: the sglang set first (its pins of apache-tvm-ffi and
 # openai shadow the engine set's), then the engine + verl install without vllm, xgrammar, llguidance and
@@ -39,7 +39,7 @@ if ! ldconfig -p 2> /dev/null | grep -q "libcudart.so.13 "; then
   [[ -n $cudart ]] && export LD_LIBRARY_PATH="$(dirname "$cudart")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 step=${1:?step}
-# Two run sets (this script's and another's) may share one lease: each has its own folder, ports and Ray temp dirs.
+# Two run sets (this script's and another's) may share one machine: each has its own folder, ports and Ray temp dirs.
 # SGLang sizes its KV pool from the free memory at its start: lanes start 45 s apart, one engine at a time.
 RL_TAG=${RL_TAG:-} RL_DIR=${RL_DIR:-/tmp/rl} PORT_BASE=${PORT_BASE:-30000} STAGGER_S=${STAGGER_S:-45}
 source benchmarks/rl_run/lanes.sh
@@ -129,7 +129,7 @@ EOF
   rl) rl_foreground "$0" "$@" ;;  # RUN...: in this call, logs back in $OUT/rl$RL_TAG.tgz
   rl-start) rl_start "$0" "$@" ;;  # RUN...: detached; collect with rl-wait
   rl-wait) rl_wait "${1:-500}" ;;  # SECONDS
-  jit-save)  # the compiled JIT modules (FlashInfer, tvm-ffi: SGLang's jit_kernel) for a later session to carry
+  jit-save)  # the compiled JIT modules (FlashInfer, tvm-ffi: SGLang's jit_kernel) for a later machine to carry
     mkdir -p "$OUT/jit"
     du -sh ~/.cache/flashinfer ~/.cache/tvm-ffi ~/.triton/cache 2> /dev/null | tee "$OUT/jit/sizes.txt"
     tar czf "$OUT/sglang-jit-cache.tgz" -C ~ $(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi 2> /dev/null) 2> /dev/null

@@ -1,7 +1,7 @@
-"""The inputs of the real-size RL runs (issue 24), made offline on the device: a random-initialised Qwen3 of a
+"""The inputs of the real-size RL runs, made offline on the device: a random-initialised Qwen3 of a
 real shape, its tokenizer, and the parquet data.
 
-    python benchmarks/rl_real/make_real_assets.py --out /tmp/fp8spec-real \
+    python -m benchmarks.rl_real.make_real_assets --out /tmp/fp8spec-real \
         --config benchmarks/rl_real/models/qwen3-4b/config.json --model-dir model-4b      # on the GPU: seconds
 
 * model/: Qwen3 with the catalog's shape (models/*/config.json = fp8spec's catalog entry), random weights from

@@ -1,7 +1,7 @@
 """The three inputs of the one-H200 FP8 RL run, made offline: a tiny Qwen3 model, its tokenizer, a dataset.
 
-    python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl     # model/, data/train.parquet, data/test.parquet
-    python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl \
+    python -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl     # model/, data/train.parquet, data/test.parquet
+    python -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl \
         --config specs/models/tiny-qwen3-moe/config.json --model-dir model-moe   # the MoE of the Megatron run
 
 * model/: Qwen3 architecture with the shape in specs/models/tiny-qwen3/config.json (hidden 1024, intermediate
@@ -13,7 +13,7 @@
   vLLM server sets every logit at or past len(tokenizer) to -inf (vllm_async_server.py 503,
   vllm_rollout/utils.py 106-126) and the trainer does not, so with a shorter tokenizer the rollout samples
   from fewer tokens than the trainer scores, and on a random model that alone reads as a mismatch KL of
-  log(vocab_size / len(tokenizer)) (2.03 in the fourth H200 attempt, BENCHMARKS.md section 5).
+  log(vocab_size / len(tokenizer)) (2.03 on an H200 run with a shorter tokenizer).
 * data/*.parquet: arithmetic word problems in verl's RL format (`data_source` openai/gsm8k, chat `prompt`,
   `reward_model.ground_truth`), scored by verl's shipped GSM8K rule (`#### <answer>` in the response).
 
@@ -90,7 +90,7 @@ def main() -> int:
     assert len(tokenizer) == config["vocab_size"], (len(tokenizer), config["vocab_size"])
     model_dir = a.out / a.model_dir
     if (model_dir / "model.safetensors").is_file() and (a.out / "data" / "test.parquet").is_file():
-        # another run set of the same lease made them (same seed, same bytes); rewriting files that running
+        # another run set on this machine made them (same seed, same bytes); rewriting files that running
         # trainers may still read is what must not happen
         print(f"make_assets: {model_dir} exists, kept")
         return 0

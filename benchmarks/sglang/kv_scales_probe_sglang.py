@@ -1,8 +1,8 @@
 """Do k/v scales pushed after CUDA-graph capture take effect in the real SGLang 0.5.12 engine, per attention backend?
 
-    python benchmarks/sglang/kv_scales_probe_sglang.py --out DIR [--backends flashinfer,triton,fa3]
+    python -m benchmarks.sglang.kv_scales_probe_sglang --out DIR [--backends flashinfer,triton,fa3]
 
-The SGLang counterpart of ``benchmarks/engine/kv_scales_probe.py`` (BENCHMARKS.md 4.2). A tiny Qwen3 (4 layers,
+The SGLang counterpart of ``benchmarks/engine/kv_scales_probe.py``. A tiny Qwen3 (4 layers,
 hidden 1024, 8/4 heads of 128, lm_head x8 for clear greedy margins) saved as an FP8 block checkpoint quantized by
 verl's own ``scaled_fp8_blockwise`` (so RadixAttention gets Fp8KVCacheMethod's k_scale/v_scale, as with verl's
 FP8 rollout), FP8 (e4m3) KV cache, CUDA graphs as SGLang defaults (decode graphs up to ``cuda_graph_max_bs`` 8,

@@ -1,11 +1,11 @@
 """FP8 weight sync through verl 0.9.1's SGLang path into a real SGLang 0.5.12 engine: verl's quantizer (and
 fp8spec's ``fast_block_quant`` replacement of it), checked byte for byte against a fresh engine, and timed.
 
-    python benchmarks/sglang/weight_sync_probe_sglang.py --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b] \
+    python -m benchmarks.sglang.weight_sync_probe_sglang --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b] \
         [--paths verl,patch,fresh,fresh-ref]
-    WS_DTYPE=fp32 python benchmarks/sglang/weight_sync_probe_sglang.py ...   # an FSDP trainer's float32 weights
+    WS_DTYPE=fp32 python -m benchmarks.sglang.weight_sync_probe_sglang ...   # an FSDP trainer's float32 weights
 
-The SGLang counterpart of ``benchmarks/engine/weight_sync_probe.py`` (BENCHMARKS.md 4.3). One process per engine:
+The SGLang counterpart of ``benchmarks/engine/weight_sync_probe.py``. One process per engine:
 
 * ``verl``: the trainer side of verl's ``ServerAdapter.update_weights`` FP8 branch
   (verl/workers/rollout/sglang_rollout/sglang_rollout.py:357-390), with verl's own functions:

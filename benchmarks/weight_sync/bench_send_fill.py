@@ -1,4 +1,4 @@
-"""The trainer side of a weight sync on the GPU, without an engine (issue 23, BENCHMARKS.md 8.7).
+"""The trainer side of a weight sync on the GPU, without an engine.
 
 verl 0.9.1's own ``BucketedWeightSender`` (its module loaded from the installed verl) sends a model's checkpoint
 tensors (BF16 or float32, on the GPU, the probe's names and shapes) into its CUDA bucket buffer; the receiver is
@@ -9,7 +9,7 @@ the fused fill with its table (``gather_copy``'s Triton kernel); each with the t
 sets it. ``sync_timing``'s split (loop + fill on the host / GPU wait) per sync; medians of ``--syncs`` after one
 warm-up. The last sync of each variant checks every tensor's bytes in the buffer against its source.
 
-    python benchmarks/weight_sync/bench_send_fill.py --cases qwen3-30b-a3b,qwen3-8b [--dtype bf16] [--out DIR]
+    python -m benchmarks.weight_sync.bench_send_fill --cases qwen3-30b-a3b,qwen3-8b [--dtype bf16] [--out DIR]
 """
 
 from __future__ import annotations
