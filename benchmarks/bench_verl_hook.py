@@ -80,16 +80,21 @@ def sync():
 
 
 # ----------------------------------------------------------------------------------- the models
+def _attention_block(p: str, h: int, q: int, kv: int) -> list:
+    """One Qwen3 layer's tensors before its MLP, in checkpoint order."""
+    return [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
+            (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
+            (p + "self_attn.o_proj.weight", (h, q)), (p + "self_attn.q_norm.weight", (128,)),
+            (p + "self_attn.k_norm.weight", (128,)), (p + "post_attention_layernorm.weight", (h,))]
+
+
 def qwen3_8b_stream():
     h, inter, q, kv, vocab, layers = 4096, 12288, 32 * 128, 8 * 128, 151936, 36
     out = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
-                (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
-                (p + "self_attn.o_proj.weight", (h, q)), (p + "self_attn.q_norm.weight", (128,)),
-                (p + "self_attn.k_norm.weight", (128,)), (p + "post_attention_layernorm.weight", (h,)),
-                (p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h)),
+        out += _attention_block(p, h, q, kv)
+        out += [(p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h)),
                 (p + "mlp.down_proj.weight", (h, inter))]
     return out + [("model.norm.weight", (h,)), ("lm_head.weight", (vocab, h))]
 
@@ -99,11 +104,8 @@ def qwen3_30b_a3b_stream():
     out = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
-                (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
-                (p + "self_attn.o_proj.weight", (h, q)), (p + "self_attn.q_norm.weight", (128,)),
-                (p + "self_attn.k_norm.weight", (128,)), (p + "post_attention_layernorm.weight", (h,)),
-                (p + "mlp.gate.weight", (experts, h))]  # router: not quantized by vLLM
+        out += _attention_block(p, h, q, kv)
+        out += [(p + "mlp.gate.weight", (experts, h))]  # router: not quantized by vLLM
         for e in range(experts):
             out += [(p + f"mlp.experts.{e}.gate_proj.weight", (moe_i, h)),
                     (p + f"mlp.experts.{e}.up_proj.weight", (moe_i, h)),

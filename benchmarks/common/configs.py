@@ -82,3 +82,17 @@ def run_configs(out: Path, budget_s: float | None, configs: Sequence[Config], pa
         if rc != 0:
             print(text[-tail_chars:], flush=True)
     return rows
+
+
+def main(doc: str, topic: str, metavar: str, config: Callable[[str, dict[str, list[str]]], Config],
+         parse_log: Callable[[str], dict], summary: Callable[[dict], str], tail_chars: int, driver: str) -> int:
+    """A runner's command line: ``config`` turns each item into a configuration (all read before the first
+    engine starts, so a typo stops the run at once)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add_arguments(ap, topic)
+    ap.add_argument("items", nargs="+", metavar=metavar)
+    a = ap.parse_args()
+    extra = per_model_args(a.args)
+    configs = [config(item, extra) for item in a.items]
+    run_configs(a.out, a.budget_s, configs, parse_log, summary, tail_chars, driver)
+    return 0

@@ -25,11 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common.cli import child_env, default_out
+from benchmarks.common.cli import child_env, default_out, run_logged
 
 MODULE = "benchmarks.engine.kv_scales_probe"
 TINY = {
@@ -193,13 +192,9 @@ def main() -> int:
     for kind in TINY:
         path = make_tiny(kind, Path("/tmp/fp8spec-models"))
         for engine in ("graph", "eager"):
-            with open(a.out / f"kv_probe_{kind}_{engine}.log", "w") as log:
-                r = subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", kind, engine,
-                                    str(path)], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=400)
-            print(f"kv_probe {kind} {engine}: rc={r.returncode}", flush=True)
-            if r.returncode:
+            if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", kind, engine, str(path)], env,
+                          a.out / f"kv_probe_{kind}_{engine}.log", 400, f"kv_probe {kind} {engine}", 2000) != 0:
                 rc = 1
-                print((a.out / f"kv_probe_{kind}_{engine}.log").read_text()[-2000:], flush=True)
     if rc == 0:
         result = verdicts(a.out)
         (a.out / "kv_probe_verdicts.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

@@ -11,11 +11,11 @@ log). The driver is ``benchmarks.common.configs``, shared with ``benchmarks.sgla
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from benchmarks.common import configs
 from benchmarks.common.cli import child_env
-from benchmarks.common.configs import Config, add_arguments, per_model_args, run_configs
+from benchmarks.common.configs import Config
 from benchmarks.engine.engine_common import parse_log, vllm_env
 
 
@@ -36,14 +36,7 @@ def summary(rec: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_arguments(ap, "engine")
-    ap.add_argument("items", nargs="+", metavar="MODEL:MODE[:dg0|dg1]")
-    a = ap.parse_args()
-    extra = per_model_args(a.args)
-    run_configs(a.out, a.budget_s, [config(item, extra) for item in a.items], parse_log, summary, 1500,
-                "run_configs")
-    return 0
+    return configs.main(__doc__, "engine", "MODEL:MODE[:dg0|dg1]", config, parse_log, summary, 1500, "run_configs")
 
 
 if __name__ == "__main__":

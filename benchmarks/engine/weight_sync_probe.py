@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.common.cli import child_env, default_out
+from benchmarks.common.cli import child_env, default_out, run_logged
 from benchmarks.engine.engine_common import MODELS, catalog_config, verl_fp8_quantization
 from benchmarks.engine.ws_breakdown import Timers, install_sender, render
 
@@ -435,13 +435,9 @@ def main() -> int:
                 if ws in os.environ:  # else the runtime's default
                     env[var] = os.environ[ws]
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
-            with open(a.out / f"ws_{case}_{path}.log", "w") as log:
-                r = subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--util", util, "--one", case, path],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT, timeout=420)
-            print(f"weight_sync {case} {path}: rc={r.returncode}", flush=True)
-            if r.returncode:
+            if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--util", util, "--one", case, path],
+                          env, a.out / f"ws_{case}_{path}.log", 420, f"weight_sync {case} {path}") != 0:
                 rc = 1
-                print((a.out / f"ws_{case}_{path}.log").read_text()[-2500:], flush=True)
         try:
             verdicts[case] = verdict(a.out, case)
         except Exception as exc:

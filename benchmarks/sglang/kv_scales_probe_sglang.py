@@ -33,11 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common.cli import child_env, default_out
+from benchmarks.common.cli import child_env, default_out, run_logged
 from benchmarks.sglang.sglang_common import sglang_env, verl_sglang_fp8_config
 
 MODULE = "benchmarks.sglang.kv_scales_probe_sglang"
@@ -203,18 +202,10 @@ def main() -> int:
     env = child_env(env)
     rc = 0
     for b in backends:
-        with open(a.out / f"kv_probe_sglang_{b}.log", "w") as log:
-            try:
-                r = subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", b, str(ckpt)], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   timeout=int(os.environ.get("KV_PROBE_TIMEOUT_S", "420")))
-                code = r.returncode
-            except subprocess.TimeoutExpired:
-                code = "timeout"
-        print(f"kv_probe_sglang {b}: rc={code}", flush=True)
-        if code != 0:
+        if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", b, str(ckpt)], env,
+                      a.out / f"kv_probe_sglang_{b}.log", int(os.environ.get("KV_PROBE_TIMEOUT_S", "420")),
+                      f"kv_probe_sglang {b}") != 0:
             rc = 1
-            print((a.out / f"kv_probe_sglang_{b}.log").read_text(errors="replace")[-2500:], flush=True)
     result = verdicts(a.out, backends)
     (a.out / "kv_probe_sglang_verdicts.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(json.dumps(result, indent=1))

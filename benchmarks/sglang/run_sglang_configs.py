@@ -12,11 +12,11 @@ The driver is ``benchmarks.common.configs``, shared with ``benchmarks.engine.run
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from benchmarks.common import configs
 from benchmarks.common.cli import child_env
-from benchmarks.common.configs import Config, add_arguments, per_model_args, run_configs
+from benchmarks.common.configs import Config
 from benchmarks.sglang.sglang_common import parse_log, sglang_env
 
 BACKENDS = ("flashinfer", "triton", "fa3")
@@ -50,14 +50,8 @@ def summary(rec: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_arguments(ap, "sglang")
-    ap.add_argument("items", nargs="+", metavar="MODEL:MODE[:dg0|dg1][:BACKEND]")
-    a = ap.parse_args()
-    extra = per_model_args(a.args)
-    configs = [config(item, extra) for item in a.items]  # every item read before the first engine starts
-    run_configs(a.out, a.budget_s, configs, parse_log, summary, 3000, "run_sglang_configs")
-    return 0
+    return configs.main(__doc__, "sglang", "MODEL:MODE[:dg0|dg1][:BACKEND]", config, parse_log, summary, 3000,
+                        "run_sglang_configs")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common.cli import child_env, default_out
+from benchmarks.common.cli import child_env, default_out, run_logged
 from benchmarks.engine.weight_sync_probe import case_config, make_weights, write_fp8_checkpoint
 from benchmarks.sglang.sglang_common import engine_kwargs, sglang_env, verl_sglang_fp8_config
 
@@ -207,17 +207,9 @@ def main() -> int:
             if path == "patch":
                 env["FP8SPEC_RUNTIME_PATCHES"] = "fast_block_quant"
             util = "0.3" if tiny or case == "qwen3-8b" else "0.35"
-            with open(a.out / f"ws_sglang_{case}_{path}.log", "w") as log:
-                try:
-                    r = subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--util", util, "--one", case,
-                                        path], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=420)
-                    code = r.returncode
-                except subprocess.TimeoutExpired:
-                    code = "timeout"
-            print(f"weight_sync_sglang {case} {path}: rc={code}", flush=True)
-            if code != 0:
+            if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--util", util, "--one", case, path],
+                          env, a.out / f"ws_sglang_{case}_{path}.log", 420, f"weight_sync_sglang {case} {path}") != 0:
                 rc = 1
-                print((a.out / f"ws_sglang_{case}_{path}.log").read_text(errors="replace")[-2500:], flush=True)
         try:
             verdicts[case] = verdict(a.out, case)
         except Exception as exc:  # a missing record is reported, the other cases still run
