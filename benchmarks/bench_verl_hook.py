@@ -26,7 +26,7 @@ the per-bucket synchronize verl does:
 
 The per-bucket gap between the hook and its kernels: the flat hook is timed under every
 combination of the four knobs of ``settings.FLAT_KNOBS`` (``L`` lean_prelaunch, ``F`` fast_launch,
-``P`` prealloc_outputs, ``K`` keep_outputs; ``----`` is the code path of run 4), rounds interleaved
+``P`` prealloc_outputs, ``K`` keep_outputs; ``----`` is the path with every knob off), rounds interleaved
 across combinations (order reversed every other repetition), each round starting with the output
 memory where that combination's previous round left it (released and ``empty_cache``'d, or kept);
 with ``P`` the re-allocation happens before the first bucket, timed apart as ``round_start`` (in verl

@@ -8,7 +8,7 @@ One process per engine:
 
 * ``graph``: CUDA graphs + torch.compile as vLLM defaults (graphs captured at start, before any push), sleep
   mode on, ``calculate_kv_scales=True`` (the mapping of ``recalibrate: once``) to see when it calibrates.
-  Phases: (1) fp8spec's writes *without* the wake-up keeper (``probe_raw_set``, what fp8spec did before) across
+  Phases: (1) fp8spec's writes *without* the wake-up keeper (``probe_raw_set``, the control) across
   verl's update sequence ``sleep(2) -> wake(weights) -> load weights + write scales -> wake(kv_cache)``;
   (2) the same with fp8spec's ``fp8spec_set_kv_scales`` (writes + keeper); (3) scale switching under captured
   graphs: S_clip, S_cal, S_clip again.
@@ -116,7 +116,7 @@ def run_engine(kind: str, engine: str, model_path: str, out: Path) -> None:
             llm.wake_up(tags=["kv_cache"])
             return first(rpc("probe_read_scales"))
 
-        # phase 1: writes without the keeper (fp8spec before the fix)
+        # phase 1: writes without the keeper (the control: what the keeper prevents)
         rpc("probe_raw_set", scales_for(layers, "unit"))
         runs["unit"] = generate()
         rpc("probe_raw_set", scales_for(layers, "clip"))
