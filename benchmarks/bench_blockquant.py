@@ -12,7 +12,7 @@ shapes; 30B as per-expert 2-D tensors, router excluded) it measures, in one proc
   run on the GPU), and how often verl's codes/scales agree with it.
 
 Bytes per quantization: 2 B read + 1 B written per element + 4 B per block scale.
-Usage: python benchmarks/bench_blockquant.py --verl-wheel .whl/verl-0.9.1-py3-none-any.whl --out DIR
+Usage: python -m benchmarks.bench_blockquant --verl-wheel verl-0.9.1-py3-none-any.whl [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ import importlib.util
 import json
 import os
 import statistics
-import sys
 import time
 import zipfile
 
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fp8spec.runtime.quantization import blockquant as bq  # noqa: E402
 from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
@@ -111,7 +108,7 @@ def copy_bandwidth(nbytes=4 << 30, reps=20):
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=DEV).normal_()
     dst = torch.empty_like(src)
     t = timed(lambda: dst.copy_(src), reps, warmup=3)
-    del src, dst
+    src = dst = None  # the memory back before the next measurement (the timed closure reads these names)
     return 2 * nbytes / (t["gpu_ms"] * 1e-3) / 1e9, t
 
 
@@ -172,7 +169,7 @@ def bench_model(name, shapes, verl, copy_gbs, args, results):
     r["flat_plan_build_ms"] = (time.perf_counter() - t0) * 1e3
     best_nw, best = None, None
     for nw in (4, 8):
-        t = timed(lambda: tbq.quantize_flat(flat, plan, num_warps=nw, views=False), args.reps)
+        t = timed(lambda nw=nw: tbq.quantize_flat(flat, plan, num_warps=nw, views=False), args.reps)
         print(f"  flat whole-model num_warps={nw}: gpu {t['gpu_ms']:.2f} ms wall {t['wall_ms']:.2f} ms", flush=True)
         r[f"flat_whole_nw{nw}"] = t
         if best is None or t["gpu_ms"] < best["gpu_ms"]:
@@ -201,7 +198,7 @@ def bench_model(name, shapes, verl, copy_gbs, args, results):
     )
     for fmt in ("ue8m0", "ue8m0_fixed"):
         r[f"flat_whole_{fmt}"] = timed(
-            lambda: tbq.quantize_flat(flat, plan, scale_fmt=fmt, num_warps=best_nw, views=False), args.reps
+            lambda fmt=fmt: tbq.quantize_flat(flat, plan, scale_fmt=fmt, num_warps=best_nw, views=False), args.reps
         )
     for k in TIMED_KEYS:
         t = r[k]
@@ -268,7 +265,7 @@ def bench_model(name, shapes, verl, copy_gbs, args, results):
     r["speedup_vs_verl_gpu"] = r["verl"]["gpu_ms"] / r["flat_whole"]["gpu_ms"]
     r["speedup_vs_verl_buckets_wall"] = r["verl"]["wall_ms"] / r["flat_buckets_views"]["wall_ms"]
     r["speedup_vs_verl_list_buckets_wall"] = r["verl"]["wall_ms"] / r["list_buckets"]["wall_ms"]
-    del flat_res, plan, bplans, tensors, flat
+    flat_res = plan = bplans = tensors = flat = None  # the memory back (the timed closures read these names)
     if DEV == "cuda":
         torch.cuda.empty_cache()
     results[name] = r
@@ -277,13 +274,14 @@ def bench_model(name, shapes, verl, copy_gbs, args, results):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--verl-wheel", required=True)
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default="out/runtime", help="folder of the JSON record (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--verl-reps", type=int, default=3)
     ap.add_argument("--ref-stride", type=int, default=1, help="check every n-th tensor for the ue8m0 formats")
     ap.add_argument("--models", default="qwen3_8b,qwen3_30b_a3b")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: exercise the script only")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     global DEV
     if args.smoke:
         DEV = "cpu"

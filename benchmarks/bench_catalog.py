@@ -4,7 +4,7 @@ then a cached list).
 Moved here from a wall-clock assert in tests/catalog (timing fails under load; the test now checks the
 layout is built once). Best of --repeat, each on fresh facts (no cached layout).
 
-Usage: python benchmarks/bench_catalog.py [--repeat 5] [--out results.json]
+Usage: python -m benchmarks.bench_catalog [--repeat 5] [--out results.json]
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fp8spec.catalog._parse import facts_from_dict  # noqa: E402
 from fp8spec.catalog._store import load_entry  # noqa: E402

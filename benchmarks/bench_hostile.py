@@ -7,7 +7,7 @@ FIFO, a 1 GiB sparse file) it times, best of --repeat:
   which is what the limits bound;
 * ``cli``: the whole ``fp8spec validate`` command in a fresh process (interpreter start and imports included).
 
-Usage: python benchmarks/bench_hostile.py [--repeat 3] [--out results.json]
+Usage: python -m benchmarks.bench_hostile [--repeat 3] [--out results.json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fp8spec.rules.runner import validate_path  # noqa: E402
 from fp8spec.specfile.loader import InputError  # noqa: E402

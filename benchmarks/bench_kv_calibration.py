@@ -6,7 +6,7 @@ interleaved: (a) no calibrator, (b) calibrator attached but not armed, (c) armed
 decoder stack alone (no lm_head; the per-layer worst case) and reports what a fresh calibration pass
 would cost instead (one extra forward). Checks that the outputs are bit-identical with and without
 hooks and prints the calibrated scales of layer 0.
-Usage: python benchmarks/bench_kv_calibration.py --layers 36 --batch 4 --seq 4096 --out DIR
+Usage: python -m benchmarks.bench_kv_calibration --layers 36 --batch 4 --seq 4096 --out DIR
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fp8spec.runtime.kv_scales import kv_calibration as kc  # noqa: E402
 
@@ -77,9 +74,10 @@ def main():
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default="out/runtime", help="folder of the JSON record (default: %(default)s)")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     global DEV
     if args.smoke:
         DEV = "cpu"

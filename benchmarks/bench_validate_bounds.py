@@ -1,13 +1,13 @@
-"""CPU benchmark: the worst patterns and model configs inside fp8spec's bounds (issue 27; target: `fp8spec
+"""CPU benchmark: the worst patterns and model configs inside fp8spec's bounds (target: `fp8spec
 validate` under 2 s and 500 MB).
 
 Each case writes a spec (and a config.json where it needs one) into a temporary folder and runs the whole
 ``fp8spec validate`` command in a fresh process, interpreter start and imports included; it records the
 wall time, the CPU time (user + system, what a loaded machine does not inflate) and the peak resident memory
-of that process, best of --repeat by CPU time. The cases are the issue's reproducers R03-R05 and the largest
+of that process, best of --repeat by CPU time. The cases are the reproducers R03-R05 and the largest
 configs and pattern lists the bounds allow.
 
-Usage: python benchmarks/bench_validate_bounds.py [--repeat 3] [--out results.json]
+Usage: python -m benchmarks.bench_validate_bounds [--repeat 3] [--out results.json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from fp8spec.catalog._parse import MAX_EXPERT_MODULES, MAX_LAYERS  # noqa: E402
 

@@ -24,7 +24,7 @@ the per-bucket synchronize verl does:
   loop without the selection), + synchronize per bucket;
 * ``kernels_only``: the flat path's launches back to back (CUDA events), no host work.
 
-Issue 5 (the per-bucket gap between the hook and its kernels): the flat hook is timed under every
+The per-bucket gap between the hook and its kernels: the flat hook is timed under every
 combination of the flat path's two host-side shortcuts (QuantSettings fields: ``L`` lean_prelaunch, ``F``
 fast_launch; ``--`` is the plain path they replaced; both are always on in the runtime), rounds interleaved
 across combinations (order reversed every other repetition), each round starting with the output
@@ -42,7 +42,7 @@ modules); a stand-in (set lookup) replaces it, and its cost is timed separately.
 selected tensor of one round against the torch reference (fp32 scales; every 10th tensor for the
 UE8M0 formats), output names/order equal to the list path's.
 
-Usage: python benchmarks/bench_verl_hook.py --verl-wheel .whl/verl-0.9.1-py3-none-any.whl --out DIR
+Usage: python -m benchmarks.bench_verl_hook --verl-wheel verl-0.9.1-py3-none-any.whl [--out DIR]
 """
 
 from __future__ import annotations
@@ -55,20 +55,16 @@ import json
 import os
 import pickle
 import statistics
-import sys
 import time
 import types
 import zipfile
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from fp8spec.runtime.quantization import blockquant as bq  # noqa: E402
-from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
+from fp8spec.runtime.quantization import flat_bucket, verl_quant  # noqa: E402
 from fp8spec.runtime.quantization import flat_launcher as fl  # noqa: E402
-from fp8spec.runtime.quantization import flat_bucket
-from fp8spec.runtime.quantization import verl_quant  # noqa: E402
+from fp8spec.runtime.quantization import triton_blockquant as tbq  # noqa: E402
 from fp8spec.runtime.quantization.flat_bucket import ENGINE  # noqa: E402
 from fp8spec.runtime.settings import QuantSettings  # noqa: E402
 
@@ -82,16 +78,21 @@ def sync():
 
 
 # ----------------------------------------------------------------------------------- the models
+def _attention_block(p: str, h: int, q: int, kv: int) -> list:
+    """One Qwen3 layer's tensors before its MLP, in checkpoint order."""
+    return [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
+            (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
+            (p + "self_attn.o_proj.weight", (h, q)), (p + "self_attn.q_norm.weight", (128,)),
+            (p + "self_attn.k_norm.weight", (128,)), (p + "post_attention_layernorm.weight", (h,))]
+
+
 def qwen3_8b_stream():
     h, inter, q, kv, vocab, layers = 4096, 12288, 32 * 128, 8 * 128, 151936, 36
     out = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
-                (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
-                (p + "self_attn.o_proj.weight", (h, q)), (p + "self_attn.q_norm.weight", (128,)),
-                (p + "self_attn.k_norm.weight", (128,)), (p + "post_attention_layernorm.weight", (h,)),
-                (p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h)),
+        out += _attention_block(p, h, q, kv)
+        out += [(p + "mlp.gate_proj.weight", (inter, h)), (p + "mlp.up_proj.weight", (inter, h)),
                 (p + "mlp.down_proj.weight", (h, inter))]
     return out + [("model.norm.weight", (h,)), ("lm_head.weight", (vocab, h))]
 
@@ -101,11 +102,8 @@ def qwen3_30b_a3b_stream():
     out = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (h,)), (p + "self_attn.q_proj.weight", (q, h)),
-                (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.v_proj.weight", (kv, h)),
-                (p + "self_attn.o_proj.weight", (h, q)), (p + "self_attn.q_norm.weight", (128,)),
-                (p + "self_attn.k_norm.weight", (128,)), (p + "post_attention_layernorm.weight", (h,)),
-                (p + "mlp.gate.weight", (experts, h))]  # router: not quantized by vLLM
+        out += _attention_block(p, h, q, kv)
+        out += [(p + "mlp.gate.weight", (experts, h))]  # router: not quantized by vLLM
         for e in range(experts):
             out += [(p + f"mlp.experts.{e}.gate_proj.weight", (moe_i, h)),
                     (p + f"mlp.experts.{e}.up_proj.weight", (moe_i, h)),
@@ -199,11 +197,11 @@ KNOBS = ("lean_prelaunch", "fast_launch")
 
 def combo_knobs(name):
     """``"L-"`` -> {lean_prelaunch: True, fast_launch: False}"""
-    assert len(name) == 2 and all(c in (l, "-") for c, l in zip(name, "LF")), name
+    assert len(name) == 2 and all(c in (letter, "-") for c, letter in zip(name, "LF")), name
     return {k: c != "-" for k, c in zip(KNOBS, name)}
 
 
-ALL_COMBOS = ["".join(l if (i >> (1 - j)) & 1 else "-" for j, l in enumerate("LF")) for i in range(4)]
+ALL_COMBOS = ["".join(letter if (i >> (1 - j)) & 1 else "-" for j, letter in enumerate("LF")) for i in range(4)]
 
 
 def use_combo(mod):
@@ -415,7 +413,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     raws0 = sender_messages(buckets, torch.bfloat16)
     r["metadata_bytes_per_bucket"] = [len(x) for x in raws0]
     r["defaults"] = {k: getattr(mods["fp32"].settings, k) for k in KNOBS}
-    default_combo = "".join(l if r["defaults"][k] else "-" for k, l in zip(KNOBS, "LF"))
+    default_combo = "".join(letter if r["defaults"][k] else "-" for k, letter in zip(KNOBS, "LF"))
     r["default_combo"] = default_combo
 
     def rounds_list(reps, warm):
@@ -564,11 +562,11 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
     # bit identity, every quantized tensor (fp32) / every 10th (UE8M0 formats); poisoned memory
     ident = {}
     list_names = run_round(buffers, raws0, mods["fp32"], split, False, check=lambda o, i: None)[2]
-    all_on = {k: True for k in KNOBS}
+    all_on = dict.fromkeys(KNOBS, True)
     checks = [("LF", fmt, fake_quant_utils(fmt, fp8_names, all_on), 1 if fmt == "fp32" else args.ref_stride)
               for fmt in ("fp32", "ue8m0", "ue8m0_fixed")]
     checks += [(default_combo, "fp32", mods["fp32"], args.ref_stride), ("--", "fp32",
-               fake_quant_utils("fp32", fp8_names, {k: False for k in KNOBS}), args.ref_stride)]
+               fake_quant_utils("fp32", fp8_names, dict.fromkeys(KNOBS, False)), args.ref_stride)]
     for combo, fmt, qmod, stride in checks:
         stat = {"checked": 0, "bad": 0, "nan": 0, "passthrough_not_same": 0}
         counter = [0]
@@ -611,7 +609,7 @@ def bench_model(name, stream, verl_kernel, split, copy_gbs, args, results):
         r["speedup_flat_vs_verl_kernel"] = r["verl_kernel_ms"] / r["flat"]["hook_ms"]
     results[name] = r
     ENGINE.clear()
-    del buffers, pairs
+    buffers = pairs = None  # the memory back (the timed closures read these names)
     if DEV == "cuda":
         torch.cuda.empty_cache()
 
@@ -731,7 +729,7 @@ def _cpu_model():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--verl-wheel", required=True)
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", default="out/runtime", help="folder of the JSON record (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--list-reps", type=int, default=3)
     ap.add_argument("--verl-reps", type=int, default=2)
@@ -743,6 +741,7 @@ def main():
     ap.add_argument("--profile-combos", default="--,L-,LF")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes: exercise the script only")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     global DEV
     streams = {"qwen3_8b": qwen3_8b_stream, "qwen3_30b_a3b": qwen3_30b_a3b_stream}
     if args.smoke:

@@ -1,16 +1,16 @@
 """Rollout throughput of one real vLLM engine configuration (run once per configuration, in its own process).
 
-    python benchmarks/engine/bench_rollout.py --model qwen3-8b --mode fp8 --deep-gemm 0 \
-        --util 0.6 --max-model-len 8192 --prompts 256 --prompt-len 1024 --output-len 1536 --json out.json
+    python -m benchmarks.engine.bench_rollout --model qwen3-8b --mode fp8 --deep-gemm 0 \
+        --util 0.6 --max-model-len 8192 --prompts 256 --prompt-len 1024 --output-len 1536 --json out/engine/8b.json
 
-A rollout-shaped workload: ``--prompts`` random-token prompts submitted at once (as verl submits a step's
-``train_batch_size x n`` sequences), sampled at temperature 1 with ``ignore_eos`` so every sequence makes
-exactly ``--output-len`` tokens; weights are vLLM's dummy init at the model's real shapes; CUDA graphs and
+A rollout-shaped workload (``benchmarks.common.workload``): ``--prompts`` random-token prompts submitted at once
+(as verl submits a step's ``train_batch_size x n`` sequences), sampled at temperature 1 with ``ignore_eos`` so
+every sequence makes exactly ``--output-len`` tokens; weights are vLLM's dummy init at the model's real shapes; CUDA graphs and
 torch.compile at vLLM's defaults. Modes: bf16, fp8 (W8A8 blockwise 128x128 exactly as verl 0.9.1 configures
 it), fp8kv (fp8 + fp8_e4m3 KV cache). Writes one JSON record (throughput, KV capacity, memory facts from the
 engine's log) to ``--json``; the engine log goes to stderr.
 
-    python benchmarks/engine/bench_rollout.py --bundle .rl/bundles/real-4b-h200-fp8kv --step 1 --json out.json
+    python -m benchmarks.engine.bench_rollout --bundle .rl/bundles/real-4b-h200-fp8kv --step 1 --json out/bare.json
 
 With ``--bundle`` everything comes from a compiled fp8spec bundle instead (benchmarks/rl_real/bundle_engine.py):
 the engine arguments verl's vLLM server would pass, the step's real prompts (rendered by verl's token builder,
@@ -25,28 +25,24 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from engine_common import MODELS, engine_kwargs  # noqa: E402
+from benchmarks.common import workload
+from benchmarks.engine.engine_common import MODELS, engine_kwargs
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=sorted(MODELS))
-    ap.add_argument("--mode", choices=["bf16", "fp8", "fp8kv"])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    workload.add_arguments(ap, required=False)
     ap.add_argument("--bundle", help="a compiled bundle folder: engine, prompts and sampling as verl runs them")
     ap.add_argument("--step", type=int, default=1, help="with --bundle: the training step whose prompts to run")
     ap.add_argument("--replica", type=int, default=0, help="with --bundle: which rollout replica's share")
-    ap.add_argument("--deep-gemm", type=int, choices=[0, 1], default=0)
-    ap.add_argument("--util", type=float, default=0.6)
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--prompts", type=int, default=256)
-    ap.add_argument("--prompt-len", type=int, default=1024)
-    ap.add_argument("--output-len", type=int, default=1536)
     ap.add_argument("--max-num-seqs", type=int, default=None,
                     help="vLLM's max_num_seqs (default: vLLM's own); 256 is verl's rollout.max_num_seqs")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", type=Path, default=Path("out/engine/bench_rollout.json"),
+                    help="where the record goes (default: %(default)s)")
     args = ap.parse_args()
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     if args.bundle:
         return bench_bundle(args)
     if not (args.model and args.mode):
@@ -61,16 +57,11 @@ def main() -> int:
     llm = LLM(**engine_kwargs(model_id, args.mode, args.util, args.max_model_len, **extra))
     start_s = time.perf_counter() - t0
 
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    vocab = 151936
-    prompts = [TokensPrompt(prompt_token_ids=torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist())
-               for _ in range(args.prompts)]
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in workload.random_prompts(args.prompts, args.prompt_len)]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=args.output_len, ignore_eos=True,
                             detokenize=False, seed=0)
     warm = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, detokenize=False)
-    llm.generate(prompts[:16], warm, use_tqdm=False)
+    llm.generate(prompts[:workload.WARMUP_PROMPTS], warm, use_tqdm=False)
 
     t1 = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
@@ -88,8 +79,7 @@ def main() -> int:
         "max_model_len": args.max_model_len, "prompts": args.prompts, "prompt_len": args.prompt_len,
         "output_len": args.output_len, "max_num_seqs": args.max_num_seqs,
         "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
-        "output_tokens": out_tokens, "output_tok_per_s": round(out_tokens / gen_s, 1),
-        "total_tok_per_s": round((out_tokens + args.prompts * args.prompt_len) / gen_s, 1),
+        **workload.throughput(args, out_tokens, gen_s),
         "preemptions": preemptions, "vllm_use_deep_gemm": os.environ.get("VLLM_USE_DEEP_GEMM"),
     }
     with open(args.json, "w", encoding="utf-8") as fh:
@@ -100,10 +90,7 @@ def main() -> int:
 
 def bench_bundle(args) -> int:
     """One training step's generation as a bare vllm.LLM, everything read from the bundle."""
-    from pathlib import Path
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rl_real"))
-    import bundle_engine as be
+    from benchmarks.rl_real import bundle_engine as be
 
     cfg = be.compose(Path(args.bundle))
     kwargs = be.engine_kwargs(cfg, replica_rank=args.replica)

@@ -1,36 +1,16 @@
-"""Shared pieces of the real-engine runs on the H200: model folders from the fp8spec catalog, engine kwargs
-exactly as verl 0.9.1 builds them for an FP8 rollout, log parsing. Needs pyyaml only (no fp8spec install).
+"""The vLLM side of the engine benchmarks: engine kwargs exactly as verl 0.9.1 builds them for an FP8 rollout,
+the engine's environment, and the facts read from vLLM's log. Needs pyyaml only (no fp8spec install).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from pathlib import Path
 
-import yaml
+from benchmarks.common.logfacts import parse_facts
+from benchmarks.common.models import MODELS, REPO, catalog_config, model_dir
 
-REPO = Path(__file__).resolve().parents[2]
-CATALOG = REPO / "fp8spec" / "catalog" / "models"
-MODELS = {"qwen3-8b": "Qwen/Qwen3-8B-Base", "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B-Base"}
-
-
-def catalog_config(model_id: str) -> dict:
-    """config.json of a catalog model (the catalog entry's ``config`` is the config.json text)."""
-    path = CATALOG / (model_id.replace("/", "--") + ".yaml")
-    cfg = dict(yaml.safe_load(path.read_text(encoding="utf-8"))["config"])
-    # PyYAML (YAML 1.1) reads JSON's 1e-06 as a string; the catalog's own reader does not
-    return {k: float(v) if isinstance(v, str) and re.fullmatch(r"[-+]?[0-9.]+[eE][-+]?[0-9]+", v) else v
-            for k, v in cfg.items()}
-
-
-def model_dir(model_id: str, root: str = "/tmp/fp8spec-models") -> str:
-    """A folder holding only config.json: with load_format='dummy' vLLM builds real shapes, random weights."""
-    folder = Path(root) / model_id.replace("/", "--")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(catalog_config(model_id), indent=2), encoding="utf-8")
-    return str(folder)
+__all__ = ["MODELS", "REPO", "catalog_config", "model_dir", "verl_fp8_quantization", "engine_kwargs", "vllm_env",
+           "parse_log"]
 
 
 def verl_fp8_quantization(num_hidden_layers: int, block=(128, 128)) -> dict:
@@ -44,9 +24,9 @@ def verl_fp8_quantization(num_hidden_layers: int, block=(128, 128)) -> dict:
 def engine_kwargs(model_id: str, mode: str, util: float, max_model_len: int, **extra) -> dict:
     """vllm.LLM kwargs for mode bf16 | fp8 (W8A8 blockwise) | fp8kv (W8A8 + fp8_e4m3 KV cache)."""
     cfg = catalog_config(model_id)
-    kw = dict(model=model_dir(model_id), load_format="dummy", skip_tokenizer_init=True, seed=0,
-              gpu_memory_utilization=util, max_model_len=max_model_len, tensor_parallel_size=1,
-              enable_prefix_caching=False, disable_log_stats=False)
+    kw = {"model": model_dir(model_id), "load_format": "dummy", "skip_tokenizer_init": True, "seed": 0,
+              "gpu_memory_utilization": util, "max_model_len": max_model_len, "tensor_parallel_size": 1,
+              "enable_prefix_caching": False, "disable_log_stats": False}
     if mode in ("fp8", "fp8kv"):
         kw.update(quantization="fp8",
                   hf_overrides={"quantization_config": verl_fp8_quantization(cfg["num_hidden_layers"])})
@@ -56,8 +36,9 @@ def engine_kwargs(model_id: str, mode: str, util: float, max_model_len: int, **e
     return kw
 
 
-def offline_env(deep_gemm: bool) -> dict:
-    """Environment of the offline engine (FlashInfer is not in the offline set; DeepGEMM is bundled)."""
+def vllm_env(deep_gemm: bool) -> dict:
+    """Environment of an engine process: FlashInfer's sampler off (verl's FP8 runs were measured without it, and
+    the offline set does not carry FlashInfer), DeepGEMM on or off as asked."""
     env = dict(os.environ)
     env.update(VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_DEEP_GEMM="1" if deep_gemm else "0",
                VLLM_MOE_USE_DEEP_GEMM="1" if deep_gemm else "0", TOKENIZERS_PARALLELISM="false",
@@ -85,10 +66,6 @@ _LOG_FACTS = {
 
 
 def parse_log(text: str) -> dict:
-    facts = {}
-    for key, (pattern, cast) in _LOG_FACTS.items():
-        found = re.findall(pattern, text)
-        if found:
-            facts[key] = cast(found[-1])
+    facts = parse_facts(text, _LOG_FACTS)
     facts.setdefault("model_runner", "V1")
     return facts

@@ -1,8 +1,8 @@
-"""Worker extension for the real-engine KV-scale probe (``worker_extension_cls="kv_probe_ext.ProbeExt"``).
+"""Worker extension for the real-engine KV-scale probe (``worker_extension_cls="benchmarks.engine.kv_probe_ext.ProbeExt"``).
 
 The scale writes under test are fp8spec's own (``fp8spec.runtime.kv_scales.vllm_kv``); this class only adds
-what an experiment needs: read the scales the kernels use, write them the way fp8spec did before the V1 fix
-(``probe_raw_set``: no keeper), and keep / restore the weights around a level-2 sleep the way verl's weight
+what an experiment needs: read the scales the kernels use, write them without the wake-up keeper
+(``probe_raw_set``, the control), and keep / restore the weights around a level-2 sleep the way verl's weight
 update does (same values, so only the KV scales differ between runs).
 """
 

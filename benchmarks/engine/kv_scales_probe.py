@@ -1,6 +1,6 @@
 """Are pushed FP8 KV scales really used by the real vLLM engine, CUDA graphs included, across verl's wake-up?
 
-    python benchmarks/engine/kv_scales_probe.py --out DIR      # both models, both engines, then the verdicts
+    python -m benchmarks.engine.kv_scales_probe --out DIR      # both models, both engines, then the verdicts
 
 Tiny Qwen3 models (dense -> vLLM 0.24's V2 model runner; MoE -> the V1 runner), random-initialised and saved
 with transformers (lm_head scaled up so greedy decoding has clear margins), FP8 (e4m3) KV cache, BF16 linears.
@@ -8,7 +8,7 @@ One process per engine:
 
 * ``graph``: CUDA graphs + torch.compile as vLLM defaults (graphs captured at start, before any push), sleep
   mode on, ``calculate_kv_scales=True`` (the mapping of ``recalibrate: once``) to see when it calibrates.
-  Phases: (1) fp8spec's writes *without* the wake-up keeper (``probe_raw_set``, what fp8spec did before) across
+  Phases: (1) fp8spec's writes *without* the wake-up keeper (``probe_raw_set``, the control) across
   verl's update sequence ``sleep(2) -> wake(weights) -> load weights + write scales -> wake(kv_cache)``;
   (2) the same with fp8spec's ``fp8spec_set_kv_scales`` (writes + keeper); (3) scale switching under captured
   graphs: S_clip, S_cal, S_clip again.
@@ -25,20 +25,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+from benchmarks.common.cli import child_env, default_out, run_logged
+
+MODULE = "benchmarks.engine.kv_scales_probe"
 TINY = {
-    "dense": dict(model_type="qwen3", vocab_size=8192, hidden_size=1024, intermediate_size=3072,
-                  num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=128,
-                  max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=1000000.0),
-    "moe": dict(model_type="qwen3_moe", vocab_size=8192, hidden_size=1024, intermediate_size=3072,
-                moe_intermediate_size=256, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1,
-                norm_topk_prob=True, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                head_dim=128, max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=1000000.0),
+    "dense": {"model_type": "qwen3", "vocab_size": 8192, "hidden_size": 1024, "intermediate_size": 3072,
+                  "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+                  "max_position_embeddings": 4096, "tie_word_embeddings": False, "rope_theta": 1000000.0},
+    "moe": {"model_type": "qwen3_moe", "vocab_size": 8192, "hidden_size": 1024, "intermediate_size": 3072,
+                "moe_intermediate_size": 256, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+                "norm_topk_prob": True, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
+                "head_dim": 128, "max_position_embeddings": 4096, "tie_word_embeddings": False, "rope_theta": 1000000.0},
 }
 SCALES = {"unit": (1.0, 1.0, 1.0), "clip": (0.004, 0.004, 0.002), "cal": (0.02, 0.02, 0.01)}
 
@@ -66,16 +66,15 @@ def scales_for(layers: list[str], which: str) -> list[tuple[str, float]]:
 
 
 def run_engine(kind: str, engine: str, model_path: str, out: Path) -> None:
+    import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
-
-    import torch
 
     eager = engine == "eager"
     llm = LLM(model=model_path, skip_tokenizer_init=True, kv_cache_dtype="fp8_e4m3", seed=0,
               calculate_kv_scales=not eager, enforce_eager=eager, enable_sleep_mode=not eager,
               gpu_memory_utilization=0.25, max_model_len=1024, max_num_seqs=16,
-              enable_prefix_caching=False, worker_extension_cls="kv_probe_ext.ProbeExt")
+              enable_prefix_caching=False, worker_extension_cls="benchmarks.engine.kv_probe_ext.ProbeExt")
     rpc = lambda name, *a: llm.collective_rpc(name, args=a)[0]  # noqa: E731 - one worker (TP 1)
     gen = torch.Generator().manual_seed(1)
     prompts = [TokensPrompt(prompt_token_ids=torch.randint(0, 8192, (48,), generator=gen).tolist())
@@ -117,7 +116,7 @@ def run_engine(kind: str, engine: str, model_path: str, out: Path) -> None:
             llm.wake_up(tags=["kv_cache"])
             return first(rpc("probe_read_scales"))
 
-        # phase 1: writes without the keeper (fp8spec before the fix)
+        # phase 1: writes without the keeper (the control: what the keeper prevents)
         rpc("probe_raw_set", scales_for(layers, "unit"))
         runs["unit"] = generate()
         rpc("probe_raw_set", scales_for(layers, "clip"))
@@ -180,27 +179,22 @@ def verdicts(out: Path) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, type=Path)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out("kv_scales_probe"), help="default: %(default)s")
     ap.add_argument("--one", nargs=3, metavar=("KIND", "ENGINE", "MODEL_PATH"))
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.one:
         run_engine(a.one[0], a.one[1], a.one[2], a.out)
         return 0
-    env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = child_env(dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", PYTHONUNBUFFERED="1"))
     rc = 0
     for kind in TINY:
         path = make_tiny(kind, Path("/tmp/fp8spec-models"))
         for engine in ("graph", "eager"):
-            with open(a.out / f"kv_probe_{kind}_{engine}.log", "w") as log:
-                r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--one", kind, engine,
-                                    str(path)], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=400)
-            print(f"kv_probe {kind} {engine}: rc={r.returncode}", flush=True)
-            if r.returncode:
+            if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", kind, engine, str(path)], env,
+                          a.out / f"kv_probe_{kind}_{engine}.log", 400, f"kv_probe {kind} {engine}", 2000) != 0:
                 rc = 1
-                print((a.out / f"kv_probe_{kind}_{engine}.log").read_text()[-2000:], flush=True)
     if rc == 0:
         result = verdicts(a.out)
         (a.out / "kv_probe_verdicts.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

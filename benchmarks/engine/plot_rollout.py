@@ -1,23 +1,30 @@
 """Plot the real-engine rollout results: throughput and KV capacity per model and mode.
 
-    python benchmarks/engine/plot_rollout.py benchmarks/results/2026-11-30_h200_engine/rollout_results.json OUT.png
+    python -m benchmarks.engine.plot_rollout out/engine/results.jsonl out/engine/rollout.png
+
+The records are ``run_configs``' (its results.jsonl, an archive holding it, or a JSON list of records); the
+DeepGEMM-off runs that finished are drawn.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from benchmarks.common.records import read_records
 
 MODES = [("bf16", "BF16"), ("fp8", "FP8 W8A8"), ("fp8kv", "FP8 W8A8 + FP8 KV")]
 
 
 def main(src: str, dst: str) -> None:
-    rows = {(r["model"], r["mode"]): r for r in json.load(open(src)) if r.get("rc") == 0 and not r.get("deep_gemm")}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = json.loads(Path(src).read_text(encoding="utf-8")) if src.endswith(".json") else read_records([src])
+    rows = {(r["model"], r["mode"]): r for r in records if r.get("rc") == 0 and not r.get("deep_gemm")}
     models = sorted({m for m, _ in rows})
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     width = 0.26
@@ -43,4 +50,8 @@ def main(src: str, dst: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("records", help="run_configs' results.jsonl (or a .tgz holding it, or a JSON list of records)")
+    ap.add_argument("png", help="the picture to write")
+    a = ap.parse_args()
+    main(a.records, a.png)

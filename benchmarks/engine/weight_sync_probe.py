@@ -1,8 +1,8 @@
 """FP8 weight sync through verl 0.9.1's real path into a real vLLM 0.24.0 engine: verl's quantizer vs fp8spec's
 ``fast_block_quant``, checked against a fresh engine, and timed.
 
-    python benchmarks/engine/weight_sync_probe.py --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b]
-    WS_DTYPE=fp32 python benchmarks/engine/weight_sync_probe.py ...   # an FSDP trainer's float32 weights
+    python -m benchmarks.engine.weight_sync_probe --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b]
+    WS_DTYPE=fp32 python -m benchmarks.engine.weight_sync_probe ...   # an FSDP trainer's float32 weights
 
 Per case, one process per engine (``--one``):
 
@@ -11,8 +11,9 @@ Per case, one process per engine (``--one``):
   default) while ``update_weights_from_ipc`` runs in the engine: verl's receiver, verl's ``quant_weights``
   (``scaled_fp8_blockwise``) and vLLM's ``load_weights`` + verl's post-load processing. Three syncs, timed.
 * ``patch``: the same with ``FP8SPEC_RUNTIME_PATCHES=fast_block_quant`` (one launch per bucket).
-* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync`` (``fp8spec.runtime.weight_sync.receiver.direct_sync_hook``: each
-  bucket quantized straight into the engine's parameters, the rest through verl's receiver).
+* ``direct``: the same with ``FP8SPEC_RUNTIME_PATCHES=direct_sync``
+  (``fp8spec.runtime.weight_sync.receiver.direct_sync_hook``: each bucket quantized straight into the engine's
+  parameters, the rest through verl's receiver).
 * ``fresh`` (tiny cases and Qwen3-8B): a new engine that loads the same weights from an FP8 checkpoint written by the driver
   with verl's own ``scaled_fp8_blockwise`` (``weight`` e4m3 + ``weight_scale_inv``), i.e. without any sync.
 
@@ -41,11 +42,11 @@ import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-from engine_common import MODELS, catalog_config, verl_fp8_quantization  # noqa: E402
-from ws_breakdown import Timers, install_sender, render  # noqa: E402
+from benchmarks.common.cli import child_env, default_out, run_logged
+from benchmarks.engine.engine_common import MODELS, catalog_config, verl_fp8_quantization
+from benchmarks.engine.ws_breakdown import Timers, install_sender, render
+
+MODULE = "benchmarks.engine.weight_sync_probe"
 
 PATCH_ENV = {"patch": "fast_block_quant", "direct": "direct_sync"}  # path -> FP8SPEC_RUNTIME_PATCHES
 SYNCED = ("verl", "patch", "direct")
@@ -66,17 +67,17 @@ def timed_median(times: list) -> float:
     return statistics.median(times[1:] if len(times) >= 2 else times)
 
 TINY = {
-    "tiny-dense": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", vocab_size=8192,
-                       hidden_size=1024, intermediate_size=3072, num_hidden_layers=4, num_attention_heads=8,
-                       num_key_value_heads=4, head_dim=128, max_position_embeddings=4096,
-                       tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                       torch_dtype="bfloat16", hidden_act="silu", attention_bias=False),
-    "tiny-moe": dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", vocab_size=8192,
-                     hidden_size=1024, intermediate_size=3072, moe_intermediate_size=256, num_experts=8,
-                     num_experts_per_tok=2, decoder_sparse_step=1, norm_topk_prob=True, mlp_only_layers=[],
-                     num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=128,
-                     max_position_embeddings=4096, tie_word_embeddings=False, rope_theta=1000000.0,
-                     rms_norm_eps=1e-6, torch_dtype="bfloat16", hidden_act="silu", attention_bias=False),
+    "tiny-dense": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 8192,
+                       "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 8,
+                       "num_key_value_heads": 4, "head_dim": 128, "max_position_embeddings": 4096,
+                       "tie_word_embeddings": False, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                       "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False},
+    "tiny-moe": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 8192,
+                     "hidden_size": 1024, "intermediate_size": 3072, "moe_intermediate_size": 256, "num_experts": 8,
+                     "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": True, "mlp_only_layers": [],
+                     "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+                     "max_position_embeddings": 4096, "tie_word_embeddings": False, "rope_theta": 1000000.0,
+                     "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False},
 }
 # cases whose fresh engines (an FP8 checkpoint written by the driver, loaded without a sync) the probe can build:
 # Qwen3-8B's two checkpoints are 2 x 8.7 GB; Qwen3-30B-A3B's would be 2 x 31 GB on a 64 GB disk
@@ -210,16 +211,18 @@ def write_fp8_checkpoint(cfg: dict, weights, folder: Path, quantizer: str = "ver
 
 
 def run_engine(case: str, path: str, out: Path, util: float) -> None:
-    import fp8spec.runtime  # noqa: F401  (activates FP8SPEC_RUNTIME_PATCHES here first, in a bundle's order)
     import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    import fp8spec.runtime  # noqa: F401  (activates FP8SPEC_RUNTIME_PATCHES here first, in a bundle's order)
+
     cfg = case_config(case)
     folder = Path("/tmp/fp8spec-models") / f"ws-{case}"
-    kw = dict(skip_tokenizer_init=True, seed=0, gpu_memory_utilization=util, max_model_len=1024,
-              # WS_EAGER=0: CUDA graphs as in main_ppo (the V1 runner then wraps the model, BENCHMARKS.md 8.9)
-              enforce_eager=os.environ.get("WS_EAGER", "1") == "1", enable_prefix_caching=False, worker_extension_cls="ws_probe_ext.ProbeVerlExt")
+    kw = {"skip_tokenizer_init": True, "seed": 0, "gpu_memory_utilization": util, "max_model_len": 1024,
+          # WS_EAGER=0: CUDA graphs as in main_ppo (the V1 runner then wraps the model)
+          "enforce_eager": os.environ.get("WS_EAGER", "1") == "1", "enable_prefix_caching": False,
+          "worker_extension_cls": "benchmarks.engine.ws_probe_ext.ProbeVerlExt"}
     if path.startswith("fresh"):  # fresh-ref-again: a second engine process on the same checkpoint (the control)
         llm = LLM(model=str(folder / ("fp8" if path == "fresh" else "fp8ref")), **kw)
     else:
@@ -257,7 +260,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
 
             def receive():
                 result["r"] = llm.collective_rpc("update_weights_from_ipc",
-                                                 kwargs=dict(peft_config=None, base_sync_done=True, use_shm=False))
+                                                 kwargs={"peft_config": None, "base_sync_done": True, "use_shm": False})
 
             t0 = time.perf_counter()
             th = threading.Thread(target=receive)
@@ -381,8 +384,8 @@ def greedy_compare(a: list[dict], b: list[dict]) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, type=Path)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out("weight_sync_probe"), help="default: %(default)s")
     ap.add_argument("--cases", default="tiny-dense,tiny-moe,qwen3-8b,qwen3-30b-a3b")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "PATH"))
     ap.add_argument("--prepare-fresh", metavar="CASE")
@@ -405,8 +408,8 @@ def main() -> int:
         prepare_fresh(a.prepare_fresh, a.out, a.fresh_paths.split(","))
         return 0
     base_env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_DEEP_GEMM="0", VLLM_MOE_USE_DEEP_GEMM="0",
-                    PYTHONUNBUFFERED="1",
-                    PYTHONPATH=os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]))
+                    PYTHONUNBUFFERED="1")
+    base_env = child_env(base_env)
     base_env.pop("FP8SPEC_RUNTIME_PATCHES", None)
     verdicts, rc = {}, 0
     for case in a.cases.split(","):
@@ -414,7 +417,7 @@ def main() -> int:
                  or (p.startswith("fresh-ref") and case in FRESH_REF_CASES)]
         if case in TINY or any(p.startswith("fresh") for p in paths):
             fresh = [p for p in paths if p.startswith("fresh")] if case not in TINY else ["fresh", "fresh-ref"]
-            subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case,
+            subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--prepare-fresh", case,
                             "--fresh-paths", ",".join(fresh)], env=base_env, check=True)
         for path in paths:
             env = dict(base_env)
@@ -425,13 +428,9 @@ def main() -> int:
             if "WS_SEND_CAST_BF16" in os.environ:  # else the runtime's default
                 env["FP8SPEC_SEND_CAST_BF16"] = os.environ["WS_SEND_CAST_BF16"]
             util = "0.3" if case in TINY or case == "qwen3-8b" else "0.35"
-            with open(a.out / f"ws_{case}_{path}.log", "w") as log:
-                r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case, path],
-                                   env=env, stdout=log, stderr=subprocess.STDOUT, timeout=420)
-            print(f"weight_sync {case} {path}: rc={r.returncode}", flush=True)
-            if r.returncode:
+            if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--util", util, "--one", case, path],
+                          env, a.out / f"ws_{case}_{path}.log", 420, f"weight_sync {case} {path}") != 0:
                 rc = 1
-                print((a.out / f"ws_{case}_{path}.log").read_text()[-2500:], flush=True)
         try:
             verdicts[case] = verdict(a.out, case)
         except Exception as exc:

@@ -1,7 +1,7 @@
-"""Per-stage breakdown of one weight sync (issue 23, item 1): nested, CUDA-synchronised timers around the real
+"""Per-stage breakdown of one weight sync: nested, CUDA-synchronised timers around the real
 verl 0.9.1 / vLLM 0.24.0 functions, a JSON record and a table renderer.
 
-    python benchmarks/engine/ws_breakdown.py FILE.json [FILE.json ...]   # render recorded breakdowns
+    python -m benchmarks.engine.ws_breakdown FILE.json [FILE.json ...]   # render recorded breakdowns
 
 ``Timers.wrap(owner, attr, label)`` replaces ``owner.attr`` (a module function, a class method, an instance
 attribute) by a timed wrapper; generator functions are timed per ``next()`` (verl's ``quant_weights`` is lazy: it
@@ -246,10 +246,15 @@ def render(record: dict, title: str = "") -> str:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    for f in argv:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Render recorded weight-sync breakdowns as tables.")
+    ap.add_argument("files", nargs="+", metavar="FILE.json", help="records the weight-sync probe wrote")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:  # argparse's usage error (2), or --help (0)
+        return int(exc.code or 0)
+    for f in args.files:
         rec = json.loads(Path(f).read_text(encoding="utf-8"))
         sys.stdout.write(render(rec, rec.get("title", Path(f).stem)) + "\n")
     return 0

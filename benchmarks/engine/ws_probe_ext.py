@@ -8,26 +8,14 @@ process before verl's modules load, as the vLLM plugin entry point does in a dep
 
 from __future__ import annotations
 
-import fp8spec.runtime  # noqa: F401 - activates FP8SPEC_RUNTIME_PATCHES in this process
 import torch
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 
+import fp8spec.runtime  # noqa: F401 - activates FP8SPEC_RUNTIME_PATCHES in this process
+from benchmarks.common.fingerprint import fingerprint
+
 _WEIGHTS: dict[str, torch.Tensor] = {}
 _TIMERS: list = []  # the engine process's ws_breakdown.Timers, once installed
-
-
-def fingerprint(t: torch.Tensor) -> str:
-    """Byte-exact fingerprint: the bytes as int32 words times a fixed odd sequence, summed in int64."""
-    b = t.detach().contiguous().view(torch.uint8).flatten()
-    pad = (-b.numel()) % 4
-    if pad:
-        b = torch.cat([b, b.new_zeros(pad)])
-    w = b.view(torch.int32).to(torch.int64)
-    idx = torch.arange(w.numel(), device=w.device, dtype=torch.int64)
-    mult = (idx * 2654435761 + 97) % 2147483629 * 2 + 1
-    s1 = int((w * mult).sum().item())
-    s2 = int((w * (idx % 65521 + 1)).sum().item())
-    return f"{t.dtype}:{tuple(t.shape)}:{s1 & (2**64 - 1):016x}{s2 & (2**64 - 1):016x}"
 
 
 class ProbeVerlExt(vLLMColocateWorkerExtension):
@@ -36,7 +24,7 @@ class ProbeVerlExt(vLLMColocateWorkerExtension):
 
     def probe_breakdown_install(self) -> dict:
         """Install the stage timers (ws_breakdown.install_worker) in this engine process; returns what was wrapped."""
-        from ws_breakdown import Timers, install_worker
+        from benchmarks.engine.ws_breakdown import Timers, install_worker
 
         if not _TIMERS:
             _TIMERS.append(Timers(sync=torch.cuda.synchronize))

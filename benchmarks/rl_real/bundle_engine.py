@@ -1,7 +1,7 @@
 """The vLLM engine, sampling and prompts of one step of a compiled bundle, as verl 0.9.1 would run them, for
-the bare-engine comparison (bench_rollout.py --bundle; issue 24 item 3).
+the bare-engine comparison (``benchmarks.engine.bench_rollout --bundle``).
 
-Nothing is retyped from the spec: the bundle's overrides.yaml (plus run_overrides.txt, which run_h200_real.sh
+Nothing is retyped from the spec: the bundle's overrides.yaml (plus run_overrides.txt, which the run
 appends) is composed in verl's own Hydra config tree, and the engine arguments are built from that config the
 way verl's vLLM server builds them (verl/workers/rollout/vllm_rollout/vllm_async_server.py, cited per key
 below; tests/rl_real/test_bundle_engine.py checks the key list against that file's source). Prompts are the

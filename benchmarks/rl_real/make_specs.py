@@ -1,8 +1,8 @@
 """Write the real-size RL specs from ONE base spec: specs/real-<set>-<variant>.yaml = base.yaml + the set's
 fields + the variant's fields (variants.yaml), nothing else differing.
 
-    python benchmarks/rl_real/make_specs.py            # (re)write benchmarks/rl_real/specs/*.yaml
-    python benchmarks/rl_real/make_specs.py --check    # exit 1 if a written spec differs from what it would write
+    python -m benchmarks.rl_real.make_specs            # (re)write benchmarks/rl_real/specs/*.yaml
+    python -m benchmarks.rl_real.make_specs --check    # exit 1 if a written spec differs from what it would write
 
 The output keeps base.yaml's comments; the same inputs give the same bytes (tests/rl_real/ checks the
 committed specs against it).

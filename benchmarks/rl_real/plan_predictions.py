@@ -1,8 +1,8 @@
 """What `fp8spec plan` predicts for the real-size RL specs, as one JSON the run's comparison reads
-(summarize_real.py: KV capacity, trainer peak, preemption against what the run showed; issue 24 item 4).
+(summarize_real.py: KV capacity, trainer peak, preemption against what the run showed).
 
-    python benchmarks/rl_real/plan_predictions.py            # (re)write benchmarks/rl_real/plan_predictions.json
-    python benchmarks/rl_real/plan_predictions.py --check    # exit 1 if the file is not what it would write
+    python -m benchmarks.rl_real.plan_predictions            # (re)write benchmarks/rl_real/plan_predictions.json
+    python -m benchmarks.rl_real.plan_predictions --check    # exit 1 if the file is not what it would write
 
 Also records why the one-H200 set is the 4B shape: the 8B FP8 KV spec planned on ONE H200 (the x2 spec with
 gpus_per_node 1), whose training peak does not fit.

@@ -1,6 +1,7 @@
-"""What the real-size RL runs showed (issue 24), read back from run_h200_real.sh's archives or folders.
+"""What the real-size RL runs showed, read back from their folders (``BUNDLE/BUNDLE.log``,
+``bare-BUNDLE/replica*.json``) or archives of them.
 
-    python benchmarks/rl_real/summarize_real.py rl-real-4b-h200-fp8kv.tgz bare-real-4b-h200-fp8kv.tgz ... \
+    python -m benchmarks.rl_real.summarize_real rl-real-4b-h200-fp8kv.tgz bare-real-4b-h200-fp8kv.tgz ... \
         [--json out.json]
 
 Per bundle: one row per training step from verl's console metrics (rl_run/summarize.py parses them): generation
@@ -8,7 +9,7 @@ time and tokens/s (verl's timing_per_token_ms/gen: the step's response tokens ov
 update, weight sync, step, mean response length, preempted requests where verl logs them, mismatch KL and the
 other rollout_corr/* figures, the trainer's torch peak; then the engine's own KV figures (its INFO log lines),
 the peak GPU memory of trainer and engine processes (nvidia-smi, sampled each second), the bare engine's
-tokens/s on the same step's prompts and the loop-to-bare ratio (the issue's 5 % bar), whether the bare engine
+tokens/s on the same step's prompts and the loop-to-bare ratio (the aim: within 5 %), whether the bare engine
 got the arguments verl gave the loop's engine (from the `vllm serve` argument list verl prints), and the
 planner's predictions (plan_predictions.json) next to what was measured.
 """
@@ -26,11 +27,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.engine.engine_common import parse_log as engine_facts
+from benchmarks.rl_run.summarize import ANSI, parse_log
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "rl_run"))
-sys.path.insert(0, str(HERE.parent / "engine"))
-from engine_common import parse_log as engine_facts  # noqa: E402
-from summarize import ANSI, parse_log  # noqa: E402
 
 PREDICTIONS = HERE / "plan_predictions.json"
 PREFIX = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ")
@@ -156,7 +156,7 @@ def _cell(value: Any) -> str:
 
 
 def compare(bundle: str, entry: dict, predictions: dict) -> dict:
-    """Loop against bare and plan against run: the figures the issue asks for."""
+    """Loop against bare and plan against run: the figures the run is for."""
     rl, bare, pred = entry.get("rl"), entry.get("bare") or [], predictions.get(bundle, {})
     out: dict[str, Any] = {"bundle": bundle}
     steps = {s: m for s, m in (rl or {}).get("steps", {}).items() if s > 0}

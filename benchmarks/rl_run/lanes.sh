@@ -1,9 +1,9 @@
 # Several compiled bundles on one GPU, each run by its own launch.sh on its own loopback Ray head (sourced by
-# benchmarks/megatron/run_h200_megatron.sh and benchmarks/sglang/run_h200_sglang.sh).
+# benchmarks/megatron/run_h200_megatron.sh and benchmarks/offline/run_h200_sglang.sh).
 #
 # A RUN is LABEL=BUNDLE[,OVERRIDE...]: .rl/bundles/BUNDLE/launch.sh with the OVERRIDEs appended (launch.sh passes
 # "$@" to verl after its own overrides); RUN>>RUN is a lane, its runs one after the other (a stop and a resume).
-# Settings (environment): RL_TAG, RL_DIR, PORT_BASE keep two run sets of one lease apart (own folder, ports and
+# Settings (environment): RL_TAG, RL_DIR, PORT_BASE keep two run sets on one machine apart (own folder, ports and
 # Ray temp dirs); RUN_TIMEOUT_S per run, STAGGER_S between lane starts, RL_GPU; RL_EXTRA (an array) is appended
 # to every run. Logs, checkpoint listings and summarize.py's tables land in the run folder.
 
@@ -50,7 +50,7 @@ rl_lanes() {  # DIR LANE...: every lane at once, then the checkpoint listing, er
   for f in "$dir"/*.log; do
     echo "== $f"; grep -E "Traceback|Error|error:" "$f" | grep -v -E "Warning|warn" | cut -c1-300 | tail -n 6
   done > "$dir/errors.txt"
-  python3 benchmarks/rl_run/summarize.py "$dir" --json "$dir/summary.json" > "$dir/tables.md" 2>&1
+  python3 -m benchmarks.rl_run.summarize "$dir" --json "$dir/summary.json" > "$dir/tables.md" 2>&1
   touch "$dir/DONE"
 }
 

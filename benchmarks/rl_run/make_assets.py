@@ -1,7 +1,7 @@
 """The three inputs of the one-H200 FP8 RL run, made offline: a tiny Qwen3 model, its tokenizer, a dataset.
 
-    python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl     # model/, data/train.parquet, data/test.parquet
-    python benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl \
+    python -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl     # model/, data/train.parquet, data/test.parquet
+    python -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl \
         --config specs/models/tiny-qwen3-moe/config.json --model-dir model-moe   # the MoE of the Megatron run
 
 * model/: Qwen3 architecture with the shape in specs/models/tiny-qwen3/config.json (hidden 1024, intermediate
@@ -13,7 +13,7 @@
   vLLM server sets every logit at or past len(tokenizer) to -inf (vllm_async_server.py 503,
   vllm_rollout/utils.py 106-126) and the trainer does not, so with a shorter tokenizer the rollout samples
   from fewer tokens than the trainer scores, and on a random model that alone reads as a mismatch KL of
-  log(vocab_size / len(tokenizer)) (2.03 in the fourth H200 attempt, BENCHMARKS.md section 5).
+  log(vocab_size / len(tokenizer)) (2.03 on an H200 run with a shorter tokenizer).
 * data/*.parquet: arithmetic word problems in verl's RL format (`data_source` openai/gsm8k, chat `prompt`,
   `reward_model.ground_truth`), scored by verl's shipped GSM8K rule (`#### <answer>` in the response).
 
@@ -52,9 +52,18 @@ def problems(n: int, seed: int) -> list[dict]:
     return rows
 
 
-def build_tokenizer(texts: list[str], vocab_size: int):
+def train_and_test(n_train: int, n_test: int) -> tuple[list[dict], list[dict], list[str]]:
+    """The train and test rows (seeds 0 and 1), and the texts the tokenizer is trained on."""
+    train, test = problems(n_train, 0), problems(n_test, 1)
+    for row in test:
+        row["extra_info"]["split"] = "test"
+    texts = [r["prompt"][0]["content"] + " " + r["extra_info"]["answer"] for r in train + test]
+    return train, test, texts
+
+
+def train_bpe(texts: list[str], vocab_size: int):
+    """A byte-level BPE trained on ``texts`` (at most ``vocab_size`` entries, the chat template's specials first)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -62,11 +71,35 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(vocab_size - tok.get_vocab_size())])
+    return tok
+
+
+def chat_tokenizer(tok):
+    """``tok`` as the transformers tokenizer verl loads: ChatML's end and pad tokens, no BOS, the chat template."""
+    from transformers import PreTrainedTokenizerFast
+
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None)
     fast.chat_template = CHAT_TEMPLATE
     return fast
+
+
+def model_config(config: dict, tokenizer):
+    """transformers' config of ``config`` (a config.json) with the tokenizer's special token ids."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    cfg.architectures = config["architectures"]
+    cfg.eos_token_id = tokenizer.eos_token_id
+    cfg.pad_token_id = tokenizer.pad_token_id
+    cfg.bos_token_id = None
+    return cfg
+
+
+def build_tokenizer(texts: list[str], vocab_size: int):
+    tok = train_bpe(texts, vocab_size)
+    tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(vocab_size - tok.get_vocab_size())])
+    return chat_tokenizer(tok)
 
 
 def main() -> int:
@@ -79,27 +112,20 @@ def main() -> int:
     a = ap.parse_args()
     import pandas as pd
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     config = json.loads(a.config.read_text(encoding="utf-8"))
-    train, test = problems(a.train, 0), problems(a.test, 1)
-    for row in test:
-        row["extra_info"]["split"] = "test"
-    texts = [r["prompt"][0]["content"] + " " + r["extra_info"]["answer"] for r in train + test]
+    train, test, texts = train_and_test(a.train, a.test)
     tokenizer = build_tokenizer(texts, config["vocab_size"])
     assert len(tokenizer) == config["vocab_size"], (len(tokenizer), config["vocab_size"])
     model_dir = a.out / a.model_dir
     if (model_dir / "model.safetensors").is_file() and (a.out / "data" / "test.parquet").is_file():
-        # another run set of the same lease made them (same seed, same bytes); rewriting files that running
+        # another run set on this machine made them (same seed, same bytes); rewriting files that running
         # trainers may still read is what must not happen
         print(f"make_assets: {model_dir} exists, kept")
         return 0
     tokenizer.save_pretrained(model_dir)
-    cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
-    cfg.architectures = config["architectures"]
-    cfg.eos_token_id = tokenizer.eos_token_id
-    cfg.pad_token_id = tokenizer.pad_token_id
-    cfg.bos_token_id = None
+    cfg = model_config(config, tokenizer)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(model_dir, safe_serialization=True)

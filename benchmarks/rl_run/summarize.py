@@ -1,6 +1,6 @@
 """What the one-H200 RL run showed, read from its logs (run_h200_rl.sh's rl.tgz, or the folder it unpacks to).
 
-    python benchmarks/rl_run/summarize.py benchmarks/results/<date>_h200_rl/attempt5_rl.tgz [--json out.json]
+    python -m benchmarks.rl_run.summarize out/rl [--json out.json]    # a folder of run logs, or a .tgz of one
 
 Prints, per run (FP8, BF16), one row per training step: verl's own metrics from its console logger (step time
 split, rollout_corr/*, the policy's movement) and the patch set's own log lines (which quantizer re-quantized

@@ -1,9 +1,9 @@
 """Rollout throughput of one real SGLang 0.5.12 engine configuration (one process per configuration).
 
-    python benchmarks/sglang/bench_sglang_rollout.py --model qwen3-8b --mode fp8 --util 0.6 --max-model-len 4096 \
-        --prompts 256 --prompt-len 1024 --output-len 1536 --json out.json [--backend flashinfer] [--deep-gemm 0]
+    python -m benchmarks.sglang.bench_sglang_rollout --model qwen3-8b --mode fp8 --util 0.6 --max-model-len 4096 \
+        --prompts 256 --prompt-len 1024 --output-len 1536 --json out/sglang/8b.json [--backend flashinfer]
 
-The workload of ``benchmarks/engine/bench_rollout.py`` (the vLLM table, BENCHMARKS.md 4.1): ``--prompts``
+The workload of ``benchmarks.engine.bench_rollout`` (``benchmarks.common.workload``; docs/results.md): ``--prompts``
 random-token prompts submitted at once, temperature 1, ``ignore_eos`` so every sequence makes exactly
 ``--output-len`` tokens, a 16-prompt warm-up first; weights are SGLang's dummy init at the model's real shapes.
 The engine is built the way verl 0.9.1 launches its SGLang rollout (``sglang_common.engine_kwargs``). Modes:
@@ -25,29 +25,24 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sglang_common import MODELS, engine_kwargs, model_dir  # noqa: E402
+from benchmarks.common import workload
+from benchmarks.sglang.sglang_common import MODELS, engine_kwargs, model_dir
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=sorted(MODELS), required=True)
-    ap.add_argument("--mode", choices=["bf16", "fp8", "fp8kv"], required=True)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    workload.add_arguments(ap, required=True)
     ap.add_argument("--backend", default="flashinfer", help="attention_backend (verl's default: flashinfer)")
-    ap.add_argument("--deep-gemm", type=int, choices=[0, 1], default=0)
-    ap.add_argument("--util", type=float, default=0.6)
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--prompts", type=int, default=256)
-    ap.add_argument("--prompt-len", type=int, default=1024)
-    ap.add_argument("--output-len", type=int, default=1536)
     ap.add_argument("--max-running-requests", type=int, default=256,
                     help="SGLang max_running_requests (verl passes rollout.max_num_seqs, default 256)")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", type=Path, default=Path("out/sglang/bench_sglang_rollout.json"),
+                    help="where the record goes (default: %(default)s)")
     args = ap.parse_args()
+    args.json.parent.mkdir(parents=True, exist_ok=True)
 
     import sglang
-    import torch
 
     model_id = MODELS[args.model]
     kw = engine_kwargs(model_dir(model_id), args.mode, args.util, args.max_model_len, backend=args.backend,
@@ -57,12 +52,10 @@ def main() -> int:
     start_s = time.perf_counter() - t0
     info = llm.get_server_info()
 
-    gen = torch.Generator().manual_seed(0)
-    vocab = 151936
-    prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.prompts)]
+    prompts = workload.random_prompts(args.prompts, args.prompt_len)
     params = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": args.output_len, "ignore_eos": True}
     warm = {"temperature": 1.0, "max_new_tokens": 32, "ignore_eos": True}
-    llm.generate(input_ids=prompts[:16], sampling_params=warm)
+    llm.generate(input_ids=prompts[:workload.WARMUP_PROMPTS], sampling_params=warm)
 
     t1 = time.perf_counter()
     outs = llm.generate(input_ids=prompts, sampling_params=params)
@@ -73,9 +66,8 @@ def main() -> int:
         "attention_backend": info.get("attention_backend"), "sampling_backend": info.get("sampling_backend"),
         "deep_gemm": bool(args.deep_gemm), "util": args.util, "max_model_len": args.max_model_len,
         "prompts": args.prompts, "prompt_len": args.prompt_len, "output_len": args.output_len,
-        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2), "output_tokens": out_tokens,
-        "output_tok_per_s": round(out_tokens / gen_s, 1),
-        "total_tok_per_s": round((out_tokens + args.prompts * args.prompt_len) / gen_s, 1),
+        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
+        **workload.throughput(args, out_tokens, gen_s),
         "kv_cache_tokens": info.get("max_total_num_tokens"), "max_running_requests": info.get("max_running_requests"),
         "sglang_enable_jit_deepgemm": os.environ.get("SGLANG_ENABLE_JIT_DEEPGEMM"),
         "engine_kwargs": {k: v for k, v in kw.items() if k != "model_path"},

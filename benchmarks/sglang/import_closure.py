@@ -1,6 +1,6 @@
 """Static import closure of Python packages unpacked from wheels (nothing is imported or run).
 
-    python benchmarks/sglang/import_closure.py --site DIR ENTRY.MODULE ... [--lazy-in PREFIX] [--why NAME]
+    python -m benchmarks.sglang.import_closure --site DIR ENTRY.MODULE ... [--lazy-in PREFIX] [--why NAME]
 
 Follows every import at module level (including those under module-level ``if``), starting from the entry
 modules, through the modules found under ``--site`` (wheels unpacked side by side). An import inside a ``try``

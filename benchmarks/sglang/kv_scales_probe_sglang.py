@@ -1,8 +1,8 @@
 """Do k/v scales pushed after CUDA-graph capture take effect in the real SGLang 0.5.12 engine, per attention backend?
 
-    python benchmarks/sglang/kv_scales_probe_sglang.py --out DIR [--backends flashinfer,triton,fa3]
+    python -m benchmarks.sglang.kv_scales_probe_sglang --out DIR [--backends flashinfer,triton,fa3]
 
-The SGLang counterpart of ``benchmarks/engine/kv_scales_probe.py`` (BENCHMARKS.md 4.2). A tiny Qwen3 (4 layers,
+The SGLang counterpart of ``benchmarks/engine/kv_scales_probe.py``. A tiny Qwen3 (4 layers,
 hidden 1024, 8/4 heads of 128, lm_head x8 for clear greedy margins) saved as an FP8 block checkpoint quantized by
 verl's own ``scaled_fp8_blockwise`` (so RadixAttention gets Fp8KVCacheMethod's k_scale/v_scale, as with verl's
 FP8 rollout), FP8 (e4m3) KV cache, CUDA graphs as SGLang defaults (decode graphs up to ``cuda_graph_max_bs`` 8,
@@ -33,15 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "engine"))
-from sglang_common import sglang_env, verl_sglang_fp8_config  # noqa: E402
+from benchmarks.common.cli import child_env, default_out, run_logged
+from benchmarks.sglang.sglang_common import sglang_env, verl_sglang_fp8_config
+
+MODULE = "benchmarks.sglang.kv_scales_probe_sglang"
 
 KV_LOADER = "fp8spec.runtime.kv_scales.sglang_kv.load_kv_scales"
 SCALES = {"unit": (1.0, 1.0), "clip": (0.004, 0.002), "cal": (0.02, 0.01)}
@@ -85,7 +83,8 @@ def scale_tensors(which: str):
 def run_backend(backend: str, ckpt: str, out: Path) -> None:
     import sglang
     import torch
-    from sgl_probe_loaders import LOADERS, probe
+
+    from benchmarks.sglang.sgl_probe_loaders import LOADERS, probe
 
     os.environ["FP8SPEC_PROBE_OUT"] = str(out / f"probe-{backend}")
     llm = sglang.Engine(model_path=ckpt, dtype="bfloat16", quantization="fp8",
@@ -181,8 +180,8 @@ def verdicts(out: Path, backends: list[str]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, type=Path)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out("kv_scales_probe_sglang"), help="default: %(default)s")
     ap.add_argument("--backends", default="flashinfer,triton")
     ap.add_argument("--one", nargs=2, metavar=("BACKEND", "CKPT"))
     ap.add_argument("--verdicts-only", action="store_true", help="recompute the verdicts from DIR's records")
@@ -200,21 +199,13 @@ def main() -> int:
             raise SystemExit(f"unknown backend {b!r} (choose from {', '.join(BACKENDS)})")
     ckpt = write_checkpoint(Path("/tmp/fp8spec-models/sglang-kv-probe-tiny-dense"))
     env = sglang_env(deep_gemm=False)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent / "engine"), str(REPO), env.get("PYTHONPATH", "")])
+    env = child_env(env)
     rc = 0
     for b in backends:
-        with open(a.out / f"kv_probe_sglang_{b}.log", "w") as log:
-            try:
-                r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--one", b, str(ckpt)], env=env,
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   timeout=int(os.environ.get("KV_PROBE_TIMEOUT_S", "420")))
-                code = r.returncode
-            except subprocess.TimeoutExpired:
-                code = "timeout"
-        print(f"kv_probe_sglang {b}: rc={code}", flush=True)
-        if code != 0:
+        if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--one", b, str(ckpt)], env,
+                      a.out / f"kv_probe_sglang_{b}.log", int(os.environ.get("KV_PROBE_TIMEOUT_S", "420")),
+                      f"kv_probe_sglang {b}") != 0:
             rc = 1
-            print((a.out / f"kv_probe_sglang_{b}.log").read_text(errors="replace")[-2500:], flush=True)
     result = verdicts(a.out, backends)
     (a.out / "kv_probe_sglang_verdicts.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(json.dumps(result, indent=1))

@@ -1,14 +1,14 @@
 """fp8spec's SGLang memory model (fp8spec/engines/sglang/memory.py) against what SGLang 0.5.12 reported at start.
 
-    python benchmarks/sglang/plan_vs_engine.py sbench0.tgz [sbench1.tgz | results.jsonl ...] [--json out.json]
+    python -m benchmarks.sglang.plan_vs_engine out/sglang/results.jsonl [more results.jsonl | .tgz ...] [--json out.json]
 
-For each engine record of ``run_sglang_configs.py`` (model, mode, mem_fraction_static, and the facts parsed from
+For each engine record of ``run_sglang_configs`` (model, mode, mem_fraction_static, and the facts parsed from
 SGLang's log), the planner computes the same configuration (``plan_choice`` with an ``EngineSetup`` for SGLang
 0.5.12, the record's fraction and the measured total memory when given) and the two are printed side by side:
 free memory before the weights (planner: total minus its CUDA-context estimate; SGLang: "Load weight begin. avail
 mem"), weights (planner: parameter bytes plus the FP8 dummy-init cache; SGLang: "Load weight end ... mem usage",
 the free-memory drop across the load), KV pool bytes and tokens (SGLang: max_total_num_tokens and "KV Cache is
-allocated" K + V sizes). The issue-22 goal: the planner within 5 % of SGLang's KV capacity.
+allocated" K + V sizes). The aim: the planner within 5 % of SGLang's KV capacity.
 """
 
 from __future__ import annotations
@@ -16,26 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tarfile
 from pathlib import Path
+
+from benchmarks.common.records import read_records
 
 GIB = 1 << 30
 MODES = {"bf16": ("bf16", False), "fp8": ("bf16", True), "fp8kv": ("fp8_e4m3", True)}
 
 
 def records(paths: list[str]) -> list[dict]:
-    out = []
-    for p in paths:
-        if p.endswith((".tgz", ".tar.gz")):
-            with tarfile.open(p) as tar:
-                for m in tar.getmembers():
-                    if m.name.endswith("results.jsonl"):
-                        f = tar.extractfile(m)
-                        assert f is not None
-                        out += [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
-        else:
-            out += [json.loads(line) for line in Path(p).read_text().splitlines() if line.strip()]
-    return [r for r in out if r.get("rc") == 0 and r.get("engine") == "sglang"]
+    """The SGLang engines that started and generated."""
+    return [r for r in read_records(paths) if r.get("rc") == 0 and r.get("engine") == "sglang"]
 
 
 def planned(r: dict, total_bytes: int | None):
@@ -57,8 +48,8 @@ def planned(r: dict, total_bytes: int | None):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("inputs", nargs="+")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("inputs", nargs="+", help="results.jsonl files or .tgz archives holding them")
     ap.add_argument("--total-bytes", type=int, help="torch.cuda.mem_get_info()[1] on the measuring machine")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()

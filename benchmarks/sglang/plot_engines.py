@@ -1,35 +1,24 @@
 """SGLang 0.5.12 beside vLLM 0.24.0 on the same batch: output tokens/s and KV capacity per model and mode.
 
-    python benchmarks/sglang/plot_engines.py OUT.png sbench0.tgz vbench0.tgz [more .tgz / results.jsonl ...]
+    python -m benchmarks.sglang.plot_engines out/engines.png out/sglang/results.jsonl out/engine/results.jsonl
 
-Reads the records of ``run_sglang_configs.py`` (engine "sglang") and ``benchmarks/engine/run_configs.py`` (vLLM),
-DeepGEMM-off runs only, and prints the table BENCHMARKS.md carries (speed-up against each engine's own BF16).
+Reads the records of ``run_sglang_configs`` (engine "sglang") and ``benchmarks.engine.run_configs`` (vLLM), from
+results.jsonl files or archives holding them, DeepGEMM-off runs only, and prints the table docs/results.md carries
+(speed-up against each engine's own BF16).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import tarfile
-from pathlib import Path
+import argparse
+
+from benchmarks.common.records import read_records
 
 MODES = [("bf16", "BF16"), ("fp8", "FP8 W8A8"), ("fp8kv", "FP8 W8A8 + FP8 KV")]
 
 
 def load(paths: list[str]) -> dict:
-    recs = []
-    for p in paths:
-        if p.endswith((".tgz", ".tar.gz")):
-            with tarfile.open(p) as tar:
-                for m in tar.getmembers():
-                    if m.name.endswith("results.jsonl"):
-                        f = tar.extractfile(m)
-                        assert f is not None
-                        recs += [json.loads(x) for x in f.read().decode().splitlines() if x.strip()]
-        else:
-            recs += [json.loads(x) for x in Path(p).read_text().splitlines() if x.strip()]
     out = {}
-    for r in recs:
+    for r in read_records(paths):
         if r.get("rc") == 0 and not r.get("deep_gemm") and r.get("attention_backend", "flashinfer") != "triton":
             out[(r.get("engine", "vllm"), r["model"], r["mode"])] = r
     return out
@@ -79,4 +68,8 @@ def main(dst: str, srcs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("png", help="the picture to write")
+    ap.add_argument("records", nargs="+", help="results.jsonl files or .tgz archives holding them")
+    a = ap.parse_args()
+    main(a.png, a.records)

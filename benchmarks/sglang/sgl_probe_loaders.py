@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common.fingerprint import fingerprint
+
 
 def _out(named_tensors, kind: str) -> Path:
     names = [n for n, _ in named_tensors]
@@ -42,20 +44,6 @@ def read_kv_scales(model: torch.nn.Module, named_tensors) -> None:
                 "v_scale_float": mod.v_scale_float,
             }
     _out(named_tensors, "kv_scales").write_text(json.dumps(out, indent=1), encoding="utf-8")
-
-
-def fingerprint(t: torch.Tensor) -> str:
-    """Byte-exact fingerprint: the bytes as int32 words times a fixed odd sequence, summed in int64."""
-    b = t.detach().contiguous().view(torch.uint8).flatten()
-    pad = (-b.numel()) % 4
-    if pad:
-        b = torch.cat([b, b.new_zeros(pad)])
-    w = b.view(torch.int32).to(torch.int64)
-    idx = torch.arange(w.numel(), device=w.device, dtype=torch.int64)
-    mult = (idx * 2654435761 + 97) % 2147483629 * 2 + 1
-    s1 = int((w * mult).sum().item())
-    s2 = int((w * (idx % 65521 + 1)).sum().item())
-    return f"{t.dtype}:{tuple(t.shape)}:{s1 & (2**64 - 1):016x}{s2 & (2**64 - 1):016x}"
 
 
 def fingerprints(model: torch.nn.Module, named_tensors) -> None:

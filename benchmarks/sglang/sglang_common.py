@@ -1,6 +1,6 @@
 """Shared pieces of the SGLang 0.5.12 runs on the H200: engine kwargs exactly as verl 0.9.1 builds them for an
 SGLang rollout, the environment, and the facts parsed from SGLang's log. Model folders come from
-``benchmarks/engine/engine_common.py`` (config.json from the fp8spec catalog; ``load_format="dummy"``).
+``benchmarks/common/models.py`` (config.json from the fp8spec catalog; ``load_format="dummy"``).
 
 Every SGLang/verl name used here was read from the wheels (paths inside them):
 
@@ -25,12 +25,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "engine"))
-from engine_common import MODELS, catalog_config, model_dir  # noqa: E402
+from benchmarks.common.logfacts import parse_facts
+from benchmarks.common.models import MODELS, catalog_config, model_dir
 
 __all__ = ["MODELS", "catalog_config", "model_dir", "verl_sglang_fp8_config", "engine_kwargs", "sglang_env",
            "parse_log"]
@@ -108,11 +105,7 @@ _LOG_FACTS = {
 
 
 def parse_log(text: str) -> dict:
-    facts = {}
-    for key, (pattern, cast) in _LOG_FACTS.items():
-        found = re.findall(pattern, text)
-        if found:
-            facts[key] = cast(found[-1])
+    facts = parse_facts(text, _LOG_FACTS)
     # scheduler.py:2954-2967: "KV cache pool is full. Retract requests. #retracted_reqs: N, ..."
     retracted = [int(n) for n in re.findall(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+)", text)]
     facts["retractions"] = sum(retracted)

@@ -1,11 +1,11 @@
 """FP8 weight sync through verl 0.9.1's SGLang path into a real SGLang 0.5.12 engine: verl's quantizer (and
 fp8spec's ``fast_block_quant`` replacement of it), checked byte for byte against a fresh engine, and timed.
 
-    python benchmarks/sglang/weight_sync_probe_sglang.py --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b] \
+    python -m benchmarks.sglang.weight_sync_probe_sglang --out DIR [--cases tiny-dense,tiny-moe,qwen3-8b] \
         [--paths verl,patch,fresh,fresh-ref]
-    WS_DTYPE=fp32 python benchmarks/sglang/weight_sync_probe_sglang.py ...   # an FSDP trainer's float32 weights
+    WS_DTYPE=fp32 python -m benchmarks.sglang.weight_sync_probe_sglang ...   # an FSDP trainer's float32 weights
 
-The SGLang counterpart of ``benchmarks/engine/weight_sync_probe.py`` (BENCHMARKS.md 4.3). One process per engine:
+The SGLang counterpart of ``benchmarks/engine/weight_sync_probe.py``. One process per engine:
 
 * ``verl``: the trainer side of verl's ``ServerAdapter.update_weights`` FP8 branch
   (verl/workers/rollout/sglang_rollout/sglang_rollout.py:357-390), with verl's own functions:
@@ -40,12 +40,11 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "engine"))
-from sglang_common import engine_kwargs, sglang_env, verl_sglang_fp8_config  # noqa: E402
-from weight_sync_probe import case_config, make_weights, write_fp8_checkpoint  # noqa: E402
+from benchmarks.common.cli import child_env, default_out, run_logged
+from benchmarks.engine.weight_sync_probe import case_config, make_weights, write_fp8_checkpoint
+from benchmarks.sglang.sglang_common import engine_kwargs, sglang_env, verl_sglang_fp8_config
+
+MODULE = "benchmarks.sglang.weight_sync_probe_sglang"
 
 
 class _EngineEndpoint:
@@ -88,7 +87,8 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         import fp8spec.runtime  # noqa: F401 - activates FP8SPEC_RUNTIME_PATCHES before verl's modules load
     import sglang
     import torch
-    from sgl_probe_loaders import LOADERS, probe
+
+    from benchmarks.sglang.sgl_probe_loaders import LOADERS, probe
 
     os.environ["FP8SPEC_PROBE_OUT"] = str(out / f"probe-{case}-{path}")
     cfg = case_config(case)
@@ -177,8 +177,8 @@ def verdict(out: Path, case: str) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, type=Path)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=default_out("weight_sync_probe_sglang"), help="default: %(default)s")
     ap.add_argument("--cases", default="tiny-dense,tiny-moe,qwen3-8b")
     ap.add_argument("--paths", default="verl,patch,fresh,fresh-ref")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "PATH"))
@@ -193,31 +193,23 @@ def main() -> int:
         prepare_fresh(a.prepare_fresh, a.out)
         return 0
     base = sglang_env(deep_gemm=False)
-    base["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent / "engine"), str(REPO), base.get("PYTHONPATH", "")])
+    base = child_env(base)
     base.pop("FP8SPEC_RUNTIME_PATCHES", None)
     verdicts, rc = {}, 0
     for case in a.cases.split(","):
         tiny = case.startswith("tiny-")
         paths = [p for p in a.paths.split(",") if tiny or not p.startswith("fresh")]
         if tiny and any(p.startswith("fresh") for p in paths):
-            subprocess.run([sys.executable, __file__, "--out", str(a.out), "--prepare-fresh", case], env=base,
+            subprocess.run([sys.executable, "-m", MODULE, "--out", str(a.out), "--prepare-fresh", case], env=base,
                            check=True)
         for path in paths:
             env = dict(base)
             if path == "patch":
                 env["FP8SPEC_RUNTIME_PATCHES"] = "fast_block_quant"
             util = "0.3" if tiny or case == "qwen3-8b" else "0.35"
-            with open(a.out / f"ws_sglang_{case}_{path}.log", "w") as log:
-                try:
-                    r = subprocess.run([sys.executable, __file__, "--out", str(a.out), "--util", util, "--one", case,
-                                        path], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=420)
-                    code = r.returncode
-                except subprocess.TimeoutExpired:
-                    code = "timeout"
-            print(f"weight_sync_sglang {case} {path}: rc={code}", flush=True)
-            if code != 0:
+            if run_logged([sys.executable, "-m", MODULE, "--out", str(a.out), "--util", util, "--one", case, path],
+                          env, a.out / f"ws_sglang_{case}_{path}.log", 420, f"weight_sync_sglang {case} {path}") != 0:
                 rc = 1
-                print((a.out / f"ws_sglang_{case}_{path}.log").read_text(errors="replace")[-2500:], flush=True)
         try:
             verdicts[case] = verdict(a.out, case)
         except Exception as exc:  # a missing record is reported, the other cases still run

@@ -1,4 +1,4 @@
-"""The cost of one sync's bucket metadata on the CPU (BENCHMARKS.md 8.10): verl's dict per tensor against
+"""The cost of one sync's bucket metadata on the CPU: verl's dict per tensor against
 ``PackedMeta``.
 
 Qwen3-30B-A3B's 18,867 checkpoint names and shapes (from the model catalog, through
@@ -7,20 +7,17 @@ Qwen3-30B-A3B's 18,867 checkpoint names and shapes (from the model catalog, thro
 with ``send_pyobj``'s protocol and loaded back as the receiver's ``recv_pyobj`` does. Best of ``--reps`` for the
 whole sync's metadata (all buckets together).
 
-    python benchmarks/weight_sync/bench_meta_pickle.py [--reps 7]
+    python -m benchmarks.weight_sync.bench_meta_pickle [--reps 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import pickle
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the source tree's fp8spec and tests
 from fp8spec.runtime.weight_sync.packed_meta import PackedMeta  # noqa: E402
 from tests.runtime._qwen_shapes import catalog_config, checkpoint  # noqa: E402
 

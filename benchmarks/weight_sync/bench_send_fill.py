@@ -1,4 +1,4 @@
-"""The trainer side of a weight sync on the GPU, without an engine (issue 23, BENCHMARKS.md 8.7).
+"""The trainer side of a weight sync on the GPU, without an engine.
 
 verl 0.9.1's own ``BucketedWeightSender`` (its module loaded from the installed verl) sends a model's checkpoint
 tensors (BF16 or float32, on the GPU, the probe's names and shapes) into its CUDA bucket buffer; the receiver is
@@ -9,7 +9,7 @@ the fused fill with its table (``gather_copy``'s Triton kernel); each with the t
 sets it. ``sync_timing``'s split (loop + fill on the host / GPU wait) per sync; medians of ``--syncs`` after one
 warm-up. The last sync of each variant checks every tensor's bytes in the buffer against its source.
 
-    python benchmarks/weight_sync/bench_send_fill.py --cases qwen3-30b-a3b,qwen3-8b [--dtype bf16] [--out DIR]
+    python -m benchmarks.weight_sync.bench_send_fill --cases qwen3-30b-a3b,qwen3-8b [--dtype bf16] [--out DIR]
 """
 
 from __future__ import annotations
@@ -19,18 +19,13 @@ import asyncio
 import importlib.util
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "engine"))
-from weight_sync_probe import case_config, checkpoint_shapes  # noqa: E402
-
-from fp8spec.runtime.weight_sync.sender import fused_send, gather_copy
-from fp8spec.runtime.weight_sync.sender import sync_timing  # noqa: E402
+from benchmarks.engine.weight_sync_probe import case_config, checkpoint_shapes
+from fp8spec.runtime.weight_sync.sender import fused_send, gather_copy, sync_timing  # noqa: E402
 
 VARIANTS = ("iterate", "verl", "runs", "table")
 

@@ -1,4 +1,4 @@
-"""Python's garbage collections during the trainer's send loop, on the CPU (BENCHMARKS.md 8.14).
+"""Python's garbage collections during the trainer's send loop, on the CPU.
 
 The sender's per-tensor loop (``bench_send_loop.send_loop``, its sender row: table, BF16 cast, packed metadata, the two
 halves; the table's launches are no-ops here) over Qwen3-30B-A3B's 18,867 tensors, in a process whose long-lived
@@ -6,7 +6,7 @@ heap is grown to ``--heaps`` objects (a trainer or engine driver holds millions)
 Per setting: the loop's median and largest time over ``--reps`` syncs, the time ``gc.callbacks`` saw in
 collections, and how many were full (generation 2) collections.
 
-    python benchmarks/weight_sync/bench_send_gc.py [--tensors 18867] [--reps 7] [--heaps 0,1000000,3000000]
+    python -m benchmarks.weight_sync.bench_send_gc [--tensors 18867] [--reps 7] [--heaps 0,1000000,3000000]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import statistics
 import time
 
 import torch
-from bench_send_loop import send_loop  # the script's folder is on sys.path when run as a script
 
+from benchmarks.weight_sync.bench_send_loop import send_loop
 from fp8spec.runtime.weight_sync.sender import fused_send
 from fp8spec.runtime.weight_sync.sender.fused_send import BucketFill
 

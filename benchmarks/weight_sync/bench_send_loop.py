@@ -1,15 +1,15 @@
-"""The trainer side's per-tensor cost on the CPU (BENCHMARKS.md 8.6, 8.13): the fused fill's loop against its floor.
+"""The trainer side's per-tensor cost on the CPU: the fused fill's loop against its floor (docs/results.md).
 
 For Qwen3-30B-A3B's 18,867 checkpoint tensors (tiny stand-ins: the loop's per-tensor work, not the copies), per
-tensor: ``fused_send.BucketFill``'s fits + add + flush with no table, cast or packed metadata (8.6's row); the
-same loop as the patched sender runs it with this round's defaults (the table fill, the BF16 cast, the packed
+tensor: ``fused_send.BucketFill``'s fits + add + flush with no table, cast or packed metadata; the
+same loop as the patched sender runs it with the runtime's defaults (the table fill, the BF16 cast, the packed
 metadata, the two halves; the table's launches are no-ops here, they copy on a GPU); the reshape + byte view
 a gathered run needs per source; and the floor a sender that replays a cached layout would pay (compare each
 tensor's name, shape, dtype and device with the previous sync's, keep the tensor). Medians of ``--reps`` passes.
-The sender's row calls ``sent`` / ``room`` / ``add(..., dtype)`` where ``BucketFill`` has them (8.13) and the
+The sender's row calls ``sent`` / ``room`` / ``add(..., dtype)`` where ``BucketFill`` has them and the
 older ``nbytes`` / ``fits`` / ``add`` otherwise, so the same script measures the commits before.
 
-    python benchmarks/weight_sync/bench_send_loop.py [--tensors 18867] [--reps 7]
+    python -m benchmarks.weight_sync.bench_send_loop [--tensors 18867] [--reps 7]
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The host's cost of one table launch's table (BENCHMARKS.md 8.13): ``gather_copy.CopyTable.rows()``.
+"""The host's cost of one table launch's table : ``gather_copy.CopyTable.rows()``.
 
 Each launch of the table fill builds the ``[4, n]`` int64 table the kernel reads on the host before copying it to
-the GPU; Qwen3-30B-A3B's sync makes 225 launches of about 84 tensors each (8.12). Median of 5,000 calls.
+the GPU; Qwen3-30B-A3B's sync makes 225 launches of about 84 tensors each. Median of 5,000 calls.
 
-    python benchmarks/weight_sync/bench_table_rows.py [--tensors 84]
+    python -m benchmarks.weight_sync.bench_table_rows [--tensors 84]
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The habits CI keeps: the package passes ruff (the rule set in pyproject.toml), is ruff-formatted, and type-checks
-with mypy (pyproject.toml [tool.mypy]). They run here, inside the suite, so `.ci/run` stays the README's test
-command. The tools are pinned in the test extra, so a new release cannot fail CI on its own.
+"""The habits CI keeps: the package, its tests and the benchmarks pass ruff (the rule set in pyproject.toml), and
+the package is ruff-formatted and type-checks with mypy (pyproject.toml [tool.mypy]). They run here, inside the
+suite, so `.ci/run` stays the README's test command. The tools are pinned in the test extra, so a new release
+cannot fail CI on its own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_ruff_check():
-    proc = _run([*_tool("ruff"), "check", "--no-cache", "fp8spec", "tests"])
+    proc = _run([*_tool("ruff"), "check", "--no-cache", "fp8spec", "tests", "benchmarks"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

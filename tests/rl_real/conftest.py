@@ -37,8 +37,8 @@ def small_assets(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("real-assets")
     cfg = out / "config.json"
     cfg.write_text(json.dumps(SMALL), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/rl_real/make_real_assets.py"), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.rl_real.make_real_assets", "--out", str(out),
                            "--config", str(cfg), "--model-dir", "model", "--device", "cpu", "--train", "64",
-                           "--test", "8"], capture_output=True, text=True, timeout=900)
+                           "--test", "8"], capture_output=True, text=True, timeout=900, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

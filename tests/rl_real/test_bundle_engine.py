@@ -17,8 +17,7 @@ from tests.rl_real.conftest import SPECS
 
 pytest.importorskip("hydra")
 pytest.importorskip("verl")
-sys.path.insert(0, str(REPO / "benchmarks/rl_real"))
-import bundle_engine as be  # noqa: E402
+from benchmarks.rl_real import bundle_engine as be  # noqa: E402  (after the skips: it imports verl)
 
 MODELS = REPO / "benchmarks/rl_real/models"
 
@@ -97,13 +96,13 @@ def test_step_prompts_are_the_trainers_rows_in_order(bundles, small_assets):
 def test_bench_rollout_needs_a_model_or_a_bundle(tmp_path):
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/engine/bench_rollout.py"), "--json",
-                           str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.engine.bench_rollout", "--json",
+                           str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "--model and --mode are required without --bundle" in proc.stderr
 
 
 def test_the_weight_sync_run_changes_only_lengths_and_steps_and_passes_verls_validation(bundles):
-    """RL_SYNC_RUN=1 (issue 23): sync_run_overrides.txt on the FP8 + FP8 KV 4B bundle composes in verl 0.9.1, passes
+    """RL_SYNC_RUN=1 (the weight-sync run): sync_run_overrides.txt on the FP8 + FP8 KV 4B bundle composes in verl 0.9.1, passes
     its own validate_config, and leaves the engine, the trainer's budgets and the sync path as compiled."""
     pytest.importorskip("ray")
     pytest.importorskip("tensordict")

@@ -1,9 +1,9 @@
-"""The device tooling's two guards from session 17.
+"""Two guards of the offline step scripts (benchmarks/offline/).
 
 run_h200_real.sh's rl-wait on a machine that holds no run stops at once with exit 3 and says why, instead of
-waiting out its seconds (a lease ended between two calls, the next call found a fresh machine and spent 480 s of
-device time waiting on nothing); with a run folder it waits and snapshots as before. build_offline_set.py sizes
-its parts so that a call carries one beside the working tree (48 MiB parts and a 21 MiB tree were refused)."""
+waiting out its seconds on nothing (the machine that ran rl-start is gone and the step landed on a fresh one);
+with a run folder it waits and snapshots as before. build_offline_set.py sizes its parts so that one transfer
+carries a part beside the working tree (48 MiB parts beside a 21 MiB tree were refused)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO
 
-SCRIPT = REPO / "benchmarks/rl_real/run_h200_real.sh"
+SCRIPT = REPO / "benchmarks/offline/run_h200_real.sh"
 
 
 def wait(tmp_path, seconds: str) -> subprocess.CompletedProcess:
@@ -43,15 +43,12 @@ def test_a_running_run_is_waited_on_and_snapshotted(tmp_path):
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("build_offline_set", REPO / "benchmarks/engine/build_offline_set.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("benchmarks.offline.build_offline_set")
 
 
 def test_parts_leave_room_for_the_tree_beside_them():
     b = _builder()
-    assert b.part_mib_for(21 << 20) == 64 - 4 - 21  # session 17's tree: 39 MiB parts, not 48
+    assert b.part_mib_for(21 << 20) == 64 - 4 - 21  # a 21 MiB tree: 39 MiB parts, not 48
     assert b.part_mib_for((21 << 20) + 1) == 38  # a partial MiB counts whole
     assert b.part_mib_for(1 << 20) == b.MAX_PART_MIB  # a small tree: the cap
 

@@ -8,16 +8,14 @@ issue's goals of what that run showed: KV cache capacity within 5 %, the trainer
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from tests.conftest import REPO
 
 pytest.importorskip("ruamel.yaml")
-sys.path.insert(0, str(REPO / "benchmarks/rl_real"))
-import plan_predictions as pp  # noqa: E402
-import summarize_real as sr  # noqa: E402
+from benchmarks.rl_real import plan_predictions as pp  # noqa: E402  (after the skip: it imports ruamel.yaml)
+from benchmarks.rl_real import summarize_real as sr  # noqa: E402
 
 RUN = REPO / "benchmarks/results/2026-12-02_h200_session7/real-4b-h200-fp8kv"
 BUNDLE = RUN.name

@@ -6,7 +6,6 @@ responses. The real 4B/8B shapes are initialised on the H200 only (run_h200_real
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,8 +47,7 @@ def test_tokenizer_is_the_models_vocabulary_and_verls_builder_renders_it(assets)
 
 
 def test_prompt_lengths_spread(assets):
-    sys.path.insert(0, str(SCRIPT.parent))
-    from make_real_assets import HI, LO
+    from benchmarks.rl_real.make_real_assets import HI, LO
 
     lengths = json.loads((assets / "data/prompt_lengths.json").read_text(encoding="utf-8"))["train"]
     assert len(lengths) == 64 and all(LO <= n <= HI for n in lengths)

@@ -50,8 +50,7 @@ def test_specs_are_base_plus_their_fields_and_nothing_else():
 
 
 def test_model_configs_are_the_catalogs_shapes():
-    sys.path.insert(0, str(REPO / "benchmarks/engine"))
-    from engine_common import catalog_config
+    from benchmarks.common.models import catalog_config
 
     for folder, model_id in (("qwen3-4b", "Qwen/Qwen3-4B"), ("qwen3-8b", "Qwen/Qwen3-8B-Base")):
         config = json.loads((HERE / "models" / folder / "config.json").read_text(encoding="utf-8"))

@@ -19,11 +19,10 @@ from tests.conftest import REPO
 
 pytest.importorskip("hydra")
 pytest.importorskip("verl")
-sys.path.insert(0, str(REPO / "benchmarks/rl_real"))
-import bundle_engine as be  # noqa: E402
-import summarize_real as sr  # noqa: E402
+from benchmarks.rl_real import bundle_engine as be  # noqa: E402  (after the skips: it imports verl)
+from benchmarks.rl_real import summarize_real as sr  # noqa: E402
 
-SCRIPT = REPO / "benchmarks/rl_real/summarize_real.py"
+SCRIPT = ["-m", "benchmarks.rl_real.summarize_real"]
 ATTEMPT5 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt5_rl.tgz"
 ESC = "\x1b"
 TASK = f"{ESC}[36m(TaskRunnerV1 pid=3107){ESC}[0m "
@@ -125,8 +124,8 @@ def synthetic(tmp_path, bundles):
 
 def test_synthetic_real_size_run(synthetic, tmp_path):
     out = tmp_path / "s.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), *map(str, synthetic), "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, *SCRIPT, *map(str, synthetic), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "### real-4b-h200-fp8kv (rc 0, 1234 s)" in proc.stdout and "| step | gen s | gen tok/s |" in proc.stdout
     c = json.loads(out.read_text())["real-4b-h200-fp8kv"]["compare"]
@@ -144,6 +143,6 @@ def test_synthetic_real_size_run(synthetic, tmp_path):
 
 
 def test_errors_are_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.tgz")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, *SCRIPT, str(tmp_path / "none.tgz")], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("summarize_real: ") and "Traceback" not in proc.stderr

@@ -25,8 +25,8 @@ pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("rl-assets")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/rl_run/make_assets.py"), "--out", str(out),
-                           "--train", "32", "--test", "8"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.rl_run.make_assets", "--out", str(out),
+                           "--train", "32", "--test", "8"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 

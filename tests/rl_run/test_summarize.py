@@ -14,10 +14,7 @@ ATTEMPT4 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt4_rl.tgz"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("rl_summarize", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("benchmarks.rl_run.summarize")
 
 
 def test_attempt4_read_back():
@@ -47,13 +44,13 @@ def test_attempt4_read_back():
 
 def test_cli_table_and_errors(tmp_path):
     out = tmp_path / "runs.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(ATTEMPT4), "--json", str(out)], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.rl_run.summarize", str(ATTEMPT4), "--json", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "### tiny-qwen3-h200-fp8 (rc 0, 344 s)" in proc.stdout and "checkpoint: global_step_3" in proc.stdout
     assert out.read_text().startswith("{")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "missing.tgz")], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.rl_run.summarize", str(tmp_path / "missing.tgz")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("summarize: ") and "Traceback" not in proc.stderr
 
 

@@ -15,19 +15,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]  # no tests.conftest: the device runs tests/runtime with --noconftest
 
-ENGINE = REPO / "benchmarks" / "engine"
 
 
 def _load(name: str):
-    sys.path.insert(0, str(ENGINE))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ENGINE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(ENGINE))
+    return importlib.import_module(f"benchmarks.engine.{name}")
 
 
 wb = _load("ws_breakdown")

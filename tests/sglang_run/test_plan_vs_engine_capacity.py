@@ -27,12 +27,7 @@ MODES = {"bf16": ("bf16", False), "fp8": ("bf16", True), "fp8kv": ("fp8_e4m3", T
 
 def _records() -> list[dict]:
     """The engines that started and generated, read by the script BENCHMARKS.md's table comes from."""
-    spec = importlib.util.spec_from_file_location(
-        "plan_vs_engine", REPO / "benchmarks" / "sglang" / "plan_vs_engine.py"
-    )
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = importlib.import_module("benchmarks.sglang.plan_vs_engine")
     return script.records([str(p) for p in sorted(RUN.glob("sbench_*.tgz"))])
 
 

@@ -1,4 +1,4 @@
-"""The SGLang device scripts (benchmarks/sglang/, issue 22) checked on CPU against what can be checked here.
+"""The SGLang benchmark scripts (benchmarks/sglang/, benchmarks/offline/) checked on CPU against what can be checked here.
 
 * Every ``sglang.Engine`` keyword the benches and probes pass is a ``ServerArgs`` field of SGLang 0.5.12 (the
   committed snapshot backends/snapshots/sglang-0.5.12.json, extracted from the release wheel).
@@ -24,26 +24,17 @@ import pytest
 from tests.conftest import REPO
 
 SGL = REPO / "benchmarks" / "sglang"
+OFFLINE = REPO / "benchmarks" / "offline"
 SNAPSHOT = REPO / "backends" / "snapshots" / "sglang-0.5.12.json"
 
 
-def _load(name: str, path: Path):
-    sys.path.insert(0, str(path.parent))
-    sys.path.insert(0, str(REPO / "benchmarks" / "engine"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(path.parent))
-        sys.path.remove(str(REPO / "benchmarks" / "engine"))
+def _load(module: str):
+    return importlib.import_module(f"benchmarks.{module}")
 
 
 @pytest.fixture(scope="module")
 def common():
-    return _load("sglang_common", SGL / "sglang_common.py")
+    return _load("sglang.sglang_common")
 
 
 def _server_args_fields() -> set[str]:
@@ -134,8 +125,8 @@ def test_parse_log_reads_sglangs_lines(common):
 
 
 def _offline_set(sets: str, without: str = ""):
-    mod = _load("build_offline_set", REPO / "benchmarks" / "engine" / "build_offline_set.py")
-    return mod.OfflineSet(REPO / "benchmarks" / "engine" / "offline_set.txt", set(sets.split(",")),
+    mod = _load("offline.build_offline_set")
+    return mod.OfflineSet(OFFLINE / "offline_set.txt", set(sets.split(",")),
                           [w for w in without.split(",") if w])
 
 
@@ -162,12 +153,12 @@ def test_sglang_pins_shadow_exactly_what_the_view_hides():
     sglang = _names(_offline_set("sglang").wheels)
     shared = {n for n in sglang if n in engine}
     assert shared == {"apache-tvm-ffi", "openai"}, shared
-    script = (SGL / "run_h200_sglang.sh").read_text()
+    script = (OFFLINE / "run_h200_sglang.sh").read_text()
     for hidden in ("vllm|vllm-*", "xgrammar|xgrammar-*", "llguidance|llguidance-*", "openai_harmony|openai_harmony-*",
                    "openai|openai-*", "tvm_ffi|apache_tvm_ffi-*"):
         assert hidden in script, hidden
     # the one-archive build leaves out exactly vLLM, the packages the view hides and the replaced pins
-    assert RL_WITHOUT in (SGL / "README.md").read_text()
+    assert RL_WITHOUT in (OFFLINE / "README.md").read_text()
 
 
 def test_split_globs_leave_the_sglang_set_and_join_their_own():
@@ -180,9 +171,9 @@ def test_split_globs_leave_the_sglang_set_and_join_their_own():
 
 
 def test_without_refuses_a_name_not_in_the_sets():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/engine/build_offline_set.py"), "--sets", "sglang",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.offline.build_offline_set", "--sets", "sglang",
                            "--without", "vllm", "--unpack", "/nonexistent-never-written"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode != 0 and "--without vllm: no such wheel" in proc.stderr
 
 
@@ -199,8 +190,8 @@ def test_import_closure_classifies_imports(tmp_path):
         "if TYPE_CHECKING:\n    import typingext\n"
         "def f():\n    import lazyext\n")
     (site / "pkg" / "sub.py").write_text("import subext\n")
-    proc = subprocess.run([sys.executable, str(SGL / "import_closure.py"), "--site", str(site), "pkg",
-                           "--lazy-in", "pkg"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.sglang.import_closure", "--site", str(site), "pkg",
+                           "--lazy-in", "pkg"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     sections = {}
     current = None

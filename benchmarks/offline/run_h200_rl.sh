@@ -3,7 +3,7 @@
 # (FP8 and BF16), keep the logs in $OUT/rl.tgz. Bundles come compiled from the CPU machine in .rl/bundles/
 # (see README.md).
 #
-#   bash benchmarks/rl_run/run_h200_rl.sh            # both runs, in parallel on GPUs 0 and 1 when there are two
+#   bash benchmarks/offline/run_h200_rl.sh            # both runs, in parallel on GPUs 0 and 1 when there are two
 #
 # Each run gets its own Ray head (its own GPU, temp dir and loopback ports) and the bundle's launch.sh is run
 # by hand on it (RAY_ADDRESS set): the path the bundle README documents for a Ray head. The heads are stopped
@@ -22,10 +22,10 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | grep -v -i warning
 fi
 python3 -c "import verl, vllm, ray, torch; print('verl', verl.__version__, 'vllm', vllm.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 | tee "$OUT/rl/env.txt"
-python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl 2>&1 | tail -n 2 | tee "$OUT/rl/assets.log"
+python3 -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl 2>&1 | tail -n 2 | tee "$OUT/rl/assets.log"
 # An MoE bundle (name with "moe", e.g. benchmarks/weight_sync/tiny-qwen3-moe-h200-direct.yaml) reads model-moe/.
 if [[ "${RL_RUNS:-}" == *moe* ]]; then
-  python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl --config specs/models/tiny-qwen3-moe/config.json \
+  python3 -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl --config specs/models/tiny-qwen3-moe/config.json \
     --model-dir model-moe 2>&1 | tail -n 1 | tee -a "$OUT/rl/assets.log"
 fi
 ngpu=$(nvidia-smi -L | wc -l)
@@ -75,6 +75,6 @@ python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
 for name in "${runs[@]}"; do
   echo "== $name"; grep -E "Traceback|Error" "$OUT/rl/$name.log" | cut -c1-300 | tail -n 8
 done
-python3 benchmarks/rl_run/summarize.py "$OUT/rl" --json "$OUT/rl/summary.json"
+python3 -m benchmarks.rl_run.summarize "$OUT/rl" --json "$OUT/rl/summary.json"
 echo "total $(( $(date +%s) - t0 ))s"
 tar czf "$OUT/rl.tgz" -C "$OUT" rl && rm -rf "${OUT:?}/rl"

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# The real-size RL runs on the H200 (issue 24; benchmarks/rl_real/README.md), one step per device call:
+# The real-size RL runs (benchmarks/rl_real/README.md) on a GPU machine without network, one step at a time:
 #
-#   bash benchmarks/rl_real/run_h200_real.sh receive NN        the carried .engine/partNN into /tmp/engine
-#   bash benchmarks/rl_real/run_h200_real.sh install           the engine + verl offline set into /tmp/site
-#   bash benchmarks/rl_real/run_h200_real.sh assets SET        model, tokenizer, data of SET (4b-h200 | 8b-h200x2)
-#   bash benchmarks/rl_real/run_h200_real.sh bare BUNDLE       step 1's generation in a bare vLLM engine, settings,
+#   bash benchmarks/offline/run_h200_real.sh receive NN        the carried .engine/partNN into /tmp/engine
+#   bash benchmarks/offline/run_h200_real.sh install           the engine + verl offline set into /tmp/site
+#   bash benchmarks/offline/run_h200_real.sh assets SET        model, tokenizer, data of SET (4b-h200 | 8b-h200x2)
+#   bash benchmarks/offline/run_h200_real.sh bare BUNDLE       step 1's generation in a bare vLLM engine, settings,
 #                                                          prompts and sampling read from the bundle; one replica
 #                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
-#   bash benchmarks/rl_real/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
-#   bash benchmarks/rl_real/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
-#   bash benchmarks/rl_real/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
+#   bash benchmarks/offline/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
+#   bash benchmarks/offline/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
+#   bash benchmarks/offline/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
 #                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz;
 #                                                          exit 3 at once when this machine holds no run
 #
 # BUNDLE is a folder under .rl/bundles/ compiled on the CPU machine (README.md), e.g. real-4b-h200-fp8kv.
-# GPUS=0 (or 1, or 0,1) pins a step to those GPUs (default: all): on an nvidia-h200-x2 two one-GPU bundles run
+# GPUS=0 (or 1, or 0,1) pins a step to those GPUs (default: all): on a two-GPU machine two one-GPU bundles run
 # side by side (`GPUS=0 ... rl-start A; GPUS=1 ... rl-start B`, each with its own Ray head, ports and temp dir;
 # PORT_BASE differs per run: 20000 default, give the second 21000).
 # launch.sh gets run_overrides.txt appended (none touches the engine; the file says why each is there).
-# RL_SYNC_RUN=1 (rl-start) appends sync_run_overrides.txt too: the weight-sync run of issue 23 (the file says why).
+# RL_SYNC_RUN=1 (rl-start) appends sync_run_overrides.txt too: the weight-sync run (the file says why).
 # VLLM_LOGGING_LEVEL=INFO replaces verl's WARN (verl keeps a value the launching shell sets:
 # verl/trainer/constants_ppo.py get_ppo_ray_runtime_env), so the engine's own KV-cache lines reach the log.
 set -uo pipefail
@@ -67,25 +67,25 @@ PY
 }
 
 case $step in
-  receive) bash benchmarks/engine/run_h200_engine.sh receive "$1" engine ;;
+  receive) bash benchmarks/offline/run_h200_engine.sh receive "$1" engine ;;
   install)
-    bash benchmarks/engine/install_offline.sh /tmp/engine /tmp/site || exit
+    bash benchmarks/offline/install_offline.sh /tmp/engine /tmp/site || exit
     python3 -c "import vllm, verl, ray, torch; print('vllm', vllm.__version__, 'verl', verl.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 ;;
   assets)
     set_name=${1:?assets SET}; size=${set_name%%-*}
-    python3 benchmarks/rl_real/make_real_assets.py --out /tmp/fp8spec-real \
+    python3 -m benchmarks.rl_real.make_real_assets --out /tmp/fp8spec-real \
       --config "benchmarks/rl_real/models/qwen3-$size/config.json" --model-dir "model-$size" 2>&1 | tail -n 2 ;;
   bare)
     bundle=${1:?bare BUNDLE}; dir=$OUT/bare-$bundle
     mkdir -p "$dir"
-    reps=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks/rl_real'); import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
+    reps=$(python3 -c "from benchmarks.rl_real import bundle_engine as be; print(be.replicas(be.compose(__import__('pathlib').Path('.rl/bundles/$bundle'))))")
     eval "$(bundle_env "$bundle")"
     export PYTHONPATH="$PWD/.rl/bundles/$bundle/lib:$PYTHONPATH"  # as launch.sh: verl imports the patch set
     # the driver has touched CUDA before LLM() starts its worker: a forked worker cannot re-initialise it
     # (seen on the H200, 2026-12-02); verl's server process is spawned by Ray, so its worker never inherits CUDA
     export VLLM_WORKER_MULTIPROC_METHOD=spawn
     for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
-      CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 benchmarks/engine/bench_rollout.py \
+      CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 -m benchmarks.engine.bench_rollout \
         --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --json "$dir/replica$r.json" \
         > "$dir/replica$r.log" 2>&1 &
     done
@@ -96,7 +96,7 @@ case $step in
     bundle=$1 dir=$2 p=${PORT_BASE:-20000}
     mkdir -p "$dir"
     mapfile -t extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/run_overrides.txt)
-    if [[ ${RL_SYNC_RUN:-0} == 1 ]]; then  # the weight-sync run (issue 23): shorter responses, three steps
+    if [[ ${RL_SYNC_RUN:-0} == 1 ]]; then  # the weight-sync run: shorter responses, three steps
       mapfile -t -O "${#extra[@]}" extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/sync_run_overrides.txt)
     fi
     sample_gpus "$dir" &
@@ -121,10 +121,10 @@ case $step in
   rl)
     bash "$0" rl-start "${1:?rl BUNDLE}" && bash "$0" rl-wait "${2:-480}" ;;
   rl-wait)
-    # no run folder: this machine never ran rl-start (a lease ended between calls and the call found a fresh
-    # machine); waiting would only spend device time (session 17 lost 480 s that way)
+    # no run folder: this machine never ran rl-start (the machine that did is gone, and this step landed on a
+    # fresh one); waiting would only spend the step's seconds on nothing
     if ! compgen -G "$ROOT/*/" > /dev/null; then
-      echo "rl-wait: no run under $ROOT on this machine (a fresh machine: the lease that ran rl-start has ended)" >&2
+      echo "rl-wait: no run under $ROOT on this machine (a fresh machine: the one that ran rl-start is gone)" >&2
       exit 3
     fi
     for _ in $(seq "${1:-540}"); do compgen -G "$ROOT/*/DONE" > /dev/null && break; sleep 1; done
@@ -132,12 +132,12 @@ case $step in
       dir=${dir%/}; bundle=$(basename "$dir")
       grep -h -o -E "step:[0-9]+ - " "$dir/$bundle.log" 2> /dev/null | sort -u | tail -n 8
       if [[ -f $dir/DONE ]]; then
-        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 40
+        python3 -m benchmarks.rl_real.summarize_real "$dir" 2>&1 | tail -n 40
         rm -f "$dir/DONE"; tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle" && rm -rf "${dir:?}"
       else  # a snapshot of what is there now (the steps so far), the run goes on while the machine stays warm
         echo "rl-wait: $bundle still running; snapshot in $OUT/rl-$bundle.tgz"
         tail -n 3 "$dir/$bundle.log" 2> /dev/null | cut -c1-300
-        python3 benchmarks/rl_real/summarize_real.py "$dir" 2>&1 | tail -n 12
+        python3 -m benchmarks.rl_real.summarize_real "$dir" 2>&1 | tail -n 12
         tar czf "$OUT/rl-$bundle.tgz" -C "$ROOT" "$bundle"
       fi
     done ;;

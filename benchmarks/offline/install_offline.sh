@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the offline set on the H200 (no network there): bash install_offline.sh PARTS_DIR TARGET
 #
-# PARTS_DIR holds offline.sha256 and offline.tar.xz.partNN, copied there by earlier device calls (one part per
-# call: each call carries .engine/partNN and copies it into PARTS_DIR). Checks every checksum, unpacks the
+# PARTS_DIR holds offline.sha256 and offline.tar.xz.partNN, copied there one part at a time
+# (run_h200_engine.sh receive NN copies the carried .engine/partNN into PARTS_DIR). Checks every checksum, unpacks the
 # filtered wheels (site/: vLLM, sglang-kernel, ... without their stripped files) into TARGET, installs the other
 # wheels into TARGET with pip --no-index --no-deps, keeps shared libraries in TARGET/.libs and source packages in
 # TARGET/.sdists, and prints the PYTHONPATH to use. Idempotent: a TARGET that already holds this archive's install is kept.

@@ -1,7 +1,7 @@
 """Build the offline install set for the H200 (no network there) from PyPI, on any CPU machine.
 
-    python benchmarks/engine/build_offline_set.py [--sets engine,verl] [--out .engine] [--part-mib N]
-    python benchmarks/engine/build_offline_set.py --sets engine,verl,sglang --unpack /tmp/sgl-site  # read only
+    python -m benchmarks.offline.build_offline_set [--sets engine,verl] [--out .engine] [--part-mib N]
+    python -m benchmarks.offline.build_offline_set --sets engine,verl,sglang --unpack /tmp/sgl-site  # read only
 
 Reads ``offline_set.txt``: one pinned wheel per line with the set it belongs to; ``strip GLOB`` lines (files of
 any wheel that the H200 path never loads: the wheel is then unpacked without them, RECORD lines included);
@@ -12,8 +12,8 @@ lines (packages PyPI has only as source, built on the device). Downloads each wh
 x86_64 (cached in ``~/.cache/fp8spec/offline``), packs whole wheels as ``wheels/*.whl``, filtered wheels as an
 installed tree under ``site/`` (sdists as ``sdists/*.tar.gz``, or, once a device build was fetched back into the
 cache as ``NAME-VERSION-*.whl``, that wheel instead) into one deterministic ``offline.tar.xz``, split into parts
-of at most ``--part-mib`` MiB (default: what a device call can carry beside this working tree, ``part_mib_for``)
-(``OUT/part01/offline.tar.xz.part01``, ...; one folder per part so each device call can carry one part).
+of at most ``--part-mib`` MiB (default: what one transfer can carry beside this working tree, ``part_mib_for``)
+(``OUT/part01/offline.tar.xz.part01``, ...; one folder per part so each transfer can carry one part).
 ``OUT/part01/offline.sha256`` holds the checksum of the whole archive and of each part; ``install_offline.sh``
 checks them on the device before it installs. ``--without NAME[==VERSION],...`` leaves wheels out (one archive
 for SGLang's path alone: the engine and verl sets without vLLM and the pins the sglang set replaces).
@@ -250,13 +250,13 @@ def pack(tar: tarfile.TarFile | None, chosen: OfflineSet, unpack: Path | None) -
     return len(chosen.wheels), len(chosen.sdists)
 
 
-CARRY_LIMIT_MIB = 64  # a device call carries the working tree plus the carried paths, 64 MiB in all
+CARRY_LIMIT_MIB = 64  # a transfer to the GPU machine carries the working tree plus one part, 64 MiB in all
 CARRY_HEADROOM_MIB = 4  # room for a small carried path beside the part (.rl/bundles: under 1 MiB)
 MAX_PART_MIB = 48
 
 
 def tree_bytes(repo: Path) -> int:
-    """The bytes a device call sends besides what it carries: tracked files and untracked ones git does not
+    """The bytes a transfer sends besides the part: tracked files and untracked ones git does not
     ignore (`git ls-files -co --exclude-standard`)."""
     names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=repo, check=True,
                            capture_output=True).stdout.split(b"\0")
@@ -265,10 +265,10 @@ def tree_bytes(repo: Path) -> int:
 
 def part_mib_for(tree: int) -> int:
     """The largest part (MiB) a call carries beside a tree of ``tree`` bytes. The tree grows with every committed
-    result: at 21 MiB, 48 MiB parts made every call too large (session 17)."""
+    result: at 21 MiB, 48 MiB parts made every transfer too large."""
     room = CARRY_LIMIT_MIB - CARRY_HEADROOM_MIB - -(-tree // (1 << 20))
     if room < 8:
-        raise SystemExit(f"build_offline_set: the working tree is {tree / 2**20:.1f} MiB; a device call carries "
+        raise SystemExit(f"build_offline_set: the working tree is {tree / 2**20:.1f} MiB; a transfer carries "
                          f"{CARRY_LIMIT_MIB} MiB in all, too little room for a part")
     return min(room, MAX_PART_MIB)
 

@@ -1,0 +1,1 @@
+"""Carrying the benchmarks' packages to a GPU machine without network (README.md)."""

@@ -1,0 +1,1 @@
+"""Small RL runs of compiled bundles: assets, and the tables read back from their logs."""

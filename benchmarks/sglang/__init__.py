@@ -1,0 +1,1 @@
+"""SGLang engine benchmarks: the vLLM ones' counterparts on verl's SGLang rollout path."""

@@ -1,0 +1,1 @@
+"""The trainer side of a weight sync, measured without an engine."""
