@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "benchmarks/rl_real"))
 import plan_predictions as pp  # noqa: E402
 import summarize_real as sr  # noqa: E402
 
-RUN = REPO / "benchmarks/results/2026-12-02_h200_session7/real-4b-h200-fp8kv"
+RUN = REPO / "tests/data/rl_real/real-4b-h200-fp8kv"
 BUNDLE = RUN.name
 
 

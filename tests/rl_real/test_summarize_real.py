@@ -24,7 +24,7 @@ import bundle_engine as be  # noqa: E402
 import summarize_real as sr  # noqa: E402
 
 SCRIPT = REPO / "benchmarks/rl_real/summarize_real.py"
-ATTEMPT5 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt5_rl.tgz"
+ATTEMPT5 = REPO / "tests/data/rl_run/fp8_bf16_5steps_rl.tgz"
 ESC = "\x1b"
 TASK = f"{ESC}[36m(TaskRunnerV1 pid=3107){ESC}[0m "
 SERVER = f"{ESC}[36m(vLLMHttpServer pid=6526){ESC}[0m "

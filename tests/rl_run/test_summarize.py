@@ -10,7 +10,7 @@ import sys
 from tests.conftest import REPO
 
 SCRIPT = REPO / "benchmarks/rl_run/summarize.py"
-ATTEMPT4 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt4_rl.tgz"
+ATTEMPT4 = REPO / "tests/data/rl_run/fp8_bf16_3steps_short_tokenizer_rl.tgz"
 
 
 def _module():
@@ -57,8 +57,8 @@ def test_cli_table_and_errors(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("summarize: ") and "Traceback" not in proc.stderr
 
 
-ATTEMPT5 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt5_rl.tgz"
-ATTEMPT6 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt6_fp8_repeat_rl.tgz"
+ATTEMPT5 = REPO / "tests/data/rl_run/fp8_bf16_5steps_rl.tgz"
+ATTEMPT6 = REPO / "tests/data/rl_run/fp8_5steps_repeat_rl.tgz"
 
 
 def test_attempt5_is_what_benchmarks_md_reports():

@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import REPO
 
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "tests" / "data" / "sglang_run"
 RUNS = {
-    256: (RESULTS / "2026-12-02_h200_session8" / "sbench_8b_fp8.tgz", "sglang-qwen3-8b-fp8kv-dg0-flashinfer"),
-    257: (RESULTS / "2026-12-02_h200_session9" / "sbench_8b_fp8kv_mrr257.tgz", "sglang-qwen3-8b-fp8kv-dg0-flashinfer"),
+    256: (RESULTS / "sbench_8b_fp8.tgz", "sglang-qwen3-8b-fp8kv-dg0-flashinfer"),
+    257: (RESULTS / "par015_8b_fp8kv_mrr257.tgz", "sglang-qwen3-8b-fp8kv-dg0-flashinfer"),
 }
 DECODE = re.compile(r"Decode batch, #running-req: (\d+),.*#queue-req: (\d+)")
 
