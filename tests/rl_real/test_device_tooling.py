@@ -1,8 +1,8 @@
-"""The device tooling's two guards from session 17.
+"""The device tooling's two guards.
 
 run_h200_real.sh's rl-wait on a machine that holds no run stops at once with exit 3 and says why, instead of
-waiting out its seconds (a lease ended between two calls, the next call found a fresh machine and spent 480 s of
-device time waiting on nothing); with a run folder it waits and snapshots as before. build_offline_set.py sizes
+waiting out its seconds (a machine given back between two calls, the next call found a fresh one and waited
+480 s on nothing); with a run folder it waits and snapshots as before. build_offline_set.py sizes
 its parts so that a call carries one beside the working tree (48 MiB parts and a 21 MiB tree were refused)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _builder():
 
 def test_parts_leave_room_for_the_tree_beside_them():
     b = _builder()
-    assert b.part_mib_for(21 << 20) == 64 - 4 - 21  # session 17's tree: 39 MiB parts, not 48
+    assert b.part_mib_for(21 << 20) == 64 - 4 - 21  # a 21 MiB tree: 39 MiB parts, not 48
     assert b.part_mib_for((21 << 20) + 1) == 38  # a partial MiB counts whole
     assert b.part_mib_for(1 << 20) == b.MAX_PART_MIB  # a small tree: the cap
 

@@ -261,7 +261,7 @@ print(json.dumps({'pending': _importhook._pending.get(%r, []).__len__(),
                   'order': [getattr(c, '__qualname__', repr(c)) for c in _importhook._pending.get(%r, [])]}))
 """ % (MOD, MOD)
     off = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync", "FP8SPEC_FUSED_SEND": "0"})
-    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})  # on by default (BENCHMARKS.md 8.4, 8.6)
+    on = _run(code, {"FP8SPEC_RUNTIME_PATCHES": "direct_sync"})  # on by default (docs/results.md#weight-sync)
     assert on["pending"] == off["pending"] + 1
     fused_at = next(i for i, q in enumerate(on["order"]) if "_fused" in q)
     timing_at = next(i for i, q in enumerate(on["order"]) if q == "patch_bucket_sender")

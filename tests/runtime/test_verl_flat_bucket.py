@@ -405,7 +405,7 @@ def test_fallback_mixed_dtypes(hook):
 
 @pytest.mark.parametrize("fmt", FMTS)
 def test_fp32_buckets_of_an_fsdp_trainer_are_cast_once_and_quantized_flat(hook, fmt):
-    """FSDP streams float32 master weights (H200 RL run, BENCHMARKS.md 5: every sync took the list path).
+    """FSDP streams float32 master weights (H200 RL run, docs/results.md#rl-runs: every sync took the list path).
     A bucket of float32 tensors is cast to bf16 once and quantized flat; bits as verl's ``v.to(bf16)``."""
     gen = torch.Generator().manual_seed(19)
     stream = [(n, t.float()) for n, t in model_stream(gen)]
@@ -638,7 +638,7 @@ def test_gpu_flat_bucket_bit_identical(hook, fmt, knobs):
         assert fl.FAST_STATS["fast"] == st["cache_hits"] and fl.FAST_STATS["fallbacks"] == 0
 
 
-# ------------------------------------------------------------ the flat path's knobs (issue 5)
+# ------------------------------------------------------------ the flat path's knobs
 KNOB_ENV = {
     "lean_prelaunch": "FP8SPEC_QUANT_LEAN_PRELAUNCH",
     "fast_launch": "FP8SPEC_QUANT_FAST_LAUNCH",
@@ -652,7 +652,7 @@ def test_knob_table_and_defaults(monkeypatch):
         monkeypatch.delenv(env, raising=False)
     assert {k: FLAT_KNOBS[k] for k in KNOB_ENV} == KNOB_ENV
     st = QuantSettings.from_env({"fast_block_quant"})
-    # defaults: what BENCHMARKS.md section 3 says (no memory held between syncs by default)
+    # defaults: what docs/results.md#quantization-kernel says (no memory held between syncs by default)
     assert st.flat_buckets and st.reuse_outputs and st.lean_prelaunch and st.fast_launch
     assert not st.prealloc_outputs and not st.keep_outputs
     monkeypatch.setenv("FP8SPEC_QUANT_KEEP_OUTPUTS", "yes")

@@ -52,5 +52,5 @@ def test_with_257_slots_all_256_run_at_once_and_the_tail_is_gone(runs):
     assert all(q == 0 for _, q in decode) and min(r for r, _ in decode) == 256
     before = runs[256][1]
     assert record["output_tokens"] == before["output_tokens"] == 256 * 1536
-    # the rule's claim: the extra wave is gone (50.9 s -> 40.0 s on the H200, BENCHMARKS.md 7.6)
+    # the rule's claim: the extra wave is gone (50.9 s -> 40.0 s on the H200, docs/results.md#rollout-throughput)
     assert record["generate_s"] < 0.85 * before["generate_s"]

@@ -1,4 +1,4 @@
-"""The SGLang device scripts (benchmarks/sglang/, issue 22) checked on CPU against what can be checked here.
+"""The SGLang device scripts (benchmarks/sglang/) checked on CPU against what can be checked here.
 
 * Every ``sglang.Engine`` keyword the benches and probes pass is a ``ServerArgs`` field of SGLang 0.5.12 (the
   committed snapshot backends/snapshots/sglang-0.5.12.json, extracted from the release wheel).

@@ -1,4 +1,4 @@
-"""The issue-25 cases of hints that contradicted themselves, each with the right answer now (the property test,
+"""Cases of hints that contradicted themselves, each with the right answer now (the property test,
 test_hint_promises.py, covers the general claim)."""
 
 from __future__ import annotations
