@@ -125,8 +125,7 @@ class LinearSection(Section):
         "auto",
         description="Which kernel re-quantizes the BF16 weights to blockwise FP8 at every weight sync. verl: "
         "verl's per-tensor scaled_fp8_blockwise. fp8spec: the runtime patch fast_block_quant (one launch per "
-        "received bucket, IEEE-exact scales; Qwen3-30B-A3B sync 4.94 s -> 3.06 s on an H200, "
-        "measured:sync.fast_block_quant.qwen3_30b_a3b_s). "
+        "received bucket, IEEE-exact; Qwen3-30B-A3B 4.94 -> 3.06 s, measured:sync.fast_block_quant.qwen3_30b_a3b_s). "
         "direct: the runtime patch direct_sync (vLLM only): each received bucket is quantized straight into the "
         "engine's fused and stacked FP8 parameters through a plan built once from the engine, without vLLM's "
         "per-tensor load_weights; names outside the plan go through verl's receiver, counted in the log; refused "
@@ -136,8 +135,7 @@ class LinearSection(Section):
         "auto (default): direct where the engine's profile records it byte-exact at this rollout tp and trained "
         "inside an RL loop with this trainer on this kind of model (vLLM 0.24.0: tp 1, FSDP, dense or MoE, "
         "fp32 scales); else fp8spec on the stacks where it was shown byte-exact in the real engine and has run "
-        "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 is byte-exact, docs/results.md#weight-sync, "
-        "but "
+        "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 byte-exact, docs/results.md#weight-sync, but "
         "not yet run in the loop), verl elsewhere; an explicit fp8spec where it was not shown byte-exact warns "
         "(BLK005). Only with linear.quantize.",
     )
@@ -145,8 +143,7 @@ class LinearSection(Section):
         None,
         description="Whether vLLM runs the block-FP8 linears on DeepGEMM (env VLLM_USE_DEEP_GEMM). DeepGEMM "
         "compiles its kernels when the engine starts (894 shapes, about 10 minutes for a fresh node on an "
-        "H200) and was +8 % on Qwen3-8B, -7 % on Qwen3-30B-A3B rollouts (measured:rollout.vllm.deep_gemm_ratio.qwen3_8b, "
-        "measured:rollout.vllm.deep_gemm_ratio.qwen3_30b_a3b). Unset (default): "
+        "H200) and was +8 % on Qwen3-8B, -7 % on Qwen3-30B-A3B (measured:rollout.vllm.deep_gemm_ratio.*). Unset: "
         "vLLM's default, on where supported. vLLM only (rule BLK004); only with linear.quantize.",
     )
 

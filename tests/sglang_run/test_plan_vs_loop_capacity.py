@@ -13,8 +13,8 @@ import json
 import re
 import tarfile
 
-from tests.cli.inprocess import run_cli_here
 from fp8spec.plan.facts import measured
+from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 
 LOG = REPO / "tests" / "data" / "sglang_run" / "sglang_rl_fp8kv.tgz"
