@@ -2,7 +2,7 @@
 
 Root reads and searches anything (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so a permission test run as root
 must give that up. Switching to another user (nobody) would also lose the checkout and its venv whenever they
-sit in a private (0700) folder, as a clone in a home directory or made with `mktemp -d` does (issue 25). So
+sit in a private (0700) folder, as a clone in a home directory or made with `mktemp -d` does. So
 root keeps its uid and drops every capability instead: with an empty bounding set, exec gives uid 0 no
 capabilities, and the mode bits bind it as they bind any owner (a mode-0 file is unreadable, a 0600 folder
 unsearchable), while the 0700 clone stays its own."""

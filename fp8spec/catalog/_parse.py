@@ -17,7 +17,7 @@ MAX_DIM = 2**31 - 1
 MAX_LAYERS = 4096
 MAX_EXPERTS = 65536
 # layers x experts: Kimi K2 (61 x 384 = 23,424) and DeepSeek-V3 (61 x 256) with room. It bounds what
-# validation walks once per model (benchmarks/bench_validate_bounds.py, BENCHMARKS.md: the worst config
+# validation walks once per model (benchmarks/bench_validate_bounds.py, docs/results.md: the worst config
 # inside these bounds validates within the 2 s / 500 MB target)
 MAX_EXPERT_MODULES = 32_768
 

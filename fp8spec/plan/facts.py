@@ -1,7 +1,9 @@
 """The data the planner reads: GPU memory, backend memory facts (from backends/), estimates and gains.
 
 Numbers live in data files, never in this package's code: fp8spec/data/{gpu_memory,memory_estimates,
-expected_gains}.yaml and the ``memory.*`` facts of the backend profiles.
+expected_gains,trainer_gains,measured}.yaml and the ``memory.*`` facts of the backend profiles. A measured figure
+lives once, in measured.yaml; the other data files cite it as ``measured:<id>`` and read its value through
+``measured``.
 """
 
 from __future__ import annotations
@@ -46,12 +48,37 @@ def estimate_basis(section: str, name: str) -> str:
     return " ".join(str(_load("memory_estimates.yaml")[section][name]["basis"]).split())
 
 
+CITATION = "measured:"
+
+
+def measured(figure_id: str) -> Any:
+    """The value of one measured figure (fp8spec/data/measured.yaml; docs/results.md shows it)."""
+    figures = _load("measured.yaml")["figures"]
+    if figure_id not in figures:
+        raise KeyError(f"no figure {figure_id!r} in fp8spec/data/measured.yaml")
+    return figures[figure_id]["value"]
+
+
+def _cited(value: Any) -> Any:
+    """A data file's value, with a ``measured:<id>`` citation replaced by that figure's value."""
+    if isinstance(value, str) and value.startswith(CITATION):
+        return measured(value[len(CITATION) :])
+    return value
+
+
+@lru_cache(maxsize=None)
+def _with_figures(name: str) -> dict:
+    data = dict(_load(name))
+    data["entries"] = [{k: _cited(v) for k, v in e.items()} for e in data["entries"]]
+    return data
+
+
 def gains() -> dict:
-    return _load("expected_gains.yaml")
+    return _with_figures("expected_gains.yaml")
 
 
 def trainer_gains() -> dict:
-    return _load("trainer_gains.yaml")
+    return _with_figures("trainer_gains.yaml")
 
 
 @dataclass(frozen=True)

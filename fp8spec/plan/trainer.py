@@ -177,8 +177,8 @@ def _micro_batch_tokens(spec, verl) -> int:
 
 
 def _stage_layers(spec, layers: int, pp: int) -> list[int]:
-    """Decoder layers per pipeline stage: uneven first/last stages when the spec gives them (field names
-    of issue 10, read defensively), otherwise Megatron's even split."""
+    """Decoder layers per pipeline stage: uneven first/last stages when the spec gives them (the spec's
+    field names, read defensively), otherwise Megatron's even split."""
     p = spec.training.parallel
     first = getattr(p, "first_stage_layers", None) or getattr(p, "num_layers_in_first_pipeline_stage", None)
     last = getattr(p, "last_stage_layers", None) or getattr(p, "num_layers_in_last_pipeline_stage", None)

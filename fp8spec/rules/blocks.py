@@ -185,7 +185,7 @@ def block_size_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     quant_weights (vLLM path, in the engine's workers) or FP8QuantizerHelper.quant_weights_by_name (SGLang path,
     in the trainer). It is written against exact verl and engine versions (fp8spec/runtime/manifest.py) and
     refuses unknown ones at start; on vLLM 0.24.0 under verl 0.9.1 it was run through verl's own receiver into
-    the real engine (BENCHMARKS.md 4.3).""",
+    the real engine (docs/results.md#weight-sync).""",
     "use linear.sync_quantizer: auto (fp8spec where proven, verl elsewhere) or verl",
     needs_model=False,
     # every profiled version is supported: a version without a profile (REF002 fires too) shows the rule
@@ -215,7 +215,7 @@ def sync_quantizer_unsupported(ctx: ResolvedSpec) -> Iterator[Finding]:
     "The fp8spec weight-sync quantizer was not shown byte-exact in this engine.",
     """An explicit linear.sync_quantizer: fp8spec is proven where the engine's profile records fast_block_quant
     as run in the real engine and byte-exact against a fresh engine loaded from the reference quantization
-    (verified.fast_block_quant_in_engine: vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12, BENCHMARKS.md 7.4);
+    (verified.fast_block_quant_in_engine: vLLM 0.24.0, docs/results.md#weight-sync; SGLang 0.5.12, docs/results.md#weight-sync);
     auto also waits for a run inside an RL loop (verified.fast_block_quant_in_loop: vLLM 0.24.0 only so far).
     Elsewhere (vLLM 0.33.0, SGLang 0.5.23: profiled from source, never run) an explicit fp8spec still wins, but
     unproven: the patch replaces a verl function whose callers and the engine's loaders may have moved.""",
@@ -260,7 +260,7 @@ def sync_quantizer_unverified(ctx: ResolvedSpec) -> Iterator[Finding]:
     behind its loaders is only safe once a device run shows the synced engine byte-identical to a fresh one
     (greedy outputs equal where the engine is reproducible); the engine's profile records that as
     verified.direct_sync_in_engine, and the largest rollout tp it was shown at as verified.direct_sync_max_tp
-    (vLLM 0.24.0: TP1, BENCHMARKS.md 8.1). The plan reads vLLM's loaders only: SGLang has no direct path. It
+    (vLLM 0.24.0: TP1, docs/results.md#weight-sync). The plan reads vLLM's loaders only: SGLang has no direct path. It
     writes FP32 block scales only (linear.scale_dtype fp32): with ue8m0 the engine would get scales that are not
     powers of two.""",
     "use linear.sync_quantizer: auto or fp8spec; for a measurement run, acknowledge BLK006 with the reason",

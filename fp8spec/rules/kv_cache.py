@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     "error",
     "The requested KV-scale recalibration cannot be realised on this engine version.",
     """The paper re-armed vLLM's calculate_kv_scales after every weight sync. vLLM removed that option
-    (deprecated in #37201, removed in #49389; 0.33 has no such field), verl never merged the re-arming
+    (deprecated in vLLM #37201, removed in vLLM #49389; 0.33 has no such field), verl never merged the re-arming
     (verl PR #4435 is open), and SGLang never had it (sglang #6518). Per-step scales therefore come from the
     fp8spec runtime patch 'kv_scales', which must know the engine version.""",
     "use an engine version the runtime patch supports (listed in the message), or kv_cache.recalibrate: none",
@@ -54,7 +54,7 @@ def kv_recalibration_unrealisable(ctx: ResolvedSpec) -> Iterator[Finding]:
     "kv-fp8-uncalibrated",
     "warning",
     "FP8 KV cache with no calibration runs with scales of 1.0.",
-    """Without a checkpoint or pushed scales, vLLM (since #49389) and SGLang fall back to k/v scales of 1.0
+    """Without a checkpoint or pushed scales, vLLM (since vLLM #49389) and SGLang fall back to k/v scales of 1.0
     ("Defaulting to scaling factors of 1.0"); sgl-cookbook #237 removed fp8_e4m3 KV from recipes because
     uncalibrated scales degraded reasoning accuracy.""",
     "calibrate the scales (kv_cache.recalibrate) where the engine and model allow it, or use a BF16 KV cache",

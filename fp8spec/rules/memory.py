@@ -176,7 +176,7 @@ def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     """The training peak (state, activations, logits, gather buffers, CUDA context; see MEM005) is exact in
     its state and modelled in the rest. Within a margin of the GPU (fp8spec/data/memory_estimates.yaml
     trainer.peak_margin, 10 %: 25 times the planner's largest measured error, 0.4 % on the rollout engine,
-    BENCHMARKS.md 4.1, and the room left to the unmeasured trainer terms) it is a warning (MEM005); beyond it the
+    docs/results.md#rollout-throughput, and the room left to the unmeasured trainer terms) it is a warning (MEM005); beyond it the
     first long micro-batch runs out of memory on the cluster, so the spec is refused.""",
     "lower the micro-batch or the dynamic-batching token budget (not below one sequence), shorten "
     "rollout.max_response_length, shard activations further (Megatron: training.parallel.tp, pp or cp), or "
@@ -205,7 +205,7 @@ def trainer_peak_far_beyond_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     the sender allocates one bucket of rollout.sync_bucket_mb on the trainer's GPU
     (checkpoint_engine.update_weights_bucket_megabytes, default 2048; bucketed_weight_transfer.py _init_buffer).
     A bucket that does not fit beside them fails with CUDA out of memory at the first sync, after the first
-    rollout and training pass. Larger buckets do make a sync cheaper (BENCHMARKS.md 8.12), so the largest that
+    rollout and training pass. Larger buckets do make a sync cheaper (docs/results.md#weight-sync), so the largest that
     fits is the fix.""",
     "lower rollout.sync_bucket_mb (the message gives the memory it shares) or offload the optimizer",
     skip_when=no_memory_plan,

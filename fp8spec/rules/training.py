@@ -179,7 +179,7 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     "warning",
     "End-to-end FP8 training was measured slower than BF16 for this model class.",
     """The layer benchmark in the real stack (megatron-core 0.18.2 + TransformerEngine 2.20.2 on an H200,
-    BENCHMARKS.md section 6.1) has a Qwen3-30B-A3B MoE layer 19-36 % slower in FP8 blockwise than in BF16
+    docs/results.md#trainer-layer-cost) has a Qwen3-30B-A3B MoE layer 19-36 % slower in FP8 blockwise than in BF16
     (small per-expert GEMMs do not pay for the quantization of activations, weights and gradients) while a dense
     Qwen3-8B layer gains 19 % at 22.5K-token micro-batches. Users report both signs (the FP8-RL paper: about 20 %
     less learner time; verl #7232: end-to-end FP8 slower for Qwen3-30B-A3B on H200). The FP8 rollout's gain does
@@ -204,6 +204,6 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     if g is not None and g.ratio < 1.0:
         yield Finding(
             f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "
-            f"model class ({g.workload}, BENCHMARKS.md 6.1)",
+            f"model class ({g.workload}, docs/results.md#trainer-layer-cost)",
             "training.precision",
         )

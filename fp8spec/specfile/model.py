@@ -125,17 +125,17 @@ class LinearSection(Section):
         "auto",
         description="Which kernel re-quantizes the BF16 weights to blockwise FP8 at every weight sync. verl: "
         "verl's per-tensor scaled_fp8_blockwise. fp8spec: the runtime patch fast_block_quant (one launch per "
-        "received bucket, IEEE-exact scales; Qwen3-30B-A3B sync 4.94 s -> 3.06 s on an H200, BENCHMARKS.md 4.3). "
+        "received bucket, IEEE-exact; Qwen3-30B-A3B 4.94 -> 3.06 s, measured:sync.fast_block_quant.qwen3_30b_a3b_s). "
         "direct: the runtime patch direct_sync (vLLM only): each received bucket is quantized straight into the "
         "engine's fused and stacked FP8 parameters through a plan built once from the engine, without vLLM's "
         "per-tensor load_weights; names outside the plan go through verl's receiver, counted in the log; refused "
         "(rule BLK006) with ue8m0 scales and where the engine's profile does not record it byte-exact in the real "
-        "engine (vLLM 0.24.0: shown at rollout tp 1; Qwen3-30B-A3B sync 5.9 s -> 0.16 s, Qwen3-8B 0.12 s -> "
-        "0.039 s, BENCHMARKS.md 8.7-8.11). "
+        "engine (vLLM 0.24.0: shown at rollout tp 1; Qwen3-30B-A3B sync 5.9 s -> 0.12 s, Qwen3-8B 0.12 s -> "
+        "0.039 s, measured:sync.qwen3_30b_a3b.direct_s, measured:sync.qwen3_8b.bf16.direct_s). "
         "auto (default): direct where the engine's profile records it byte-exact at this rollout tp and trained "
         "inside an RL loop with this trainer on this kind of model (vLLM 0.24.0: tp 1, FSDP, dense or MoE, "
         "fp32 scales); else fp8spec on the stacks where it was shown byte-exact in the real engine and has run "
-        "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 is byte-exact, BENCHMARKS.md 7.4, but "
+        "inside an RL loop (vLLM 0.24.0 under verl 0.9.1; SGLang 0.5.12 byte-exact, docs/results.md#weight-sync, but "
         "not yet run in the loop), verl elsewhere; an explicit fp8spec where it was not shown byte-exact warns "
         "(BLK005). Only with linear.quantize.",
     )
@@ -143,7 +143,7 @@ class LinearSection(Section):
         None,
         description="Whether vLLM runs the block-FP8 linears on DeepGEMM (env VLLM_USE_DEEP_GEMM). DeepGEMM "
         "compiles its kernels when the engine starts (894 shapes, about 10 minutes for a fresh node on an "
-        "H200) and was +8 % on Qwen3-8B, -7 % on Qwen3-30B-A3B rollouts (BENCHMARKS.md 4.1). Unset (default): "
+        "H200) and was +8 % on Qwen3-8B, -7 % on Qwen3-30B-A3B (measured:rollout.vllm.deep_gemm_ratio.*). Unset: "
         "vLLM's default, on where supported. vLLM only (rule BLK004); only with linear.quantize.",
     )
 
@@ -285,7 +285,7 @@ class TrainingSection(Section):
         description="How verl's Megatron trainer builds the model and exports its weights to the rollout: mbridge "
         "(the mbridge package; actor.megatron.vanilla_mbridge=true) or megatron_bridge (NVIDIA Megatron-Bridge, "
         "verl's own default). Default mbridge: the stack that trained on the H200 (verl 0.9.1 pins "
-        "megatron-bridge 0.5.2, which PyPI does not have; BENCHMARKS.md section 6).",
+        "megatron-bridge 0.5.2, which PyPI does not have; docs/results.md#rl-runs).",
     )
     router_replay: Literal["disabled", "R2", "R3"] = Field(
         "disabled",
@@ -381,7 +381,7 @@ class RolloutSection(Section):
         "cache is released until the sync ends; MEM007) "
         "(actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes). Fewer, larger buckets "
         "cost less per sync: Qwen3-8B with float32 weights through the direct path, 0.050 s at 2048 and 0.040 s "
-        "at 8192 on an H200 (BENCHMARKS.md 8.12). Default: verl's 2048.",
+        "at 8192 on an H200 (measured:sync.qwen3_8b.fp32.direct_s_by_bucket_mb). Default: verl's 2048.",
     )
 
 

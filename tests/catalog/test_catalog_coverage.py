@@ -1,4 +1,4 @@
-"""The catalog covers the models the field RL-trains (issue 25 item 4's list); each entry is checked against
+"""The catalog covers the models the field RL-trains; each entry is checked against
 transformers' module names by test_catalog_entries_vs_transformers.py. Meta released Llama 3.3 70B as Instruct
 only (model card: "70B Instruct: December 6, 2024"), so there is no base 3.3 entry."""
 

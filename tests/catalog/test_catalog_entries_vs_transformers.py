@@ -100,7 +100,7 @@ def test_entry_matches_transformers(model_id):
 
 
 def test_the_catalog_covers_the_field():
-    """The models RL users train (issue 25): every one has an entry."""
+    """The models RL users train: every one has an entry."""
     want = {
         "Qwen/Qwen3-0.6B",
         "Qwen/Qwen3-1.7B",

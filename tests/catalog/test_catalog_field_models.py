@@ -1,4 +1,4 @@
-"""The models the field RL-trains (issue 25): cited numbers, names the FP8 exclusions need, per-architecture facts.
+"""The models the field RL-trains: cited numbers, names the FP8 exclusions need, per-architecture facts.
 
 Numbers are the ones each entry's ``source`` cites (model cards, config.json copies, slime/Megatron launch
 scripts), written here by hand; tests/catalog/test_catalog_entries_vs_transformers.py checks the module
@@ -335,7 +335,7 @@ def test_glm45_air_router_bias_and_shared_expert():
 @pytest.mark.parametrize(
     "name, first",
     [
-        # issue 25: REF001 suggested Qwen3-30B-A3B for Qwen3-235B
+        # REF001 suggested Qwen3-30B-A3B for Qwen3-235B
         ("Qwen/Qwen3-235B", "Qwen/Qwen3-235B-A22B"),
         ("Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B"),
         ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B"),

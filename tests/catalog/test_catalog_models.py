@@ -150,7 +150,7 @@ def test_catalog_holds_the_required_models_sorted():
     ids = catalog_ids()
     assert REQUIRED_IDS <= set(ids)
     assert ids == sorted(ids)
-    # the entries added for issue 25 carry their cited numbers in test_catalog_field_models.py
+    # the entries for the field's RL models carry their cited numbers in test_catalog_field_models.py
     assert set(EXPECTED) <= set(ids)
 
 

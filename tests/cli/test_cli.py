@@ -82,7 +82,7 @@ COMMANDS = ("validate", "schema", "rules", "compile", "explain", "diff", "plan",
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_renders_flags_as_flags(command):
-    """The issue's case: `--strict <bool>` read as an option taking a value."""
+    """The reported case: `--strict <bool>` read as an option taking a value."""
     import re
 
     proc = run_cli_here(*command.split(), "--help")

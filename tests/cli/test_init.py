@@ -141,7 +141,7 @@ def test_cli_init_keeps_an_existing_file_without_force(tmp_path):
 
 
 def test_init_draft_hints_propose_nothing_already_set(tmp_path):
-    """The issue's case: a fresh dense-vllm draft for DeepSeek-V3 has FP8 linears; its MEM002 hint used to
+    """The reported case: a fresh dense-vllm draft for DeepSeek-V3 has FP8 linears; its MEM002 hint used to
     propose linear.quantize: true, which the draft already has."""
     out = tmp_path / "d.yaml"
     proc = run_cli_here(*_args("dense-vllm", "deepseek-ai/DeepSeek-V3", "h200", 4, 8), "-o", str(out))

@@ -1,5 +1,5 @@
 """Every `--format json` failure prints JSON on stdout, and output that cannot be written (a full device)
-is one line on stderr with exit 2, never a traceback (issue 27, R12); YAML 1.1 integer spellings get a hint
+is one line on stderr with exit 2, never a traceback (R12); YAML 1.1 integer spellings get a hint
 that says what the readers do."""
 
 from __future__ import annotations

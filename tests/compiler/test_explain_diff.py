@@ -42,7 +42,7 @@ def test_diff_shows_only_changes(write_spec):
 
 
 def test_diff_two_specs_each_on_its_own_backend():
-    """The issue's case: a vLLM spec against an SGLang spec used to be refused (B forced onto A's backend)."""
+    """The reported case: a vLLM spec against an SGLang spec used to be refused (B forced onto A's backend)."""
     proc = run_cli_here("diff", str(SPECS / "qwen3-8b.yaml"), str(SPECS / "qwen3-8b-sglang.yaml"))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -217,6 +217,6 @@ def test_example_bundle_layout_starts(spec_path, backend, one_process_world, mon
         layout["world"]
     ):
         return  # verl's null (= tp) gives the same layout: nothing more to show
-    # without the etp the bundle sets, verl's null (= tp) is what the issue saw fail at Megatron init
+    # without the etp the bundle sets, verl's null (= tp) is what was seen to fail at Megatron init
     stage, message = megatron_refusal(model, dict(layout, etp=None), monkeypatch)
     assert stage == "initialize_model_parallel" and "expert_tensor_model_pipeline_parallel size" in message

@@ -53,7 +53,7 @@ REFUSED = {
     ("tiny-qwen3-moe-megatron-fp8", "fsdp+sglang"): {"KV007", "TRN001", "TRN006"},
     ("tiny-qwen3-moe-megatron-fp8", "megatron+sglang"): {"KV007"},
     ("tiny-qwen3-moe-megatron-fp8", "sglang"): {"KV007"},
-    # tiny-qwen3-h200-sglang(-bf16) (issue 22) compile on every backend: their KV cache is BF16
+    # tiny-qwen3-h200-sglang(-bf16) compile on every backend: their KV cache is BF16
 }
 PAIRS = [(stem, backend) for stem in sorted(SPECS) for backend in BACKENDS]
 

@@ -1,10 +1,10 @@
 """linear.sync_quantizer: which kernel re-quantizes the weights at each sync, per stack.
 
 auto turns the fast_block_quant runtime patch on only where it was run in the real engine and shown byte-exact
-against a fresh engine loaded from the reference quantization (vLLM 0.24.0, BENCHMARKS.md 4.3; SGLang 0.5.12,
-BENCHMARKS.md 7.4, both under verl 0.9.1); the examples on the default stack get it. The direct_sync patch instead
+against a fresh engine loaded from the reference quantization (vLLM 0.24.0, docs/results.md#weight-sync; SGLang 0.5.12,
+docs/results.md#weight-sync, both under verl 0.9.1); the examples on the default stack get it. The direct_sync patch instead
 where the profile records it byte-exact at that rollout tp and trained inside a loop with that trainer on that
-kind of model (vLLM 0.24.0: tp 1, FSDP, dense; BENCHMARKS.md 8.6-8.8).
+kind of model (vLLM 0.24.0: tp 1, FSDP, dense; docs/results.md#weight-sync).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_auto_keeps_verl_where_the_patch_was_not_run_in_the_engine(tmp_path):
 
 
 def test_auto_waits_for_a_run_inside_the_loop_on_sglang(tmp_path, monkeypatch):
-    # SGLang 0.5.12: byte-exact in the engine (BENCHMARKS.md 7.4), not yet run inside an RL loop -> verl's quantizer;
+    # SGLang 0.5.12: byte-exact in the engine (docs/results.md#weight-sync), not yet run inside an RL loop -> verl's quantizer;
     # the same spec gets the patch in every Ray worker (SGLang quantizes on the trainer's side) once the loop has run
     c = compile_variant(SPECS / "qwen3-30b-sglang.yaml", "megatron+sglang", {}, tmp_path, "sglang-auto")
     assert check_bundle(c) == []
@@ -108,7 +108,7 @@ def test_the_device_plans_direct_run_compiles(tmp_path):
         c = compile_variant(REPO / "benchmarks" / "weight_sync" / f"{name}.yaml", None, {}, tmp_path, name)
         assert check_bundle(c) == []
         assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"], name
-    # the Megatron twin (issue 23: a Megatron trainer with direct in main_ppo, next lease): direct asked for
+    # the Megatron twin (a Megatron trainer with direct in main_ppo has not run): direct asked for
     # explicitly, next to the Megatron / TransformerEngine compatibility patches
     c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-moe-megatron-direct.yaml", None, {},
                         tmp_path, "megatron-direct")

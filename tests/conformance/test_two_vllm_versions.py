@@ -1,4 +1,4 @@
-"""Issue 4 item 5: the profiles really switch behaviour by version. The same spec, compiled standalone for
+"""The profiles really switch behaviour by version. The same spec, compiled standalone for
 vLLM 0.24.0 (what verl 0.9.1 pins) and 0.33.0 (the newest), gives different flags, each correct for its own
 release (checked against that release's snapshot) and wrong for the other."""
 

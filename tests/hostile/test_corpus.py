@@ -1,4 +1,4 @@
-"""The hostile corpus (issue 14): every file in tests/hostile/corpus/ and every special file ends in one
+"""The hostile corpus: every file in tests/hostile/corpus/ and every special file ends in one
 located error with a documented exit code (1 spec errors, 2 unreadable input; never 3, never a traceback),
 the same as text and as JSON, and `compile` writes nothing for it. Regression cases keep their file here."""
 

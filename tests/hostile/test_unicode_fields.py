@@ -55,7 +55,7 @@ def test_fields_are_found():
     assert {("model", "path"), ("cluster", "working_dir"), ("cluster", "kuberay", "image"),
             ("data", "train_files"), ("cluster", "slurm", "extra_sbatch"), ("acknowledge",)} <= paths
     free = {p for p, _ in FREE_FIELDS}
-    assert {("model", "path"), ("cluster", "working_dir")} <= free  # (an address has no blanks: issue 27)
+    assert {("model", "path"), ("cluster", "working_dir")} <= free  # (an address has no blanks)
 
 
 def _spec_with(backend: str, launcher: str, path: tuple, shape: str, value: str) -> dict:

@@ -153,7 +153,7 @@ def test_versions_and_env(pf, expected):
     packages = dict(h200_facts(expected)["packages"], vllm={"distribution": None, "version": None})
     rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, packages=packages), False)}
     assert rows["pkg vllm"]["status"] == "FAIL" and rows["pkg vllm"]["found"] == "not installed"
-    # the first H200 RL attempt's failure (BENCHMARKS.md 5.2), caught on the node before training starts
+    # the first H200 RL attempt's failure (docs/results.md#rl-runs), caught on the node before training starts
     for version, status in ((None, "FAIL"), ("2.1.0", "FAIL"), ("2.8.3", "PASS")):
         packages = dict(h200_facts(expected)["packages"], **{"flash-attn": {"distribution": "flash_attn",
                                                                            "version": version}})

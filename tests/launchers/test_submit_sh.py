@@ -112,7 +112,7 @@ def test_working_dir_that_does_not_hold_the_bundle_is_refused(stub, write_spec, 
 
 def test_spec_values_are_quoted_not_run(stub, write_spec, tmp_path):
     """An address or working_dir holding shell syntax reaches `ray` as one literal argument. (An address
-    has no blanks since issue 27: the commands here need none.)"""
+    has no blanks: the commands here need none.)"""
     pwned = tmp_path / "pwned"
     address = f"http://h:1/$(id>{pwned})`id>{pwned}`;id>{pwned}|'q\"a"
     work = tmp_path / "my dir $(touch x) 'q'"

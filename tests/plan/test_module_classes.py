@@ -1,5 +1,5 @@
 """The per-rank computations over classes of engine modules (fp8spec.linear_classes) give exactly what the
-module-by-module walk gave: the walk is kept here as the reference (the code before issue 27), and both run
+module-by-module walk gave: the walk is kept here as the reference (the code before the class walk), and both run
 on catalog models at every tp, ep, engine and several exclusion sets."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from fp8spec.plan.weights import (
 )
 from fp8spec.rules.blocks import misaligned_shards
 
-# --- the module-by-module reference (fp8spec before issue 27) ---
+# --- the module-by-module reference (fp8spec before the class walk) ---
 
 
 def reference_weight_bytes(

@@ -1,4 +1,4 @@
-"""`plan` finishes the job (issue 25 item 3): --gpu, host RAM when offloading, checkpoint size, one verdict line,
+"""`plan` finishes the job: --gpu, host RAM when offloading, checkpoint size, one verdict line,
 a readable picture, and an expected gain only where a measurement covers the engine and model class."""
 
 from __future__ import annotations
@@ -132,17 +132,17 @@ def test_gain_only_where_a_measurement_covers_engine_and_model_class():
 
     assert expected_gain("vllm", "Qwen3ForCausalLM", True, True) is not None
     assert expected_gain("vllm", "Qwen3MoeForCausalLM", True, False) is not None
-    assert expected_gain("sglang", "Qwen3ForCausalLM", True, True) is not None  # BENCHMARKS.md 7.6
+    assert expected_gain("sglang", "Qwen3ForCausalLM", True, True) is not None  # docs/results.md#rollout-throughput
     assert expected_gain("sglang", "Qwen3ForCausalLM", False, True) is None  # FP8 KV alone: not run on SGLang
     assert expected_gain("vllm", "DeepseekV3ForCausalLM", True, False) is None
     assert expected_gain("vllm", "LlamaForCausalLM", True, False) is None
     qwen = {r["choice"]: r for r in plan_json(SPEC_8B)["rollout"]}
     assert qwen["fp8"]["expected_gain"]["low"]["value"] == 0.10 and qwen["fp8"]["expected_gain_status"] == "measured"
-    assert "BENCHMARKS.md section 4.1" in qwen["fp8"]["expected_gain"]["source"]
-    # SGLang's figures are SGLang's own (BENCHMARKS.md 7.6), not vLLM's
+    assert "docs/results.md#rollout-throughput" in qwen["fp8"]["expected_gain"]["source"]
+    # SGLang's figures are SGLang's own (docs/results.md#rollout-throughput), not vLLM's
     sglang = {r["choice"]: r for r in plan_json(str(REPO / "specs" / "qwen3-8b-sglang.yaml"))["rollout"]}
     assert sglang["fp8"]["expected_gain"]["low"]["value"] == 0.08 and sglang["fp8"]["expected_gain_status"] == "measured"
-    assert "BENCHMARKS.md 7.6" in sglang["fp8"]["expected_gain"]["workload"]
+    assert "docs/results.md#rollout-throughput" in sglang["fp8"]["expected_gain"]["workload"]
     # FP8 KV on SGLang: the one-request tail of max_num_seqs 256 (low) and PAR015's fix (high), both measured
     assert (sglang["fp8_kv"]["expected_gain"]["low"]["value"], sglang["fp8_kv"]["expected_gain"]["high"]["value"]) == (
         0.11,

@@ -102,7 +102,7 @@ def test_bench_rollout_needs_a_model_or_a_bundle(tmp_path):
 
 
 def test_the_weight_sync_run_changes_only_lengths_and_steps_and_passes_verls_validation(bundles):
-    """RL_SYNC_RUN=1 (the weight-sync run): sync_run_overrides.txt on the FP8 + FP8 KV 4B bundle composes in verl 0.9.1, passes
+    """RL_SYNC_RUN=1: sync_run_overrides.txt on the FP8 + FP8 KV 4B bundle composes in verl 0.9.1, passes
     its own validate_config, and leaves the engine, the trainer's budgets and the sync path as compiled."""
     pytest.importorskip("ray")
     pytest.importorskip("tensordict")

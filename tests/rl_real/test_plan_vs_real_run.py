@@ -1,8 +1,8 @@
-"""`fp8spec plan` against the first real-size RL step (issue 24 item 4; BENCHMARKS.md 9.2).
+"""`fp8spec plan` against the first real-size RL step (docs/results.md#planner-accuracy).
 
-The FP8 W8A8 + FP8 KV bundle of the Qwen3-4B shape ran one step of verl 0.9.1's main_ppo on an H200 in session 7;
+The FP8 W8A8 + FP8 KV bundle of the Qwen3-4B shape ran one step of verl 0.9.1's main_ppo on an H200 (2026-12-02);
 its log and nvidia-smi samples are committed. The planner's figures for the same spec must stay within the
-issue's goals of what that run showed: KV cache capacity within 5 %, the trainer's peak within 15 %.
+goals of what that run showed: KV cache capacity within 5 %, the trainer's peak within 15 %.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytest.importorskip("ruamel.yaml")
 from benchmarks.rl_real import plan_predictions as pp  # noqa: E402  (after the skip: it imports ruamel.yaml)
 from benchmarks.rl_real import summarize_real as sr  # noqa: E402
 
-RUN = REPO / "benchmarks/results/2026-12-02_h200_session7/real-4b-h200-fp8kv"
+RUN = REPO / "tests/data/rl_real/real-4b-h200-fp8kv"
 BUNDLE = RUN.name
 
 

@@ -44,7 +44,7 @@ def test_specs_are_base_plus_their_fields_and_nothing_else():
                                             *[k for k in bf16 if k.startswith("acknowledge.")]])
         assert differ(fp8, fp8kv) == sorted([*name_only, "kv_cache.dtype", "kv_cache.recalibrate"])
         assert fp8kv["correction.method"] == fp8["correction.method"] == "tis" and fp8kv["correction.clip"] == 2.0
-        # >= 256 sequences per step, responses of at least 4K tokens (issue 24)
+        # >= 256 sequences per step, responses of at least 4K tokens
         assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 256
         assert bf16["rollout.max_response_length"] >= 4096
 

@@ -1,5 +1,5 @@
 """benchmarks/rl_real/summarize_real.py over logs in the formats the real run writes: verl's step lines and
-`vllm serve` argument list (a real H200 log, BENCHMARKS.md section 5, and a synthetic real-size run built in
+`vllm serve` argument list (a real H200 log, docs/results.md#rl-runs, and a synthetic real-size run built in
 the same format), vLLM's own INFO lines (as the H200 engine runs printed them), run_h200_real.sh's nvidia-smi
 samples and bench_rollout.py --bundle's record."""
 
@@ -23,7 +23,7 @@ from benchmarks.rl_real import bundle_engine as be  # noqa: E402  (after the ski
 from benchmarks.rl_real import summarize_real as sr  # noqa: E402
 
 SCRIPT = ["-m", "benchmarks.rl_real.summarize_real"]
-ATTEMPT5 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt5_rl.tgz"
+FP8_BF16_RUN = REPO / "tests/data/rl_run/fp8_bf16_5steps_rl.tgz"
 ESC = "\x1b"
 TASK = f"{ESC}[36m(TaskRunnerV1 pid=3107){ESC}[0m "
 SERVER = f"{ESC}[36m(vLLMHttpServer pid=6526){ESC}[0m "
@@ -45,8 +45,8 @@ def _kwargs(bundle: Path, model_config: Path, tmp: Path) -> dict:
 
 
 def test_bare_engine_gets_the_args_verl_gave_the_engine_in_the_h200_run(tmp_path):
-    """bundle_engine's kwargs for the tiny bundles equal the `vllm serve` arguments verl printed in attempt 5."""
-    with tarfile.open(ATTEMPT5) as tar:
+    """bundle_engine's kwargs for the tiny bundles equal the `vllm serve` arguments verl printed in the 5-step run."""
+    with tarfile.open(FP8_BF16_RUN) as tar:
         tar.extractall(tmp_path, filter="data")
     for name, spec in (("tiny-qwen3-h200-fp8", "tiny-qwen3-h200.yaml"), ("tiny-qwen3-h200-bf16", "tiny-qwen3-h200-bf16.yaml")):
         bundle = _compile(REPO / "specs" / spec, tmp_path / "b") / name

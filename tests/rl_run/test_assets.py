@@ -1,6 +1,6 @@
 """The H200 RL run's assets (benchmarks/rl_run/make_assets.py) pass verl 0.9.1's own code on CPU.
 
-The second H200 attempt (BENCHMARKS.md section 5) reached verl's agent loop and stopped there: verl picks its
+The second H200 attempt (docs/results.md#rl-runs) reached verl's agent loop and stopped there: verl picks its
 token builder from model_type qwen3 and that builder needs `<|im_end|>`. These tests run the same verl code
 paths the run takes before and after generation (prompt rendering through the agent loop's token builder,
 the dataset, the GSM8K reward), so an asset that verl refuses fails here, not on the GPU.

@@ -10,7 +10,7 @@ import sys
 from tests.conftest import REPO
 
 SCRIPT = REPO / "benchmarks/rl_run/summarize.py"
-ATTEMPT4 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt4_rl.tgz"
+SHORT_TOKENIZER_RUN = REPO / "tests/data/rl_run/fp8_bf16_3steps_short_tokenizer_rl.tgz"
 
 
 def _module():
@@ -18,7 +18,7 @@ def _module():
 
 
 def test_attempt4_read_back():
-    runs = _module().read_runs(ATTEMPT4)
+    runs = _module().read_runs(SHORT_TOKENIZER_RUN)
     fp8, bf16 = runs["tiny-qwen3-h200-fp8"], runs["tiny-qwen3-h200-bf16"]
     assert fp8["rc"] == bf16["rc"] == "0"
     for run in (fp8, bf16):
@@ -44,7 +44,7 @@ def test_attempt4_read_back():
 
 def test_cli_table_and_errors(tmp_path):
     out = tmp_path / "runs.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.rl_run.summarize", str(ATTEMPT4), "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.rl_run.summarize", str(SHORT_TOKENIZER_RUN), "--json", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "### tiny-qwen3-h200-fp8 (rc 0, 344 s)" in proc.stdout and "checkpoint: global_step_3" in proc.stdout
@@ -54,13 +54,13 @@ def test_cli_table_and_errors(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("summarize: ") and "Traceback" not in proc.stderr
 
 
-ATTEMPT5 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt5_rl.tgz"
-ATTEMPT6 = REPO / "benchmarks/results/2026-11-30_h200_rl/attempt6_fp8_repeat_rl.tgz"
+FP8_BF16_RUN = REPO / "tests/data/rl_run/fp8_bf16_5steps_rl.tgz"
+FP8_REPEAT_RUN = REPO / "tests/data/rl_run/fp8_5steps_repeat_rl.tgz"
 
 
 def test_attempt5_is_what_benchmarks_md_reports():
-    """The figures BENCHMARKS.md section 5 quotes, read back from the committed logs of the fifth attempt."""
-    runs = _module().read_runs(ATTEMPT5)
+    """The figures docs/results.md#rl-runs quotes, read back from the committed logs of the 5-step FP8 and BF16 runs."""
+    runs = _module().read_runs(FP8_BF16_RUN)
     fp8, bf16 = runs["tiny-qwen3-h200-fp8"], runs["tiny-qwen3-h200-bf16"]
     assert fp8["rc"] == bf16["rc"] == "0"
     for run in (fp8, bf16):
@@ -81,7 +81,7 @@ def test_attempt5_is_what_benchmarks_md_reports():
 
 
 def test_attempt6_repeats_the_fp8_run_and_reports_the_cut_bf16_run():
-    runs = _module().read_runs(ATTEMPT6)
+    runs = _module().read_runs(FP8_REPEAT_RUN)
     fp8, bf16 = runs["tiny-qwen3-h200-fp8"], runs["tiny-qwen3-h200-bf16"]
     assert fp8["rc"] == "0" and sorted(fp8["steps"]) == [0, 1, 2, 3, 4, 5]
     assert 0.001 < fp8["steps"][5]["rollout_corr/kl"] < fp8["steps"][1]["rollout_corr/kl"] < 0.01

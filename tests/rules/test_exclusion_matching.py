@@ -135,7 +135,7 @@ def test_past_the_step_bound_is_a_located_error_not_a_long_run(validate):
 
 def test_exclusions_are_resolved_once_per_spec_and_modules_walked_a_fixed_number_of_times(validate, monkeypatch):
     """Rules and hint probes share one resolution: each pattern is compiled and matched once, and the model's
-    module list is walked a fixed number of times, not once per probe (issue 27: 9x per pattern x module)."""
+    module list is walked a fixed number of times, not once per probe (9x per pattern x module)."""
     counts = {"patterns": 0, "walks": 0}
     real_pattern, real_walk = exclusions.Pattern, ModelFacts.linear_modules
 

@@ -1,4 +1,4 @@
-"""The field's FP8-RL pain points as rules (issue 25 item 6), beyond their bad/good examples (which the generic
+"""The field's FP8-RL pain points as rules, beyond their bad/good examples (which the generic
 test of tests/rules/test_rules.py runs): the reported cases, the re-validated fixes, the evidence switches."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every hint is a tested promise (issue 25): over the example specs and a generated corpus, each `field: value`
+"""Every hint is a tested promise: over the example specs and a generated corpus, each `field: value`
 that `fp8spec validate` prints in a hint or `fp8spec plan` prints on a fix line is applied to the spec, which is
 validated again as a file: the finding it was printed for is gone, no error is added (for a warning's hint, no
 warning of a rule in force either: that rule would propose undoing it), and the value is not the one the spec
@@ -35,7 +35,7 @@ DEEPSEEK = {"model": {"name": "deepseek-ai/DeepSeek-V3", "path": "/models/DeepSe
 
 
 def corpus() -> list[tuple[str, dict]]:
-    """The examples, plus the issue's users' cases and a grid over what moves the rules: model class, engine,
+    """The examples, plus the users' reported cases and a grid over what moves the rules: model class, engine,
     KV precision and calibration, memory share, trainer."""
     out = [(p.name, _example(p)) for p in EXAMPLE_SPECS]
     models = {
@@ -177,7 +177,7 @@ def test_every_printed_proposal_holds_on_the_rule_examples(name, data, files, va
     assert not problems, "\n".join(problems)
 
 
-# A generated corpus: the knobs the issue's users turned, combined at random (seeded: the same specs every run).
+# A generated corpus: the knobs users turned, combined at random (seeded: the same specs every run).
 # Bounded so that it stays well under a minute on two cores.
 GENERATED_EXAMPLES = 30
 

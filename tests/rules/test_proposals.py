@@ -63,7 +63,7 @@ def test_proposals_pass_every_rule(code, validate, tmp_path):
 
 
 def test_blk001_does_not_propose_a_tp_par002_refuses(validate):
-    """The issue's case: TP 16 shards Qwen3-30B-A3B's experts on whole blocks but exceeds an 8-GPU node."""
+    """The reported case: TP 16 shards Qwen3-30B-A3B's experts on whole blocks but exceeds an 8-GPU node."""
     data = patched(BASE_SPEC, MOE, {"hardware": {"nodes": 2}, "rollout": {"tp": 4}})
     found = _findings(validate(data), "BLK001")
     # MEM004 stays at either tp: the hint promises BLK001 gone and no error added, not a clean spec
@@ -73,7 +73,7 @@ def test_blk001_does_not_propose_a_tp_par002_refuses(validate):
 
 
 def test_hw001_on_an_a100_proposes_no_fp8_recipe(validate):
-    """The issue's case: mxfp8 on an A100 used to suggest 'blockwise on Hopper'; no FP8 recipe runs there."""
+    """The reported case: mxfp8 on an A100 used to suggest 'blockwise on Hopper'; no FP8 recipe runs there."""
     data = patched(BASE_SPEC, MEGATRON_FP8, {"hardware": {"gpu": "a100"}, "linear": {"quantize": False},
                                              "training": {"fp8_scaling": "mxfp8"}})
     (found,) = _findings(validate(data), "HW001")

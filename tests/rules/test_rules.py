@@ -102,7 +102,7 @@ def test_blk006_refuses_direct_where_the_profile_has_not_verified_it(validate, m
         return real(self, kind, fact_id, default)
 
     spec = patched(BASE_SPEC, {"linear": {"sync_quantizer": "direct"}, "rollout": {"tp": 1}})
-    assert not _codes(validate(spec), "BLK006")  # vLLM 0.24.0 records it verified at TP1 (BENCHMARKS 8.1)
+    assert not _codes(validate(spec), "BLK006")  # vLLM 0.24.0 records it verified at TP1 (docs/results.md#weight-sync)
     monkeypatch.setattr(ResolvedSpec, "fact", fact)
     assert "not shown byte-exact" in _codes(validate(spec), "BLK006")[0].message
     # the other profiled vLLM has not been run
@@ -188,7 +188,7 @@ def test_config_path_unusable_is_located(validate, tmp_path):
 
 
 def test_deepseek_v3_end_to_end_on_4x8_h200_is_refused(validate):
-    """The issue's case: 671B parameters trained end to end in FP8 on 32 H200s cannot hold their own state."""
+    """The reported case: 671B parameters trained end to end in FP8 on 32 H200s cannot hold their own state."""
     result = validate(patched(BASE_SPEC, DEEPSEEK_E2E))
     found = _codes(result, "MEM001")
     assert found and found[0].severity == "error"

@@ -19,7 +19,7 @@ UNRECORDED = sorted(
     for name, entry in YAML(typ="safe").load((REPO / "fp8spec" / "data" / "gpu_memory.yaml").read_text()).items()
     if entry["mib"] is None
 )
-# the case: a utilization no GPU leaves room for beside a colocated trainer
+# the reported case: a utilization no GPU leaves room for beside a colocated trainer
 GREEDY = {"rollout": {"gpu_memory_utilization": 0.99}}
 
 

@@ -5,7 +5,7 @@ the model is a plain torch module built on the meta device, so nothing needs a G
 (0.16.1, Python 3.11) still has a deprecated ``encoder_and_decoder`` property; the stack the bundles run
 (0.18.2, Python 3.12 only) does not. So mbridge is given the ``ModelType`` of 0.18.2 itself, executed from
 ``megatron/core/enums.py`` of its wheel (the profiled artifact, hash-pinned, as the snapshot checks fetch it).
-Without the patch the builder stops where the H200 run of 2026-12-01 stopped (BENCHMARKS.md section 6).
+Without the patch the builder stops where the H200 run of 2026-12-01 stopped (docs/results.md#rl-runs).
 """
 
 from __future__ import annotations

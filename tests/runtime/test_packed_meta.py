@@ -48,7 +48,7 @@ def test_the_pickle_round_trip_keeps_it_packed_and_smaller():
     as_dicts = {n: dict(big[n]) for n in big}
     back = pickle.loads(pickle.dumps({"bucket_meta": big, "is_last": False}))["bucket_meta"]
     assert type(back) is PackedMeta and dict(back.items()) == as_dicts
-    # the load cost of verl's form is a torch.Size rebuilt per tensor (BENCHMARKS.md 8.10): none here
+    # the load cost of verl's form is a torch.Size rebuilt per tensor (docs/results.md#weight-sync): none here
     packed_bytes, dict_bytes = pickle.dumps(big), pickle.dumps(as_dicts)
     assert b"Size" in dict_bytes and b"Size" not in packed_bytes and len(packed_bytes) < len(dict_bytes)
     assert dict(pickle.loads(pickle.dumps(packed)).items()) == verl

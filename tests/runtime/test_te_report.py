@@ -3,7 +3,7 @@
 On CPU: the module classification runs on a real megatron-core GPTModel (built on CPU, local layer spec, MoE),
 and the log line is built from hooks fired by real forwards and backwards. The TransformerEngine side (modules
 with fp8 set by TE's autocast, their quantizers) needs TE and a GPU: test_te_report_gpu runs it there and is
-skipped here; the H200 RL run's logs show it in a real verl Megatron run (BENCHMARKS.md section 6).
+skipped here; the H200 RL run's logs show it in a real verl Megatron run (docs/results.md#rl-runs).
 """
 
 from __future__ import annotations

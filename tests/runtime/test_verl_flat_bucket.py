@@ -406,7 +406,7 @@ def test_fallback_mixed_dtypes(hook):
 
 @pytest.mark.parametrize("fmt", FMTS)
 def test_fp32_buckets_of_an_fsdp_trainer_are_cast_once_and_quantized_flat(hook, fmt):
-    """FSDP streams float32 master weights (H200 RL run, BENCHMARKS.md 5: every sync took the list path).
+    """FSDP streams float32 master weights (H200 RL run, docs/results.md#rl-runs: every sync took the list path).
     A bucket of float32 tensors is cast to bf16 once and quantized flat; bits as verl's ``v.to(bf16)``."""
     gen = torch.Generator().manual_seed(19)
     stream = [(n, t.float()) for n, t in model_stream(gen)]

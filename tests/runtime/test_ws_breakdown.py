@@ -188,7 +188,7 @@ def test_probe_options_and_medians(monkeypatch):
 
 
 def test_probe_greedy_compare_locates_where_two_engines_part():
-    # byte-identical parameters, greedy tokens parting at the last step; the verdict says where
+    # seen on Qwen3-30B-A3B: byte-identical parameters, greedy tokens parting at the last step; the verdict says where
     probe = _load("weight_sync_probe")
     a = [{"tokens": [1, 2, 3], "logprobs": [-0.5, -0.25, -1.0]}, {"tokens": [4, 5, 6], "logprobs": [-0.1, -0.2, -0.3]}]
     b = [{"tokens": [1, 2, 3], "logprobs": [-0.5, -0.25, -1.0]}, {"tokens": [4, 5, 7], "logprobs": [-0.1, -0.25, -0.5]}]

@@ -1,10 +1,10 @@
-"""The planner's SGLang pool against six real SGLang 0.5.12 engines at real size (issue 22, items 2 and 6).
+"""The planner's SGLang pool against six real SGLang 0.5.12 engines at real size.
 
-Session 8 ran SGLang's offline engine on one H200 with the settings verl 0.9.1 gives an SGLang rollout
+SGLang's offline engine ran on one H200 with the settings verl 0.9.1 gives an SGLang rollout
 (benchmarks/sglang/run_sglang_configs.py; dummy weights, mem_fraction_static 0.6, context 4096), for Qwen3-8B and
 Qwen3-30B-A3B in BF16, FP8 W8A8 blockwise and FP8 W8A8 + FP8 KV. The driver's records (SGLang's own log lines:
-"Load weight begin/end", "max_total_num_tokens") are committed in benchmarks/results/2026-12-02_h200_session8/.
-The issue's goal is 5 %; the planner is held to 1 %, which fails without the FP8 dummy-init cache term of
+"Load weight begin/end", "max_total_num_tokens") are committed in tests/data/sglang_run/.
+The goal is 5 %; the planner is held to 1 %, which fails without the FP8 dummy-init cache term of
 fp8spec/engines/sglang/memory.py (the 30B-A3B FP8 pools were then over-predicted by 2.7 %).
 """
 
@@ -20,13 +20,13 @@ from fp8spec.plan.rollout import Choice, plan_choice
 from fp8spec.plan.setup import EngineSetup
 from tests.conftest import REPO
 
-RUN = REPO / "benchmarks" / "results" / "2026-12-02_h200_session8"
+RUN = REPO / "tests" / "data" / "sglang_run"
 GIB = 1 << 30
 MODES = {"bf16": ("bf16", False), "fp8": ("bf16", True), "fp8kv": ("fp8_e4m3", True)}
 
 
 def _records() -> list[dict]:
-    """The engines that started and generated, read by the script BENCHMARKS.md's table comes from."""
+    """The engines that started and generated, read by the script docs/results.md's table comes from."""
     script = importlib.import_module("benchmarks.sglang.plan_vs_engine")
     return script.records([str(p) for p in sorted(RUN.glob("sbench_*.tgz"))])
 

@@ -1,8 +1,8 @@
-"""The planner's SGLang KV pool against the pool SGLang 0.5.12 allocated inside a real verl run (issue 22, item 6).
+"""The planner's SGLang KV pool against the pool SGLang 0.5.12 allocated inside a real verl run.
 
 The static FP8-KV SGLang bundle (``specs/tiny-qwen3-h200-sglang.yaml`` with the KV dtype override of
-benchmarks/sglang/README.md row 4') ran alone on an H200 in session 5; its log is committed in
-benchmarks/results/2026-12-01_h200_session5/sglang_rl_fp8kv.tgz. SGLang sizes its pool from the memory free when
+benchmarks/sglang/README.md row 4') ran alone on an H200 (2026-12-01); its log is committed in
+tests/data/sglang_run/sglang_rl_fp8kv.tgz. SGLang sizes its pool from the memory free when
 it starts (``avail mem`` in its log), which in a colocated run is the GPU less what the trainer holds by then;
 the planner's "FP8 W8A8 + fp8_e4m3 KV" column predicts the same pool from the spec alone. Goal: within 5 %.
 """
@@ -13,10 +13,11 @@ import json
 import re
 import tarfile
 
+from fp8spec.plan.facts import measured
 from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 
-LOG = REPO / "benchmarks" / "results" / "2026-12-01_h200_session5" / "sglang_rl_fp8kv.tgz"
+LOG = REPO / "tests" / "data" / "sglang_run" / "sglang_rl_fp8kv.tgz"
 SPEC = REPO / "specs" / "tiny-qwen3-h200-sglang.yaml"
 # SGLang 0.5.12 model_runner_kv_cache_mixin.py: "KV Cache is allocated. #tokens: {n}, K size: ..., V size: ..."
 ALLOCATED = re.compile(r"KV Cache is allocated\. #tokens: (\d+)")
@@ -46,5 +47,5 @@ def _planned_tokens() -> int:
 
 def test_planner_within_5_percent_of_sglang_pool_in_the_loop():
     engine, planned = _engine_tokens(), _planned_tokens()
-    assert engine == 14_410_496  # the figure BENCHMARKS.md 7.5 quotes
+    assert engine == measured("planner.sglang.in_loop_kv_tokens")  # the figure docs/results.md quotes
     assert abs(planned - engine) / engine < 0.05, (planned, engine)

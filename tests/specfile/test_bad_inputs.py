@@ -100,7 +100,7 @@ def test_unknown_key_location_points_at_the_key(tmp_path):
     ("cuda: 12.10", 'hint: quote it: cuda: "12.10" (unquoted, YAML reads 12.10 as a number)'),
 ])
 def test_bare_number_for_a_version_says_quote_it(written, hint, tmp_path):
-    """The issue's case: an unquoted CUDA version is a number ('12.10' even reads as 12.1)."""
+    """The reported case: an unquoted CUDA version is a number ('12.10' even reads as 12.1)."""
     text = dump_yaml(BASE_SPEC).replace("cuda: '12.9'", written)
     assert written in text
     path = tmp_path / "s.yaml"

@@ -76,7 +76,8 @@ def test_verl_keys_named_in_descriptions_exist():
     unknown = []
     checked = 0
     for path, info, _ in fields():
-        for token in _DOTTED.findall(info.description or ""):
+        # a measured figure's id ("measured:" and a dotted id) names fp8spec/data/measured.yaml, not a verl key
+        for token in _DOTTED.findall(re.sub(r"measured:\S+", "", info.description or "")):
             token = token.rstrip(".")
             if token in spec_paths or token.endswith(_NOT_KEYS) or token.split(".")[0] not in components:
                 continue

@@ -1,4 +1,4 @@
-"""Values a user types that would break or leak a run are refused where they are typed (issue 27): the field
+"""Values a user types that would break or leak a run are refused where they are typed: the field
 types own what a value may be (blank, leading '-', credentials, the root folder, one Hydra value), the
 launchers what the cluster accepts (sbatch's --time, Kubernetes names, volumes and ConfigMap size), and the
 writer honours the umask."""

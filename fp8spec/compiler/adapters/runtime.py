@@ -40,7 +40,8 @@ def sync_quantizer(ctx: ValidSpec) -> str | None:
 
     auto picks 'direct' where ``direct_shown`` holds, else 'fp8spec' where the profile records fast_block_quant
     byte-exact in the real engine and run inside an RL loop, else 'verl'. All three write the same FP8 bytes where
-    they are picked (the reference quantization; verl's own differs in 0.2 % of codes, BENCHMARKS.md 1)."""
+    they are picked (the reference quantization; verl's own differs in 0.2 % of codes,
+    measured:quant.verl_kernel.codes_differing_pct)."""
     spec = ctx.spec
     if not spec.linear.quantize:
         return None
@@ -105,7 +106,7 @@ def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "once",
             "kv_cache.recalibrate",
             "keep the first q/k/v scales computed from real rollout data and push them at every sync "
-            "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; BENCHMARKS.md 4.2)",
+            "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; docs/results.md#kv-scales)",
         )
     verl = ctx.profile("verl")
     plan.add(

@@ -12,7 +12,7 @@ the pool. ``free_before_load`` is the total minus an estimated CUDA context.
 SGLang with dummy weights, and SGLang's dummy init fills each FP8 parameter through a float16 copy
 (``tmp = param.to(float16).uniform_(...).to(fp8)``, model_loader/weight_utils.py:1462-1467), so the caching
 allocator keeps the blocks of the largest one, 2 + 1 bytes per element, reserved when the pool is sized.
-Measured on the H200 (BENCHMARKS.md 7.6): 0.37 GiB over the parameters for Qwen3-8B (largest: gate_up_proj,
+Measured on the H200 (docs/results.md#planner-accuracy): 0.37 GiB over the parameters for Qwen3-8B (largest: gate_up_proj,
 0.28 GiB modelled) and 1.26 GiB for Qwen3-30B-A3B (a layer's stacked w13, 1.125 GiB modelled); the rest is
 the blocks of earlier, smaller parameters.
 """

@@ -58,7 +58,7 @@ def sglang_q_scale(ctx: ResolvedSpec) -> Iterator[Finding]:
     to the decode kernel, which captured decode graphs freeze (sglang 0.5.12 flashinfer_backend.py 910-928,
     0.5.23 1521-1575): after a per-step push the cache is written with the new scale and read with the old one.""",
     "use kv_cache.recalibrate: none (static scales, see KV004), kv_cache.dtype: bf16, or rollout.engine: vllm "
-    "on Hopper, where per-step scales were run in the real engine (BENCHMARKS.md 4.2)",
+    "on Hopper, where per-step scales were run in the real engine (docs/results.md#kv-scales)",
     needs_model=False,
     engine="sglang",
     examples=Examples(
@@ -133,7 +133,7 @@ def sglang_ue8m0(ctx: ResolvedSpec) -> Iterator[Finding]:
     layout its kernels read. Reported in the field: sglang PR #25692 (an RL update loads canonical weights into a packed layout;
     the fix re-runs process_weights_after_loading), verl PR #7519 (SGLang's update path never rebuilds derived
     scale copies; its MXFP8 loader re-runs process_weights_after_loading after load_weights). On Hopper SGLang keeps
-    the checkpoint layout; its sync there ran on an H200 (BENCHMARKS.md 7.4).""",
+    the checkpoint layout; its sync there ran on an H200 (docs/results.md#weight-sync).""",
     "on Blackwell keep SGLang with linear.quantize: false (BF16 linears), or use "
     "rollout.engine: vllm (verl's vLLM sync re-processes layers whose layout changed)",
     engine="sglang",
@@ -184,8 +184,9 @@ def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
     whose prompt is being chunked twice when it fills a batch (scheduler.py:2606-2609, 2724-2725), so it runs at
     most max_num_seqs - 1 requests at once, and the one left waits until a running request finishes. Run on
     the H200 with verl's 256 and 256 sequences: 255 ran, the last one ran alone after all the others
-    (BENCHMARKS.md 7.6, 22 % of that generation); with 257 all 256 ran at once and the same generation took
-    40.0 s instead of 50.9 s (Qwen3-8B, W8A8 + FP8 KV). It costs a step an extra wave of decode at a tiny batch when
+    (docs/results.md#rollout-throughput, 22 % of that generation); with 257 all 256 ran at once and the same
+    generation took 40.0 s instead of 50.9 s (Qwen3-8B, W8A8 + FP8 KV;
+    measured:rollout.sglang.qwen3_8b.w8a8_fp8kv_generate_s_256_257). It costs a step an extra wave of decode at a tiny batch when
     the responses run to max_response_length (a randomly initialised model's always do; early long-reasoning
     RL often does) and the KV cache holds them all; with responses of varied length the lost slot costs
     1/max_num_seqs.""",

@@ -36,7 +36,7 @@ class VLLM(Engine):
         "v2": "CUDA graph estimate 0.00 GiB: this vLLM release runs this architecture on its V2 model runner, "
         "whose profile_cudagraph_memory returns 0, so nothing is deducted for CUDA graphs before the KV cache is "
         "sized (the vLLM profile's memory.v2_runner_architectures); after capture the graphs take 0.8-1.0 GiB on "
-        "top of gpu_memory_utilization (measured with the real engine: the results reference), inside the 2 GiB "
+        "top of gpu_memory_utilization (measured:rollout.vllm.cuda_graph_memory_gib), inside the 2 GiB "
         "every proposed memory fix leaves"
     }
 

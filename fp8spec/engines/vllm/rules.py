@@ -53,7 +53,7 @@ def kv_e5m2(ctx: ResolvedSpec) -> Iterator[Finding]:
     FlashInferImpl derives bmm1_scale/bmm2_scale from the host floats _q/_k/_v_scale_float at its first
     forward and never recomputes them (vLLM 0.24.0 flashinfer.py 1404-1406 and 1474-1482, 0.33.0 2223-2230),
     and FULL decode CUDA graphs bake those floats in: every scale pushed later is ignored while the log says it
-    was applied. FA3 (Hopper) reads device tensors instead; that path was run on an H200 (BENCHMARKS.md 4.2).""",
+    was applied. FA3 (Hopper) reads device tensors instead; that path was run on an H200 (docs/results.md#kv-scales).""",
     "on Blackwell use kv_cache.recalibrate: none (static scales, see KV004) or kv_cache.dtype: bf16; per-step "
     "scales are proven on Hopper (FLASH_ATTN)",
     needs_model=False,
@@ -181,7 +181,7 @@ def _fp8_moe_backend(ctx: ResolvedSpec) -> str | None:
     #3545 (FlashInfer TRT-LLM repacked MoE experts: a refit without vLLM's reload protocol keeps executing stale
     experts); vLLM RFC #48312 tracks weight-reload correctness for RL, FlashInfer CUTLASS MoE among its rows. Tensor-parallel
     experts run on TRITON, which keeps the checkpoint layout; through that sync a tiny Qwen3-MoE
-    engine matched a fresh one byte for byte on an H200 (BENCHMARKS.md 4.3).""",
+    engine matched a fresh one byte for byte on an H200 (docs/results.md#weight-sync).""",
     "use rollout.ep: 1 (tensor-parallel experts on vLLM's TRITON kernel, which keeps the checkpoint layout), or "
     "keep the routed experts in BF16 (linear.exclude)",
     engine="vllm",

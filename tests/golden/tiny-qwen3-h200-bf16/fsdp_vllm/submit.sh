@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-h200-bf16-fsdp-vllm-26a815f54f1b
+submission_id=fp8spec-tiny-qwen3-h200-bf16-fsdp-vllm-b76a91f8e363
 working_dir=.
 id_suffix=
 preflight_only=0

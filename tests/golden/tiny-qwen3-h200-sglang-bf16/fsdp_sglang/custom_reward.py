@@ -1,8 +1,8 @@
 """Reward of the one-H200 RL run (specs/tiny-qwen3-h200*.yaml), dense enough for a random-initialised model.
 
 verl's GSM8K rule scores 1.0 for ``#### <answer>`` and 0.0 otherwise, so every response of a random model
-scores 0, every GRPO advantage is 0 and the actor's gradient is 0 (the fourth H200 attempt, BENCHMARKS.md
-section 5). This keeps the rule and adds partial credit below it, half the share of digits in the response,
+scores 0, every GRPO advantage is 0 and the actor's gradient is 0 (seen in an H200 run,
+docs/results.md#rl-runs). This keeps the rule and adds partial credit below it, half the share of digits in the response,
 so the responses of a group differ and the policy moves from the first step.
 """
 

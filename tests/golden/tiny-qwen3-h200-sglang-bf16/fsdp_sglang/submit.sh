@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-h200-sglang-bf16-fsdp-sglang-39ef51c53354
+submission_id=fp8spec-tiny-qwen3-h200-sglang-bf16-fsdp-sglang-2a5791cbcb33
 working_dir=.
 id_suffix=
 preflight_only=0

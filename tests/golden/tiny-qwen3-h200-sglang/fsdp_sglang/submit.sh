@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-h200-sglang-fp8-fsdp-sglang-e2b9a3fc8b56
+submission_id=fp8spec-tiny-qwen3-h200-sglang-fp8-fsdp-sglang-b5a7a656ba0b
 working_dir=.
 id_suffix=
 preflight_only=0

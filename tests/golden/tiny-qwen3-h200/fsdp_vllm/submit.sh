@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-h200-fp8-fsdp-vllm-3e38ecc765d7
+submission_id=fp8spec-tiny-qwen3-h200-fp8-fsdp-vllm-db01c226b8cc
 working_dir=.
 id_suffix=
 preflight_only=0

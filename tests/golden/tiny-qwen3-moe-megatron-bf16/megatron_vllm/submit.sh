@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-moe-megatron-bf16-megatron-vllm-4907f880312c
+submission_id=fp8spec-tiny-qwen3-moe-megatron-bf16-megatron-vllm-076c60afe53a
 working_dir=.
 id_suffix=
 preflight_only=0

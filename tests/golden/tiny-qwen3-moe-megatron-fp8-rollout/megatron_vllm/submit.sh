@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-moe-megatron-fp8-rollout-megatron-vllm-9eddee0e3676
+submission_id=fp8spec-tiny-qwen3-moe-megatron-fp8-rollout-megatron-vllm-415ac62e7bb4
 working_dir=.
 id_suffix=
 preflight_only=0

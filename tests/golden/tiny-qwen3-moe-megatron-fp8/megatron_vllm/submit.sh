@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-moe-megatron-fp8-megatron-vllm-b382e13aa779
+submission_id=fp8spec-tiny-qwen3-moe-megatron-fp8-megatron-vllm-dd416bef5a69
 working_dir=.
 id_suffix=
 preflight_only=0
