@@ -32,6 +32,7 @@ from fp8spec.cli_options import (
     validate_on_backend,
 )
 from fp8spec.cli_plan import plan
+from fp8spec.cli_report import explain_verdict, report, verdict_lines, verdict_listing
 from fp8spec.diagnostics import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
@@ -187,6 +188,7 @@ def rules(
             listing = {
                 "rules": [describe.rule_summary_data(r) for r in all_rules()],
                 "input_codes": [describe.input_code_data(c) for c in input_codes().values()],
+                "report_verdicts": verdict_listing(),
             }
             typer.echo(json.dumps(listing, indent=2, sort_keys=True))
             return
@@ -195,11 +197,16 @@ def rules(
         typer.echo("")
         for ic in input_codes().values():
             typer.echo(describe.input_code_line(ic))
+        typer.echo("")
+        for line in verdict_lines():
+            typer.echo(line)
         return
     rule = get_rule(code)
     if rule is not None:
         data = describe.rule_data(rule)
         typer.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else describe.rule_text(rule))
+        return
+    if explain_verdict(code, as_json):
         return
     c = input_code(code)
     if c is None:
@@ -371,6 +378,9 @@ app.command()(init)
 app.command()(plan)
 
 
+app.command()(report)
+
+
 @app.command()
 def models() -> None:
     """List the model catalog."""
@@ -388,7 +398,7 @@ app.add_typer(backends_app, name="backends", help="Backend releases: wheel snaps
 def _wants_json(argv: list[str]) -> bool:
     """Whether this command line asked a command with --format (validate, plan, explain, diff, rules) for JSON:
     then every failure, usage and internal errors included, prints JSON on stdout."""
-    if not {"validate", "plan", "explain", "diff", "rules"} & set(argv):
+    if not {"validate", "plan", "explain", "diff", "rules", "report"} & set(argv):
         return False
     for i, arg in enumerate(argv):
         if arg in ("--format", "-f") and argv[i + 1 : i + 2] == ["json"]:
