@@ -15,7 +15,10 @@ from fp8spec.report.names import Names, names
 from fp8spec.report.sources import Sources
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\)\s?")
+# Ray's "(Actor pid=N)" in front of a forwarded line, nested when an actor forwards its own child's line
+# (vLLM's "(Worker pid=N)" inside "(vLLMHttpServer pid=M)"): all of them go, so a worker's own log line and the
+# driver's copy of it read the same.
+_RAY_PREFIX = re.compile(r"^\s*(?:\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\)\s?)+")
 _NUMBER = re.compile(r"^(?:np\.\w+\()?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)\s*\)?$")
 _PROGRESS = re.compile(r"Training Progress:\s*\d+%\|[^|]*\|\s*(\d+)/(\d+)")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -109,9 +112,9 @@ def _read_text(run: Run, name: str, text: str, n: Names, seen: set[str]) -> None
             continue
         if "fp8spec " in line or "supports " in line:
             for p in n.lines:
-                m = p.regex.search(line)
-                if m:
-                    run.events.append(Event(p.name, dict(m.groupdict()), loc))
+                found = p.regex.search(line)
+                if found:
+                    run.events.append(Event(p.name, dict(found.groupdict()), loc))
                     seen.add(key)
                     break
         at = line.find(n.kv_cache_text)

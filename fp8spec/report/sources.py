@@ -16,6 +16,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Optional
+from zlib import error as zlib_error
 
 from fp8spec.bounded_read import ReadError, read_regular
 
@@ -128,12 +129,13 @@ def _read_archive(data: bytes, display: str) -> Sources:
     out = Sources()
     total = 0
     with tar:
+        members: list[tarfile.TarInfo] = []
         try:
-            members = sorted(tar.getmembers(), key=lambda m: m.name)
-        except (tarfile.TarError, EOFError, OSError) as err:  # a cut archive: what was listed is still read
+            while (member_info := tar.next()) is not None:
+                members.append(member_info)
+        except (tarfile.TarError, EOFError, OSError, zlib_error) as err:  # cut short: read what was listed
             out.problems.append((display, f"the archive is cut short or damaged ({err})"))
-            members = sorted(tar.members, key=lambda m: m.name)
-        for m in members:
+        for m in sorted(members, key=lambda m: m.name):
             where = f"{display}:{m.name}"
             if not _wanted(m.name):
                 continue
@@ -176,9 +178,8 @@ def _read_zip(data: bytes, display: str) -> Sources:
             if info.is_dir() or not _wanted(info.filename):
                 continue
             mode = info.external_attr >> 16
-            why = _safe_name(info.filename) or (
-                "not a regular file (a link)" if mode and not stat.S_ISREG(mode) else None
-            )
+            # Unix zips keep the file type in the high bits; a link's content is its target path, not a log.
+            why = _safe_name(info.filename) or ("a symbolic link" if stat.S_ISLNK(mode) else None)
             if why:
                 out.problems.append((where, f"skipped: {why}"))
                 continue

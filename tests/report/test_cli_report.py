@@ -1,0 +1,173 @@
+"""`fp8spec report` on the command line: text and JSON (one document on success and on every failure), the
+exit codes, archives read in memory with unsafe members skipped, the pictures, and `fp8spec rules RPTnnn`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fp8spec.report.verdicts import all_verdicts
+from tests.cli.inprocess import run_cli_here
+from tests.report import runs
+from tests.report.runs import DATA, GOLDEN_DIRECT, SPEC_4B
+
+RUN_4B = str(DATA / "real-4b")
+
+
+def test_text_report_of_the_4b_run_compares_kv_capacity_with_the_plan():
+    proc = run_cli_here("report", RUN_4B, "--bundle", str(GOLDEN_DIRECT), "--spec", str(SPEC_4B))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "finished 3/3" in out and "patches direct_sync, kv_scales; weight sync direct_sync" in out
+    assert "KV cache: 1,351,808 tokens" in out and "1,354,656 planned, 99.8% of plan" in out
+    assert "expected +39% to +44% over BF16" in out
+    assert out.rstrip().endswith("0 error(s), 0 warning(s)")
+
+
+def test_json_report_is_one_document_with_the_table_and_comparison():
+    proc = run_cli_here("report", RUN_4B, "--spec", str(SPEC_4B), "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [s["step"] for s in data["steps"]] == [1, 2, 3]
+    assert data["comparison"]["kv_cache_tokens"]["planned"] == 1_354_656
+    assert data["comparison"]["kv_cache_tokens"]["measured"] == 1_351_808
+    assert data["verdicts"] == [] and data["summary"] == {"errors": 0, "warnings": 0}
+
+
+def test_the_same_run_gives_the_same_bytes():
+    a = run_cli_here("report", RUN_4B, "-f", "json").stdout
+    assert a == run_cli_here("report", RUN_4B, "-f", "json").stdout
+
+
+def test_an_error_verdict_exits_1_and_json_lists_it():
+    proc = run_cli_here("report", str(DATA / "megatron-te"), "-f", "json")
+    assert proc.returncode == 1
+    data = json.loads(proc.stdout)
+    assert [v["code"] for v in data["verdicts"]] == ["RPT020"] and data["summary"]["errors"] == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["/nonexistent/run.log"],
+        [str(DATA / "real-4b" / "real-4b-h200-fp8kv.log"), "--bundle", "/nonexistent"],
+        [str(DATA / "real-4b" / "real-4b-h200-fp8kv.log"), "--spec", "/nonexistent.yaml"],
+        [str(DATA / "real-4b" / "real-4b-h200-fp8kv.log"), "--baseline", RUN_4B],  # needs --spec
+        [str(DATA / "real-4b" / "real-4b-h200-fp8kv.log"), "-o", ""],
+        [str(DATA / "real-4b" / "real-4b-h200-fp8kv.log"), "--no-such-option"],
+    ],
+    ids=[
+        "missing-run",
+        "missing-bundle",
+        "missing-spec",
+        "baseline-without-spec",
+        "blank-output",
+        "bad-option",
+    ],
+)
+def test_every_failure_prints_one_json_document_and_exits_2(args):
+    proc = run_cli_here("report", *args, "-f", "json")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    data = json.loads(proc.stdout)
+    assert data["error"]["message"] and "Traceback" not in proc.stderr
+
+
+def test_unreadable_inputs_are_located_one_line_errors(tmp_path):
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "preflight.json").write_text("{not json", encoding="utf-8")
+    proc = run_cli_here("report", RUN_4B, "--bundle", str(tmp_path / "bundle"))
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        f"fp8spec: error: {tmp_path}/bundle/preflight.json: not JSON"
+    )
+    fake = tmp_path / "run.tgz"
+    fake.write_bytes(b"not an archive")
+    proc = run_cli_here("report", str(fake))
+    assert proc.returncode == 2 and "not a readable tar archive" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _tar(path: Path, members: dict[str, bytes], links: dict[str, str]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tar.addfile(info)
+
+
+def test_a_tgz_of_the_run_reads_as_the_folder_and_unsafe_members_are_skipped(tmp_path):
+    log = (DATA / runs.LOGS["real-4b"]).read_bytes()
+    archive = tmp_path / "run.tgz"
+    _tar(
+        archive,
+        {"run/driver.log": log, "../escape.log": b"step:9 - x:1\n", "/abs.log": b"step:9 - x:1\n"},
+        {"run/link.log": "/etc/passwd"},
+    )
+    proc = run_cli_here("report", str(archive), "-f", "json")
+    data = json.loads(proc.stdout)
+    assert [s["step"] for s in data["steps"]] == [1, 2, 3]
+    skipped = {v["where"].rsplit(":", 1)[-1]: v["message"] for v in data["verdicts"] if v["code"] == "RPT022"}
+    assert skipped == {
+        "../escape.log": "skipped: a path with '..'",
+        "/abs.log": "skipped: an absolute path",
+        "run/link.log": "skipped: not a regular file (a link or device)",
+    }
+    assert not (tmp_path.parent / "escape.log").exists()
+
+
+def test_a_zip_of_the_run_reads_the_same(tmp_path):
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("run/driver.log", (DATA / runs.LOGS["real-4b"]).read_bytes())
+        zf.writestr("../up.log", b"step:9 - x:1\n")
+        link = zipfile.ZipInfo("run/link.log")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(link, "/etc/passwd")
+    data = json.loads(run_cli_here("report", str(archive), "-f", "json").stdout)
+    assert [s["step"] for s in data["steps"]] == [1, 2, 3]
+    assert [v["message"] for v in data["verdicts"]] == [
+        "skipped: a path with '..'",
+        "skipped: a symbolic link",
+    ]
+
+
+def test_pictures_are_written_and_a_symlink_is_refused(tmp_path):
+    out = tmp_path / "pics"
+    proc = run_cli_here("report", RUN_4B, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    svg = (out / "report.svg").read_text(encoding="utf-8")
+    assert svg.startswith("<svg") and "step 1 generation: 10.1 s" in svg and "step 3: 0.06708" in svg
+    if (out / "report.png").exists():  # matplotlib installed
+        assert (out / "report.png").read_bytes()[:4] == b"\x89PNG"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep", encoding="utf-8")
+    other = tmp_path / "other"
+    other.mkdir()
+    os.symlink(victim, other / "report.svg")
+    proc = run_cli_here("report", RUN_4B, "-o", str(other))
+    assert proc.returncode == 2 and "refusing to replace a symbolic link" in proc.stderr
+    assert victim.read_text(encoding="utf-8") == "keep"
+
+
+def test_rules_lists_and_explains_the_report_verdicts():
+    listing = run_cli_here("rules").stdout
+    for v in all_verdicts():
+        assert f"\n{v.code}  " in listing
+    proc = run_cli_here("rules", "RPT010")
+    assert proc.returncode == 0 and proc.stdout.startswith("RPT010 mismatch-kl-rising (warning")
+    assert "\nWhy: " in proc.stdout and "\nFix: " in proc.stdout
+    data = json.loads(run_cli_here("rules", "rpt030", "-f", "json").stdout)
+    assert data["code"] == "RPT030" and data["needs"] == "plan"
+    codes = {c["code"] for c in json.loads(run_cli_here("rules", "-f", "json").stdout)["report_verdicts"]}
+    assert codes == {v.code for v in all_verdicts()}
