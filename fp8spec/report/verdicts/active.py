@@ -7,7 +7,7 @@ from typing import Iterable
 
 from fp8spec.report.names import names
 from fp8spec.report.steps import per_sync_seconds
-from fp8spec.report.verdicts.registry import Context, verdict
+from fp8spec.report.verdicts.unit import Context, verdict
 
 Found = Iterable[tuple[str, str]]
 

@@ -1,88 +1,23 @@
-"""The verdict registry, modelled on the rule registry (fp8spec/rules/registry.py): a verdict is a unit with a
-stable code, a severity, the reason it matters and the fix; its check reads a run (and what the bundle and the
-plan expected) instead of a spec. Codes never change meaning. Prefix RPT; 0xx FP8 active, 01x health,
-02x the run's state and logs, 03x performance against the plan."""
+"""The verdict registry: loads the check modules (each registers its verdicts in fp8spec.report.verdicts.unit)
+and runs every verdict that applies."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Optional
+from typing import Optional
 
-from fp8spec.report.expect import BundleFacts, PlanFacts
-from fp8spec.report.logs import Run
-from fp8spec.report.steps import Row
-
-Severity = Literal["error", "warning"]
-
-
-@dataclass
-class Context:
-    run: Run
-    rows: list[Row]
-    bundle: Optional[BundleFacts] = None
-    plan: Optional[PlanFacts] = None
-    baseline: Optional[list[Row]] = None
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: Severity
-    where: str  # file:line (or the file) the message is about
-    message: str
-    hint: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    rationale: str
-    hint: str
-    check: Callable[[Context], Iterable[tuple[str, str]]]  # yields (where, message)
-    needs: str = ""  # "bundle", "plan" or "baseline": the check runs only when the report has it
-
-    def runs_on(self, ctx: Context) -> bool:
-        return (
-            not self.needs
-            or (self.needs == "bundle" and ctx.bundle is not None)
-            or (self.needs == "plan" and ctx.plan is not None)
-            or (self.needs == "baseline" and ctx.plan is not None and ctx.baseline is not None)
-        )
-
-
-VERDICTS: dict[str, Verdict] = {}
-
-
-def verdict(
-    code: str, name: str, severity: Severity, summary: str, rationale: str, hint: str, needs: str = ""
-) -> Callable[
-    [Callable[[Context], Iterable[tuple[str, str]]]], Callable[[Context], Iterable[tuple[str, str]]]
-]:
-    def register(check: Callable[[Context], Iterable[tuple[str, str]]]):
-        if code in VERDICTS:
-            raise RuntimeError(f"verdict code {code} registered twice")
-        VERDICTS[code] = Verdict(
-            code, name, severity, summary, " ".join(rationale.split()), hint, check, needs
-        )
-        return check
-
-    return register
-
-
-def _load() -> None:
-    from fp8spec.report.verdicts import active, health, perf, state  # noqa: F401
+# Importing the check modules registers their verdicts.
+import fp8spec.report.verdicts.active
+import fp8spec.report.verdicts.health
+import fp8spec.report.verdicts.perf
+import fp8spec.report.verdicts.state  # noqa: F401
+from fp8spec.report.verdicts.unit import VERDICTS, Context, Finding, Verdict
 
 
 def all_verdicts() -> list[Verdict]:
-    _load()
     return [VERDICTS[c] for c in sorted(VERDICTS)]
 
 
 def get_verdict(code: str) -> Optional[Verdict]:
-    _load()
     return VERDICTS.get(code.strip().upper())
 
 

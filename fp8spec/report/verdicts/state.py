@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fp8spec.report.verdicts.registry import Context, verdict
+from fp8spec.report.verdicts.unit import Context, verdict
 
 Found = Iterable[tuple[str, str]]
 
