@@ -123,8 +123,6 @@ def _read_text(run: Run, name: str, text: str, n: Names, seen: set[str]) -> None
             if count.isdigit():
                 run.events.append(Event("kv_cache_size", {"tokens": int(count)}, loc))
                 seen.add(key)
-        if last_cut and line.strip():
-            run.problems.append((str(loc), "the log ends mid-line (still being written, or cut short)"))
     if pending_tb is not None:
         run.tracebacks.append((pending_tb, "(the traceback is cut short)"))
 
@@ -149,7 +147,14 @@ def _read_step(run: Run, line: str, loc: Loc, cut: bool, n: Names) -> None:
     step = int(head)
     if all(k.startswith("val-") for k in metrics):  # step 0 and test_freq steps: validation only
         return
-    if step in run.steps:
-        run.steps[step].metrics.update(metrics)
+    if step in run.steps:  # not a copy of the same line (those are skipped before): another run, or a resume
+        first = run.steps[step]
+        run.problems.append(
+            (
+                str(loc),
+                f"step {step} logged again with other values (first at {first.loc}): RUN holds more than "
+                "one run or a resumed one; the first is kept, give the report one run's logs",
+            )
+        )
         return
     run.steps[step] = Step(step, metrics, loc)

@@ -171,3 +171,21 @@ def test_rules_lists_and_explains_the_report_verdicts():
     assert data["code"] == "RPT030" and data["needs"] == "plan"
     codes = {c["code"] for c in json.loads(run_cli_here("rules", "-f", "json").stdout)["report_verdicts"]}
     assert codes == {v.code for v in all_verdicts()}
+
+
+def test_an_archive_cut_short_reads_what_it_holds_or_says_why(tmp_path):
+    archive = tmp_path / "run.tgz"
+    _tar(archive, {"run/driver.log": (DATA / runs.LOGS["real-4b"]).read_bytes()}, {})
+    cut = tmp_path / "cut.tgz"
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    proc = run_cli_here("report", str(cut), "-f", "json")
+    assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr
+    data = json.loads(proc.stdout)
+    said = data["error"]["message"] if "error" in data else " ".join(v["message"] for v in data["verdicts"])
+    assert "cut short or damaged" in said or "cannot read" in said or "not a readable" in said, said
+
+
+def test_the_picture_is_the_same_bytes_for_the_same_run(tmp_path):
+    for name in ("a", "b"):
+        assert run_cli_here("report", RUN_4B, "-o", str(tmp_path / name)).returncode == 0
+    assert (tmp_path / "a" / "report.svg").read_bytes() == (tmp_path / "b" / "report.svg").read_bytes()

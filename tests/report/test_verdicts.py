@@ -154,3 +154,13 @@ def test_a_log_cut_mid_line_keeps_the_complete_values_of_the_step(tmp_path):
     assert cut.mismatch_kl == whole.mismatch_kl  # KL comes early in the line: read; the cut value is not
     (f,) = [f for f in rep.findings if f.code == "RPT022"]
     assert "ends in the middle of this step's line" in f.message
+
+
+def test_two_runs_in_one_folder_are_not_mixed(tmp_path):
+    runs.log_copy(tmp_path, "fsdp-vllm")
+    runs.log_copy(tmp_path, "sglang")
+    rep = make_report(tmp_path)
+    alone = make_report(runs.DATA / "fsdp-vllm")
+    assert [r.mismatch_kl for r in rep.ctx.rows] == [r.mismatch_kl for r in alone.ctx.rows]  # the first kept
+    again = [f.message for f in rep.findings if f.code == "RPT022"]
+    assert len(again) == 5 and all("logged again with other values" in m for m in again)
