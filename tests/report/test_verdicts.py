@@ -120,6 +120,21 @@ def test_verdict_stays_quiet_on_the_real_run(code, tmp_path):
     assert [f.code for f in rep.findings if f.code == code] == []
 
 
+def test_an_excluded_module_with_fp8_weights_fires(tmp_path):
+    def fp8_router(lines):
+        return [
+            ln.replace("router:bfloat16", "router:float8_e4m3fn") if "fwd FP8 1160/1160" in ln else ln
+            for ln in lines
+        ]
+
+    rep = make_report(runs.log_copy(tmp_path, "megatron-te", fp8_router))
+    msgs = [f.message for f in rep.findings if f.code == "RPT004"]
+    assert msgs == [
+        "old_log_prob: modules meant to stay out of FP8 have FP8 weights: router:float8_e4m3fn",
+        "update: modules meant to stay out of FP8 have FP8 weights: router:float8_e4m3fn",
+    ]
+
+
 def test_stale_kv_scales_name_the_last_applied_line(tmp_path):
     rep = CASES["RPT003"][0](tmp_path)
     (f,) = [f for f in rep.findings if f.code == "RPT003"]

@@ -10,6 +10,9 @@ from fp8spec.report.steps import per_sync_seconds
 from fp8spec.report.verdicts.unit import Context, verdict
 
 Found = Iterable[tuple[str, str]]
+# The dtypes of a module kept out of FP8 (embedding, norms, output layer, router): BF16, or FP32 for a router
+# the spec keeps in FP32.
+_KEPT = (":bfloat16", ":float32")
 
 
 @verdict(
@@ -118,12 +121,13 @@ def kv_scales_stale(ctx: Context) -> Found:
     "RPT004",
     "te-not-fp8",
     "error",
-    "The trainer's TransformerEngine modules did not all run in FP8.",
+    "The trainer's TransformerEngine modules did not all run in FP8, or an excluded module has FP8 weights.",
     """With FP8 training (Megatron + TransformerEngine) the te_report patch counts, for each old-log-prob and
     update pass, the TE module calls that ran under FP8 and the modules kept in BF16 (embedding, norms, output
-    layer, router: the spec's exclusions). A TE linear outside FP8 means the recipe did not reach it (an FP8
-    autocast missing around a pass, or a module type the recipe skips): the trainer is not the one planned, and
-    its precision differs from the rollout's.""",
+    layer, router: the spec's exclusions) with their weights' dtype. A TE linear outside FP8 means the recipe did
+    not reach it (an FP8 autocast missing around a pass, or a module type the recipe skips); an excluded module
+    with FP8 weights (an FP8 router) is the instability the paper's router ablation shows. Either way the
+    trainer is not the one planned, and its precision differs from the rollout's.""",
     "compare the modules named with the spec's training.fp8 exclusions; check Megatron's fp8 settings in the "
     "bundle's composed.yaml",
 )
@@ -143,6 +147,13 @@ def te_not_fp8(ctx: Context) -> Found:
                     f"{e.groups['phase']}: {total - fp8} of {total} TE module calls ran outside FP8"
                     + (f" ({outside})" if outside else "")
                 ),
+            )
+        kept = (e.groups.get("weights") or "").split(", ")
+        quantized = [kw for kw in kept if kw and not kw.endswith(_KEPT)]
+        if quantized:
+            yield (
+                str(e.loc),
+                f"{e.groups['phase']}: modules meant to stay out of FP8 have FP8 weights: {', '.join(quantized)}",
             )
 
 
