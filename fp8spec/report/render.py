@@ -119,8 +119,8 @@ def render_text(rep: Report) -> str:
     lines.append(f"  generation: {_cell(g['mean'])} tok/s{speed}{judged or ''}")
     lines.append("")
     for f in rep.findings:
-        lines.append(f"{f.where}: {f.severity} {f.code}: {f.message}")
-        lines.append(f"  fix: {f.hint}")
+        lines.append(f"{f.where}: {f.severity} {f.code} {f.message}")  # as fp8spec validate prints findings
+        lines.append(f"    hint: {f.hint}")
     warnings = len(rep.findings) - len(rep.errors)
     lines.append(f"{rep.run_name}: {len(rep.errors)} error(s), {warnings} warning(s)")
     return "\n".join(lines) + "\n"

@@ -189,3 +189,26 @@ def test_the_picture_is_the_same_bytes_for_the_same_run(tmp_path):
     for name in ("a", "b"):
         assert run_cli_here("report", RUN_4B, "-o", str(tmp_path / name)).returncode == 0
     assert (tmp_path / "a" / "report.svg").read_bytes() == (tmp_path / "b" / "report.svg").read_bytes()
+
+
+def test_a_bug_in_the_report_is_exit_3_and_one_json_document(monkeypatch):
+    import fp8spec.report.build
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(fp8spec.report.build, "make_report", broken)
+    proc = run_cli_here("report", RUN_4B, "-f", "json")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["error"]["kind"] == "internal"
+    text = run_cli_here("report", RUN_4B)
+    assert text.returncode == 3 and text.stderr.startswith(
+        "fp8spec: internal error: ZeroDivisionError: a bug"
+    )
+
+
+def test_text_findings_read_like_validate_diagnostics():
+    proc = run_cli_here("report", str(DATA / "megatron-te"))
+    assert proc.returncode == 1
+    assert "tiny-qwen3-moe-megatron-fp8.log:32: error RPT020 the run crashed after step 3: " in proc.stdout
+    assert "\n    hint: read the traceback" in proc.stdout
