@@ -19,6 +19,7 @@ LOGS = {
     "fsdp-vllm": "fsdp-vllm/tiny-qwen3-h200-fp8.log",
     "megatron-te": "megatron-te/tiny-qwen3-moe-megatron-fp8.log",
     "sglang": "sglang/tiny-qwen3-h200-sglang-fp8.log",
+    "moe-direct": "moe-direct/tiny-qwen3-moe-h200-direct.log",
 }
 STEP = re.compile(r"step:(\d+) - ")
 

@@ -93,3 +93,14 @@ def test_the_sglang_run_has_verl_metrics_and_no_patch_lines():
     assert rep.ctx.rows[0].mismatch_kl == pytest.approx(0.007103556767106056)
     assert all(r.patch_sync_s is None and r.kv_scale_range is None for r in rep.ctx.rows)
     assert rep.findings == []
+
+
+def test_the_moe_direct_sync_run_and_its_tiny_rising_kl(tmp_path):
+    """A tiny random MoE model's KL rises x18 over steps 3-5 (7e-05 to 1.3e-03): below the floor, noise, not a
+    trend (fp8spec/data/report_thresholds.yaml mismatch_kl.floor)."""
+    rep = make_report(DATA / "moe-direct", bundle=bundle_of(tmp_path, "moe-direct"))
+    rows = rep.ctx.rows
+    assert [r.step for r in rows] == [1, 2, 3, 4, 5]
+    assert [r.mismatch_kl for r in rows][2:] == pytest.approx([7.022e-05, 0.0009077, 0.001266], rel=1e-3)
+    assert rows[0].patch_sync_s == 0.045 and rep.ctx.bundle.sync_path == "direct_sync"
+    assert rep.findings == []

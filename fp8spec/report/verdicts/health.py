@@ -18,20 +18,21 @@ Found = Iterable[tuple[str, str]]
     "The rollout/trainer mismatch KL rose over a window of steps.",
     """The FP8-RL paper shows rollout-only FP8 runs whose mismatch KL (verl's rollout_corr/kl) kept rising until
     it soared above 5 and training collapsed (about step 700), while runs with TIS, or with FP8 in the trainer
-    too, stayed flat. A KL that rises every step and doubles over the window is that trend, long before the
-    collapse. Window and factor: fp8spec/data/report_thresholds.yaml (mismatch_kl).""",
+    too, stayed flat. A KL that rises every step, doubles over the window and reaches a floor is that trend, long
+    before the collapse (below the floor the ratio of tiny values is noise). Window, factor and floor:
+    fp8spec/data/report_thresholds.yaml (mismatch_kl).""",
     "check that the correction is on (correction.method tis, verl's rollout_corr metrics present), that the "
     "KV scales follow the policy (RPT003); consider FP8 in the trainer as well, or a BF16 router for MoE",
 )
 def kl_rising(ctx: Context) -> Found:
     t = thresholds()["mismatch_kl"]
-    window, factor = int(t["window"]), float(t["rise_factor"])
+    window, factor, floor = int(t["window"]), float(t["rise_factor"]), float(t["floor"])
     kl = [(r, r.mismatch_kl) for r in ctx.rows if r.mismatch_kl is not None]
     for i in range(len(kl) - window + 1):
         part = kl[i : i + window]
         values = [v for _, v in part]
         rising = all(b > a for a, b in zip(values, values[1:]))
-        if rising and values[0] > 0 and values[-1] >= factor * values[0]:
+        if rising and values[0] > 0 and values[-1] >= max(factor * values[0], floor):
             first, last = part[0][0], part[-1][0]
             yield (
                 last.where,
