@@ -212,3 +212,21 @@ def test_text_findings_read_like_validate_diagnostics():
     assert proc.returncode == 1
     assert "tiny-qwen3-moe-megatron-fp8.log:32: error RPT020 the run crashed after step 3: " in proc.stdout
     assert "\n    hint: read the traceback" in proc.stdout
+
+
+def test_a_folder_without_logs_is_exit_2_and_a_linked_log_is_skipped(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_cli_here("report", str(empty))
+    assert proc.returncode == 2 and "no log files" in proc.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "driver.log").write_bytes((DATA / runs.LOGS["real-4b"]).read_bytes())
+    secret = tmp_path / "secret.txt"
+    secret.write_text("step:1 - timing_s/gen:999\n", encoding="utf-8")
+    os.symlink(secret, run / "worker-1.out")
+    data = json.loads(run_cli_here("report", str(run), "-f", "json").stdout)
+    assert data["steps"][0]["gen_s"] == pytest.approx(10.091228711000042)
+    assert [v["message"] for v in data["verdicts"]] == [
+        "skipped: a symbolic link (only regular files are read)"
+    ]
