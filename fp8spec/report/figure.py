@@ -26,6 +26,15 @@ def _phases(r: Row) -> list[tuple[str, str, float]]:
     return parts + [(OTHER[0], OTHER[1], max(rest, 0.0))]
 
 
+def _legend(rows: list[Row]) -> list[tuple[str, str]]:
+    """The phases some step spent time in (a run without a reference policy has no reference bar)."""
+    return [(label, colour) for label, colour, _ in _phases(rows[0]) if any(_value(r, label) for r in rows)]
+
+
+def _value(r: Row, label: str) -> float:
+    return next(v for lb, _, v in _phases(r) if lb == label)
+
+
 def _ticks(top: float) -> list[float]:
     if top <= 0:
         return [0.0]
@@ -78,7 +87,7 @@ def _bars(rows: list[Row], y0: float) -> list[str]:
         out.append(
             f'<text x="{x + span * 0.35:.1f}" y="{y0 + PANEL + 14:.1f}" text-anchor="middle">{r.step}</text>'
         )
-    for k, (label, colour) in enumerate([(lb, c) for _, lb, c in PHASES] + [OTHER]):
+    for k, (label, colour) in enumerate(_legend(rows) if rows else []):
         y = y0 + 10 + k * 16
         out.append(f'<rect x="{W - 140}" y="{y - 9}" width="10" height="10" fill="{colour}"/>')
         out.append(f'<text x="{W - 125}" y="{y}">{escape(label)}</text>')
@@ -131,15 +140,18 @@ def report_png(rows: list[Row], title: str) -> Optional[bytes]:
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), dpi=100)
     steps = [r.step for r in rows]
     bottom = [0.0] * len(rows)
-    for label, colour in [(lb, c) for _, lb, c in PHASES] + [OTHER]:
-        values = [next(v for lb, _, v in _phases(r) if lb == label) for r in rows]
+    for label, colour in _legend(rows) if rows else []:
+        values = [_value(r, label) for r in rows]
         a.bar(steps, values, bottom=bottom, color=colour, label=label)
         bottom = [x + y for x, y in zip(bottom, values)]
     a.set_ylabel("seconds per step")
-    a.legend(fontsize=7, loc="upper right")
+    if rows:
+        a.legend(fontsize=7, loc="upper right")
     a.set_title(title)
     kl = [(r.step, r.mismatch_kl) for r in rows if r.mismatch_kl is not None]
     b.plot([s for s, _ in kl], [v for _, v in kl], marker="o", color="#d62728")
+    a.set_xticks(steps)
+    b.set_xticks(steps)
     b.set_xlabel("step")
     b.set_ylabel("mismatch KL")
     fig.tight_layout()

@@ -230,3 +230,15 @@ def test_a_folder_without_logs_is_exit_2_and_a_linked_log_is_skipped(tmp_path):
     assert [v["message"] for v in data["verdicts"]] == [
         "skipped: a symbolic link (only regular files are read)"
     ]
+
+
+def test_a_run_before_its_first_step_is_reported_and_drawn(tmp_path):
+    log = tmp_path / "starting.log"
+    lines = (DATA / runs.LOGS["real-4b"]).read_text(encoding="utf-8").splitlines(keepends=True)
+    log.write_text("".join(lines[:5]), encoding="utf-8")  # up to the engine's KV cache line
+    proc = run_cli_here("report", str(log), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "(no step line in the logs read)" in proc.stdout
+    assert "warning RPT021 run still running or crashed before its first step" in proc.stdout
+    assert (tmp_path / "out" / "report.svg").read_text(encoding="utf-8").startswith("<svg")
+    assert "Warning" not in proc.stderr
