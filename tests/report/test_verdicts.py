@@ -64,6 +64,10 @@ CASES = {
         lambda t: make_report(runs.log_copy(t, "megatron-te")),
     ),
     "RPT005": (lambda t: _4b(t, lambda lines: lines + [_REFUSED]), lambda t: _4b(t)),
+    "RPT006": (
+        lambda t: make_report(runs.log_copy(t, "fsdp-vllm"), bundle=GOLDEN_DIRECT),  # an older bundle's run
+        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+    ),
     "RPT010": (lambda t: _4b(t, runs.set_metric(KL, lambda s, v: v * 3**s)), lambda t: _4b(t)),
     "RPT011": (
         lambda t: _tiny(

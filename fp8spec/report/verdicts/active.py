@@ -172,3 +172,32 @@ def version_refused(ctx: Context) -> Found:
     for e in ctx.run.of("version_refused"):
         g = e.groups
         yield str(e.loc), f"{g['dist']} {g['version']} is installed; the patch set supports {g['known']}"
+
+
+@verdict(
+    "RPT006",
+    "runtime-env-differs",
+    "error",
+    "The run's runtime env activated other patches than the bundle lists.",
+    """verl prints its Ray runtime env at start, with the FP8SPEC_RUNTIME_PATCHES every worker sees. When that
+    list differs from the bundle's (its preflight.json), the job was not submitted with this bundle's
+    runtime_env.yaml (an older bundle, a hand-edited command, another spec's bundle), so the report's other
+    checks compare the run with the wrong promise.""",
+    "submit the bundle with its own runtime env (bash submit.sh), or give --bundle the bundle the job was "
+    "launched from",
+    needs="bundle",
+)
+def runtime_env_differs(ctx: Context) -> Found:
+    assert ctx.bundle is not None
+    if ctx.run.patches_logged is None:
+        return
+    text, where = ctx.run.patches_logged
+    ran = tuple(sorted(p for p in text.split(",") if p))
+    if ran != ctx.bundle.patches:
+        yield (
+            str(where),
+            (
+                f"the run's runtime env set FP8SPEC_RUNTIME_PATCHES={text or '(empty)'}; the bundle lists "
+                f"{','.join(ctx.bundle.patches) or '(none)'} ({ctx.bundle.where})"
+            ),
+        )
