@@ -117,12 +117,13 @@ def _read_text(run: Run, name: str, text: str, n: Names, seen: set[str]) -> None
                     run.events.append(Event(p.name, dict(found.groupdict()), loc))
                     seen.add(key)
                     break
-        at = line.find(n.kv_cache_text)
-        if at >= 0:
-            count = line[at + len(n.kv_cache_text) :].split(n.kv_cache_unit)[0].replace(",", "").strip()
-            if count.isdigit():
-                run.events.append(Event("kv_cache_size", {"tokens": int(count)}, loc))
-                seen.add(key)
+        for text, unit in n.kv_cache_lines:
+            at = line.find(text)
+            if at >= 0:
+                count = line[at + len(text) :].split(unit)[0].replace(",", "").strip()
+                if count.isdigit():
+                    run.events.append(Event("kv_cache_size", {"tokens": int(count)}, loc))
+                    seen.add(key)
     if pending_tb is not None:
         run.tracebacks.append((pending_tb, "(the traceback is cut short)"))
 

@@ -12,9 +12,9 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from fp8spec.profiles import load_profile
+from fp8spec.stack import default_stack, kind_of
 
 _DATA = Path(__file__).resolve().parent.parent / "data"
-VERL_VERSION = "0.9.1"  # the trainer release fp8spec compiles for (backends/verl/)
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,7 @@ class Names:
     pair: str
     metrics: dict[str, str]  # our column id -> verl's metric name
     rollout_corr_prefix: str
-    kv_cache_text: str
-    kv_cache_unit: str
+    kv_cache_lines: tuple[tuple[str, str], ...]  # (text before the count, text after it), one per engine
     lines: tuple[LinePattern, ...]
     silent_when_idle: frozenset[str]
 
@@ -58,10 +57,15 @@ _METRICS = (
 
 @lru_cache(maxsize=1)
 def names() -> Names:
-    verl = load_profile("verl", VERL_VERSION)
-    engine = load_profile("vllm", str(verl.value("supports.vllm")))
+    stack = default_stack()  # the releases bundles are compiled for
+    verl = load_profile("verl", stack["verl"])
     step = verl.value("metric.step_line")
-    kv = engine.value("log.gpu_kv_cache_size")
+    kv_lines = []
+    for field, version in stack.items():  # each engine's own line with its KV capacity, where profiled
+        profile = load_profile(kind_of(field), version)
+        if profile.has("log.kv_cache_size"):
+            kv = profile.value("log.kv_cache_size")
+            kv_lines.append((str(kv["text"]), str(kv["unit"])))
     data = _load("report_lines.yaml")
     lines = tuple(
         LinePattern(
@@ -79,8 +83,7 @@ def names() -> Names:
         pair=step["pair"],
         metrics={m: str(verl.value(f"metric.{m}")) for m in _METRICS},
         rollout_corr_prefix=str(verl.value("metric.rollout_corr_prefix")),
-        kv_cache_text=kv["text"],
-        kv_cache_unit=kv["unit"],
+        kv_cache_lines=tuple(kv_lines),
         lines=lines,
         silent_when_idle=frozenset(data["silent_when_idle"]),
     )

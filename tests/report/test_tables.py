@@ -104,3 +104,12 @@ def test_the_moe_direct_sync_run_and_its_tiny_rising_kl(tmp_path):
     assert [r.mismatch_kl for r in rows][2:] == pytest.approx([7.022e-05, 0.0009077, 0.001266], rel=1e-3)
     assert rows[0].patch_sync_s == 0.045 and rep.ctx.bundle.sync_path == "direct_sync"
     assert rep.findings == []
+
+
+def test_each_engines_kv_capacity_line_is_read():
+    """vLLM's "GPU KV cache size: N tokens" and SGLang's "KV Cache is allocated. #tokens: N" (the engines'
+    log.kv_cache_size facts in backends/)."""
+    vllm = make_report(DATA / "real-4b" / "real-4b-h200-fp8kv.log").ctx.run.of("kv_cache_size")
+    sglang = make_report(DATA / "sglang-engine").ctx.run.of("kv_cache_size")
+    assert [e.groups["tokens"] for e in vllm] == [1_351_808]
+    assert [e.groups["tokens"] for e in sglang] == [6_859_524]
