@@ -149,11 +149,22 @@ def explain_verdict(code: str, as_json: bool) -> bool:
         "baseline": " (with --spec and --baseline)",
     }
     if as_json:
-        data = {**_summary(v), "rationale": v.rationale, "hint": v.hint, "needs": v.needs or None}
+        fires, says, passes = v.example
+        data = {
+            **_summary(v),
+            "rationale": v.rationale,
+            "hint": v.hint,
+            "needs": v.needs or None,
+            "examples": {"fires": fires, "message": says, "passes": passes},
+        }
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return True
     typer.echo(f"{v.code} {v.name} ({v.severity}, a verdict of fp8spec report{needs.get(v.needs, '')})\n")
     typer.echo(f"{v.summary}\n")
     typer.echo(f"Why: {v.rationale}\n")
-    typer.echo(f"Fix: {v.hint}")
+    typer.echo(f"Fix: {v.hint}\n")
+    fires, says, passes = v.example
+    typer.echo(f'Fires on {fires} (the message says "{says}").')
+    typer.echo(f"Passes on {passes}.")
+    typer.echo("(each a real run of tests/data/report/, damaged by tests/report/test_verdicts.py)")
     return True

@@ -167,8 +167,15 @@ def test_rules_lists_and_explains_the_report_verdicts():
     proc = run_cli_here("rules", "RPT010")
     assert proc.returncode == 0 and proc.stdout.startswith("RPT010 mismatch-kl-rising (warning")
     assert "\nWhy: " in proc.stdout and "\nFix: " in proc.stdout
+    assert (
+        '\nFires on the real 4B run with its mismatch KL scaled by 3 per step (the message says "'
+        in proc.stdout
+    )
     data = json.loads(run_cli_here("rules", "rpt030", "-f", "json").stdout)
     assert data["code"] == "RPT030" and data["needs"] == "plan"
+    assert (
+        data["examples"]["message"] == "KV cache 1,051,808 tokens, 78% of the 1,354,656 fp8spec plan predicts"
+    )
     codes = {c["code"] for c in json.loads(run_cli_here("rules", "-f", "json").stdout)["report_verdicts"]}
     assert codes == {v.code for v in all_verdicts()}
 

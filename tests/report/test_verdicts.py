@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fp8spec.report.build import make_report
-from fp8spec.report.verdicts import all_verdicts
+from fp8spec.report.verdicts import all_verdicts, get_verdict
 from tests.report import runs
 from tests.report.runs import GOLDEN_DIRECT, SPEC_4B
 
@@ -112,6 +112,8 @@ def test_verdict_fires_on_the_damaged_run(code, tmp_path):
     rep = CASES[code][0](tmp_path)
     fired = [f for f in rep.findings if f.code == code]
     assert fired, [(f.code, f.message) for f in rep.findings]
+    says = get_verdict(code).example[1]  # what `fp8spec rules CODE` promises the message says
+    assert any(says in f.message for f in fired), ([f.message for f in fired], says)
     for f in fired:
         assert f.where and f.message and f.hint
         # located: a file:line of the logs, or the bundle file the expectation comes from

@@ -29,6 +29,11 @@ _KEPT = (":bfloat16", ":float32")
     "submit the bundle with its runtime env (bash submit.sh, or ray job submit --runtime-env runtime_env.yaml); "
     "run the bundle's preflight; look for the version guard's message in the workers' logs",
     needs="bundle",
+    example=(
+        "the real 4B run with its direct_sync lines removed, against its bundle",
+        "patch 'direct_sync' is listed by the bundle but no line of it is in the run",
+        "the real 4B run against its bundle",
+    ),
 )
 def patch_not_active(ctx: Context) -> Found:
     assert ctx.bundle is not None
@@ -54,6 +59,11 @@ def patch_not_active(ctx: Context) -> Found:
     run (a patch not loaded, or a fallback).""",
     "check RPT001 first; then the engine worker's log for the direct path's refusal (it names why it fell back)",
     needs="bundle",
+    example=(
+        "the real tiny FSDP + vLLM run (fast_block_quant) against a bundle that compiled direct_sync",
+        "the bundle compiled direct_sync, but fast_block_quant ran",
+        "the real 4B run against its bundle",
+    ),
 )
 def sync_path_mismatch(ctx: Context) -> Found:
     assert ctx.bundle is not None
@@ -93,6 +103,11 @@ def sync_path_mismatch(ctx: Context) -> Found:
     FP8 KV values clip or lose precision as the policy moves, and the mismatch grows.""",
     "check that the kv_scales patch is active in the engine workers (RPT001) and that no worker restarted; "
     "a run with static scales should not list kv_scales",
+    example=(
+        "the real 4B run with its kv_scales lines after step 2 removed",
+        "q/k/v scales applied 2 time(s) for 3 calibrated step(s)",
+        "the real 4B run",
+    ),
 )
 def kv_scales_stale(ctx: Context) -> Found:
     run = ctx.run
@@ -130,6 +145,11 @@ def kv_scales_stale(ctx: Context) -> Found:
     trainer is not the one planned, and its precision differs from the rollout's.""",
     "compare the modules named with the spec's training.fp8 exclusions; check Megatron's fp8 settings in the "
     "bundle's composed.yaml",
+    example=(
+        "the real Megatron + TE run with 4 of a pass's TE module calls outside FP8",
+        "old_log_prob: 4 of 1180 TE module calls ran outside FP8",
+        "the real Megatron + TE run",
+    ),
 )
 def te_not_fp8(ctx: Context) -> Found:
     for e in ctx.run.of("te_no_modules"):
@@ -167,6 +187,11 @@ def te_not_fp8(ctx: Context) -> Found:
     silently. The run then fails, or runs without the patch.""",
     "install the release the bundle's preflight.json names (the image's packages), or compile for the installed "
     "release if fp8spec profiles it",
+    example=(
+        "the real 4B run with the version guard's refusal added",
+        "vllm 0.25.0 is installed; the patch set supports 0.24.0, 0.33.0",
+        "the real 4B run",
+    ),
 )
 def version_refused(ctx: Context) -> Found:
     for e in ctx.run.of("version_refused"):
@@ -186,6 +211,11 @@ def version_refused(ctx: Context) -> Found:
     "submit the bundle with its own runtime env (bash submit.sh), or give --bundle the bundle the job was "
     "launched from",
     needs="bundle",
+    example=(
+        "the real tiny FSDP + vLLM run against a newer bundle",
+        "the run's runtime env set FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales; the bundle lists direct_sync,kv_scales",
+        "the real 4B run against its bundle",
+    ),
 )
 def runtime_env_differs(ctx: Context) -> Found:
     assert ctx.bundle is not None

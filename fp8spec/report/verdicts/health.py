@@ -23,6 +23,11 @@ Found = Iterable[tuple[str, str]]
     fp8spec/data/report_thresholds.yaml (mismatch_kl).""",
     "check that the correction is on (correction.method tis, verl's rollout_corr metrics present), that the "
     "KV scales follow the policy (RPT003); consider FP8 in the trainer as well, or a BF16 router for MoE",
+    example=(
+        "the real 4B run with its mismatch KL scaled by 3 per step",
+        "mismatch KL rose every step from 0.2028 (step 1) to 1.811 (step 3)",
+        "the real 4B run; the real tiny MoE run, whose KL rises x18 below the floor",
+    ),
 )
 def kl_rising(ctx: Context) -> Found:
     t = thresholds()["mismatch_kl"]
@@ -55,6 +60,11 @@ def kl_rising(ctx: Context) -> Found:
     Limit: fp8spec/data/report_thresholds.yaml (is_mean).""",
     "compare the step's sync line and KV-scale line with the one before; run the bundle's BF16 twin to see "
     "whether the drift is FP8's",
+    example=(
+        "the real tiny FSDP + vLLM run with step 4's IS mean set to 1.25",
+        "step 4: IS mean 1.25, 0.25 from 1 (limit 0.1)",
+        "the real tiny FSDP + vLLM run",
+    ),
 )
 def is_mean_drift(ctx: Context) -> Found:
     limit = float(thresholds()["is_mean"]["max_drift"])
@@ -77,6 +87,11 @@ def is_mean_drift(ctx: Context) -> Found:
     fp8spec/data/report_thresholds.yaml (clip_fraction).""",
     "look at the mismatch KL (RPT010) and the KV scales (RPT003); a larger C hides the symptom, it does not fix "
     "the mismatch",
+    example=(
+        "the real 4B run with its clip fractions times 10",
+        "step 1: 19.4% of tokens clipped (limit 10%)",
+        "the real 4B run (1.7-2.0 % clipped)",
+    ),
 )
 def clip_high(ctx: Context) -> Found:
     limit = float(thresholds()["clip_fraction"]["max"])
@@ -94,6 +109,11 @@ def clip_high(ctx: Context) -> Found:
     rollout samples no longer come from the policy being trained, and TIS cannot correct it.
     fp8spec/data/report_thresholds.yaml (mismatch_kl.ceiling).""",
     "stop and resume from an earlier checkpoint with FP8 training end to end, or a BF16 rollout",
+    example=(
+        "the real tiny FSDP + vLLM run with step 5's mismatch KL set to 6",
+        "step 5: mismatch KL 6 is above 5",
+        "the real tiny FSDP + vLLM run",
+    ),
 )
 def kl_collapse(ctx: Context) -> Found:
     ceiling = float(thresholds()["mismatch_kl"]["ceiling"])

@@ -24,6 +24,11 @@ Found = Iterable[tuple[str, str]]
     "check the engine's kv_cache_dtype and gpu_memory_utilization in its start-up line, and what else holds "
     "GPU memory while it starts (nvidia-smi)",
     needs="plan",
+    example=(
+        "the real 4B run with its engine's KV line at 1,051,808 tokens, against its spec",
+        "KV cache 1,051,808 tokens, 78% of the 1,354,656 fp8spec plan predicts",
+        "the real 4B run against its spec (99.8 % of the plan)",
+    ),
 )
 def kv_below_plan(ctx: Context) -> Found:
     assert ctx.plan is not None
@@ -47,6 +52,11 @@ def kv_below_plan(ctx: Context) -> Found:
     memory pressure on the host, a fallback path for some tensors, or contention on the GPU. fp8spec plan gives no
     sync time to compare with. Limit: fp8spec/data/report_thresholds.yaml (weight_sync).""",
     "compare the step's sync line of the patch set with the others (its split: trainer fill, GPU wait, engine)",
+    example=(
+        "the real tiny FSDP + vLLM run with step 4's sync 20 times slower",
+        "step 4: weight sync 4.01 s, 20.9x the run's median 0.192 s",
+        "the real tiny FSDP + vLLM run",
+    ),
 )
 def sync_stall(ctx: Context) -> Found:
     factor = float(thresholds()["weight_sync"]["max_ratio_to_median"])
@@ -74,6 +84,11 @@ def sync_stall(ctx: Context) -> Found:
     instead of FA3), a KV cache that is not FP8, or a workload too short for the gain.""",
     "check the engine's start-up line (quantization, kv_cache_dtype, attention backend) and the response lengths",
     needs="baseline",
+    example=(
+        "the real 4B run against a baseline 10 % slower, with its spec",
+        "+10%, below the +39% fp8spec plan expects",
+        "the real 4B run against a baseline 50 % slower",
+    ),
 )
 def generation_below(ctx: Context) -> Found:
     assert ctx.plan is not None and ctx.baseline is not None

@@ -23,6 +23,11 @@ def _after(ctx: Context) -> str:
     normal exit also prints one (a DataLoader worker killed at shutdown) after the bar reaches its total; that one
     is not a crash. The message gives the exception's line; the traceback is at the location given.""",
     "read the traceback at the location given; resume from the last checkpoint once fixed",
+    example=(
+        "the real 4B run ending after step 2 with the Megatron run's real traceback",
+        "the run crashed after step 2: ray.exceptions.ActorUnavailableError",
+        "the real 4B run (its traceback comes after the full progress bar)",
+    ),
 )
 def crashed(ctx: Context) -> Found:
     if ctx.run.finished or not ctx.run.tracebacks:
@@ -41,6 +46,11 @@ def crashed(ctx: Context) -> Found:
     the steps logged so far.""",
     "run the report again when the job ends; if it is gone, look at the scheduler's record (ray job status, "
     "sacct) and the nodes' kernel log for an OOM kill",
+    example=(
+        "the real tiny FSDP + vLLM run's log ending after step 3",
+        "run still running or crashed after step 3 of 5",
+        "the real tiny FSDP + vLLM run",
+    ),
 )
 def not_finished(ctx: Context) -> Found:
     run = ctx.run
@@ -63,6 +73,11 @@ def not_finished(ctx: Context) -> Found:
     the archive, or a file over the size limit is left out; what the report says rests on the rest. Each
     message names the place.""",
     "give the report the complete log (the whole folder or archive); archives should hold plain files",
+    example=(
+        "the real tiny FSDP + vLLM run's log cut in the middle of step 3's line",
+        "the log ends in the middle of this step's line",
+        "the real tiny FSDP + vLLM run",
+    ),
 )
 def unreadable(ctx: Context) -> Found:
     yield from ctx.run.problems

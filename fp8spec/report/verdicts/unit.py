@@ -44,6 +44,9 @@ class Verdict:
     hint: str
     check: Callable[[Context], Iterable[tuple[str, str]]]  # yields (where, message)
     needs: str = ""  # "bundle", "plan" or "baseline": the check runs only when the report has it
+    # (the real run damaged so that it fires, what its message then says, the real run it stays quiet on);
+    # tests/report/test_verdicts.py runs both and checks the message
+    example: tuple[str, str, str] = ("", "", "")
 
     def runs_on(self, ctx: Context) -> bool:
         return (
@@ -58,7 +61,15 @@ VERDICTS: dict[str, Verdict] = {}
 
 
 def verdict(
-    code: str, name: str, severity: Severity, summary: str, rationale: str, hint: str, needs: str = ""
+    code: str,
+    name: str,
+    severity: Severity,
+    summary: str,
+    rationale: str,
+    hint: str,
+    needs: str = "",
+    *,
+    example: tuple[str, str, str],
 ) -> Callable[
     [Callable[[Context], Iterable[tuple[str, str]]]], Callable[[Context], Iterable[tuple[str, str]]]
 ]:
@@ -66,7 +77,7 @@ def verdict(
         if code in VERDICTS:
             raise RuntimeError(f"verdict code {code} registered twice")
         VERDICTS[code] = Verdict(
-            code, name, severity, summary, " ".join(rationale.split()), hint, check, needs
+            code, name, severity, summary, " ".join(rationale.split()), hint, check, needs, example
         )
         return check
 
