@@ -56,6 +56,7 @@ class Run:
     tracebacks: list[tuple[Loc, str]] = field(default_factory=list)  # (where, the exception line)
     progress: Optional[tuple[int, int, Loc]] = None  # (done, total, where) from the last progress bar
     patches_logged: Optional[tuple[str, Loc]] = None  # the FP8SPEC_RUNTIME_PATCHES the run printed
+    total_steps: Optional[int] = None  # from the config verl printed, where the progress bar is not in RUN
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e.kind == kind]
@@ -65,8 +66,15 @@ class Run:
         return max(self.steps, default=0)
 
     @property
+    def total(self) -> Optional[int]:
+        return self.progress[1] if self.progress else self.total_steps
+
+    @property
     def finished(self) -> bool:
-        return self.progress is not None and self.progress[0] >= self.progress[1] > 0
+        """The progress bar reached its total; without a bar (worker logs alone), the last step is the total."""
+        if self.progress is not None:
+            return self.progress[0] >= self.progress[1] > 0
+        return self.total_steps is not None and self.last_step >= self.total_steps
 
 
 def read_logs(src: Sources) -> Run:
@@ -78,6 +86,9 @@ def read_logs(src: Sources) -> Run:
     return run
 
 
+# verl prints its config at start; the trainer's total_training_steps is the run's length (optimizer sections
+# print -1 there until verl fills them in).
+_TOTAL_STEPS = re.compile(r"'total_training_steps': (\d+)")
 _PATCHES_ENV = re.compile(r"""['"]FP8SPEC_RUNTIME_PATCHES['"]:\s*['"]([\w,]*)['"]""")
 
 
@@ -99,6 +110,9 @@ def _read_text(run: Run, name: str, text: str, n: Names, seen: set[str]) -> None
             continue
         for m in _PROGRESS.finditer(line):
             run.progress = (int(m.group(1)), int(m.group(2)), loc)
+        total = _TOTAL_STEPS.search(line)
+        if total:
+            run.total_steps = max(run.total_steps or 0, int(total.group(1))) or None
         if run.patches_logged is None:
             env = _PATCHES_ENV.search(line)
             if env:

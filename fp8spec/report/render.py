@@ -80,13 +80,8 @@ def _pct(low: Optional[float], high: Optional[float]) -> str:
 
 def render_text(rep: Report) -> str:
     ctx, run = rep.ctx, rep.ctx.run
-    state = (
-        f"finished {run.progress[0]}/{run.progress[1]}"
-        if run.finished and run.progress
-        else f"{run.progress[0]}/{run.progress[1]} steps logged"
-        if run.progress
-        else f"{len(run.steps)} steps logged"
-    )
+    of = f"/{run.total}" if run.total else ""
+    state = f"finished {run.last_step}{of}" if run.finished else f"{run.last_step}{of} steps logged"
     lines = [f"fp8spec report: {rep.run_name} ({len(run.sources)} log file(s), {state})"]
     if ctx.bundle:
         b = ctx.bundle
@@ -134,7 +129,7 @@ def report_data(rep: Report, files: list[str]) -> dict[str, Any]:
         "state": {
             "finished": run.finished,
             "last_step": run.last_step,
-            "progress": list(run.progress[:2]) if run.progress else None,
+            "total_steps": run.total,
         },
         "bundle": asdict(ctx.bundle) if ctx.bundle else None,
         "plan": asdict(ctx.plan) if ctx.plan else None,

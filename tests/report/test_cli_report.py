@@ -217,7 +217,7 @@ def test_a_bug_in_the_report_is_exit_3_and_one_json_document(monkeypatch):
 def test_text_findings_read_like_validate_diagnostics():
     proc = run_cli_here("report", str(DATA / "megatron-te"))
     assert proc.returncode == 1
-    assert "tiny-qwen3-moe-megatron-fp8.log:32: error RPT020 the run crashed after step 3: " in proc.stdout
+    assert "tiny-qwen3-moe-megatron-fp8.log:33: error RPT020 the run crashed after step 3: " in proc.stdout
     assert "\n    hint: read the traceback" in proc.stdout
 
 

@@ -84,7 +84,7 @@ def test_the_megatron_te_run_crashed_after_step_3(tmp_path):
     assert len(rep.ctx.run.of("te_phase")) == 7  # every pass ran its TE modules in FP8: RPT004 stays quiet
     assert _codes(rep) == ["RPT020"]
     assert "crashed after step 3: ray.exceptions.ActorUnavailableError" in rep.findings[0].message
-    assert rep.findings[0].where.endswith("tiny-qwen3-moe-megatron-fp8.log:32")
+    assert rep.findings[0].where.endswith("tiny-qwen3-moe-megatron-fp8.log:33")
 
 
 def test_the_sglang_run_has_verl_metrics_and_no_patch_lines():
@@ -113,3 +113,25 @@ def test_each_engines_kv_capacity_line_is_read():
     sglang = make_report(DATA / "sglang-engine").ctx.run.of("kv_cache_size")
     assert [e.groups["tokens"] for e in vllm] == [1_351_808]
     assert [e.groups["tokens"] for e in sglang] == [6_859_524]
+
+
+def test_worker_logs_without_the_progress_bar_finish_at_the_configured_total(tmp_path):
+    """The progress bar is in the task runner's stderr; without it, the trainer's total_training_steps from the
+    config verl printed (3 in the 4B run) says the run finished."""
+    folder = tmp_path / "ray-logs"
+    folder.mkdir()
+    for log in (DATA / "real-4b" / "ray-logs").glob("*.out"):
+        (folder / log.name).write_bytes(log.read_bytes())
+    rep = make_report(folder)
+    assert rep.ctx.run.progress is None and rep.ctx.run.total_steps == 3
+    assert rep.ctx.run.finished and rep.findings == []
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    driver = (
+        (DATA / "real-4b" / "real-4b-h200-fp8kv.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    )
+    kept = [ln for ln in driver if "Training Progress" not in ln and "step:3 -" not in ln]
+    (cut / "driver.log").write_text("".join(kept[: kept.index(next(ln for ln in kept if "Traceback" in ln))]))
+    assert [f.message for f in make_report(cut).findings] == [
+        "run still running or crashed after step 2 of 3 (no traceback in the logs read)"
+    ]

@@ -56,7 +56,7 @@ def not_finished(ctx: Context) -> Found:
     run = ctx.run
     if run.finished or run.tracebacks:
         return
-    total = f" of {run.progress[1]}" if run.progress else ""
+    total = f" of {run.total}" if run.total else ""
     where = run.steps[run.last_step].loc if run.steps else (run.progress[2] if run.progress else None)
     yield (
         str(where or (run.sources[0] if run.sources else "-")),

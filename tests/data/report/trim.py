@@ -8,6 +8,7 @@ KEEP = re.compile(
     r"step:\d+ - |fp8spec (kv_scales|direct_sync: (plan|sync \d)|weight sync sent|fast_block_quant|te_report"
     r"|mbridge_compat|te_extra_state_compat|kept_buffer)|GPU KV cache size|Training Progress"
     r"|Traceback \(most recent|FP8SPEC_RUNTIME_PATCHES|Error executing job|^:job_id|^:actor_name"
+    r"|'total_training_steps': \d"
 )
 RAY_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\)(\x1b\[[0-9;]*m)?\s?")
 
