@@ -80,8 +80,8 @@ def _pct(low: Optional[float], high: Optional[float]) -> str:
 
 def render_text(rep: Report) -> str:
     ctx, run = rep.ctx, rep.ctx.run
-    of = f"/{run.total}" if run.total else ""
-    state = f"finished {run.last_step}{of}" if run.finished else f"{run.last_step}{of} steps logged"
+    of = f" of {run.total}" if run.total else ""
+    state = f"finished {run.last_step}{of} steps" if run.finished else f"{run.last_step}{of} steps logged"
     lines = [f"fp8spec report: {rep.run_name} ({len(run.sources)} log file(s), {state})"]
     if ctx.bundle:
         b = ctx.bundle
@@ -96,7 +96,11 @@ def render_text(rep: Report) -> str:
     c = comparison(ctx)
     lines += ["", "against the plan:"]
     kv = c["kv_cache_tokens"]
-    measured = f"{kv['measured']:,} tokens ({kv['where']})" if kv["measured"] else "no engine line"
+    measured = (
+        f"{kv['measured']:,} tokens ({kv['where']})"
+        if kv["measured"]
+        else "not in the logs (the engine logs it at INFO, a WARN logging level hides it)"
+    )
     planned = f"{kv['planned']:,} planned" if kv["planned"] else "no plan (--spec SPEC)"
     ratio = f", {kv['ratio']:.1%} of plan" if kv["ratio"] else ""
     lines.append(f"  KV cache: {measured}; {planned}{ratio}")

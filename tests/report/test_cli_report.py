@@ -25,7 +25,7 @@ def test_text_report_of_the_4b_run_compares_kv_capacity_with_the_plan():
     proc = run_cli_here("report", RUN_4B, "--bundle", str(GOLDEN_DIRECT), "--spec", str(SPEC_4B))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "finished 3/3" in out and "patches direct_sync, kv_scales; weight sync direct_sync" in out
+    assert "finished 3 of 3 steps" in out and "patches direct_sync, kv_scales; weight sync direct_sync" in out
     assert "KV cache: 1,351,808 tokens" in out and "1,354,656 planned, 99.8% of plan" in out
     assert "expected +39% to +44% over BF16" in out
     assert out.rstrip().endswith("0 error(s), 0 warning(s)")
