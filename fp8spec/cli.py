@@ -34,6 +34,7 @@ from fp8spec.cli_options import (
     write_outputs,
 )
 from fp8spec.cli_plan import plan
+from fp8spec.cli_report import explain_verdict, report, verdict_lines, verdict_listing
 from fp8spec.completion import COMPLETE_VAR, register_shells
 from fp8spec.diagnostics import (
     EXIT_BAD_INPUT,
@@ -239,6 +240,7 @@ def rules(
             listing = {
                 "rules": [describe.rule_summary_data(r) for r in all_rules()],
                 "input_codes": [describe.input_code_data(c) for c in input_codes().values()],
+                "report_verdicts": verdict_listing(),
             }
             typer.echo(json.dumps(listing, indent=2, sort_keys=True))
             return
@@ -247,11 +249,16 @@ def rules(
         typer.echo("")
         for ic in input_codes().values():
             typer.echo(describe.input_code_line(ic))
+        typer.echo("")
+        for line in verdict_lines():
+            typer.echo(line)
         return
     rule = get_rule(code)
     if rule is not None:
         data = describe.rule_data(rule)
         typer.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else describe.rule_text(rule))
+        return
+    if explain_verdict(code, as_json):
         return
     c = input_code(code)
     if c is None:
@@ -429,6 +436,9 @@ app.command()(init)
 app.command()(plan)
 
 
+app.command()(report)
+
+
 @app.command()
 def models() -> None:
     """List the model catalog."""
@@ -444,7 +454,7 @@ app.add_typer(backends_app, name="backends", help="Backend releases: wheel snaps
 
 
 # Every command with a --format option (tests/cli/test_json_failures.py holds this to the command tree).
-JSON_COMMANDS = frozenset({"validate", "plan", "explain", "diff", "rules", "list", "check"})
+JSON_COMMANDS = frozenset({"validate", "plan", "explain", "diff", "rules", "list", "check", "report"})
 
 
 def _wants_json(argv: list[str]) -> bool:

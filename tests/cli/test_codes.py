@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from fp8spec.report.verdicts import all_verdicts
 from fp8spec.rules.registry import all_rules
 from fp8spec.specfile.codes import input_codes
 from tests.cli.inprocess import run_cli_here
@@ -37,7 +38,7 @@ def test_every_code_literal_in_the_source_is_explained():
     found = set()
     for path in (REPO / "fp8spec").rglob("*.py"):
         found.update(literal.findall(path.read_text(encoding="utf-8")))
-    known = set(input_codes()) | {r.code for r in all_rules()}
+    known = set(input_codes()) | {r.code for r in all_rules()} | {v.code for v in all_verdicts()}
     assert len(found) > 60 and found <= known, sorted(found - known)
 
 

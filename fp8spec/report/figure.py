@@ -1,0 +1,161 @@
+"""The report's pictures: each step's phases as stacked bars and the mismatch KL over the steps. SVG is written
+as plain text (no plotting library, the same bytes for the same run); PNG needs matplotlib (the plot extra)."""
+
+from __future__ import annotations
+
+from typing import Optional
+from xml.sax.saxutils import escape
+
+from fp8spec.report.steps import Row
+
+# (column, label, colour) stacked from the bottom; 'other' is the rest of the step's time.
+PHASES = (
+    ("gen_s", "generation", "#d62728"),
+    ("old_log_prob_s", "old log-prob", "#1f77b4"),
+    ("ref_s", "reference", "#bcbd22"),
+    ("update_s", "update", "#ff7f0e"),
+    ("sync_s", "weight sync", "#9467bd"),
+)
+OTHER = ("other", "#c7c7c7")
+W, H, LEFT, TOP, PANEL = 720, 520, 70, 40, 180
+
+
+def _phases(r: Row) -> list[tuple[str, str, float]]:
+    parts = [(label, colour, getattr(r, attr) or 0.0) for attr, label, colour in PHASES]
+    rest = (r.step_s or 0.0) - sum(v for _, _, v in parts)
+    return parts + [(OTHER[0], OTHER[1], max(rest, 0.0))]
+
+
+def _legend(rows: list[Row]) -> list[tuple[str, str]]:
+    """The phases some step spent time in (a run without a reference policy has no reference bar)."""
+    return [(label, colour) for label, colour, _ in _phases(rows[0]) if any(_value(r, label) for r in rows)]
+
+
+def _value(r: Row, label: str) -> float:
+    return next(v for lb, _, v in _phases(r) if lb == label)
+
+
+def _ticks(top: float) -> list[float]:
+    if top <= 0:
+        return [0.0]
+    step = 10 ** len(str(int(top))) / 10 if top >= 1 else 0.1
+    while top / step > 6:
+        step *= 2
+    while top / step < 3:
+        step /= 2
+    return [i * step for i in range(int(top / step) + 1)]
+
+
+def report_svg(rows: list[Row], title: str) -> str:
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{W}" height="{H}" fill="white"/>',
+        f'<text x="{W / 2:.0f}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
+    ]
+    out += _bars(rows, TOP + 10)
+    out += _kl(rows, TOP + PANEL + 90)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _axis(y0: float, top: float, label: str) -> list[str]:
+    out = [
+        f'<text x="12" y="{y0 + PANEL / 2:.0f}" transform="rotate(-90 12 {y0 + PANEL / 2:.0f})" '
+        f'text-anchor="middle">{escape(label)}</text>'
+    ]
+    for t in _ticks(top):
+        y = y0 + PANEL - (t / top * PANEL if top else 0)
+        out.append(f'<line x1="{LEFT}" x2="{W - 150}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{t:.3g}</text>')
+    return out
+
+
+def _bars(rows: list[Row], y0: float) -> list[str]:
+    top = max((sum(v for _, _, v in _phases(r)) for r in rows), default=0.0) * 1.05
+    out = _axis(y0, top, "seconds per step")
+    span = (W - 150 - LEFT) / max(len(rows), 1)
+    for i, r in enumerate(rows):
+        x, base = LEFT + i * span + span * 0.15, y0 + PANEL
+        for label, colour, v in _phases(r):
+            h = v / top * PANEL if top else 0
+            base -= h
+            out.append(
+                f'<rect x="{x:.1f}" y="{base:.1f}" width="{span * 0.7:.1f}" height="{h:.1f}" fill="{colour}">'
+                f"<title>step {r.step} {escape(label)}: {v:.3g} s</title></rect>"
+            )
+        out.append(
+            f'<text x="{x + span * 0.35:.1f}" y="{y0 + PANEL + 14:.1f}" text-anchor="middle">{r.step}</text>'
+        )
+    for k, (label, colour) in enumerate(_legend(rows) if rows else []):
+        y = y0 + 10 + k * 16
+        out.append(f'<rect x="{W - 140}" y="{y - 9}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{W - 125}" y="{y}">{escape(label)}</text>')
+    return out
+
+
+def _kl(rows: list[Row], y0: float) -> list[str]:
+    points = [(r.step, r.mismatch_kl) for r in rows if r.mismatch_kl is not None]
+    top = max((v for _, v in points), default=0.0) * 1.1
+    out = _axis(y0, top, "mismatch KL")
+    if not points:
+        out.append(
+            f'<text x="{W / 2:.0f}" y="{y0 + PANEL / 2:.0f}" text-anchor="middle">no rollout_corr/kl logged</text>'
+        )
+        return out
+    span = (W - 150 - LEFT) / max(len(rows), 1)
+    index = {r.step: i for i, r in enumerate(rows)}
+
+    def xy(step: int, v: float) -> str:
+        return (
+            f"{LEFT + index[step] * span + span / 2:.1f},{y0 + PANEL - (v / top * PANEL if top else 0):.1f}"
+        )
+
+    out.append(
+        f'<polyline fill="none" stroke="#d62728" stroke-width="2" points="{" ".join(xy(s, v) for s, v in points)}"/>'
+    )
+    for s, v in points:
+        x, y = xy(s, v).split(",")
+        out.append(
+            f'<circle cx="{x}" cy="{y}" r="3" fill="#d62728"><title>step {s}: {v:.4g}</title></circle>'
+        )
+        out.append(f'<text x="{x}" y="{y0 + PANEL + 14:.1f}" text-anchor="middle">{s}</text>')
+    out.append(
+        f'<text x="{(W - 150 + LEFT) / 2:.0f}" y="{y0 + PANEL + 30:.1f}" text-anchor="middle">step</text>'
+    )
+    return out
+
+
+def report_png(rows: list[Row], title: str) -> Optional[bytes]:
+    """The same two panels as PNG bytes; None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    import io
+
+    fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), dpi=100)
+    steps = [r.step for r in rows]
+    bottom = [0.0] * len(rows)
+    for label, colour in _legend(rows) if rows else []:
+        values = [_value(r, label) for r in rows]
+        a.bar(steps, values, bottom=bottom, color=colour, label=label)
+        bottom = [x + y for x, y in zip(bottom, values)]
+    a.set_ylabel("seconds per step")
+    if rows:
+        a.legend(fontsize=7, loc="upper right")
+    a.set_title(title)
+    kl = [(r.step, r.mismatch_kl) for r in rows if r.mismatch_kl is not None]
+    b.plot([s for s, _ in kl], [v for _, v in kl], marker="o", color="#d62728")
+    a.set_xticks(steps)
+    b.set_xticks(steps)
+    b.set_xlabel("step")
+    b.set_ylabel("mismatch KL")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,160 @@
+"""The report as text (a per-step table, the run against its plan, the verdicts) and as one JSON document."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from fp8spec.report.steps import COLUMNS, Row
+from fp8spec.report.verdicts import Context, Finding
+
+
+@dataclass
+class Report:
+    run_name: str
+    ctx: Context
+    findings: list[Finding]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return f"{value[0]:.3g}-{value[1]:.3g}"
+    if isinstance(value, int):
+        return str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def table_text(rows: list[Row]) -> list[str]:
+    shown = [(a, h) for a, h in COLUMNS if a == "step" or any(getattr(r, a) is not None for r in rows)]
+    cells = [[h for _, h in shown]] + [[_cell(getattr(r, a)) for a, _ in shown] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(shown))]
+    return ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+
+
+def comparison(ctx: Context) -> dict[str, Any]:
+    """The run's figures beside what the plan predicted, where both exist."""
+    out: dict[str, Any] = {}
+    kv = ctx.run.of("kv_cache_size")
+    measured = kv[0].groups["tokens"] if kv else None
+    planned = ctx.plan.kv_cache_tokens if ctx.plan else None
+    out["kv_cache_tokens"] = {
+        "measured": measured,
+        "where": str(kv[0].loc) if kv else None,
+        "planned": planned,
+        "ratio": round(measured / planned, 4) if measured and planned else None,
+    }
+    syncs = [r.sync_s for r in ctx.rows if r.sync_s is not None]
+    patch = [r.patch_sync_s for r in ctx.rows if r.patch_sync_s is not None]
+    out["weight_sync_s"] = {
+        "median": round(statistics.median(syncs), 4) if syncs else None,
+        "patch_median": round(statistics.median(patch), 4) if patch else None,
+        "planned": None,  # fp8spec plan predicts the sync's memory, not its time
+    }
+    tok = [r.tokens_per_s for r in ctx.rows if r.tokens_per_s]
+    base = [r.tokens_per_s for r in ctx.baseline or [] if r.tokens_per_s]
+    out["generation_tokens_per_s"] = {
+        "mean": round(statistics.mean(tok), 1) if tok else None,
+        "baseline_mean": round(statistics.mean(base), 1) if base else None,
+        "speed_up": round(statistics.mean(tok) / statistics.mean(base) - 1, 4) if tok and base else None,
+        "expected_speed_up": [ctx.plan.gain_low, ctx.plan.gain_high] if ctx.plan else None,
+    }
+    return out
+
+
+def _pct(low: Optional[float], high: Optional[float]) -> str:
+    if low is None or high is None:
+        return "not measured for this engine and model"
+    return f"+{low:.0%}" if low == high else f"+{low:.0%} to +{high:.0%}"
+
+
+def render_text(rep: Report) -> str:
+    ctx, run = rep.ctx, rep.ctx.run
+    of = f" of {run.total}" if run.total else ""
+    state = f"finished {run.last_step}{of} steps" if run.finished else f"{run.last_step}{of} steps logged"
+    lines = [f"fp8spec report: {rep.run_name} ({len(run.sources)} log file(s), {state})"]
+    if ctx.bundle:
+        b = ctx.bundle
+        lines.append(
+            f"bundle: {b.where} (patches {', '.join(b.patches) or 'none'}; weight sync {b.sync_path})"
+        )
+    if ctx.plan:
+        lines.append(f"plan: {ctx.plan.spec} ({ctx.plan.choice})")
+        lines += [f"  note: {n}" for n in ctx.plan.notes]
+    lines.append("")
+    lines += table_text(ctx.rows) if ctx.rows else ["(no step line in the logs read)"]
+    c = comparison(ctx)
+    lines += ["", "against the plan:"]
+    kv = c["kv_cache_tokens"]
+    measured = (
+        f"{kv['measured']:,} tokens ({kv['where']})"
+        if kv["measured"]
+        else "not in the logs (the engine logs it at INFO, a WARN logging level hides it)"
+    )
+    planned = f"{kv['planned']:,} planned" if kv["planned"] else "no plan (--spec SPEC)"
+    ratio = f", {kv['ratio']:.1%} of plan" if kv["ratio"] else ""
+    lines.append(f"  KV cache: {measured}; {planned}{ratio}")
+    ws = c["weight_sync_s"]
+    lines.append(
+        f"  weight sync: median {_cell(ws['median'])} s (verl), {_cell(ws['patch_median'])} s (patch set's line); "
+        "fp8spec plan gives no sync time"
+    )
+    g = c["generation_tokens_per_s"]
+    expected = _pct(ctx.plan.gain_low, ctx.plan.gain_high) if ctx.plan else ""
+    speed = f", {g['speed_up']:+.0%} over the baseline" if g["speed_up"] is not None else ""
+    judged = expected and f"; expected {expected} over BF16" + (
+        "" if g["baseline_mean"] else " (--baseline RUN judges it)"
+    )
+    lines.append(f"  generation: {_cell(g['mean'])} tok/s{speed}{judged or ''}")
+    lines.append("")
+    for f in rep.findings:
+        lines.append(f"{f.where}: {f.severity} {f.code} {f.message}")  # as fp8spec validate prints findings
+        lines.append(f"    hint: {f.hint}")
+    warnings = len(rep.findings) - len(rep.errors)
+    lines.append(f"{rep.run_name}: {len(rep.errors)} error(s), {warnings} warning(s)")
+    return "\n".join(lines) + "\n"
+
+
+def report_data(rep: Report, files: list[str]) -> dict[str, Any]:
+    ctx, run = rep.ctx, rep.ctx.run
+    return {
+        "run": rep.run_name,
+        "sources": run.sources,
+        "state": {
+            "finished": run.finished,
+            "last_step": run.last_step,
+            "total_steps": run.total,
+        },
+        "bundle": asdict(ctx.bundle) if ctx.bundle else None,
+        "plan": asdict(ctx.plan) if ctx.plan else None,
+        "steps": [asdict(r) for r in ctx.rows],
+        "comparison": comparison(ctx),
+        "verdicts": [asdict(f) for f in rep.findings],
+        "summary": {"errors": len(rep.errors), "warnings": len(rep.findings) - len(rep.errors)},
+        "files": files,
+    }
+
+
+def render_json(rep: Report, files: list[str]) -> str:
+    return json.dumps(_plain(report_data(rep, files)), indent=2, sort_keys=True, allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    """JSON has no NaN or infinity: a metric verl logged as nan stays visible as the string "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,108 @@
+"""Is FP8 paying as planned: the engine's KV capacity against `fp8spec plan`'s, each weight sync against the
+run's own steady state, generation throughput against the planner's expected speed-up over a BF16 baseline."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Iterable
+
+from fp8spec.report.names import thresholds
+from fp8spec.report.verdicts.unit import Context, verdict
+
+Found = Iterable[tuple[str, str]]
+
+
+@verdict(
+    "RPT030",
+    "kv-capacity-below-plan",
+    "warning",
+    "The engine's KV cache holds fewer tokens than fp8spec plan predicted for the spec.",
+    """fp8spec plan predicts the engine's "GPU KV cache size" from the spec (weights, utilization, KV dtype);
+    the real 4B run came within 0.2 %. Markedly less means the engine had less memory than planned (another
+    process on the GPU, the trainer not offloaded, a BF16 KV cache where FP8 was planned), so fewer sequences run
+    at once and requests may be preempted. Limit: fp8spec/data/report_thresholds.yaml (kv_capacity).""",
+    "check the engine's kv_cache_dtype and gpu_memory_utilization in its start-up line, and what else holds "
+    "GPU memory while it starts (nvidia-smi)",
+    needs="plan",
+    example=(
+        "the real 4B run with its engine's KV line at 1,051,808 tokens, against its spec",
+        "KV cache 1,051,808 tokens, 78% of the 1,354,656 fp8spec plan predicts",
+        "the real 4B run against its spec (99.8 % of the plan)",
+    ),
+)
+def kv_below_plan(ctx: Context) -> Found:
+    assert ctx.plan is not None
+    ratio = float(thresholds()["kv_capacity"]["min_ratio"])
+    for e in ctx.run.of("kv_cache_size"):
+        got, want = int(e.groups["tokens"]), ctx.plan.kv_cache_tokens
+        if got < ratio * want:
+            yield (
+                str(e.loc),
+                f"KV cache {got:,} tokens, {got / want:.0%} of the {want:,} fp8spec plan predicts",
+            )
+
+
+@verdict(
+    "RPT031",
+    "weight-sync-stall",
+    "warning",
+    "A weight sync took several times the run's usual sync time.",
+    """After the first sync (which also builds buffers and the sync plan) each sync moves the same bytes the same
+    way, so its time is steady (0.35 s every step in the 4B run). A step far above the run's median is a stall:
+    memory pressure on the host, a fallback path for some tensors, or contention on the GPU. fp8spec plan gives no
+    sync time to compare with. Limit: fp8spec/data/report_thresholds.yaml (weight_sync).""",
+    "compare the step's sync line of the patch set with the others (its split: trainer fill, GPU wait, engine)",
+    example=(
+        "the real tiny FSDP + vLLM run with step 4's sync 20 times slower",
+        "step 4: weight sync 4.01 s, 20.9x the run's median 0.192 s",
+        "the real tiny FSDP + vLLM run",
+    ),
+)
+def sync_stall(ctx: Context) -> Found:
+    factor = float(thresholds()["weight_sync"]["max_ratio_to_median"])
+    times = [(r, r.sync_s) for r in ctx.rows if r.sync_s is not None]
+    steady = [t for _, t in times[1:]]
+    if len(steady) < 2:
+        return
+    median = statistics.median(steady)
+    for r, t in times[1:]:
+        if median > 0 and t > factor * median:
+            yield (
+                r.where,
+                f"step {r.step}: weight sync {t:.3g} s, {t / median:.1f}x the run's median {median:.3g} s",
+            )
+
+
+@verdict(
+    "RPT032",
+    "generation-below-expected",
+    "warning",
+    "Generation throughput gained less over the BF16 baseline than fp8spec plan expects.",
+    """fp8spec plan states the rollout speed-up the spec's FP8 choice is expected to bring over BF16, with its
+    source (the paper and the project's measurements). Measured against a BF16 run of the same workload
+    (--baseline), a smaller gain means FP8 is not paying as planned: a kernel fallback (no DeepGEMM, FlashInfer
+    instead of FA3), a KV cache that is not FP8, or a workload too short for the gain.""",
+    "check the engine's start-up line (quantization, kv_cache_dtype, attention backend) and the response lengths",
+    needs="baseline",
+    example=(
+        "the real 4B run against a baseline 10 % slower, with its spec",
+        "+10%, below the +39% fp8spec plan expects",
+        "the real 4B run against a baseline 50 % slower",
+    ),
+)
+def generation_below(ctx: Context) -> Found:
+    assert ctx.plan is not None and ctx.baseline is not None
+    low = ctx.plan.gain_low
+    run = [r.tokens_per_s for r in ctx.rows if r.tokens_per_s]
+    base = [r.tokens_per_s for r in ctx.baseline if r.tokens_per_s]
+    if low is None or not run or not base:
+        return
+    gain = statistics.mean(run) / statistics.mean(base) - 1
+    if gain < low:
+        yield (
+            ctx.rows[-1].where,
+            (
+                f"generation {statistics.mean(run):,.0f} tok/s against the baseline's {statistics.mean(base):,.0f}: "
+                f"{gain:+.0%}, below the {low:+.0%} fp8spec plan expects ({ctx.plan.choice})"
+            ),
+        )

@@ -1,0 +1,187 @@
+"""Every verdict of fp8spec report fires on a damaged copy of a real run and stays quiet on the real run: the
+damage (a patch's lines dropped, KV-scale lines gone after step 2, the mismatch KL scaled up per step, a log cut
+mid-line, a traceback after step 2, ...) is made here from the real lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fp8spec.report.build import make_report
+from fp8spec.report.verdicts import all_verdicts, get_verdict
+from tests.report import runs
+from tests.report.runs import GOLDEN_DIRECT, SPEC_4B
+
+KL = "rollout_corr/kl"
+
+
+def _4b(tmp: Path, damage=None, **kw):
+    return make_report(runs.log_copy(tmp, "real-4b", damage), **kw)
+
+
+def _tiny(tmp: Path, damage=None, **kw):
+    return make_report(runs.log_copy(tmp, "fsdp-vllm", damage), bundle=runs.bundle_of(tmp, "fsdp-vllm"), **kw)
+
+
+def _baseline(tmp: Path, ms_factor: float) -> Path:
+    """The 4B run as a slower BF16 run would log it: generation's ms per token times ``ms_factor``."""
+    sub = tmp / "baseline"
+    sub.mkdir()
+    return runs.log_copy(
+        sub, "real-4b", runs.set_metric("timing_per_token_ms/gen", lambda s, v: v * ms_factor)
+    )
+
+
+def _te_outside(lines):
+    return [ln.replace("fwd FP8 1180/1180", "fwd FP8 1176/1180", 1) for ln in lines]
+
+
+_REFUSED = (
+    "(WorkerDict pid=3914) fp8spec.runtime.version_guard.UnsupportedVersionError: fp8spec-runtime 0.1.0 patch "
+    "'kv_scales' supports vllm 0.24.0, 0.33.0 but 0.25.0 is installed; refusing to patch (set "
+    "FP8SPEC_RUNTIME_ALLOW_UNKNOWN_VERSIONS=1 to override).\n"
+)
+
+# code -> (fires, stays quiet): each a function of the test's folder giving a report.
+CASES = {
+    "RPT001": (
+        lambda t: _4b(t, runs.drop("fp8spec direct_sync: "), bundle=GOLDEN_DIRECT),
+        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+    ),
+    "RPT002": (
+        lambda t: make_report(
+            runs.log_copy(t, "fsdp-vllm"), bundle=GOLDEN_DIRECT
+        ),  # compiled direct, ran fbq
+        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+    ),
+    "RPT003": (
+        lambda t: _4b(t, runs.drop_after_step("fp8spec kv_scales: ", 2), bundle=GOLDEN_DIRECT),
+        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+    ),
+    "RPT004": (
+        lambda t: make_report(runs.log_copy(t, "megatron-te", _te_outside)),
+        lambda t: make_report(runs.log_copy(t, "megatron-te")),
+    ),
+    "RPT005": (lambda t: _4b(t, lambda lines: lines + [_REFUSED]), lambda t: _4b(t)),
+    "RPT006": (
+        lambda t: make_report(runs.log_copy(t, "fsdp-vllm"), bundle=GOLDEN_DIRECT),  # an older bundle's run
+        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+    ),
+    "RPT010": (lambda t: _4b(t, runs.set_metric(KL, lambda s, v: v * 3**s)), lambda t: _4b(t)),
+    "RPT011": (
+        lambda t: _tiny(
+            t, runs.set_metric("rollout_corr/rollout_is_mean", lambda s, v: 1.25 if s == 4 else v)
+        ),
+        lambda t: _tiny(t),
+    ),
+    "RPT012": (
+        lambda t: _4b(t, runs.set_metric("rollout_corr/rollout_is_ratio_fraction_high", lambda s, v: v * 10)),
+        lambda t: _4b(t),
+    ),
+    "RPT013": (
+        lambda t: _tiny(t, runs.set_metric(KL, lambda s, v: 6.0 if s == 5 else v)),
+        lambda t: _tiny(t),
+    ),
+    "RPT020": (lambda t: _4b(t, runs.end_after_step(2, runs.real_traceback())), lambda t: _4b(t)),
+    "RPT021": (lambda t: _tiny(t, runs.end_after_step(3)), lambda t: _tiny(t)),
+    "RPT022": (lambda t: _tiny(t, runs.cut_mid_line(3)), lambda t: _tiny(t)),
+    "RPT030": (
+        lambda t: _4b(
+            t, lambda ls: [ln.replace("1,351,808 tokens", "1,051,808 tokens") for ln in ls], spec=SPEC_4B
+        ),
+        lambda t: _4b(t, spec=SPEC_4B),
+    ),
+    "RPT031": (
+        lambda t: _tiny(t, runs.set_metric("timing_s/update_weights", lambda s, v: v * 20 if s == 4 else v)),
+        lambda t: _tiny(t),
+    ),
+    "RPT032": (
+        lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.1)),  # FP8 only 10 % faster: below +39 %
+        lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.5)),  # 50 % faster
+    ),
+}
+
+
+def test_every_verdict_has_a_case_that_fires_and_one_that_stays_quiet():
+    assert sorted(CASES) == [v.code for v in all_verdicts()]
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_verdict_fires_on_the_damaged_run(code, tmp_path):
+    rep = CASES[code][0](tmp_path)
+    fired = [f for f in rep.findings if f.code == code]
+    assert fired, [(f.code, f.message) for f in rep.findings]
+    says = get_verdict(code).example[1]  # what `fp8spec rules CODE` promises the message says
+    assert any(says in f.message for f in fired), ([f.message for f in fired], says)
+    for f in fired:
+        assert f.where and f.message and f.hint
+        # located: a file:line of the logs, or the bundle file the expectation comes from
+        assert ":" in f.where or f.where.endswith("preflight.json"), f.where
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_verdict_stays_quiet_on_the_real_run(code, tmp_path):
+    rep = CASES[code][1](tmp_path)
+    assert [f.code for f in rep.findings if f.code == code] == []
+
+
+def test_an_excluded_module_with_fp8_weights_fires(tmp_path):
+    def fp8_router(lines):
+        return [
+            ln.replace("router:bfloat16", "router:float8_e4m3fn") if "fwd FP8 1160/1160" in ln else ln
+            for ln in lines
+        ]
+
+    rep = make_report(runs.log_copy(tmp_path, "megatron-te", fp8_router))
+    msgs = [f.message for f in rep.findings if f.code == "RPT004"]
+    assert msgs == [
+        "old_log_prob: modules meant to stay out of FP8 have FP8 weights: router:float8_e4m3fn",
+        "update: modules meant to stay out of FP8 have FP8 weights: router:float8_e4m3fn",
+    ]
+
+
+def test_stale_kv_scales_name_the_last_applied_line(tmp_path):
+    rep = CASES["RPT003"][0](tmp_path)
+    (f,) = [f for f in rep.findings if f.code == "RPT003"]
+    assert "applied 2 time(s) for 3 calibrated step(s); none after" in f.message
+
+
+def test_kv_scales_not_reapplied_after_a_wake_up_fire(tmp_path):
+    rep = _4b(tmp_path, runs.drop_after_step("re-applied q/k/v scales", 1))
+    msgs = [f.message for f in rep.findings if f.code == "RPT003"]
+    assert msgs == ["scales re-applied after 1 of 3 KV-cache wake-ups; the others ran on reset scales"]
+
+
+def test_a_crash_says_after_which_step_and_the_exception(tmp_path):
+    rep = CASES["RPT020"][0](tmp_path)
+    (f,) = [f for f in rep.findings if f.code == "RPT020"]
+    assert f.message.startswith("the run crashed after step 2: ray.exceptions.ActorUnavailableError")
+    assert [r.step for r in rep.ctx.rows] == [1, 2]
+
+
+def test_a_run_that_stops_says_still_running_or_crashed(tmp_path):
+    rep = CASES["RPT021"][0](tmp_path)
+    (f,) = [f for f in rep.findings if f.code == "RPT021"]
+    assert f.message.startswith("run still running or crashed after step 3 of 5")
+
+
+def test_a_log_cut_mid_line_keeps_the_complete_values_of_the_step(tmp_path):
+    rep = CASES["RPT022"][0](tmp_path)
+    assert [r.step for r in rep.ctx.rows] == [1, 2, 3]
+    (tmp_path / "whole").mkdir()
+    whole = _tiny(tmp_path / "whole").ctx.rows[2]
+    cut = rep.ctx.rows[2]
+    assert cut.mismatch_kl == whole.mismatch_kl  # KL comes early in the line: read; the cut value is not
+    (f,) = [f for f in rep.findings if f.code == "RPT022"]
+    assert "ends in the middle of this step's line" in f.message
+
+
+def test_two_runs_in_one_folder_are_not_mixed(tmp_path):
+    runs.log_copy(tmp_path, "fsdp-vllm")
+    runs.log_copy(tmp_path, "sglang")
+    rep = make_report(tmp_path)
+    alone = make_report(runs.DATA / "fsdp-vllm")
+    assert [r.mismatch_kl for r in rep.ctx.rows] == [r.mismatch_kl for r in alone.ctx.rows]  # the first kept
+    again = [f.message for f in rep.findings if f.code == "RPT022"]
+    assert len(again) == 5 and all("logged again with other values" in m for m in again)
