@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import io
 import os
 from pathlib import Path
@@ -25,6 +26,25 @@ EXAMPLE_SPECS = sorted(SPECS.glob("*.yaml"))
 # The base spec every rule example is a fragment of, and the fragments the rules' examples share (one declaration,
 # in the package: `fp8spec rules CODE` prints the examples).
 BASE_SPEC = base_spec()
+
+
+def skip_missing_extra(reason: str, *, allow_module_level: bool = False) -> None:
+    """A package of the test extra (or one the README's test command installs) is missing: a skip on a
+    contributor's machine, a failure under CI (the runner sets CI), where the extra is installed and a skip
+    would hide a broken environment behind a green run. GPU-only skips are not this: they stay skips."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI installs the test extra, yet: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=allow_module_level)
+
+
+def require(module: str, reason: str | None = None):
+    """``pytest.importorskip`` for the test extra: the imported module, or skip_missing_extra's skip/failure."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        skip_missing_extra(reason or f"{module} is not importable ({err}); pip install '.[test]'",
+                           allow_module_level=True)
+        raise  # unreachable: skip and fail raise
 
 
 def patched(base: dict, *patches: dict) -> dict:

@@ -18,6 +18,7 @@ from fp8spec.catalog import (
     model_from_config,
 )
 from fp8spec.catalog._store import load_entry
+from tests.conftest import require
 
 
 def _write(tmp_path, cfg, name="config.json"):
@@ -60,7 +61,7 @@ def test_directory_with_config_json_is_accepted(tmp_path):
 
 
 def test_round_trip_from_transformers_qwen3moe_config(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     cfg = transformers.Qwen3MoeConfig(
         vocab_size=151936,
         hidden_size=2048,
@@ -85,7 +86,7 @@ def test_round_trip_from_transformers_qwen3moe_config(tmp_path):
 
 
 def test_transformers_qwen3moe_sparse_step_and_mlp_only_layers(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     cfg = transformers.Qwen3MoeConfig(
         hidden_size=256,
         intermediate_size=512,
@@ -116,7 +117,7 @@ def test_transformers_qwen3moe_sparse_step_and_mlp_only_layers(tmp_path):
 
 
 def test_transformers_deepseek_v3_defaults_match_the_catalog(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     d = transformers.DeepseekV3Config().to_dict()
     facts = model_from_config(_write(tmp_path, d), model_id="deepseek-ai/DeepSeek-V3")
     assert d.get("head_dim", 64) == 64  # transformers' head_dim is qk_rope_head_dim; ours is the q/k width

@@ -14,11 +14,12 @@ import pytest
 from fp8spec.catalog import catalog_ids, get_model
 from fp8spec.catalog._arch import GEMMA3_TEXT_DEFAULTS, SIGLIP_VISION_DEFAULTS
 from fp8spec.catalog._store import load_entry
+from tests.conftest import require
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-core = pytest.importorskip("transformers.core_model_loading", reason="transformers >= 5 conversion mapping")
-mapping = pytest.importorskip("transformers.conversion_mapping")
+torch = require("torch")
+transformers = require("transformers")
+core = require("transformers.core_model_loading", reason="transformers >= 5 conversion mapping")
+mapping = require("transformers.conversion_mapping")
 
 # transformers' SigLIP conversion strips the released "vision_model." prefix on load (a PrefixChange), and
 # revert_weight_conversion drops PrefixChange transforms for a model not built by from_pretrained (its own

@@ -13,9 +13,10 @@ import re
 import pytest
 
 from fp8spec.catalog import LinearModule, model_from_config
+from tests.conftest import require
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = require("torch")
+transformers = require("transformers")
 
 _BASE = {
     "hidden_size": 64,
@@ -120,7 +121,7 @@ def _checkpoint_shapes(model) -> dict[str, tuple[int, ...]]:
 
 
 def test_conversion_mapping_confirms_per_expert_checkpoint_keys():
-    mapping = pytest.importorskip(
+    mapping = require(
         "transformers.conversion_mapping", reason="transformers < 5 keeps per-expert modules"
     )
     get_checkpoint_conversion_mapping = mapping.get_checkpoint_conversion_mapping

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, REPO, patched
+from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, REPO, patched, require
 
 
 @pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=lambda p: p.name)
@@ -55,7 +55,7 @@ def test_schema_file_is_current(tmp_path):
 
 
 def test_schema_validates_examples_and_rejects_bad():
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = require("jsonschema")
     from ruamel.yaml import YAML
 
     schema = json.loads((REPO / "specs" / "fp8spec.schema.json").read_text())

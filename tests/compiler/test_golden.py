@@ -21,7 +21,7 @@ from tests.compiler.golden import (
     normalized,
     shipped_pins,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, skip_missing_extra
 
 COMPOSED = "composed.yaml"
 HAVE_VERL = importlib.util.find_spec("verl") is not None and importlib.util.find_spec("hydra") is not None
@@ -38,7 +38,7 @@ def test_golden_bundle(spec_path, backend):
     expected = normalized(files, shipped)
     if "+" in backend:
         if not HAVE_VERL:
-            pytest.skip("verl and hydra are needed to compose the config (pip install --no-deps verl==0.9.1)")
+            skip_missing_extra("verl and hydra are needed to compose the config (pip install --no-deps verl==0.9.1)")
         expected[COMPOSED] = composed_changes(files)
     folder = GOLDEN / spec_path.stem / backend.replace("+", "_")
     if REGEN:

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from fp8spec.compiler.quoting import md_code, md_code_cell, md_fence, md_text
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import SPECS
+from tests.conftest import SPECS, require
 
-markdown_it = pytest.importorskip("markdown_it")
+markdown_it = require("markdown_it")
 MD = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"])
 
 HOSTILE = [

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from tests.conformance.checks import compile_variant
-from tests.conftest import SPECS
+from tests.conftest import SPECS, require
 
-transformers = pytest.importorskip("transformers")
+transformers = require("transformers")
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
@@ -46,7 +46,7 @@ def test_a_packed_row_gives_each_sequence_its_own_logits(impl):
 
 
 def test_verls_engine_passes_the_packed_row_without_a_mask():
-    pytest.importorskip("verl")
+    require("verl")
     from verl.workers.engine.fsdp import transformer_impl
 
     src = inspect.getsource(transformer_impl)

@@ -10,10 +10,11 @@ import pytest
 
 from tests.compiler.golden import cases, compile_files
 from tests.compiler.verl_config import compose
+from tests.conftest import require, skip_missing_extra
 
-pytest.importorskip("hydra")
+require("hydra")
 if importlib.util.find_spec("verl") is None:
-    pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
+    skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
 TRAINER_CASES = [c for c in cases() if "+" in c[1]]
 
@@ -112,8 +113,8 @@ def test_missing_plus_or_unknown_key_fails():
 @pytest.mark.parametrize("spec_path,backend", TRAINER_CASES, ids=lambda v: getattr(v, "stem", v))
 def test_bundle_passes_verl_validation(spec_path, backend):
     """verl's own validate_config and config dataclasses (RolloutConfig, RolloutCorrectionConfig) on CPU."""
-    pytest.importorskip("ray")
-    pytest.importorskip("tensordict")
+    require("ray")
+    require("tensordict")
     from omegaconf import OmegaConf
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -165,8 +166,8 @@ def _variant(name, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_composes_and_passes_verl_validation(name, tmp_path):
-    pytest.importorskip("ray")
-    pytest.importorskip("tensordict")
+    require("ray")
+    require("tensordict")
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
@@ -214,7 +215,7 @@ def _resolved(cfg):
 
 def test_custom_reward_ships_in_the_bundle_and_verl_loads_it(tmp_path, monkeypatch):
     """verl's own loader, run from the bundle folder (the Ray working_dir), finds the shipped function."""
-    pytest.importorskip("ray")
+    require("ray")
     from ruamel.yaml import YAML
     from verl.utils.import_utils import load_extern_object
 

@@ -20,11 +20,11 @@ import pytest
 from fp8spec.profiles import available_versions
 from tests.compiler.golden import cases
 from tests.conformance.checks import check_bundle, compile_path, compile_variant
-from tests.conftest import EXAMPLE_SPECS, REPO
+from tests.conftest import EXAMPLE_SPECS, REPO, require, skip_missing_extra
 
-pytest.importorskip("hydra")
+require("hydra")
 if importlib.util.find_spec("verl") is None:
-    pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
+    skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
 SPECS = {p.stem: p for p in EXAMPLE_SPECS}
 REWARD_OK = str(REPO / "tests" / "rules" / "data" / "reward_ok.py")

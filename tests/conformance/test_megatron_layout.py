@@ -20,11 +20,11 @@ import importlib.util
 import pytest
 
 from tests.compiler.golden import cases, compile_files
-from tests.conftest import BASE_SPEC, patched
+from tests.conftest import BASE_SPEC, patched, require, skip_missing_extra
 
 if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
-    pytest.skip("megatron-core is not installed (pip install --no-deps megatron-core==0.16.1)", allow_module_level=True)
-pytest.importorskip("hydra")
+    skip_missing_extra("megatron-core is not installed (pip install --no-deps megatron-core==0.16.1)", allow_module_level=True)
+require("hydra")
 
 LAYOUT_RULES = {"PAR001", "PAR008", "PAR009", "PAR010", "PAR011"}
 # megatron-core's failing stage -> the fp8spec rule that mirrors it

@@ -14,11 +14,11 @@ import pytest
 
 from fp8spec.targets import BACKENDS
 from tests.conformance.checks import check_bundle, compile_path
-from tests.conftest import EXAMPLE_SPECS, REPO
+from tests.conftest import EXAMPLE_SPECS, REPO, require, skip_missing_extra
 
-pytest.importorskip("hydra")
+require("hydra")
 if importlib.util.find_spec("verl") is None:
-    pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
+    skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
 SPECS = {p.stem: p for p in EXAMPLE_SPECS}
 # (example, backend) -> the error codes that refuse it; pairs not listed compile.
@@ -108,8 +108,8 @@ TRAINER_PAIRS = [(s, b) for s, b in PAIRS if "+" in b and (s, b) not in REFUSED 
 @pytest.mark.parametrize("stem,backend", TRAINER_PAIRS, ids=[f"{s}-{b}" for s, b in TRAINER_PAIRS])
 def test_retargeted_trainer_bundle_passes_verl(stem, backend):
     """verl composes the retargeted bundle's overrides and its own validate_config accepts them."""
-    pytest.importorskip("ray")
-    pytest.importorskip("tensordict")
+    require("ray")
+    require("tensordict")
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 

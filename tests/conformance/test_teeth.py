@@ -20,11 +20,11 @@ from tests.conformance.checks import (
     check_quantization_config,
     compile_variant,
 )
-from tests.conftest import SPECS
+from tests.conftest import SPECS, require, skip_missing_extra
 
-pytest.importorskip("hydra")
+require("hydra")
 if importlib.util.find_spec("verl") is None:
-    pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
+    skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 
 TC = checks.TRANSFORMER_OVERRIDE
 EK = checks.ENGINE_KWARGS

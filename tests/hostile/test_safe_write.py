@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import BASE_SPEC, REPO, SPECS
+from tests.conftest import BASE_SPEC, REPO, SPECS, require
 
 
 def _entries(folder: Path) -> list[str]:
@@ -148,7 +148,7 @@ def plan_of(validate):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_model_names_are_drawn_literally(plan_of, name):
-    pytest.importorskip("matplotlib")
+    require("matplotlib")
     import dataclasses
 
     import matplotlib.pyplot as plt

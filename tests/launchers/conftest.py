@@ -26,7 +26,7 @@ import pytest
 
 from fp8spec.profiles import load_profile
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import SPECS
+from tests.conftest import SPECS, skip_missing_extra
 
 VENV_BIN = Path(sys.executable).parent
 MARK_VAR = "FP8SPEC_TEST_RAY_MARK"
@@ -150,9 +150,9 @@ def start_ray_head(num_cpus: int):
     try:
         import ray  # noqa: F401
     except ImportError:
-        pytest.skip("ray is not installed (pip install 'ray[default]'): the real-Ray launcher tests need it")
+        skip_missing_extra("ray is not installed (pip install 'ray[default]'): the real-Ray launcher tests need it")
     if not ray_cli.is_file():
-        pytest.skip("the `ray` command is not installed beside this Python")
+        skip_missing_extra("the `ray` command is not installed beside this Python")
     if not Path("/proc/self/environ").exists():
         pytest.skip("needs /proc to stop the test's Ray processes by id")
     mark = uuid.uuid4().hex

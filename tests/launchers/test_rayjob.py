@@ -19,10 +19,10 @@ import pytest
 import yaml
 from ruamel.yaml import YAML
 
-from tests.conftest import REPO, SPECS, dump_yaml, patched
+from tests.conftest import REPO, SPECS, dump_yaml, patched, require
 from tests.launchers.conftest import compile_bundle
 
-jsonschema = pytest.importorskip("jsonschema")
+jsonschema = require("jsonschema")
 
 KUBERAY = REPO / "tests" / "data" / "kuberay"
 RAYJOB_CRD = KUBERAY / "ray.io_rayjobs.v1.7.0.yaml"

@@ -36,13 +36,13 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tests.conftest import EXAMPLE_SPECS
+from tests.conftest import EXAMPLE_SPECS, require
 from tests.launchers.conftest import compile_bundle
 from tests.launchers.launch_assets import write_model, write_parquet
 from tests.launchers.test_ray_preflight import plant_distribution, result_of, rows_by_check
 
-pytest.importorskip("verl")
-pytest.importorskip("transfer_queue", reason="verl 0.9.1's TaskRunner imports TransferQueue (test extra)")
+require("verl")
+require("transfer_queue", reason="verl 0.9.1's TaskRunner imports TransferQueue (test extra)")
 pytestmark = pytest.mark.slow
 
 # Where verl 0.9.1 stops on a cluster without GPUs: after the tokenizer and the dataloaders, before any worker

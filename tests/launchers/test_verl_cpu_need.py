@@ -17,11 +17,12 @@ import pytest
 from ruamel.yaml import YAML
 
 from fp8spec.profiles import load_profile
+from tests.conftest import require
 from tests.launchers.conftest import start_ray_head
 from tests.launchers.test_real_launch import launchable_bundle, trainer_examples
 
-verl = pytest.importorskip("verl")
-tq = pytest.importorskip(
+verl = require("verl")
+tq = require(
     "transfer_queue", reason="verl 0.9.1's TaskRunner imports TransferQueue (test extra)"
 )
 

@@ -9,12 +9,12 @@ import zipfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    pytest.importorskip("hatchling")
+    require("hatchling")
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
                     str(REPO)], check=True, capture_output=True, timeout=300)

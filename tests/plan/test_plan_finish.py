@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import BASE_SPEC, DEEPSEEK_E2E, EXAMPLE_SPECS, MEGATRON_FP8, MOE, REPO, patched
+from tests.conftest import BASE_SPEC, DEEPSEEK_E2E, EXAMPLE_SPECS, MEGATRON_FP8, MOE, REPO, patched, require
 
 SPEC_8B = str(REPO / "specs" / "qwen3-8b.yaml")
 
@@ -184,7 +184,7 @@ def _labels(axis) -> list:
 
 
 def test_png_ticks_do_not_overlap_and_an_empty_bar_says_it(plan_of):
-    pytest.importorskip("matplotlib")
+    require("matplotlib")
     import matplotlib.pyplot as plt
 
     from fp8spec.plan.figure import plan_figure

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched
+from tests.conftest import BASE_SPEC, MEGATRON_FP8, MOE, patched, require, skip_missing_extra
 
 
 @pytest.fixture
@@ -76,12 +76,13 @@ def test_longer_micro_batches_grow_activations_and_logits(plan_of):
     assert four.logits == 4 * one.logits and four.activations > 3 * one.activations
 
 
-@pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
 @pytest.mark.parametrize("backend_patch", [{}, {"training": {"backend": "megatron", "parallel": {"tp": 2}}}],
                          ids=["fsdp", "megatron"])
 def test_offload_settings_compose_in_verl(backend_patch, validate):
     """training.offload becomes verl's own keys, accepted by its Hydra tree."""
-    pytest.importorskip("hydra")
+    require("hydra")
+    if importlib.util.find_spec("verl") is None:
+        skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)")
     from fp8spec.compiler.build import build_settings_plan, choose_backend
     from fp8spec.compiler.bundle import bundle_files
     from tests.compiler.test_verl_compose import compose, overrides_of

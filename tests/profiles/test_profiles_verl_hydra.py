@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from fp8spec.profiles import available_versions, load_profile
+from tests.conftest import require, skip_missing_extra
 
-hydra = pytest.importorskip("hydra")
+hydra = require("hydra")
 from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.errors import ConfigCompositionException  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
@@ -33,7 +34,7 @@ def _installed_verl() -> tuple[str, Path] | None:
 
 _found = _installed_verl()
 if _found is None or _found[0] not in available_versions("verl"):
-    pytest.skip("the profiled verl release is not installed", allow_module_level=True)
+    skip_missing_extra("the profiled verl release is not installed", allow_module_level=True)
 VERL_VERSION, VERL_DIR = _found
 PROFILE = load_profile("verl", VERL_VERSION)
 CONFIG_DIR = VERL_DIR / Path(PROFILE.value("config.dir")).relative_to("verl")

@@ -9,12 +9,11 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-import pytest
-
 from fp8spec.profiles import load_profile
+from tests.conftest import skip_missing_extra
 
 if importlib.util.find_spec("verl") is None:
-    pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
+    skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
 FACT = load_profile("verl", importlib.metadata.version("verl")).value("capability.vllm_fp8_refit_reprocess")
 
 

@@ -8,11 +8,12 @@ import importlib.util
 import pytest
 
 from fp8spec.profiles import load_profile
+from tests.conftest import require, skip_missing_extra
 
 if importlib.util.find_spec("verl") is None:
-    pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
-pytest.importorskip("ray")
-pytest.importorskip("tensordict")
+    skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)", allow_module_level=True)
+require("ray")
+require("tensordict")
 VERSION = importlib.metadata.version("verl")
 PROFILE = load_profile("verl", VERSION)
 

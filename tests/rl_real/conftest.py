@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 SPECS = sorted((REPO / "benchmarks/rl_real/specs").glob("*.yaml"))
 SMALL = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 64, "hidden_act": "silu",
@@ -33,7 +33,7 @@ def bundles(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def small_assets(tmp_path_factory) -> Path:
     """make_real_assets.py on CPU at a small shape with the real 151,936-entry vocabulary."""
-    pytest.importorskip("verl")
+    require("verl")
     out = tmp_path_factory.mktemp("real-assets")
     cfg = out / "config.json"
     cfg.write_text(json.dumps(SMALL), encoding="utf-8")

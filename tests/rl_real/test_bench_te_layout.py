@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 SCRIPT = REPO / "benchmarks/megatron/bench_te_layout.py"
 
@@ -112,7 +112,7 @@ def test_quant_recipe_matches_only_its_module_class(bench):
 
 
 def test_megatron_reads_the_quant_recipe_where_it_is_installed(bench):
-    qc = pytest.importorskip("megatron.core.quantization.quant_config")
+    qc = require("megatron.core.quantization.quant_config")
     rc = qc.RecipeConfig.from_config_dict(bench.quant_recipe_dict(("attention",)))
     hit = rc.match(qc.MatchContext(module_path="decoder.layers.3.self_attention.linear_proj", layer_number=3))
     assert hit is not None and hit.config_key == "bf16"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 from tests.rl_real.conftest import SPECS
 
-pytest.importorskip("hydra")
-pytest.importorskip("verl")
+require("hydra")
+require("verl")
 from benchmarks.rl_real import bundle_engine as be  # noqa: E402  (after the skips: it imports verl)
 
 MODELS = REPO / "benchmarks/rl_real/models"
@@ -104,8 +104,8 @@ def test_bench_rollout_needs_a_model_or_a_bundle(tmp_path):
 def test_the_weight_sync_run_changes_only_lengths_and_steps_and_passes_verls_validation(bundles):
     """RL_SYNC_RUN=1: sync_run_overrides.txt on the FP8 + FP8 KV 4B bundle composes in verl 0.9.1, passes
     its own validate_config, and leaves the engine, the trainer's budgets and the sync path as compiled."""
-    pytest.importorskip("ray")
-    pytest.importorskip("tensordict")
+    require("ray")
+    require("tensordict")
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
-pytest.importorskip("ruamel.yaml")
+require("ruamel.yaml")
 from benchmarks.rl_real import plan_predictions as pp  # noqa: E402  (after the skip: it imports ruamel.yaml)
 from benchmarks.rl_real import summarize_real as sr  # noqa: E402
 

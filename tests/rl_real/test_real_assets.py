@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
-pytest.importorskip("verl")
-pytest.importorskip("transformers")
+require("verl")
+require("transformers")
 
 SCRIPT = REPO / "benchmarks/rl_real/make_real_assets.py"
 

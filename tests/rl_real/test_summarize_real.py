@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.cli.inprocess import run_cli_here
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
-pytest.importorskip("hydra")
-pytest.importorskip("verl")
+require("hydra")
+require("verl")
 from benchmarks.rl_real import bundle_engine as be  # noqa: E402  (after the skips: it imports verl)
 from benchmarks.rl_real import summarize_real as sr  # noqa: E402
 

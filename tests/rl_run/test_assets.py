@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
 pytestmark = pytest.mark.slow
 
-pytest.importorskip("verl")
-pytest.importorskip("transformers")
+require("verl")
+require("transformers")
 
 
 @pytest.fixture(scope="module")

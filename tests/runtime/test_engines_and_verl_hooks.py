@@ -17,6 +17,7 @@ from fp8spec.runtime.kv_scales import sglang_kv, vllm_kv
 from fp8spec.runtime.quantization import blockquant as bq
 from fp8spec.runtime.quantization import verl_quant
 from fp8spec.runtime.settings import QuantSettings
+from tests.conftest import require
 
 # ----------------------------------------------------------------------------------------- vLLM
 
@@ -334,7 +335,7 @@ def test_quant_settings_env(monkeypatch):
 
 def test_verl_trainer_kv_flow(monkeypatch):
     """init_model wrap -> armed forwards -> scales appended after the weights, then reset."""
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     cfg = transformers.Qwen3Config(
         vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=128,

@@ -18,13 +18,14 @@ import torch
 
 from fp8spec.runtime.weight_sync.receiver import lazy_receive
 from fp8spec.runtime.weight_sync.sender import fused_send, sync_timing
+from tests.conftest import require
 
 from .test_activation import _run
 from .test_sync_timing import MOD, CpuDevice, _module
 from .test_sync_timing import _sync as timed_sync
 
-pytest.importorskip("zmq")
-pytest.importorskip("verl")
+require("zmq")
+require("verl")
 
 
 def _recording(receiver_cls, on_message):

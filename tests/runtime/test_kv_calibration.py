@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+from tests.conftest import require
+
+transformers = require("transformers")
 
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3  # noqa: E402

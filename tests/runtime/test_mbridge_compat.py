@@ -20,6 +20,7 @@ import torch
 from fp8spec.resources import data_dir
 from fp8spec.runtime.trainer.mbridge_compat import patch_mbridge_util
 from fp8spec.snapshots.core import artifact_for, read_snapshot
+from tests.conftest import require
 
 
 def model_type_of(version: str):
@@ -34,8 +35,8 @@ def model_type_of(version: str):
 
 @pytest.fixture
 def mbridge_util(tmp_path):
-    pytest.importorskip("megatron.core")
-    pytest.importorskip("mbridge")
+    require("megatron.core")
+    require("mbridge")
     import torch.distributed as dist
     from megatron.core import parallel_state
 

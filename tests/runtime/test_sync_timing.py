@@ -19,13 +19,13 @@ import re
 import threading
 import time
 
-import pytest
 import torch
 
 from fp8spec.runtime.weight_sync.sender import sync_timing
+from tests.conftest import require
 
-pytest.importorskip("zmq")
-verl = pytest.importorskip("verl")
+require("zmq")
+verl = require("verl")
 MOD = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
 
 

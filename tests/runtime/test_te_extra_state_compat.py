@@ -20,6 +20,7 @@ import torch
 from fp8spec.resources import data_dir
 from fp8spec.runtime.trainer.te_extra_state_compat import split_extra_state_with_stateless_recipes
 from fp8spec.snapshots.core import artifact_for, read_snapshot
+from tests.conftest import require
 
 NUM_GEMMS = 4
 
@@ -47,7 +48,7 @@ def grouped_linear(methods: dict, split=None) -> SimpleNamespace:
 @pytest.fixture
 def stateless_extra_state(monkeypatch):
     """TE 2.20's extra state for a stateless recipe (base.py get_extra_state)."""
-    safe_globals = pytest.importorskip("megatron.core.safe_globals")
+    safe_globals = require("megatron.core.safe_globals")
     # _decode_extra_state imports SafeUnpickler before it looks at the state; the suite's megatron-core (0.16.1)
     # has none, and the empty state returns before any unpickling, so any Unpickler class serves the import.
     monkeypatch.setattr(safe_globals, "SafeUnpickler", pickle.Unpickler, raising=False)

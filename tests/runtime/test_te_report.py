@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from fp8spec.runtime.trainer.te_report import TEReport, bf16_kind
+from tests.conftest import require
 
 
 @pytest.fixture
 def gpt_model(tmp_path):
-    pytest.importorskip("megatron.core")
+    require("megatron.core")
     import torch.distributed as dist
     import torch.nn.functional as F
     from megatron.core import parallel_state

@@ -34,6 +34,7 @@ from fp8spec.runtime.quantization import triton_blockquant as tbq
 from fp8spec.runtime.quantization.flat_bucket import ENGINE
 from fp8spec.runtime.settings import QuantSettings
 from fp8spec.runtime.weight_sync.receiver import flat_receive
+from tests.conftest import require
 
 FMTS = ("fp32", "ue8m0", "ue8m0_fixed")
 
@@ -529,8 +530,8 @@ def fake_transfer_module(messages, ipc_buffers, events):
     """verl 0.9.1's own ``bucketed_weight_transfer`` module (loaded from its file, CPU device module) whose receiver
     gets its transport stubbed: the socket replays ``messages``, the buffer handle maps into ``ipc_buffers``.
     ``receive_weights`` is verl's, unchanged."""
-    pytest.importorskip("zmq")
-    pytest.importorskip("verl")
+    require("zmq")
+    require("verl")
     from .test_sync_timing import CpuDevice, _module
 
     real = _module(CpuDevice())

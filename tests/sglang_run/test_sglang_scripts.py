@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require, skip_missing_extra
 
 SGL = REPO / "benchmarks" / "sglang"
 OFFLINE = REPO / "benchmarks" / "offline"
@@ -69,7 +69,7 @@ def test_probe_engine_arguments_are_server_args_fields():
 
 
 def test_fp8_config_is_verls_own(common):
-    pytest.importorskip("verl")
+    require("verl")
     from verl.utils.sglang.sglang_fp8_utils import build_sglang_fp8_quant_config
 
     assert common.verl_sglang_fp8_config() == build_sglang_fp8_quant_config({"quantization_config": None})
@@ -81,7 +81,7 @@ def test_engine_kwargs_mirror_verls_server_arguments(common):
 
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)")
+        skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)")
     server = Path(list(spec.submodule_search_locations)[0]) / "workers/rollout/sglang_rollout/async_sglang_server.py"
     tree = ast.parse(server.read_text())  # read, not imported: importing it needs sglang
     args = next(n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
