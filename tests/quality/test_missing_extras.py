@@ -47,7 +47,9 @@ def test_an_installed_module_is_returned_under_either(monkeypatch):
 
 def test_no_test_skips_a_missing_extra_past_ci():
     """Every import a test may skip on goes through require(), except modules the test extra cannot provide."""
-    out = subprocess.run(["git", "ls-files", "tests/*.py"], cwd=REPO, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["git", "ls-files", "tests/*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    )
     offenders = []
     for name in out.stdout.split():
         for number, line in enumerate((REPO / name).read_text(encoding="utf-8").splitlines(), 1):
