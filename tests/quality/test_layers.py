@@ -1,0 +1,267 @@
+"""The layer order (the design notes' architecture), checked: each layer imports only from layers at or below it.
+
+Low to high::
+
+    foundation    specfile, catalog, profiles, hardware, snapshots, targets and the small helpers they share
+    descriptors   engines/, trainers/, launchers/: names and capabilities as data
+    resolve       spec + model facts + profiles = the resolved spec
+    plan          memory / KV / gain numbers (an engine's memory model is plan-layer code)
+    rules         one module per topic (an engine's or a topic folder's rules.py too)
+    compiler      settings plan -> bundle files (adapters, launch scripts); report: a finished run -> verdicts
+    cli           commands
+
+``fp8spec.runtime`` is a separate leaf checked by test_structure (it imports nothing else from fp8spec); it sits in
+the foundation here because the compiler reads its manifest and environment names.
+
+Every import counts: under ``if TYPE_CHECKING:`` too (a type hint that points up is still an arrow up), and inside
+functions. Every module must match a row of LAYER_OF (longest prefix wins), so a new module is placed on purpose.
+"""
+
+from __future__ import annotations
+
+from tests.quality.test_structure import import_graph
+
+ORDER = ("foundation", "descriptors", "resolve", "plan", "rules", "compiler", "cli")
+
+# module prefix -> layer; the longest matching prefix wins
+LAYER_OF: dict[str, str] = {
+    "fp8spec": "foundation",  # the package itself and its small shared helpers (bounded_read, safe_write, ...)
+    "fp8spec.runtime": "foundation",
+    "fp8spec.specfile": "foundation",
+    "fp8spec.catalog": "foundation",
+    "fp8spec.profiles": "foundation",
+    "fp8spec.hardware": "foundation",
+    "fp8spec.snapshots": "foundation",
+    "fp8spec.targets": "foundation",
+    "fp8spec.preflight": "foundation",
+    "fp8spec.exclusions.name_match": "foundation",
+    "fp8spec.megatron.config_check": "foundation",
+    "fp8spec.megatron.snapshot": "foundation",
+    "fp8spec.engines.vllm.snapshot": "foundation",
+    "fp8spec.engines.sglang.snapshot": "foundation",
+    "fp8spec.engines": "descriptors",
+    "fp8spec.trainers": "descriptors",
+    "fp8spec.launchers": "descriptors",
+    "fp8spec.megatron": "descriptors",  # the trainer's layout facts
+    "fp8spec.resolve": "resolve",
+    "fp8spec.exclusions": "resolve",
+    "fp8spec.plan": "plan",
+    "fp8spec.engines.vllm.memory": "plan",
+    "fp8spec.engines.sglang.memory": "plan",
+    "fp8spec.rules": "rules",
+    "fp8spec.exclusions.rules": "rules",
+    "fp8spec.megatron.rules": "rules",
+    "fp8spec.engines.vllm.rules": "rules",
+    "fp8spec.engines.sglang.rules": "rules",
+    "fp8spec.compiler": "compiler",
+    "fp8spec.report": "compiler",
+    "fp8spec.megatron.adapter": "compiler",
+    "fp8spec.engines.common": "compiler",
+    "fp8spec.engines.vllm.adapter": "compiler",
+    "fp8spec.engines.sglang.adapter": "compiler",
+    "fp8spec.launchers.argv": "compiler",
+    "fp8spec.launchers.ray": "compiler",
+    "fp8spec.launchers.slurm": "compiler",
+    "fp8spec.launchers.kuberay": "compiler",
+    "fp8spec.launchers.preflight": "compiler",
+    "fp8spec.cli": "cli",  # cli, cli_backends, cli_init, ... (prefix of the module name, not of a package)
+    "fp8spec.completion": "cli",
+    "fp8spec.starter": "cli",
+}
+
+# Edges that go up today, each with why it is still there. The list only shrinks: an edge that no longer exists
+# must leave it (test_allowed_up_edges_all_exist), and a new up-edge fails test_no_import_goes_up_the_layers.
+ALLOWED_UP_EDGES: dict[tuple[str, str], str] = {
+    # engines.base: the Engine protocol is typed against ResolvedSpec, settings and plan facts
+    (
+        "fp8spec.engines.base",
+        "fp8spec.compiler.adapters.verl",
+    ): "the Engine protocol is typed against ResolvedSpec",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.base",
+        "fp8spec.compiler.settings",
+    ): "the Engine protocol is typed against ResolvedSpec",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.base",
+        "fp8spec.plan.facts",
+    ): "the Engine protocol is typed against ResolvedSpec",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.base",
+        "fp8spec.plan.setup",
+    ): "the Engine protocol is typed against ResolvedSpec",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.base",
+        "fp8spec.resolve.valid",
+    ): "the Engine protocol is typed against ResolvedSpec",  # TYPE_CHECKING
+    # engines.sglang: the descriptor also binds its adapter, memory model and rules
+    (
+        "fp8spec.engines.sglang",
+        "fp8spec.compiler.adapters.verl",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.sglang",
+        "fp8spec.compiler.settings",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    ("fp8spec.engines.sglang", "fp8spec.engines.sglang.adapter"): "the descriptor also binds its adapter",
+    ("fp8spec.engines.sglang", "fp8spec.engines.sglang.memory"): "the descriptor also binds its adapter",
+    ("fp8spec.engines.sglang", "fp8spec.engines.sglang.rules"): "the descriptor also binds its adapter",
+    ("fp8spec.engines.sglang", "fp8spec.engines.vllm.memory"): "the descriptor also binds its adapter",
+    (
+        "fp8spec.engines.sglang",
+        "fp8spec.plan.facts",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.sglang",
+        "fp8spec.plan.setup",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.sglang",
+        "fp8spec.resolve.valid",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    # engines.vllm: the descriptor also binds its adapter, memory model and rules
+    (
+        "fp8spec.engines.vllm",
+        "fp8spec.compiler.adapters.verl",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.vllm",
+        "fp8spec.compiler.settings",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    ("fp8spec.engines.vllm", "fp8spec.engines.vllm.adapter"): "the descriptor also binds its adapter",
+    ("fp8spec.engines.vllm", "fp8spec.engines.vllm.memory"): "the descriptor also binds its adapter",
+    ("fp8spec.engines.vllm", "fp8spec.engines.vllm.rules"): "the descriptor also binds its adapter",
+    ("fp8spec.engines.vllm", "fp8spec.plan.facts"): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    ("fp8spec.engines.vllm", "fp8spec.plan.setup"): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    (
+        "fp8spec.engines.vllm",
+        "fp8spec.resolve.valid",
+    ): "the descriptor also binds its adapter",  # TYPE_CHECKING
+    # launchers: the launcher registry binds adapters and preflight, typed against settings
+    (
+        "fp8spec.launchers",
+        "fp8spec.compiler.settings",
+    ): "the launcher registry binds adapters and preflight",  # TYPE_CHECKING
+    (
+        "fp8spec.launchers",
+        "fp8spec.launchers.preflight",
+    ): "the launcher registry binds adapters and preflight",
+    (
+        "fp8spec.launchers",
+        "fp8spec.resolve.valid",
+    ): "the launcher registry binds adapters and preflight",  # TYPE_CHECKING
+    # launchers.base: the Launcher base builds scripts with the compiler's quoting, typed against settings
+    (
+        "fp8spec.launchers.base",
+        "fp8spec.compiler.quoting",
+    ): "the Launcher base builds scripts with the compiler's quoting",
+    (
+        "fp8spec.launchers.base",
+        "fp8spec.compiler.settings",
+    ): "the Launcher base builds scripts with the compiler's quoting",  # TYPE_CHECKING
+    (
+        "fp8spec.launchers.base",
+        "fp8spec.resolve.valid",
+    ): "the Launcher base builds scripts with the compiler's quoting",  # TYPE_CHECKING
+    # plan.advice: advice re-validates proposals through the rule registry
+    (
+        "fp8spec.plan.advice",
+        "fp8spec.rules.proposals",
+    ): "advice re-validates proposals through the rule registry",
+    (
+        "fp8spec.plan.advice",
+        "fp8spec.rules.registry",
+    ): "advice re-validates proposals through the rule registry",
+    # plan.columns: plan columns re-validate proposals
+    ("fp8spec.plan.columns", "fp8spec.rules.proposals"): "plan columns re-validate proposals",
+    # plan.layout: the layout search validates each candidate with the rule runner
+    (
+        "fp8spec.plan.layout",
+        "fp8spec.rules.runner",
+    ): "the layout search validates each candidate with the rule runner",
+    # plan.render: the rendered plan names the rules behind its advice
+    ("fp8spec.plan.render", "fp8spec.rules.registry"): "the rendered plan names the rules behind its advice",
+    # resolve.context: the resolved context caches the memory plan the MEM rules read
+    (
+        "fp8spec.resolve.context",
+        "fp8spec.plan.plan",
+    ): "the resolved context caches the memory plan the MEM rules read",
+    # specfile.cluster: the spec's cluster section takes launcher names from the launcher registry
+    (
+        "fp8spec.specfile.cluster",
+        "fp8spec.launchers",
+    ): "the spec's cluster section takes launcher names from the launcher registry",
+    (
+        "fp8spec.specfile.cluster",
+        "fp8spec.launchers.base",
+    ): "the spec's cluster section takes launcher names from the launcher registry",
+    # specfile.model: the spec's rollout.engine enum takes engine names from the engine registry
+    (
+        "fp8spec.specfile.model",
+        "fp8spec.engines",
+    ): "the spec's rollout.engine enum takes engine names from the engine registry",
+    # targets: backend names are derived from the engine registry
+    ("fp8spec.targets", "fp8spec.engines"): "backend names are derived from the engine registry",
+}
+
+
+def layer_of(module: str) -> str:
+    # "fp8spec.cli" also covers the cli_* modules beside it
+    rows = [
+        p
+        for p in LAYER_OF
+        if module == p or module.startswith((p + ".", p + "_" if p == "fp8spec.cli" else "."))
+    ]
+    best = max(rows, key=len, default=None)
+    assert best is not None, f"{module} has no layer: add a row to LAYER_OF"
+    return LAYER_OF[best]
+
+
+def up_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where the imported module sits in a higher layer."""
+    return sorted(
+        (m, t)
+        for m, targets in graph.items()
+        for t in targets
+        if ORDER.index(layer_of(t)) > ORDER.index(layer_of(m))
+    )
+
+
+def test_every_module_has_a_layer():
+    assert {m: layer_of(m) for m in import_graph()}  # layer_of asserts on a module no row covers
+
+
+def test_no_import_goes_up_the_layers():
+    found = [e for e in up_edges(import_graph(type_checking=True)) if e not in ALLOWED_UP_EDGES]
+    assert found == [], "imports up the layer order:\n" + "\n".join(f"{a} -> {b}" for a, b in found)
+
+
+def test_allowed_up_edges_all_exist():
+    edges = set(up_edges(import_graph(type_checking=True)))
+    assert [e for e in ALLOWED_UP_EDGES if e not in edges] == []
+
+
+def test_the_layer_check_has_teeth(tmp_path):
+    package = tmp_path / "fp8spec"
+    (package / "compiler").mkdir(parents=True)
+    for name in ("__init__.py", "compiler/__init__.py", "compiler/build.py", "catalog.py"):
+        (package / name).write_text("", encoding="utf-8")
+    (package / "hardware.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fp8spec.compiler import build\n",
+        encoding="utf-8",
+    )
+    (package / "targets.py").write_text("def f():\n    from .compiler.build import x\n", encoding="utf-8")
+    (package / "specfile.py").write_text("from fp8spec import catalog\n", encoding="utf-8")
+    graph = import_graph(type_checking=True, package=package)
+    # a TYPE_CHECKING-only import and an in-function import are both arrows up; a sideways one is not
+    assert up_edges(graph) == [
+        ("fp8spec.hardware", "fp8spec.compiler.build"),
+        ("fp8spec.targets", "fp8spec.compiler.build"),
+    ]
+    assert up_edges(import_graph(package=package)) == [("fp8spec.targets", "fp8spec.compiler.build")]
+    # a synthetic arrow up (the spec format importing the compiler) is caught, one sideways and one down are not
+    synthetic = {
+        "fp8spec.specfile.model": {"fp8spec.compiler.build", "fp8spec.catalog"},
+        "fp8spec.cli": {"fp8spec.specfile.model"},
+    }
+    assert up_edges(synthetic) == [("fp8spec.specfile.model", "fp8spec.compiler.build")]
+    assert layer_of("fp8spec.cli_plan") == "cli" and layer_of("fp8spec.engines.vllm.memory") == "plan"
