@@ -11,7 +11,6 @@ from pathlib import Path
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.quoting import yaml_string_list
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
 from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
@@ -20,6 +19,7 @@ from fp8spec.launchers.base import runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.plan.plan import plan_problem
+from fp8spec.quoting import yaml_string_list
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir

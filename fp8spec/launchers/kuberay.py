@@ -11,10 +11,10 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from fp8spec.compiler.quoting import json_scalar, md_code, shell_word
 from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
 from fp8spec.profiles.kubernetes import kubernetes_limit
+from fp8spec.quoting import json_scalar, md_code, shell_word
 from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:

@@ -101,8 +101,7 @@ ALLOWED_UP_EDGES: dict[str, str] = {
     "fp8spec.launchers -> fp8spec.compiler.settings": "launchers (TYPE_CHECKING)",
     "fp8spec.launchers -> fp8spec.launchers.preflight": "launchers",
     "fp8spec.launchers -> fp8spec.resolve.valid": "launchers (TYPE_CHECKING)",
-    # the Launcher base writes scripts with the compiler's quoting, typed against settings
-    "fp8spec.launchers.base -> fp8spec.compiler.quoting": "launchers.base",
+    # the Launcher base is typed against the resolved spec and settings
     "fp8spec.launchers.base -> fp8spec.compiler.settings": "launchers.base (TYPE_CHECKING)",
     "fp8spec.launchers.base -> fp8spec.resolve.valid": "launchers.base (TYPE_CHECKING)",
     # advice re-validates proposals through the rule registry
