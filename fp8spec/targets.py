@@ -1,5 +1,6 @@
 """Backend names, derived in one place: what a spec compiles for, and the released packages fp8spec profiles.
 
+- ``TRAINERS``: verl's trainers, one folder each under fp8spec/trainers/.
 - ``ENGINES``: the rollout engines, one folder each under fp8spec/engines/ (the registry's names).
 - ``BACKENDS``: a verl trainer with a rollout engine (``fsdp+vllm``), or an engine alone (serve).
 - ``KINDS``: the packages with profiles in ``backends/<kind>/<version>.yaml`` (and schema snapshots), in the order
@@ -8,8 +9,9 @@
 
 from fp8spec.engines import engine_names
 from fp8spec.stack import default_stack, kind_of
+from fp8spec.trainers import trainer_names
 
-TRAINERS = ("fsdp", "megatron")
+TRAINERS = trainer_names()
 ENGINES = engine_names()
 BACKENDS = tuple(f"{t}+{e}" for t in TRAINERS for e in ENGINES) + ENGINES
 

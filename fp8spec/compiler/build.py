@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -11,10 +12,10 @@ from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.engines import engine_names
-from fp8spec.megatron.adapter import build_megatron
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.rules.runner import Validation, validate_path
 from fp8spec.targets import BACKENDS, ENGINES, TRAINERS  # noqa: F401 - re-exported
+from fp8spec.trainers import get_trainer
 
 
 class BackendChoiceError(Exception):
@@ -107,8 +108,10 @@ def build_settings_plan(ctx: ValidSpec, choice: BackendChoice) -> SettingsPlan:
     build_batching(plan, keys, ctx)
     build_run(plan, keys, ctx)
     build_reward(plan, keys, ctx)
-    if choice.trainer == "megatron":
-        build_megatron(plan, ctx, keys)
+    adapter = get_trainer(choice.trainer).settings_adapter
+    if adapter:
+        module, _, function = adapter.partition(":")
+        getattr(importlib.import_module(module), function)(plan, ctx, keys)
     engine.build_in_verl(plan, ctx, keys)
     build_runtime(plan, ctx, keys)
     # Environment variables must reach every Ray worker. Inside a Ray job the job's runtime_env carries them

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
-from fp8spec.compiler.quoting import yaml_string_list
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
 from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
@@ -20,12 +19,14 @@ from fp8spec.launchers.base import runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.plan.plan import plan_problem
+from fp8spec.quoting import yaml_string_list
 from fp8spec.resolve.reward import BUNDLE_NAME as REWARD_FILE
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.resources import data_dir
 from fp8spec.rules.registry import all_rules
 from fp8spec.runtime import envs
 from fp8spec.targets import STACK_KINDS
+from fp8spec.trainers import get_trainer
 
 SPEC_COPY = "spec.yaml"
 COMMANDS = {"launch.sh", "serve.sh"}  # and each launcher's file the table marks executable
@@ -98,7 +99,7 @@ def _fp8_table(plan: SettingsPlan) -> list[dict]:
 def _unprofiled_packages(valid: ValidSpec, choice: BackendChoice) -> list[dict]:
     """Packages the run needs beside the pinned stack that have no fp8spec backend profile: the Megatron trainer's
     bridge (training.bridge; verl profile package.mbridge / package.megatron_bridge), which the preflight checks."""
-    if choice.trainer != "megatron":
+    if choice.trainer is None or not get_trainer(choice.trainer).bridge:
         return []
     fact = "package.mbridge" if valid.spec.training.bridge == "mbridge" else "package.megatron_bridge"
     package = dict(valid.profile("verl").value(fact))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from fp8spec.compiler.quoting import hydra_override
+from fp8spec.quoting import hydra_override
 
 if TYPE_CHECKING:
     from fp8spec.profiles import Profile

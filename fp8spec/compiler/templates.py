@@ -7,7 +7,7 @@ from typing import Any
 
 import jinja2
 
-from fp8spec.compiler.quoting import json_scalar, md_code, md_code_cell, md_fence, md_text, shell_word
+from fp8spec.quoting import json_scalar, md_code, md_code_cell, md_fence, md_text, shell_word
 from fp8spec.resources import data_dir
 
 

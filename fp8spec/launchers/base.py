@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fp8spec.compiler.quoting import json_scalar, yaml_string_list, yaml_string_map
+from fp8spec.quoting import json_scalar, yaml_string_list, yaml_string_map
 
 if TYPE_CHECKING:
     from fp8spec.compiler.settings import SettingsPlan

@@ -11,10 +11,11 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from fp8spec.compiler.quoting import json_scalar, md_code, shell_word
 from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
 from fp8spec.profiles.kubernetes import kubernetes_limit
+from fp8spec.quoting import json_scalar, md_code, shell_word
+from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.compiler.settings import SettingsPlan
@@ -55,7 +56,8 @@ def readme(launch: Launch) -> str:
     if kuberay.volumes:
         volumes = ", volumes at\n" + ", ".join(md_code(v.mount_path) for v in kuberay.volumes)
     trainer_packages = ""
-    if launch.backend.startswith("megatron+") and not kuberay.image:
+    trainer = launch.backend.rpartition("+")[0]  # "" for a serve bundle: no trainer
+    if trainer and get_trainer(trainer).stack_fields and not kuberay.image:
         # verl documents its published images for the rollout engine; the Megatron trainer's packages are
         # checked, not assumed: the preflight refuses an image without them before training starts
         trainer_packages = (

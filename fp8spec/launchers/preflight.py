@@ -12,6 +12,7 @@ from fp8spec.launchers.base import submission_id
 from fp8spec.patchset import shipped_fileset
 from fp8spec.preflight import program_files
 from fp8spec.targets import STACK_KINDS
+from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.compiler.settings import SettingsPlan
@@ -74,16 +75,13 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: SettingsPlan) -> di
                 "distributions": valid.profile(name).value("package.distributions"),
             }
         )
-    trainer = backend.split("+")[0]
+    trainer = get_trainer(backend.split("+")[0])
     if spec.training.attention == "flash_attention_2":
-        # FSDP: transformers' flash_attention_2; Megatron: verl's default attention_backend flash, which makes TE
-        # use the flash-attn package (megatron language_module.py:128)
-        fact = "package.flash_attention_2" if trainer == "fsdp" else "package.flash_attn_for_te"
-        profile = "verl" if trainer == "fsdp" else "transformer-engine"
+        profile, fact = trainer.flash_attention_package
         packages.append(dict(valid.profile(profile).value(fact)))
-    elif trainer == "fsdp":  # sdpa / eager with verl's padding removal: transformers' packed-sequence masks
+    elif trainer.hf_model:  # sdpa / eager with verl's padding removal: transformers' packed-sequence masks
         packages.append(dict(valid.profile("verl").value("package.packed_sequence_masks")))
-    if trainer == "megatron":
+    if trainer.bridge:
         bridge = "package.mbridge" if spec.training.bridge == "mbridge" else "package.megatron_bridge"
         packages.append(dict(valid.profile("verl").value(bridge)))
     model = valid.model

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fp8spec.compiler.quoting import md_code
 from fp8spec.launchers.base import Launch, Launcher
+from fp8spec.quoting import md_code
 
 LAUNCHER = Launcher(
     name="ray",

@@ -21,7 +21,7 @@ _P = "training.parallel."
 
 
 def _megatron(ctx) -> bool:
-    return ctx.spec.training.backend == "megatron"
+    return bool(ctx.trainer.parallel_layout)
 
 
 def _join(values) -> str:

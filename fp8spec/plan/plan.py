@@ -10,6 +10,7 @@ from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain, tr
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
 from fp8spec.plan.trainer import TrainerMemory, trainer_precisions
+from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
@@ -102,14 +103,14 @@ class MemoryPlan:
 
     def trainer_gain(self) -> Optional[TrainerGain]:
         """Measured FP8 layer speed for a Megatron trainer that can train in FP8 (None for FSDP or unmeasured)."""
-        if self.spec.training.backend != "megatron":
+        if not get_trainer(self.spec.training.backend).fp8_training:
             return None
         tokens = self.spec.rollout.max_prompt_length + self.spec.rollout.max_response_length
         return trainer_gain(self.model, self.gpu_arch, self.spec.training.fp8_scaling, tokens)
 
     def trainer_gain_unmeasured(self) -> str:
         """Why a Megatron trainer has no measured FP8 layer figure ('' when it has one or is not Megatron)."""
-        if self.spec.training.backend != "megatron":
+        if not get_trainer(self.spec.training.backend).fp8_training:
             return ""
         return trainer_gain_unmeasured(self.model, self.gpu_arch, self.spec.training.fp8_scaling)
 

@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from fp8spec.plan.facts import estimate
+from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
@@ -150,7 +151,7 @@ class TrainerMemory:
     def resident_during_rollout(self) -> int:
         """What stays on the GPU while the colocated engine generates (verl memory.colocation)."""
         keep = 0 if self.offload.get("params") else self.params
-        if self.backend == "megatron" and not self.offload.get("params"):
+        if get_trainer(self.backend).grad_buffer_resident and not self.offload.get("params"):
             keep += self.grads  # Megatron's grad buffer is released only with param offload
         if not self.offload.get("optimizer"):
             keep += self.optimizer
@@ -207,10 +208,11 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
     split = split_params(model)
     offload = _offload(spec)
     tokens = _micro_batch_tokens(spec, verl)
-    fp8 = (precision or spec.training.precision) == "fp8" and spec.training.backend == "megatron"
+    trainer = get_trainer(spec.training.backend)
+    fp8 = (precision or spec.training.precision) == "fp8" and trainer.fp8_training
     context = int(estimate("trainer", "cuda_context_bytes"))
     per_layer_act = _layer_bytes_per_token(model, fp8)
-    if spec.training.backend == "fsdp":
+    if not trainer.parallel_layout:  # FSDP's memory model: data-parallel shards of the whole model
         memory = _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
     else:
         memory = _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
@@ -220,7 +222,7 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
 def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:
     """BF16 and FP8 side by side for the Megatron trainer (the spec's own first), else the spec's only."""
     own = trainer_memory(ctx)
-    if ctx.spec.training.backend != "megatron":
+    if not ctx.trainer.fp8_training:
         return [own]
     other = trainer_memory(ctx, "bf16" if ctx.spec.training.precision == "fp8" else "fp8")
     return [own, other]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from fp8spec.specfile.model import Spec
+from fp8spec.trainers import get_trainer
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def batching(spec: Spec) -> Batching:
     ppo = a.ppo_max_token_len_per_gpu or sequence
     log_prob = a.log_prob_max_token_len_per_gpu or ppo
     ref = a.ref_log_prob_max_token_len_per_gpu or log_prob
-    split = spec.training.parallel.cp if spec.training.backend == "megatron" else 1
+    split = spec.training.parallel.cp if get_trainer(spec.training.backend).parallel_layout else 1
     return Batching(
         dynamic=a.use_dynamic_bsz,
         sequence_tokens=sequence,

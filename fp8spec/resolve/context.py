@@ -16,6 +16,7 @@ from fp8spec.engines import get_engine
 from fp8spec.hardware import Gpu, gpu
 from fp8spec.specfile.model import Spec
 from fp8spec.targets import STACK_KINDS
+from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
     from fp8spec.resolve.reward import RewardFile, RewardFileProblem
+    from fp8spec.trainers.base import Trainer
 
 
 @dataclass(eq=False)
@@ -69,6 +71,11 @@ class ResolvedSpec:
     def engine(self) -> Engine:
         """The rollout engine (fp8spec.engines): rules and the planner ask it, never compare its name."""
         return get_engine(self.spec.rollout.engine)
+
+    @property
+    def trainer(self) -> Trainer:
+        """verl's trainer (fp8spec.trainers): rules and the planner ask it, never compare its name."""
+        return get_trainer(self.spec.training.backend)
 
     @property
     def engine_version(self) -> str:
@@ -180,7 +187,4 @@ def _resolve_profiles(ctx: ResolvedSpec) -> None:
 
 def used_stack_fields(spec: Spec) -> list[str]:
     """The packages a run of this spec uses: verl, its rollout engine, and Megatron/TE for the Megatron trainer."""
-    fields = ["verl", spec.rollout.engine]
-    if spec.training.backend == "megatron":
-        fields += ["megatron_core", "transformer_engine"]
-    return fields
+    return ["verl", spec.rollout.engine, *get_trainer(spec.training.backend).stack_fields]

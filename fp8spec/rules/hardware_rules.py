@@ -190,7 +190,7 @@ def blackwell_training_fp32(ctx: ResolvedSpec) -> Iterator[Finding]:
 def fp8_training_needs_fp8_cores(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec, gpu = ctx.spec, ctx.gpu
     need = ctx.fact("transformer-engine", "requirement.fp8")
-    if not _fp8_training(spec) or need is None or spec.training.backend != "megatron":
+    if not _fp8_training(spec) or need is None or not ctx.trainer.fp8_training:
         return
     if gpu.cc < version_tuple(str(need["min_cc"])):
         hint, ok = proposal(

@@ -125,7 +125,7 @@ def batch_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
     if a.use_dynamic_bsz:
         return
     world = spec.world_size
-    if spec.training.backend == "megatron":
+    if ctx.trainer.parallel_layout:
         p = spec.training.parallel
         if world % (p.tp * p.pp * p.cp):
             return  # PAR001 reports the layout
@@ -194,7 +194,7 @@ def bf16_layers(ctx: ResolvedSpec) -> Iterator[Finding]:
             f"bf16_first_layers {first} + bf16_last_layers {last} cover all {layers} layers of {model.id}",
             "linear.bf16_first_layers",
         )
-    elif spec.training.backend == "megatron" and spec.training.precision == "fp8":
+    elif ctx.trainer.parallel_layout and spec.training.precision == "fp8":
         per_stage = layers // spec.training.parallel.pp
         for name, value in (("bf16_first_layers", first), ("bf16_last_layers", last)):
             if value > per_stage:
@@ -267,7 +267,7 @@ def heads_indivisible(ctx: ResolvedSpec) -> Iterator[Finding]:
 def fsdp_ignores_parallel(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
     p = spec.training.parallel
-    if spec.training.backend != "fsdp":
+    if ctx.trainer.parallel_layout:
         return
     set_fields = [f"{name} {getattr(p, name)}" for name in ("tp", "pp", "ep", "cp") if getattr(p, name) != 1]
     set_fields += [

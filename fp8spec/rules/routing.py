@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 )
 def replay_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
-    if t.router_replay != "disabled" and t.backend != "megatron":
+    if t.router_replay != "disabled" and not ctx.trainer.router_replay:
         yield Finding(
             f"training.router_replay {t.router_replay} has no effect with training.backend {t.backend}",
             "training.router_replay",

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 )
 def fp8_training_needs_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
-    if t.precision == "fp8" and t.backend != "megatron":
+    if t.precision == "fp8" and not ctx.trainer.fp8_training:
         yield Finding(
             f"training.precision fp8 needs training.backend megatron, not {t.backend}", "training.precision"
         )
@@ -109,11 +109,7 @@ def bf16_layers_with_delayed(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
     spec = ctx.spec
-    if (
-        ctx.known_model.is_moe
-        and spec.training.backend == "megatron"
-        and spec.training.router_dtype == "fp32"
-    ):
+    if ctx.known_model.is_moe and ctx.trainer.router_dtype and spec.training.router_dtype == "fp32":
         yield Finding(
             f"training.router_dtype fp32 while {ctx.engine.name} routes in bf16", "training.router_dtype"
         )
@@ -140,7 +136,7 @@ def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
-    if t.backend == "megatron" and t.attention in ("sdpa", "eager"):
+    if not ctx.trainer.hf_model and t.attention in ("sdpa", "eager"):
         yield Finding(
             f"training.attention {t.attention} has no effect on the Megatron trainer", "training.attention"
         )
@@ -165,7 +161,7 @@ def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
-    if t.backend == "fsdp" and t.attention in ("fused", "unfused"):
+    if ctx.trainer.hf_model and t.attention in ("fused", "unfused"):
         yield Finding(
             f"training.attention {t.attention} is a Megatron attention backend; the FSDP trainer's Hugging Face "
             "model has no such attention",
@@ -197,7 +193,7 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.gain import trainer_gain
 
     t = ctx.spec.training
-    if t.backend != "megatron" or t.precision != "fp8":
+    if not ctx.trainer.fp8_training or t.precision != "fp8":
         return
     tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
     g = trainer_gain(ctx.known_model, ctx.gpu.arch, t.fp8_scaling, tokens)

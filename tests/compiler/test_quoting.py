@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from fp8spec.compiler.quoting import hydra_override, shell_word
+from fp8spec.quoting import hydra_override, shell_word
 
 NASTY = ["plain", "with space", "it's", 'dq"uote', "back\\slash", "semi;colon", "$(touch /tmp/pwned)",
          "`id`", "a,b", "[x]", "{k: v}", "null", "true", "1e5", "0.5_2.0", "~", "a=b", "#hash", "!bang", "é ü",
@@ -65,7 +65,7 @@ def test_yaml_scalar_reads_back_exactly_in_yaml_1_1_and_1_2(value):
     import yaml as pyyaml
     from ruamel.yaml import YAML
 
-    from fp8spec.compiler.quoting import json_scalar, yaml_string_list, yaml_string_map
+    from fp8spec.quoting import json_scalar, yaml_string_list, yaml_string_map
 
     scalar = json_scalar(value)
     assert not any(ch in scalar for ch in LINE_BREAKERS)

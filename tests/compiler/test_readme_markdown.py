@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp8spec.compiler.quoting import md_code, md_code_cell, md_fence, md_text
+from fp8spec.quoting import md_code, md_code_cell, md_fence, md_text
 from tests.cli.inprocess import run_cli_here
 from tests.conftest import SPECS, require
 

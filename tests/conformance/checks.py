@@ -39,8 +39,8 @@ from typing import Any, Optional
 
 from ruamel.yaml import YAML
 
-from fp8spec.compiler.quoting import shell_word
 from fp8spec.profiles import load_profile
+from fp8spec.quoting import shell_word
 from fp8spec.snapshots import Fact, Snapshot
 from fp8spec.targets import STACK_KINDS
 

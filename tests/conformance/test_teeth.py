@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fp8spec.compiler.quoting import yaml_string_list, yaml_string_map
+from fp8spec.quoting import yaml_string_list, yaml_string_map
 from tests.conformance import checks
 from tests.conformance.checks import (
     check_argv,

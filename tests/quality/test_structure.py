@@ -23,10 +23,10 @@ MAX_LINES = 500
 REGISTRY = "fp8spec.rules.registry"
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(REPO).with_suffix("").parts)
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = path
@@ -43,14 +43,17 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     return skip
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (``from pkg import sub`` counts as importing ``pkg.sub``)."""
-    mods = _modules()
+def import_graph(type_checking: bool = False, package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from pkg import sub`` counts as importing ``pkg.sub``).
+
+    Imports under ``if TYPE_CHECKING:`` count only with ``type_checking=True`` (the layer order counts them: a type
+    hint that points up is still an arrow up; the run-time cycle check does not)."""
+    mods = _modules(package)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        skip = _type_checking_only(tree)
+        skip = set() if type_checking else _type_checking_only(tree)
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue

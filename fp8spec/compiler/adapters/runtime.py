@@ -7,6 +7,7 @@ from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.patchset import manifest, shipped_fileset
 from fp8spec.resolve.valid import ValidSpec
 from fp8spec.runtime import envs
+from fp8spec.trainers import get_trainer
 
 
 def needed_patches(ctx: ValidSpec) -> dict[str, str]:
@@ -28,7 +29,7 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         splits = ctx.fact("megatron-core", "checkpoint.grouped_splits_stateless_extra_state", True)
         if ctx.model.is_moe and spec.training.fp8_scaling in stateless and splits is False:
             needed["te_extra_state_compat"] = "training.fp8_scaling"
-    if spec.training.backend == "megatron" and spec.training.bridge == "mbridge":
+    if get_trainer(spec.training.backend).bridge and spec.training.bridge == "mbridge":
         members = ctx.fact("megatron-core", "enum.model_type", {}).get("members", [])
         if "encoder_and_decoder" not in members:
             needed["mbridge_compat"] = "training.bridge"

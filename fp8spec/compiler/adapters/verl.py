@@ -10,6 +10,7 @@ from typing import Any
 
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.resolve.valid import ValidSpec
+from fp8spec.trainers import get_trainer
 
 _CORRECTION = {  # method -> (rollout_is level, threshold kind)
     "tis": ("token", "clip"),
@@ -70,11 +71,11 @@ def build_verl(plan: SettingsPlan, ctx: ValidSpec, trainer: str, engine: str) ->
     spec = ctx.spec
     keys = VerlKeys(ctx.profile("verl"))
     plan.entrypoint = keys.key("entrypoint").split()
-    if trainer == "megatron":
+    if get_trainer(trainer).verl_model_engine:
         plan.add(
             "hydra",
             keys.key("key.model_engine"),
-            "megatron",
+            get_trainer(trainer).verl_model_engine,
             "training.backend",
             "select verl's Megatron engine (model_engine defaults group)",
             keys.evidence("key.model_engine"),
@@ -86,7 +87,7 @@ def build_verl(plan: SettingsPlan, ctx: ValidSpec, trainer: str, engine: str) ->
     _algorithm(plan, keys, ctx)
     _data_and_trainer(plan, keys, ctx, trainer)
     _offload(plan, keys, ctx, trainer)
-    if trainer == "fsdp":
+    if get_trainer(trainer).hf_model:
         _attention(plan, keys, ctx)
     return keys
 

@@ -9,5 +9,14 @@ KV_SCALE_ROUTES = {"vllm": "weight_stream", "sglang": "rollout_update"}
 
 
 def kv_scale_route(rollout_name: str) -> str:
-    """The route of ``rollout_name``'s KV scales; verl's default rollout (vLLM's) for a name it does not list."""
-    return KV_SCALE_ROUTES.get(rollout_name, KV_SCALE_ROUTES["vllm"])
+    """The route of ``rollout_name``'s KV scales.
+
+    A name not listed is an error, not vLLM's route: scales posted the wrong way never reach the engine, and the run
+    would quietly keep its first (or no) KV scales."""
+    try:
+        return KV_SCALE_ROUTES[rollout_name]
+    except KeyError:
+        known = ", ".join(sorted(KV_SCALE_ROUTES))
+        raise ValueError(
+            f"fp8spec kv_scales: no KV-scale route for rollout engine {rollout_name!r} (known: {known})"
+        ) from None

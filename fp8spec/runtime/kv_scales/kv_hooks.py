@@ -45,6 +45,10 @@ def attach_kv_calibration(worker: Any) -> KVScaleCalibrator | None:
     actor = getattr(worker, "actor", None)
     if actor is None or getattr(worker, "_fp8spec_kv_calibrator", None) is not None:
         return None
+    # verl's rollout name defaults to vLLM; the route is looked up before any hook is attached, so an engine with
+    # no route fails the worker's start untouched
+    rollout_name = str(worker.config.rollout.get("name", "vllm"))
+    route = kv_scale_route(rollout_name)
     engine = actor.engine
     module = engine.module
     n_layers = num_layers_of(module)
@@ -63,8 +67,7 @@ def attach_kv_calibration(worker: Any) -> KVScaleCalibrator | None:
     if "update_actor" in settings.phases:
         _wrap_armed(actor, "train_mini_batch", cal)
 
-    rollout_name = str(worker.config.rollout.get("name", "vllm"))
-    if kv_scale_route(rollout_name) == "rollout_update":
+    if route == "rollout_update":
         rollout = getattr(worker, "rollout", None)
         if rollout is not None:
             _wrap_sglang_update(rollout, cal)

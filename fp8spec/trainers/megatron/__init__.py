@@ -1,0 +1,25 @@
+"""Megatron: verl's model_engine=megatron (megatron-core with TransformerEngine)."""
+
+from __future__ import annotations
+
+from fp8spec.trainers.base import Trainer
+
+
+class Megatron(Trainer):
+    name = "megatron"
+    label = "Megatron"
+    parallel_layout = True
+    fp8_training = True
+    router_replay = True
+    router_dtype = True
+    bridge = True
+    # verl's default attention_backend flash makes TE use the flash-attn package (megatron language_module.py:128)
+    flash_attention_package = ("transformer-engine", "package.flash_attn_for_te")
+    verl_model_engine = "megatron"
+    settings_adapter = "fp8spec.megatron.adapter:build_megatron"
+    grad_buffer_resident = True  # Megatron releases its grad buffer only with param offload
+    hf_model = False
+    stack_fields = ("megatron_core", "transformer_engine")
+
+
+TRAINER = Megatron()

@@ -1,0 +1,191 @@
+"""The layer order (the design notes' architecture), checked: each layer imports only from layers at or below it.
+
+Low to high::
+
+    foundation    specfile, catalog, profiles, hardware, snapshots, targets and the small helpers they share
+    descriptors   engines/, trainers/, launchers/: names and capabilities as data
+    resolve       spec + model facts + profiles = the resolved spec
+    plan          memory / KV / gain numbers (an engine's memory model is plan-layer code)
+    rules         one module per topic (an engine's or a topic folder's rules.py too)
+    compiler      settings plan -> bundle files (adapters, launch scripts); report: a finished run -> verdicts
+    cli           commands
+
+``fp8spec.runtime`` is a separate leaf checked by test_structure (it imports nothing else from fp8spec); it sits in
+the foundation here because the compiler reads its manifest and environment names.
+
+Every import counts: under ``if TYPE_CHECKING:`` too (a type hint that points up is still an arrow up), and inside
+functions. Every module must match a row of LAYER_OF (longest prefix wins), so a new module is placed on purpose.
+"""
+
+from __future__ import annotations
+
+from tests.quality.test_structure import import_graph
+
+ORDER = ("foundation", "descriptors", "resolve", "plan", "rules", "compiler", "cli")
+
+# module prefix -> layer; the longest matching prefix wins
+LAYER_OF: dict[str, str] = {
+    "fp8spec": "foundation",  # the package itself and its small shared helpers (bounded_read, safe_write, ...)
+    "fp8spec.runtime": "foundation",
+    "fp8spec.specfile": "foundation",
+    "fp8spec.catalog": "foundation",
+    "fp8spec.profiles": "foundation",
+    "fp8spec.hardware": "foundation",
+    "fp8spec.snapshots": "foundation",
+    "fp8spec.targets": "foundation",
+    "fp8spec.preflight": "foundation",
+    "fp8spec.exclusions.name_match": "foundation",
+    "fp8spec.megatron.config_check": "foundation",
+    "fp8spec.megatron.snapshot": "foundation",
+    "fp8spec.engines.vllm.snapshot": "foundation",
+    "fp8spec.engines.sglang.snapshot": "foundation",
+    "fp8spec.engines": "descriptors",
+    "fp8spec.trainers": "descriptors",
+    "fp8spec.launchers": "descriptors",
+    "fp8spec.megatron": "descriptors",  # the trainer's layout facts
+    "fp8spec.resolve": "resolve",
+    "fp8spec.exclusions": "resolve",
+    "fp8spec.plan": "plan",
+    "fp8spec.engines.vllm.memory": "plan",
+    "fp8spec.engines.sglang.memory": "plan",
+    "fp8spec.rules": "rules",
+    "fp8spec.exclusions.rules": "rules",
+    "fp8spec.megatron.rules": "rules",
+    "fp8spec.engines.vllm.rules": "rules",
+    "fp8spec.engines.sglang.rules": "rules",
+    "fp8spec.compiler": "compiler",
+    "fp8spec.report": "compiler",
+    "fp8spec.megatron.adapter": "compiler",
+    "fp8spec.engines.common": "compiler",
+    "fp8spec.engines.vllm.adapter": "compiler",
+    "fp8spec.engines.sglang.adapter": "compiler",
+    "fp8spec.launchers.argv": "compiler",
+    "fp8spec.launchers.ray": "compiler",
+    "fp8spec.launchers.slurm": "compiler",
+    "fp8spec.launchers.kuberay": "compiler",
+    "fp8spec.launchers.preflight": "compiler",
+    "fp8spec.cli": "cli",  # cli, cli_backends, cli_init, ... (prefix of the module name, not of a package)
+    "fp8spec.completion": "cli",
+    "fp8spec.starter": "cli",
+}
+
+# Edges that go up today, each with why it is still there. The list only shrinks: an edge that no longer exists
+# must leave it (test_allowed_up_edges_all_exist), and a new up-edge fails test_no_import_goes_up_the_layers.
+ALLOWED_UP_EDGES: dict[str, str] = {
+    # the Engine class is typed against the resolved spec, settings and plan facts
+    "fp8spec.engines.base -> fp8spec.compiler.adapters.verl": "engines.base (TYPE_CHECKING)",
+    "fp8spec.engines.base -> fp8spec.compiler.settings": "engines.base (TYPE_CHECKING)",
+    "fp8spec.engines.base -> fp8spec.plan.facts": "engines.base (TYPE_CHECKING)",
+    "fp8spec.engines.base -> fp8spec.plan.setup": "engines.base (TYPE_CHECKING)",
+    "fp8spec.engines.base -> fp8spec.resolve.valid": "engines.base (TYPE_CHECKING)",
+    # the descriptor also binds its adapter, memory model and rules (and vLLM's memory model)
+    "fp8spec.engines.sglang -> fp8spec.compiler.adapters.verl": "engines.sglang (TYPE_CHECKING)",
+    "fp8spec.engines.sglang -> fp8spec.compiler.settings": "engines.sglang (TYPE_CHECKING)",
+    "fp8spec.engines.sglang -> fp8spec.engines.sglang.adapter": "engines.sglang",
+    "fp8spec.engines.sglang -> fp8spec.engines.sglang.memory": "engines.sglang",
+    "fp8spec.engines.sglang -> fp8spec.engines.sglang.rules": "engines.sglang",
+    "fp8spec.engines.sglang -> fp8spec.engines.vllm.memory": "engines.sglang",
+    "fp8spec.engines.sglang -> fp8spec.plan.facts": "engines.sglang (TYPE_CHECKING)",
+    "fp8spec.engines.sglang -> fp8spec.plan.setup": "engines.sglang (TYPE_CHECKING)",
+    "fp8spec.engines.sglang -> fp8spec.resolve.valid": "engines.sglang (TYPE_CHECKING)",
+    # the descriptor also binds its adapter, memory model and rules
+    "fp8spec.engines.vllm -> fp8spec.compiler.adapters.verl": "engines.vllm (TYPE_CHECKING)",
+    "fp8spec.engines.vllm -> fp8spec.compiler.settings": "engines.vllm (TYPE_CHECKING)",
+    "fp8spec.engines.vllm -> fp8spec.engines.vllm.adapter": "engines.vllm",
+    "fp8spec.engines.vllm -> fp8spec.engines.vllm.memory": "engines.vllm",
+    "fp8spec.engines.vllm -> fp8spec.engines.vllm.rules": "engines.vllm",
+    "fp8spec.engines.vllm -> fp8spec.plan.facts": "engines.vllm (TYPE_CHECKING)",
+    "fp8spec.engines.vllm -> fp8spec.plan.setup": "engines.vllm (TYPE_CHECKING)",
+    "fp8spec.engines.vllm -> fp8spec.resolve.valid": "engines.vllm (TYPE_CHECKING)",
+    # the launcher registry binds its adapters and the preflight, typed against settings
+    "fp8spec.launchers -> fp8spec.compiler.settings": "launchers (TYPE_CHECKING)",
+    "fp8spec.launchers -> fp8spec.launchers.preflight": "launchers",
+    "fp8spec.launchers -> fp8spec.resolve.valid": "launchers (TYPE_CHECKING)",
+    # the Launcher base is typed against the resolved spec and settings
+    "fp8spec.launchers.base -> fp8spec.compiler.settings": "launchers.base (TYPE_CHECKING)",
+    "fp8spec.launchers.base -> fp8spec.resolve.valid": "launchers.base (TYPE_CHECKING)",
+    # advice re-validates proposals through the rule registry
+    "fp8spec.plan.advice -> fp8spec.rules.proposals": "plan.advice",
+    "fp8spec.plan.advice -> fp8spec.rules.registry": "plan.advice",
+    # plan columns re-validate proposals
+    "fp8spec.plan.columns -> fp8spec.rules.proposals": "plan.columns",
+    # the layout search validates each candidate with the rule runner
+    "fp8spec.plan.layout -> fp8spec.rules.runner": "plan.layout",
+    # the rendered plan names the rules behind its advice
+    "fp8spec.plan.render -> fp8spec.rules.registry": "plan.render",
+    # the resolved spec caches the memory plan the MEM rules and the compiler share
+    "fp8spec.resolve.context -> fp8spec.plan.plan": "resolve.context",
+    # the spec's cluster section takes launcher names from the launcher registry
+    "fp8spec.specfile.cluster -> fp8spec.launchers": "specfile.cluster",
+    "fp8spec.specfile.cluster -> fp8spec.launchers.base": "specfile.cluster",
+    # the spec's rollout.engine choices come from the engine registry
+    "fp8spec.specfile.model -> fp8spec.engines": "specfile.model",
+    # backend names are derived from the engine and trainer registries
+    "fp8spec.targets -> fp8spec.engines": "targets",
+    "fp8spec.targets -> fp8spec.trainers": "targets",
+}
+
+
+def layer_of(module: str) -> str:
+    # "fp8spec.cli" also covers the cli_* modules beside it
+    rows = [
+        p
+        for p in LAYER_OF
+        if module == p or module.startswith((p + ".", p + "_" if p == "fp8spec.cli" else "."))
+    ]
+    best = max(rows, key=len, default=None)
+    assert best is not None, f"{module} has no layer: add a row to LAYER_OF"
+    return LAYER_OF[best]
+
+
+def up_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where the imported module sits in a higher layer."""
+    return sorted(
+        (m, t)
+        for m, targets in graph.items()
+        for t in targets
+        if ORDER.index(layer_of(t)) > ORDER.index(layer_of(m))
+    )
+
+
+def test_every_module_has_a_layer():
+    assert {m: layer_of(m) for m in import_graph()}  # layer_of asserts on a module no row covers
+
+
+def test_no_import_goes_up_the_layers():
+    found = [
+        (a, b) for a, b in up_edges(import_graph(type_checking=True)) if f"{a} -> {b}" not in ALLOWED_UP_EDGES
+    ]
+    assert found == [], "imports up the layer order:\n" + "\n".join(f"{a} -> {b}" for a, b in found)
+
+
+def test_allowed_up_edges_all_exist():
+    edges = {f"{a} -> {b}" for a, b in up_edges(import_graph(type_checking=True))}
+    assert [e for e in ALLOWED_UP_EDGES if e not in edges] == []
+
+
+def test_the_layer_check_has_teeth(tmp_path):
+    package = tmp_path / "fp8spec"
+    (package / "compiler").mkdir(parents=True)
+    for name in ("__init__.py", "compiler/__init__.py", "compiler/build.py", "catalog.py"):
+        (package / name).write_text("", encoding="utf-8")
+    (package / "hardware.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fp8spec.compiler import build\n",
+        encoding="utf-8",
+    )
+    (package / "targets.py").write_text("def f():\n    from .compiler.build import x\n", encoding="utf-8")
+    (package / "specfile.py").write_text("from fp8spec import catalog\n", encoding="utf-8")
+    graph = import_graph(type_checking=True, package=package)
+    # a TYPE_CHECKING-only import and an in-function import are both arrows up; a sideways one is not
+    assert up_edges(graph) == [
+        ("fp8spec.hardware", "fp8spec.compiler.build"),
+        ("fp8spec.targets", "fp8spec.compiler.build"),
+    ]
+    assert up_edges(import_graph(package=package)) == [("fp8spec.targets", "fp8spec.compiler.build")]
+    # a synthetic arrow up (the spec format importing the compiler) is caught, one sideways and one down are not
+    synthetic = {
+        "fp8spec.specfile.model": {"fp8spec.compiler.build", "fp8spec.catalog"},
+        "fp8spec.cli": {"fp8spec.specfile.model"},
+    }
+    assert up_edges(synthetic) == [("fp8spec.specfile.model", "fp8spec.compiler.build")]
+    assert layer_of("fp8spec.cli_plan") == "cli" and layer_of("fp8spec.engines.vllm.memory") == "plan"
