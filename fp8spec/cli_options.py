@@ -123,7 +123,7 @@ def check_format(format: str) -> None:
         usage_error(f"--format must be text or json, not {format!r}")
 
 
-def validated(spec: Path, backend: Optional[str], outcome: str = "nothing written"):
+def validated(spec: Path, backend: Optional[str], outcome: str = "nothing written") -> tuple[Any, Any]:
     """Validate a spec for compile/explain/diff (retargeted to ``backend``): errors print located diagnostics,
     then ``outcome`` (what the command did not do), and exit non-zero (with --format json, also as JSON on
     stdout)."""

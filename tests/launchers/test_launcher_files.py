@@ -13,7 +13,8 @@ from tests.compiler.golden import cases, compile_files
 from tests.conftest import BASE_SPEC, REPO, patched
 from tests.launchers.conftest import compile_bundle
 
-LAUNCHERS = {"preflight.py", "preflight_cpus.py", "preflight_checks.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
+LAUNCHERS = {"preflight.py", "preflight_cpus.py", "preflight_checks.py", "preflight.json", "submit.sh", "slurm.sbatch",
+             "rayjob.yaml"}
 
 
 @pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
