@@ -6,6 +6,7 @@ with the documented exit code. The set of such commands is read from the command
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -178,4 +179,6 @@ def test_plan_json_success_is_the_plan_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "error" not in _one_document(proc)
     assert REPO  # the pictures went to files, not to stdout
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["plan.png", "plan.svg"]
+    # plan.png only where the plot extra (matplotlib) is installed: the lowest-versions run has none
+    drawn = ["plan.png"] if importlib.util.find_spec("matplotlib") else []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [*drawn, "plan.svg"]
