@@ -9,7 +9,7 @@ from typing import Any, NoReturn, Optional
 
 import typer
 
-from fp8spec.diagnostics import EXIT_BAD_INPUT, printable, render_json
+from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_RULE_ERRORS, printable, render_json, summary_line
 from fp8spec.targets import BACKENDS
 
 BACKEND_HELP = (
@@ -115,4 +115,25 @@ def validate_on_backend(spec: Path, backend: Optional[str], gpu: Optional[str] =
     note = retarget_note(validation, choice)
     if note:
         typer.echo(f"{printable(str(spec))}: {note}", err=True)
+    return validation, choice
+
+
+def check_format(format: str) -> None:
+    if format not in ("text", "json"):
+        usage_error(f"--format must be text or json, not {format!r}")
+
+
+def validated(spec: Path, backend: Optional[str], outcome: str = "nothing written") -> tuple[Any, Any]:
+    """Validate a spec for compile/explain/diff (retargeted to ``backend``): errors print located diagnostics,
+    then ``outcome`` (what the command did not do), and exit non-zero (with --format json, also as JSON on
+    stdout)."""
+    validation, choice = validate_on_backend(spec, backend)
+    if validation.errors:
+        if JSON_OUTPUT["on"]:
+            typer.echo(render_json({str(spec): validation.diagnostics}))
+        for d in validation.diagnostics:
+            typer.echo(d.render(), err=True)
+        summary = summary_line(validation.diagnostics)
+        typer.echo(f"{printable(str(spec))}: {summary}; {outcome}", err=True)
+        raise typer.Exit(EXIT_RULE_ERRORS)
     return validation, choice

@@ -32,11 +32,33 @@ import torch.nn.functional as F  # noqa: E402
 CATALOG = Path(__file__).resolve().parents[2] / "fp8spec" / "catalog" / "models"
 # Shapes from the catalog's config.json of each model (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-8B).
 SHAPES = {
-    "qwen3-30b-a3b": dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, ffn=6144, experts=128, topk=8,
-                          moe_ffn=768),
-    "qwen3-8b": dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=12288, experts=0, topk=0, moe_ffn=0),
+    "qwen3-30b-a3b": {
+        "hidden": 2048,
+        "heads": 32,
+        "kv_heads": 4,
+        "head_dim": 128,
+        "ffn": 6144,
+        "experts": 128,
+        "topk": 8,
+        "moe_ffn": 768,
+    },
+    "qwen3-8b": {
+        "hidden": 4096,
+        "heads": 32,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "ffn": 12288,
+        "experts": 0,
+        "topk": 0,
+        "moe_ffn": 0,
+    },
 }
-RECIPES = {"bf16": None, "fp8-blockwise": "blockwise", "fp8-tensorwise": "tensorwise", "fp8-delayed": "delayed"}
+RECIPES = {
+    "bf16": None,
+    "fp8-blockwise": "blockwise",
+    "fp8-tensorwise": "tensorwise",
+    "fp8-delayed": "delayed",
+}
 
 
 def init_dist() -> None:
@@ -55,18 +77,37 @@ def config_kwargs(s: dict, num_layers: int) -> dict:
     """The BF16 TransformerConfig fields of a shape from SHAPES (bench_te_layout.py builds on them)."""
     from megatron.core.transformer.enums import AttnBackend
 
-    kw = dict(
-        num_layers=num_layers, hidden_size=s["hidden"], ffn_hidden_size=s["ffn"], num_attention_heads=s["heads"],
-        num_query_groups=s["kv_heads"], kv_channels=s["head_dim"], normalization="RMSNorm", layernorm_epsilon=1e-6,
-        qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
-        add_qkv_bias=False, bf16=True, params_dtype=torch.bfloat16, attention_backend=AttnBackend.fused,
-        hidden_dropout=0.0, attention_dropout=0.0,
-    )
+    kw = {
+        "num_layers": num_layers,
+        "hidden_size": s["hidden"],
+        "ffn_hidden_size": s["ffn"],
+        "num_attention_heads": s["heads"],
+        "num_query_groups": s["kv_heads"],
+        "kv_channels": s["head_dim"],
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": 1e-6,
+        "qk_layernorm": True,
+        "gated_linear_unit": True,
+        "activation_func": F.silu,
+        "add_bias_linear": False,
+        "add_qkv_bias": False,
+        "bf16": True,
+        "params_dtype": torch.bfloat16,
+        "attention_backend": AttnBackend.fused,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
     if s["experts"] > 0:
-        kw.update(num_moe_experts=s["experts"], moe_router_topk=s["topk"], moe_ffn_hidden_size=s["moe_ffn"],
-                  moe_grouped_gemm=True, moe_token_dispatcher_type="alltoall",
-                  moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-                  variable_seq_lengths=True)  # as verl builds it (alltoall dispatcher needed for that)
+        kw.update(
+            num_moe_experts=s["experts"],
+            moe_router_topk=s["topk"],
+            moe_ffn_hidden_size=s["moe_ffn"],
+            moe_grouped_gemm=True,
+            moe_token_dispatcher_type="alltoall",
+            moe_router_load_balancing_type="none",
+            moe_aux_loss_coeff=0.0,
+            variable_seq_lengths=True,
+        )  # as verl builds it (alltoall dispatcher needed for that)
     return kw
 
 
@@ -86,8 +127,16 @@ def build(model: str, precision: str, seqlen: int):
     spec = get_gpt_layer_with_transformer_engine_spec(
         num_experts=s["experts"] or None, moe_grouped_gemm=moe, qk_layernorm=True
     )
-    gpt = GPTModel(config=config, transformer_layer_spec=spec, vocab_size=1024, max_sequence_length=seqlen,
-                   position_embedding_type="rope", rotary_base=1000000, pre_process=True, post_process=True)
+    gpt = GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=1024,
+        max_sequence_length=seqlen,
+        position_embedding_type="rope",
+        rotary_base=1000000,
+        pre_process=True,
+        post_process=True,
+    )
     return Float16Module(config, gpt.cuda()), config
 
 
@@ -116,10 +165,16 @@ def time_case(model: str, precision: str, seqlen: int, iters: int) -> dict:
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / iters
     fp8_modules = sorted({type(m).__name__ for m in net.modules() if getattr(m, "fp8", False)})
-    row = dict(model=model, precision=precision, seqlen=seqlen, ms_per_iter=round(ms, 3),
-               tokens_per_s=round(seqlen / ms * 1000.0, 1),
-               peak_mem_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2), te_fp8_modules=fp8_modules)
-    del net
+    row = {
+        "model": model,
+        "precision": precision,
+        "seqlen": seqlen,
+        "ms_per_iter": round(ms, 3),
+        "tokens_per_s": round(seqlen / ms * 1000.0, 1),
+        "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "te_fp8_modules": fp8_modules,
+    }
+    net = None  # the model's memory goes before the next case is built
     torch.cuda.empty_cache()
     return row
 
@@ -134,12 +189,17 @@ def main() -> int:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     init_dist()
-    import transformer_engine
     import megatron.core
+    import transformer_engine
 
-    env = dict(torch=torch.__version__, cuda=torch.version.cuda, gpu=torch.cuda.get_device_name(0),
-               transformer_engine=transformer_engine.__version__, megatron_core=megatron.core.__version__,
-               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    env = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0),
+        "transformer_engine": transformer_engine.__version__,
+        "megatron_core": megatron.core.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     print(json.dumps(env), flush=True)
     rows = []
     with open(a.out / "results.jsonl", "w", encoding="utf-8") as f:
@@ -151,8 +211,12 @@ def main() -> int:
                     try:
                         row = time_case(model, precision, seqlen, a.iters)
                     except Exception as exc:  # one failing recipe must not hide the others
-                        row = dict(model=model, precision=precision, seqlen=seqlen,
-                                   error=f"{type(exc).__name__}: {str(exc)[:400]}")
+                        row = {
+                            "model": model,
+                            "precision": precision,
+                            "seqlen": seqlen,
+                            "error": f"{type(exc).__name__}: {str(exc)[:400]}",
+                        }
                         torch.cuda.empty_cache()
                     if precision == "bf16" and "tokens_per_s" in row:
                         base = row["tokens_per_s"]
@@ -162,13 +226,17 @@ def main() -> int:
                     f.write(json.dumps(row) + "\n")
                     f.flush()
                     print(json.dumps(row), flush=True)
-    print(f"{'model':<15}{'seqlen':>7}  {'precision':<16}{'ms/iter':>9}{'tok/s':>11}{'vs bf16':>9}{'peak GiB':>10}")
+    print(
+        f"{'model':<15}{'seqlen':>7}  {'precision':<16}{'ms/iter':>9}{'tok/s':>11}{'vs bf16':>9}{'peak GiB':>10}"
+    )
     for r in rows:
         if "error" in r:
             print(f"{r['model']:<15}{r['seqlen']:>7}  {r['precision']:<16} ERROR {r['error'][:80]}")
         else:
-            print(f"{r['model']:<15}{r['seqlen']:>7}  {r['precision']:<16}{r['ms_per_iter']:>9.2f}"
-                  f"{r['tokens_per_s']:>11.0f}{r.get('vs_bf16', 1.0):>9.3f}{r['peak_mem_gib']:>10.2f}")
+            print(
+                f"{r['model']:<15}{r['seqlen']:>7}  {r['precision']:<16}{r['ms_per_iter']:>9.2f}"
+                f"{r['tokens_per_s']:>11.0f}{r.get('vs_bf16', 1.0):>9.3f}{r['peak_mem_gib']:>10.2f}"
+            )
     torch.distributed.destroy_process_group()
     return 0
 

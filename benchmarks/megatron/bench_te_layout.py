@@ -16,7 +16,7 @@ What it feeds. ``packed``: micro-batches in verl's THD format (``PackedSeqParams
 pack to 128 as verl does for FP8), cut from one RL mini-batch (--mini-batch-seqs sequences of prompt + response
 lengths drawn from clipped log-normals with a fixed seed, 1-8K tokens each) the way verl's dynamic batching does
 (as many micro-batches as ``ceil(tokens / max_token_len)``, balanced by tokens). ``single``: one 22,528-token
-sequence per micro-batch (BENCHMARKS 6.1's case). One timed step = --micro-batches micro-batches, forward +
+sequence per micro-batch (docs/results.md#trainer-layer-cost). One timed step = --micro-batches micro-batches, forward +
 backward each, with ``set_is_first_microbatch()`` before the first (TE quantizes the weights once per step, as in
 Megatron's schedule); no optimizer step (its cost does not depend on the layout: fp8_param is off).
 
@@ -758,9 +758,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    sys.path.insert(0, str(HERE))
     import torch
-    from bench_te_layer import init_dist
+
+    from benchmarks.megatron.bench_te_layer import init_dist
 
     args.out.mkdir(parents=True, exist_ok=True)
     log_file = open(args.out / "layout.log", "a", encoding="utf-8")

@@ -7,7 +7,7 @@
 # With WHEEL_DIR holding a transformer_engine_torch wheel built earlier (a device build brought back), that wheel
 # is installed instead of building again.
 # The extension is C++ only (a torch CppExtension; the CUDA kernels ship in transformer-engine-cu13), so the
-# build is quick (103 s with 16 jobs, shared/engine notes). The wheel is left in /tmp/te-wheel (the folder is
+# build is quick (103 s with 16 jobs on an H200 machine). The wheel is left in /tmp/te-wheel (the folder is
 # TE_BUILD_DIR, default /tmp) for the caller to bring back ($OUT), so that the next offline set carries it
 # instead of the source. Idempotent: a SITE that already imports transformer_engine_torch is left alone.
 # TE_BUILD_ONLY=1 builds the wheel and stops (a build started before the offline set is there: SITE then holds

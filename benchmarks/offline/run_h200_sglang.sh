@@ -18,7 +18,7 @@
 # openai shadow the engine set's), then the engine + verl install without vllm, xgrammar, llguidance and
 # openai-harmony (SGLang imports vllm inside try blocks; the rest are pinned differently by sglang and not on its
 # path). DeepGEMM is off unless SGLANG_ENABLE_JIT_DEEPGEMM=1 is exported (its start-up precompile takes 10-20 min).
-# RUN is LABEL=BUNDLE[,OVERRIDE...] as in benchmarks/megatron/run_h200_megatron.sh; RUN>>RUN runs one after the
+# RUN is LABEL=BUNDLE[,OVERRIDE...] as in benchmarks/offline/run_h200_megatron.sh; RUN>>RUN runs one after the
 # other. Each step packs its logs into $OUT/<step>.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 # Several compiled bundles on one GPU, each run by its own launch.sh on its own loopback Ray head (sourced by
-# benchmarks/megatron/run_h200_megatron.sh and benchmarks/offline/run_h200_sglang.sh).
+# benchmarks/offline/run_h200_megatron.sh and benchmarks/offline/run_h200_sglang.sh).
 #
 # A RUN is LABEL=BUNDLE[,OVERRIDE...]: .rl/bundles/BUNDLE/launch.sh with the OVERRIDEs appended (launch.sh passes
 # "$@" to verl after its own overrides); RUN>>RUN is a lane, its runs one after the other (a stop and a resume).

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from fp8spec.launchers.argv import check_arguments
 from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
+from fp8spec.preflight import program_files
 from fp8spec.profiles.kubernetes import kubernetes_limit
 from fp8spec.quoting import json_scalar, md_code, shell_word
 from fp8spec.trainers import get_trainer
@@ -181,8 +182,7 @@ def _rayjob(spec: Spec, plan: SettingsPlan, files: dict[str, str], image: str, s
         **extra,
         "launch.sh": files["launch.sh"],
         "preflight.json": files["preflight.json"],
-        "preflight.py": files["preflight.py"],
-        "preflight_cpus.py": files["preflight_cpus.py"],
+        **{name: files[name] for name in program_files()},  # preflight.py and the modules beside it
         **shipped,
         # the custom reward file is loaded relative to the working_dir (this ConfigMap)
         **{path: files[path] for path in (REWARD_FILE,) if path in files},

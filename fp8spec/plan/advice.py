@@ -9,8 +9,8 @@ from fp8spec.rules.proposals import cost_key, proposal
 from fp8spec.rules.registry import rule_hint
 
 if TYPE_CHECKING:
-    from fp8spec.plan.feasibility import Verdict
     from fp8spec.plan.plan import MemoryPlan
+    from fp8spec.plan.verdict import Verdict
     from fp8spec.resolve.context import ResolvedSpec
 
 

@@ -6,92 +6,29 @@ The MEM rules (fp8spec/rules/memory.py) turn these into diagnostics; `fp8spec pl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines import get_engine
 from fp8spec.plan.facts import estimate
+from fp8spec.plan.verdict import (
+    NO_THROUGHPUT_COST,
+    Advice,
+    Verdict,
+    advice,
+    capped_throughput_loss,
+    concurrency_cost,
+    gib,
+    margin_text,
+    proposal_headroom,
+)
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
     from fp8spec.plan.rollout import RolloutResult
     from fp8spec.plan.trainer import TrainerMemory
 
-GIB = 1 << 30
 #: below this share of the running sequences fitting at full length, preemption is "heavy"
 HEAVY_PREEMPTION_SHARE = 0.5
-
-
-def gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
-@dataclass(frozen=True)
-class Advice:
-    """One way out of a verdict: the text a user reads and, when it names values, the spec changes it stands
-    for. Changes are applied and validated before the text is printed (fp8spec.rules.proposals.checked)."""
-
-    text: str
-    changes: tuple[tuple[str, object], ...] = ()
-    fallback: bool = False  # tried only where no single change passes
-    # what the change costs the run, shown next to it ('' when not estimated) and the estimated share of rollout
-    # throughput it loses (0.0 none; None not estimated): proposals are ranked by it, cheapest first
-    cost: str = ""
-    loss: Optional[float] = None
-
-
-def advice(text: str, cost: str = "", loss: Optional[float] = None, **changes: object) -> Advice:
-    return Advice(text, tuple((k.replace("__", "."), v) for k, v in changes.items()), cost=cost, loss=loss)
-
-
-NO_THROUGHPUT_COST = "no throughput cost"
-
-
-def proposal_headroom() -> int:
-    """Bytes every proposed memory fix leaves free beyond the estimate (memory_estimates.yaml proposals)."""
-    return int(estimate("proposals", "headroom_bytes"))
-
-
-def margin_text() -> str:
-    return f"leaves {gib(proposal_headroom())} free beyond the estimate"
-
-
-def _pct(x: float) -> str:
-    """-0.94 -> '-94 %' (the sign always shown)."""
-    return f"{x * 100:+.0f} %".replace("-0 %", "0 %").replace("+0 %", "0 %")
-
-
-def concurrency_cost(running: int, cap: int, loss: float) -> str:
-    """'concurrency 256 -> 16 per replica (-94 %), est. rollout throughput -50 %'."""
-    return (
-        f"concurrency {running} -> {cap} per replica ({_pct(cap / running - 1)}), "
-        f"est. rollout throughput {_pct(-loss)}"
-    )
-
-
-def capped_throughput_loss(r: RolloutResult, cap: int, prompt: int, response: int) -> float:
-    """Estimated share of rollout throughput lost by running at most ``cap`` sequences at once instead of
-    ``r.running``: decode throughput taken as proportional to the sequences running, and the KV cache bounding
-    them at the average sequence (prompt + half the response) either way."""
-    average = r.kv.concurrency_at(prompt + max(1, response // 2))
-    before = min(r.running, average)
-    after = min(cap, average)
-    return 0.0 if before <= 0 else max(0.0, 1 - after / before)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    code: str
-    ok: bool
-    message: str = ""
-    advice: tuple[Advice, ...] = ()
-    numbers: dict = field(default_factory=dict)
-    path: str = ""  # the spec field the diagnostic points at
-
-    @property
-    def fix(self) -> str:
-        """Every way out, unchecked (what the arithmetic suggests); users see the checked ones only."""
-        return "; or ".join(a.text for a in self.advice)
 
 
 def trainer_state(plan: MemoryPlan) -> Optional[Verdict]:

@@ -19,7 +19,6 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from fp8spec.plan.pictures import SOFTWARE  # noqa: E402
 from fp8spec.plan.plan import DOES_NOT_FIT, curves, response_ticks  # noqa: E402
 
 if TYPE_CHECKING:
@@ -35,11 +34,13 @@ def literal(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def plan_png(plan: MemoryPlan) -> bytes:
+def plan_png(plan: MemoryPlan, software: str) -> bytes:
+    """The PNG, carrying ``software`` as its 'Software' entry: the mark fp8spec.plan.pictures recognises its own
+    pictures by (it owns the mark, so this module, loaded only with matplotlib, does not import it back)."""
     with plt.rc_context({"svg.hashsalt": "fp8spec", "font.family": "DejaVu Sans"}):
         fig = plan_figure(plan)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100, metadata={"Software": SOFTWARE})
+        fig.savefig(buf, format="png", dpi=100, metadata={"Software": software})
         plt.close(fig)
     return buf.getvalue()
 

@@ -68,6 +68,6 @@ def picture_targets(result: Any, folder: Path, force: bool) -> tuple[list[Target
             raise  # an install that is broken otherwise, or a library that could not be loaded: not "absent"
         notes.append(f"{PNG_NEEDS}; wrote only plan.svg")
     else:
-        targets.append(Target(folder / "plan.png", plan_png(result), force, _png_is_ours))
+        targets.append(Target(folder / "plan.png", plan_png(result, SOFTWARE), force, _png_is_ours))
     targets.append(Target(folder / "plan.svg", plan_svg(result).encode("utf-8"), force, _svg_is_ours))
     return targets, notes

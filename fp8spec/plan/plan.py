@@ -14,8 +14,8 @@ from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
-    from fp8spec.plan.feasibility import Verdict
     from fp8spec.plan.layout import LayoutError
+    from fp8spec.plan.verdict import Verdict
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.specfile.model import Spec
 

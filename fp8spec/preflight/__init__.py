@@ -11,6 +11,7 @@ from pathlib import Path
 
 PROGRAM = Path(__file__).with_name("preflight.py")
 CPU_CHECK = Path(__file__).with_name("preflight_cpus.py")  # preflight.py imports it from beside itself
+CHECKS = Path(__file__).with_name("preflight_checks.py")  # and its checks, run where the facts arrive
 
 
 def program_text() -> str:
@@ -19,5 +20,6 @@ def program_text() -> str:
 
 
 def program_files() -> dict[str, str]:
-    """Bundle file name -> text of every preflight program file (preflight.py and the Ray CPU check it imports)."""
-    return {path.name: path.read_text(encoding="utf-8") for path in (PROGRAM, CPU_CHECK)}
+    """Bundle file name -> text of every preflight program file (preflight.py and the modules it imports from
+    beside itself: the Ray CPU check and the checks)."""
+    return {path.name: path.read_text(encoding="utf-8") for path in (PROGRAM, CPU_CHECK, CHECKS)}

@@ -190,8 +190,8 @@ def kv_fp8_without_qk_norm(ctx: ResolvedSpec) -> Iterator[Finding]:
 def _bf16_that_fits(ctx: ResolvedSpec) -> tuple[list[dict], dict]:
     """A BF16 KV cache together with the rollout.max_num_seqs whose sequences it holds at full length: where
     bf16 alone makes the engine preempt (MEM004), this pair may pass every rule (checked, as every proposal).
-    With what the cap costs the rollout (fp8spec.plan.feasibility.capped_throughput_loss)."""
-    from fp8spec.plan.feasibility import capped_throughput_loss, concurrency_cost
+    With what the cap costs the rollout (fp8spec.plan.verdict.capped_throughput_loss)."""
+    from fp8spec.plan.verdict import capped_throughput_loss, concurrency_cost
 
     plan = ctx.memory_plan
     if plan is None:

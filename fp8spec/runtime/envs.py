@@ -184,7 +184,7 @@ SEND_CAST_BF16 = EnvVar(
     parse=_switch,
     doc="trainer side: send float32 *.weight tensors as BF16, cast as they are copied into the bucket (the values "
     "verl's receiver casts them to for a BF16 engine; half the bucket bytes; byte-exact against a fresh Qwen3-8B "
-    "engine, its float32 sync 0.066 -> 0.048 s, BENCHMARKS.md 8.11); an engine of another dtype refuses the "
+    "engine, its float32 sync 0.066 -> 0.048 s, docs/results.md#weight-sync); an engine of another dtype refuses the "
     "bucket: 0 for such an engine",
 )
 

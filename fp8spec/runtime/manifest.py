@@ -106,7 +106,7 @@ PATCHES = {
             "line per sync; verl's receiver builds tensor views only for what its loader still takes "
             "(lazy_receive.py). vLLM path only (the plan reads vLLM 0.24.0's loaders; with SGLang it installs "
             "nothing). Refused by rule BLK006 with ue8m0 scales and where the engine's profile does not record it "
-            "byte-exact in the real engine (vLLM 0.24.0: shown at rollout tp 1, BENCHMARKS.md 8); picked by auto "
+            "byte-exact in the real engine (vLLM 0.24.0: shown at rollout tp 1, docs/results.md#weight-sync); picked by auto "
             "where it also trained inside an RL loop with that trainer and kind of model (vLLM 0.24.0: FSDP, "
             "dense or MoE)."
         ),

@@ -34,7 +34,7 @@ class KVSettings:
 @dataclass(frozen=True)
 class QuantSettings:
     """The weight-sync quantizer (ue8m0_scales, fast_block_quant): scale format, kernel, and the flat path's
-    shortcuts, all on (BENCHMARKS.md section 3); no variable turns one off: the tests set a field to False to
+    shortcuts, all on (docs/results.md#quantization-kernel); no variable turns one off: the tests set a field to False to
     compare against the plain path it replaced."""
 
     scale_fmt: str = "fp32"

@@ -34,7 +34,7 @@ Patches:
   ``quant_weights`` sees each received bucket's flat buffer and metadata and quantizes the bucket with
   one launch through a plan cached by layout (``flat_bucket``); the tensor-list path is the fallback. The
   flat path's per-bucket host overhead is cut by a lean pre-launch path and the compiled kernel's runner
-  (BENCHMARKS.md section 3).
+  (docs/results.md#quantization-kernel).
 
 This module holds the installers on verl's trainer worker (``ActorRolloutRefWorker.init_model``); the quantizer
 replacements are ``quantization.verl_quant``, the receiver's flat buffer ``weight_sync.receiver.flat_receive``, the

@@ -9,10 +9,9 @@ the model only says what a well-formed spec looks like.
 
 from __future__ import annotations
 
-from functools import partial
-from typing import TYPE_CHECKING, Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BeforeValidator, Field, StringConstraints, create_model
+from pydantic import BeforeValidator, Field, StringConstraints
 
 from fp8spec.hardware import GPU_NAMES
 from fp8spec.specfile.cluster import ClusterSection
@@ -27,12 +26,11 @@ from fp8spec.specfile.fields import (
     Section,
     Slug,
     SmallCount,
-    Version,
     either,
     exactly_int,
 )
 from fp8spec.specfile.run import AlgorithmSection, DataSection, RewardSection, TrainerSection
-from fp8spec.stack import default_stack
+from fp8spec.specfile.stack import StackSection
 from fp8spec.targets import ENGINES, TRAINERS
 
 SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
@@ -383,45 +381,6 @@ class RolloutSection(Section):
         "cost less per sync: Qwen3-8B with float32 weights through the direct path, 0.050 s at 2048 and 0.040 s "
         "at 8192 on an H200 (measured:sync.qwen3_8b.fp32.direct_s_by_bucket_mb). Default: verl's 2048.",
     )
-
-
-# The trainer side of the stack; each rollout engine describes its own field (fp8spec/engines/<name>/).
-_STACK_DESCRIPTIONS = {
-    "verl": "verl release the bundle is compiled for. Default: the tested stack.",
-    "megatron_core": "megatron-core release (used with training.backend megatron). Default: the tested stack.",
-    "transformer_engine": "TransformerEngine release (used with training.backend megatron). Default: the tested stack.",
-}
-
-
-def _default_version(field: str) -> str:
-    return default_stack()[field]
-
-
-def _stack_section() -> type[Section]:
-    """One version field per package of backends/stack.yaml, in its order (every engine folder brings its own)."""
-    from fp8spec.engines import get_engine
-
-    fields: dict = {}
-    for field in default_stack():
-        description = _STACK_DESCRIPTIONS.get(field) or get_engine(field).stack_description
-        fields[field] = (
-            Version,
-            Field(default_factory=partial(_default_version, field), description=description),
-        )
-    return create_model("StackSection", __base__=Section, __module__=__name__, **fields)
-
-
-if TYPE_CHECKING:
-
-    class StackSection(Section):  # what type checkers see; the class itself is made above, from the data
-        verl: str = ""
-        megatron_core: str = ""
-        transformer_engine: str = ""
-
-        def __getattr__(self, engine: str) -> str: ...  # each engine's version, under its name
-
-else:
-    StackSection = _stack_section()
 
 
 RuleCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2,4}[0-9]{3}$")]

@@ -6,6 +6,7 @@ with the documented exit code. The set of such commands is read from the command
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -49,11 +50,36 @@ OTHER_FAILURES = {
 }
 
 
+
+
+def _report_failures(tmp_path) -> dict[str, tuple[list[str], int]]:
+    """name -> (argv, exit code) for the runs `fp8spec report` cannot read, and one it reads but finds no step in."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("not a log of any run\n", encoding="utf-8")
+    (tmp_path / "broken.tgz").write_text("not an archive\n", encoding="utf-8")
+    (tmp_path / "broken.zip").write_text("not an archive\n", encoding="utf-8")
+    return {
+        "missing path": (["report", str(tmp_path / "missing")], 2),
+        "empty folder": (["report", str(tmp_path / "empty")], 2),
+        "broken tar archive": (["report", str(tmp_path / "broken.tgz")], 2),
+        "broken zip archive": (["report", str(tmp_path / "broken.zip")], 2),
+        "missing bundle": (["report", str(tmp_path / "notes.txt"), "--bundle", str(tmp_path / "missing")], 2),
+        "baseline without spec": (["report", str(tmp_path / "notes.txt"), "--baseline", str(tmp_path)], 2),
+        "unknown option": (["report", str(tmp_path / "notes.txt"), "--nope"], 2),
+        # read, but no line of a run in it: the report itself, with its no-step verdict, not an error document
+        "non-log file": (["report", str(tmp_path / "notes.txt")], 0),
+    }
+
+
+REPORT_FAILURES = ("missing path", "empty folder", "broken tar archive", "broken zip archive", "missing bundle",
+                   "baseline without spec", "unknown option", "non-log file")
+
+
 def test_every_command_with_format_is_covered():
     from fp8spec.cli import JSON_COMMANDS
 
     commands = _format_commands()
-    assert commands == set(SPEC_COMMANDS) | set(OTHER_FAILURES)
+    assert commands == set(SPEC_COMMANDS) | set(OTHER_FAILURES) | {("report",)}
     assert {path[-1] for path in commands} == JSON_COMMANDS  # what the entry point looks for in argv
 
 
@@ -117,7 +143,21 @@ def test_other_commands_print_one_json_document_on_failure(argv):
     assert "error" in _one_document(proc)
 
 
-@pytest.mark.parametrize("what", ["a file", "a folder with a FIFO plan.png"])
+@pytest.mark.parametrize("failure", REPORT_FAILURES)
+def test_report_prints_one_json_document_on_each_input_it_cannot_use(tmp_path, failure):
+    argv, code = _report_failures(tmp_path)[failure]
+    for flag in (["-f", "json"], ["--format=json"]):
+        proc = run_cli_here(*argv, *flag)
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        data = _one_document(proc)
+        if code:
+            assert data["error"]["kind"] == "usage" and data["error"]["message"], data
+        else:
+            assert "error" not in data and data["steps"] == [] and data["verdicts"], data
+
+
+# plan.svg: written with or without matplotlib, so the FIFO is met on every install (plan.png needs the plot extra)
+@pytest.mark.parametrize("what", ["a file", "a folder with a FIFO plan.svg"])
 def test_plan_json_with_pictures_that_cannot_be_written_is_one_document(tmp_path, what):
     import os
 
@@ -126,7 +166,7 @@ def test_plan_json_with_pictures_that_cannot_be_written_is_one_document(tmp_path
         out.write_text("x")
     else:
         out.mkdir()
-        os.mkfifo(out / "plan.png")
+        os.mkfifo(out / "plan.svg")
     proc = run_cli_here("plan", str(SPECS / "qwen3-8b.yaml"), "-f", "json", "-o", str(out))
     assert proc.returncode == 2, proc.stderr
     data = _one_document(proc)
@@ -139,4 +179,6 @@ def test_plan_json_success_is_the_plan_alone(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "error" not in _one_document(proc)
     assert REPO  # the pictures went to files, not to stdout
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["plan.png", "plan.svg"]
+    # plan.png only where the plot extra (matplotlib) is installed: the lowest-versions run has none
+    drawn = ["plan.png"] if importlib.util.find_spec("matplotlib") else []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [*drawn, "plan.svg"]

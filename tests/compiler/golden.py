@@ -30,7 +30,7 @@ if REGEN and os.environ.get("CI"):
     raise RuntimeError("FP8SPEC_REGEN_GOLDEN=1 is refused when CI is set: regenerate locally and commit the diff")
 
 PREFLIGHT = "preflight.py"
-PREFLIGHT_PROGRAMS = (PREFLIGHT, "preflight_cpus.py")  # copied from fp8spec/preflight/ unchanged
+PREFLIGHT_PROGRAMS = (PREFLIGHT, "preflight_cpus.py", "preflight_checks.py")  # copied from fp8spec/preflight/ unchanged
 SHA_PLACEHOLDER = "<sha256, checked against the file>"
 RUNTIME_PLACEHOLDER = "<the shipped runtime's file-set sha256: tests/golden/shipped.json>"
 COPY_PLACEHOLDER = "<the shipped file, checked against the package's copy>"

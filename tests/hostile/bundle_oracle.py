@@ -170,7 +170,7 @@ def _rayjob(spec, plan, files, choice) -> list[str]:
         return [f"rayjob.yaml holds {[d.get('kind') for d in docs]}, not a ConfigMap and a RayJob"]
     configmap, job = docs
     problems = []
-    for name in ("launch.sh", "preflight.json", "preflight.py", "preflight_cpus.py"):
+    for name in ("launch.sh", "preflight.json", "preflight.py", "preflight_cpus.py", "preflight_checks.py"):
         if configmap["data"][name] != files[name]:
             problems.append(f"rayjob.yaml's ConfigMap carries another {name}")
     pod_specs = [job["spec"]["submitterPodTemplate"]["spec"],

@@ -154,6 +154,7 @@ def test_model_names_are_drawn_literally(plan_of, name):
     import matplotlib.pyplot as plt
 
     from fp8spec.plan.figure import plan_figure, plan_png
+    from fp8spec.plan.pictures import PNG_MARK, SOFTWARE
 
     plan = plan_of()
     model = plan.spec.model.model_copy(update={"name": name})
@@ -165,7 +166,8 @@ def test_model_names_are_drawn_literally(plan_of, name):
         assert (drawn, is_math) == (f"{name}: KV cache capacity", False)
     finally:
         plt.close(fig)
-    assert plan_png(plan).startswith(b"\x89PNG")
+    png = plan_png(plan, SOFTWARE)
+    assert png.startswith(b"\x89PNG") and PNG_MARK in png[:4096]
 
 
 def test_plan_with_a_mathtext_name_writes_its_pictures(tmp_path):

@@ -13,7 +13,8 @@ from tests.compiler.golden import cases, compile_files
 from tests.conftest import BASE_SPEC, REPO, patched
 from tests.launchers.conftest import compile_bundle
 
-LAUNCHERS = {"preflight.py", "preflight_cpus.py", "preflight.json", "submit.sh", "slurm.sbatch", "rayjob.yaml"}
+LAUNCHERS = {"preflight.py", "preflight_cpus.py", "preflight_checks.py", "preflight.json", "submit.sh", "slurm.sbatch",
+             "rayjob.yaml"}
 
 
 @pytest.mark.parametrize("spec_path,backend", cases(), ids=lambda v: getattr(v, "stem", v))
@@ -77,10 +78,10 @@ def test_every_trainer_bundle_gets_all_launchers(spec_path, backend):
 
 
 def test_preflight_program_is_shipped_verbatim(bundle_8b):
-    from fp8spec.preflight import CPU_CHECK, PROGRAM
+    from fp8spec.preflight import CHECKS, CPU_CHECK, PROGRAM
 
-    assert (bundle_8b / "preflight.py").read_bytes() == PROGRAM.read_bytes()
-    assert (bundle_8b / "preflight_cpus.py").read_bytes() == CPU_CHECK.read_bytes()
+    for program in (PROGRAM, CPU_CHECK, CHECKS):
+        assert (bundle_8b / program.name).read_bytes() == program.read_bytes(), program.name
 
 
 def test_scripts_are_executable(bundle_8b):

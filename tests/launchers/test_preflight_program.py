@@ -28,6 +28,14 @@ def cpus():
 
 
 @pytest.fixture(scope="module")
+def checks():
+    spec = importlib.util.spec_from_file_location("preflight_checks_under_test", PROGRAM.with_name("preflight_checks.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
 def pf():
     spec = importlib.util.spec_from_file_location("preflight_under_test", PROGRAM)
     module = importlib.util.module_from_spec(spec)
@@ -82,8 +90,8 @@ def test_bundle_expectations_for_h200(expected):
                                            "num_key_value_heads": 8, "num_experts": 0, "vocab_size": 151936}
 
 
-def test_healthy_gpu_node_passes(pf, expected):
-    rows = pf.check_node(expected, h200_facts(expected), skip_gpu=False)
+def test_healthy_gpu_node_passes(pf, expected, checks):
+    rows = checks.check_node(expected, h200_facts(expected), skip_gpu=False)
     assert set(statuses(rows).values()) <= {"PASS", "INFO"}, rows
     assert statuses(rows)["gpu"] == statuses(rows)["gpu count"] == statuses(rows)["torch cuda"] == "PASS"
 
@@ -95,37 +103,37 @@ def test_healthy_gpu_node_passes(pf, expected):
     ([{"name": "NVIDIA H200", "cc": "8.0"}], "wrong compute capability"),
     ([], "no device"),
 ])
-def test_wrong_gpu_fails(pf, expected, devices, reason):
+def test_wrong_gpu_fails(pf, expected, devices, reason, checks):
     torch_facts = dict(h200_facts(expected)["torch"], devices=devices)
-    rows = pf.check_node(expected, h200_facts(expected, torch=torch_facts), skip_gpu=False)
+    rows = checks.check_node(expected, h200_facts(expected, torch=torch_facts), skip_gpu=False)
     assert statuses(rows)["gpu"] == "FAIL", reason
 
 
-def test_gpu_count_and_cuda_mismatch_fail(pf, expected):
+def test_gpu_count_and_cuda_mismatch_fail(pf, expected, checks):
     two = dict(h200_facts(expected)["torch"], devices=[{"name": "NVIDIA H200", "cc": "9.0"}] * 2)
-    assert statuses(pf.check_node(expected, h200_facts(expected, torch=two), False))["gpu count"] == "FAIL"
+    assert statuses(checks.check_node(expected, h200_facts(expected, torch=two), False))["gpu count"] == "FAIL"
     old_cuda = dict(h200_facts(expected)["torch"], cuda="12.4")
-    rows = pf.check_node(expected, h200_facts(expected, torch=old_cuda), False)
+    rows = checks.check_node(expected, h200_facts(expected, torch=old_cuda), False)
     assert statuses(rows)["torch cuda"] == "FAIL"
-    assert statuses(pf.check_node(expected, h200_facts(expected), False))["torch cuda"] == "PASS"
+    assert statuses(checks.check_node(expected, h200_facts(expected), False))["torch cuda"] == "PASS"
 
 
-def test_gpu_name_matching(pf):
-    assert pf.gpu_name_matches("NVIDIA H200", "H200") and pf.gpu_name_matches("NVIDIA H200 NVL", "H200")
-    assert pf.gpu_name_matches("NVIDIA B200", "B200") and pf.gpu_name_matches("NVIDIA GB200", "GB200")
-    assert not pf.gpu_name_matches("NVIDIA GB200", "B200")
-    assert not pf.gpu_name_matches("NVIDIA H200", "H20") and pf.gpu_name_matches("NVIDIA H20", "H20")
-    assert pf.gpu_name_matches("NVIDIA A100-SXM4-80GB", "A100") and pf.gpu_name_matches("NVIDIA L40S", "L40S")
+def test_gpu_name_matching(pf, checks):
+    assert checks.gpu_name_matches("NVIDIA H200", "H200") and checks.gpu_name_matches("NVIDIA H200 NVL", "H200")
+    assert checks.gpu_name_matches("NVIDIA B200", "B200") and checks.gpu_name_matches("NVIDIA GB200", "GB200")
+    assert not checks.gpu_name_matches("NVIDIA GB200", "B200")
+    assert not checks.gpu_name_matches("NVIDIA H200", "H20") and checks.gpu_name_matches("NVIDIA H20", "H20")
+    assert checks.gpu_name_matches("NVIDIA A100-SXM4-80GB", "A100") and checks.gpu_name_matches("NVIDIA L40S", "L40S")
 
 
-def test_cpu_node_with_skip_reports_and_does_not_judge(pf, expected):
+def test_cpu_node_with_skip_reports_and_does_not_judge(pf, expected, checks):
     cpu = {"installed": True, "version": "2.13.0+cpu", "cuda": None, "available": False, "devices": []}
-    rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, torch=cpu), skip_gpu=True)}
+    rows = {r["check"]: r for r in checks.check_node(expected, h200_facts(expected, torch=cpu), skip_gpu=True)}
     assert rows["gpu"]["status"] == "SKIP" and "no CUDA device" in rows["gpu"]["found"]
     assert rows["gpu count"]["found"] == "0" and rows["gpu count"]["status"] == "SKIP"
     assert rows["torch cuda"]["found"] == "none (CPU build of torch)" and rows["torch cuda"]["status"] == "SKIP"
     # the same node without --skip-gpu-checks fails on all three
-    judged = statuses(pf.check_node(expected, h200_facts(expected, torch=cpu), skip_gpu=False))
+    judged = statuses(checks.check_node(expected, h200_facts(expected, torch=cpu), skip_gpu=False))
     assert judged["gpu"] == judged["gpu count"] == judged["torch cuda"] == "FAIL"
 
 
@@ -143,25 +151,25 @@ def test_flash_attn_is_expected_only_where_the_trainer_asks_for_it(spec, listed,
     assert ("flash-attn" in {p["name"] for p in found["packages"]}) is listed
 
 
-def test_versions_and_env(pf, expected):
-    assert pf.same_version("0.24.0", "0.24.0") and pf.same_version("0.24.0+cu129", "0.24.0")
-    assert not pf.same_version("0.24.1", "0.24.0") and not pf.same_version(None, "0.24.0")
-    assert not pf.same_version("0.24.0rc1", "0.24.0")
-    assert pf.same_version("2.8.3", ">=2.3.3") and pf.same_version("2.3.3+cu12torch2.8", ">=2.3.3")
-    assert pf.same_version("3.0.0b1", ">=2.3.3") and pf.same_version("2.10.0", ">=2.3.3")
-    assert not pf.same_version("2.3.2", ">=2.3.3") and not pf.same_version(None, ">=2.3.3")
+def test_versions_and_env(pf, expected, checks):
+    assert checks.same_version("0.24.0", "0.24.0") and checks.same_version("0.24.0+cu129", "0.24.0")
+    assert not checks.same_version("0.24.1", "0.24.0") and not checks.same_version(None, "0.24.0")
+    assert not checks.same_version("0.24.0rc1", "0.24.0")
+    assert checks.same_version("2.8.3", ">=2.3.3") and checks.same_version("2.3.3+cu12torch2.8", ">=2.3.3")
+    assert checks.same_version("3.0.0b1", ">=2.3.3") and checks.same_version("2.10.0", ">=2.3.3")
+    assert not checks.same_version("2.3.2", ">=2.3.3") and not checks.same_version(None, ">=2.3.3")
     packages = dict(h200_facts(expected)["packages"], vllm={"distribution": None, "version": None})
-    rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, packages=packages), False)}
+    rows = {r["check"]: r for r in checks.check_node(expected, h200_facts(expected, packages=packages), False)}
     assert rows["pkg vllm"]["status"] == "FAIL" and rows["pkg vllm"]["found"] == "not installed"
     # the first H200 RL attempt's failure (docs/results.md#rl-runs), caught on the node before training starts
     for version, status in ((None, "FAIL"), ("2.1.0", "FAIL"), ("2.8.3", "PASS")):
         packages = dict(h200_facts(expected)["packages"], **{"flash-attn": {"distribution": "flash_attn",
                                                                            "version": version}})
-        row = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, packages=packages), False)}
+        row = {r["check"]: r for r in checks.check_node(expected, h200_facts(expected, packages=packages), False)}
         assert row["pkg flash-attn"]["status"] == status and row["pkg flash-attn"]["expected"] == ">=2.3.3"
     env = dict(expected["env"], VLLM_USE_DEEP_GEMM_E8M0="1")
     env.pop("FP8SPEC_RUNTIME_PATCHES")
-    rows = {r["check"]: r for r in pf.check_node(expected, h200_facts(expected, env=env), False)}
+    rows = {r["check"]: r for r in checks.check_node(expected, h200_facts(expected, env=env), False)}
     assert rows["env VLLM_USE_DEEP_GEMM_E8M0"]["status"] == "FAIL"
     assert rows["env FP8SPEC_RUNTIME_PATCHES"]["found"] == "(unset)"
     assert rows["env FP8SPEC_RUNTIME_PATCHES"]["status"] == "FAIL"
@@ -177,10 +185,10 @@ QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hid
             "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 151936}
 
 
-def test_model_config_check(pf, expected, tmp_path):
+def test_model_config_check(pf, expected, tmp_path, checks):
     def row(path):
         model = dict(expected["model"], path=str(path))
-        return pf._model_row(model, pf._model_facts(model))
+        return checks._model_row(model, pf._model_facts(model))
 
     assert row(write_config(tmp_path / "good", QWEN3_8B))["status"] == "PASS"
     wrong = row(write_config(tmp_path / "wrong", dict(QWEN3_8B, num_hidden_layers=28, vocab_size=32000)))
@@ -197,27 +205,27 @@ def test_model_config_check(pf, expected, tmp_path):
     assert absent["status"] == "FAIL" and "is not a folder on this node" in absent["found"]
     assert row("Qwen/Qwen3-8B-Base")["status"] == "FAIL"
     hub = dict(expected["model"], path="Qwen/Qwen3-8B-Base", from_hub=True)
-    hub_row = pf._model_row(hub, pf._model_facts(hub))
+    hub_row = checks._model_row(hub, pf._model_facts(hub))
     assert hub_row["status"] == "SKIP" and "hub id" in hub_row["found"]
     (tmp_path / "no-config").mkdir()
     assert row(tmp_path / "no-config")["status"] == "FAIL"
 
 
-def test_data_files_are_checked(pf, expected, tmp_path):
+def test_data_files_are_checked(pf, expected, tmp_path, checks):
     present = tmp_path / "train.parquet"
     present.write_bytes(b"PAR1")
     (tmp_path / "dir.parquet").mkdir()
     files = [str(present), str(tmp_path / "missing.parquet"), str(tmp_path / "dir.parquet"), "hdfs://nn/x.parquet"]
     want = dict(expected, data={"files": files})
     facts = h200_facts(want, data=pf.node_facts(want, skip_gpu=True)["data"])
-    rows = {r["check"]: r for r in pf.check_node(want, facts, skip_gpu=False)}
+    rows = {r["check"]: r for r in checks.check_node(want, facts, skip_gpu=False)}
     assert rows[f"data {present}"]["status"] == "PASS" and rows[f"data {present}"]["found"] == "4 bytes"
     assert rows[f"data {tmp_path / 'missing.parquet'}"]["status"] == "FAIL"
     assert rows[f"data {tmp_path / 'dir.parquet'}"]["found"] == "a folder, not a file"
     assert rows["data hdfs://nn/x.parquet"]["status"] == "SKIP"
 
 
-def test_runtime_patch_set_check(pf, expected, tmp_path):
+def test_runtime_patch_set_check(pf, expected, tmp_path, checks):
     """The workers must import exactly the shipped file set: the bundle's lib/ passes, a changed file, an extra
     file or a missing package fails, naming the files."""
     import shutil
@@ -231,25 +239,25 @@ def test_runtime_patch_set_check(pf, expected, tmp_path):
     files = pf.runtime_fileset(str(lib / "fp8spec"))
     assert files == expected["runtime"]["files"] and pf.fileset_digest(files) == expected["runtime"]["sha256"]
     seen = {"path": str(lib / "fp8spec"), "files": files, "sha256": pf.fileset_digest(files)}
-    assert pf._runtime_row(expected["runtime"], seen)["status"] == "PASS"
+    assert checks._runtime_row(expected["runtime"], seen)["status"] == "PASS"
     (lib / "fp8spec/runtime/quantization/blockquant.py").write_text("# changed\n")
     (lib / "fp8spec/runtime/extra.py").write_text("")
     files = pf.runtime_fileset(str(lib / "fp8spec"))
-    bad = pf._runtime_row(expected["runtime"], {"path": "x", "files": files, "sha256": pf.fileset_digest(files)})
+    bad = checks._runtime_row(expected["runtime"], {"path": "x", "files": files, "sha256": pf.fileset_digest(files)})
     assert bad["status"] == "FAIL"
     assert "differs: fp8spec/runtime/extra.py, fp8spec/runtime/quantization/blockquant.py" in bad["found"]
     shutil.rmtree(lib)
-    missing = pf._runtime_row(expected["runtime"], {"error": "fp8spec is not importable here"})
+    missing = checks._runtime_row(expected["runtime"], {"error": "fp8spec is not importable here"})
     assert missing["status"] == "FAIL" and missing["found"] == "fp8spec is not importable here"
 
 
-def test_cluster_rows(pf, expected):
-    assert pf.check_cluster(dict(expected, hardware=dict(expected["hardware"], nodes=2)), 2, False, False)[0][
+def test_cluster_rows(pf, expected, checks):
+    assert checks.check_cluster(dict(expected, hardware=dict(expected["hardware"], nodes=2)), 2, False, False)[0][
         "status"] == "PASS"
-    assert pf.check_cluster(dict(expected, hardware=dict(expected["hardware"], nodes=2)), 1, False, False)[0][
+    assert checks.check_cluster(dict(expected, hardware=dict(expected["hardware"], nodes=2)), 1, False, False)[0][
         "status"] == "FAIL"
-    assert pf.check_cluster(expected, 0, True, False)[0]["status"] == "SKIP"
-    assert pf.check_cluster(expected, 1, False, True)[0]["status"] == "SKIP"
+    assert checks.check_cluster(expected, 0, True, False)[0]["status"] == "SKIP"
+    assert checks.check_cluster(expected, 1, False, True)[0]["status"] == "SKIP"
 
 
 def test_ray_cpu_need_comes_from_the_verl_profile(expected):
@@ -314,11 +322,14 @@ def test_program_imports_only_stdlib_torch_and_ray():
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             modules.add(node.module.split(".")[0])
     third_party = modules - set(sys.stdlib_module_names)
-    assert third_party == {"torch", "ray", "preflight_cpus"}, third_party  # the CPU check, shipped beside it
-    beside = ast.parse(PROGRAM.with_name("preflight_cpus.py").read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(beside) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(beside) if isinstance(n, ast.ImportFrom) and n.level == 0}
-    assert imported - set(sys.stdlib_module_names) == {"ray"}
+    # the CPU check and the checks, shipped beside it
+    assert third_party == {"torch", "ray", "preflight_cpus", "preflight_checks"}, third_party
+    for name, allowed in (("preflight_cpus.py", {"ray"}), ("preflight_checks.py", set())):
+        beside = ast.parse(PROGRAM.with_name(name).read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(beside) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(beside)
+                     if isinstance(n, ast.ImportFrom) and n.level == 0}
+        assert imported - set(sys.stdlib_module_names) == allowed, name
 
 
 def test_local_mode_on_this_cpu_machine(h200_bundle, tmp_path):

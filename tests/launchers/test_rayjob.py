@@ -132,8 +132,8 @@ def test_rayjob_is_sized_from_the_spec(example):
     paths = {item["key"]: item["path"] for item in volume["configMap"]["items"]}
     assert set(paths) == set(config_map["data"])
     reward = ["custom_reward.py"] if (bundle / "custom_reward.py").is_file() else []  # opened from working_dir
-    assert sorted(paths.values()) == sorted(["launch.sh", "preflight.py", "preflight_cpus.py", "preflight.json", *shipped,
-                                            *reward])
+    assert sorted(paths.values()) == sorted(["launch.sh", "preflight.py", "preflight_cpus.py", "preflight_checks.py",
+                                             "preflight.json", *shipped, *reward])
     for key, text in config_map["data"].items():
         assert re.fullmatch(r"[-._a-zA-Z0-9]+", key)  # a valid ConfigMap key
         assert text == (bundle / paths[key]).read_text(encoding="utf-8"), key

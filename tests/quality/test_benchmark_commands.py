@@ -18,8 +18,8 @@ import pytest
 from tests.conftest import REPO
 
 BENCH = REPO / "benchmarks"
-# results/ is data; megatron/ keeps its own harness (its scripts are run as files) until it joins this convention
-LEFT_OUT = ("results", "megatron")
+# results/ is data
+LEFT_OUT = ("results",)
 
 
 def _scripts() -> list[Path]:
@@ -60,7 +60,8 @@ def test_every_command_parses_its_arguments_with_argparse():
 
 @pytest.mark.parametrize("module", ["benchmarks.engine.run_configs", "benchmarks.sglang.run_sglang_configs",
                                     "benchmarks.engine.bench_rollout", "benchmarks.offline.build_offline_set",
-                                    "benchmarks.engine.weight_sync_probe", "benchmarks.rl_real.summarize_real"])
+                                    "benchmarks.engine.weight_sync_probe", "benchmarks.rl_real.summarize_real",
+                                    "benchmarks.megatron.bench_te_layout"])
 def test_a_command_answers_help_from_the_repository_root(module):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # what `python -m` finds from the root alone
     proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, env=env, capture_output=True,

@@ -1,10 +1,11 @@
-"""benchmarks/megatron/bench_te_layout.py's CPU side: the RL length sampler, verl-style packing into THD
+"""`python -m benchmarks.megatron.bench_te_layout`'s CPU side: the RL length sampler, verl-style packing into THD
 micro-batches, the layout table and its per-module quantization config, and a clean exit without the GPU stack."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
@@ -13,19 +14,12 @@ import pytest
 
 from tests.conftest import REPO, require
 
-SCRIPT = REPO / "benchmarks/megatron/bench_te_layout.py"
+MODULE = "benchmarks.megatron.bench_te_layout"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_te_layout", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_te_layout"] = mod  # dataclasses resolve their module by name
-    try:
-        spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.modules.pop("bench_te_layout", None)
+    return importlib.import_module("benchmarks.megatron.bench_te_layout")  # the module `python -m` runs
 
 
 def test_rl_lengths_are_deterministic_and_within_bounds(bench):
@@ -133,9 +127,13 @@ def test_shapes_come_from_the_catalog_and_agree_with_the_one_layer_bench(bench):
         12288,
         0,
     )
-    text = (REPO / "benchmarks/megatron/bench_te_layer.py").read_text(encoding="utf-8")
-    assert "hidden=2048, heads=32, kv_heads=4, head_dim=128, ffn=6144, experts=128, topk=8" in text
-    assert "hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=12288" in text
+    # the one-layer bench imports torch at its top: its SHAPES are read from its source, not imported
+    tree = ast.parse((REPO / "benchmarks/megatron/bench_te_layer.py").read_text(encoding="utf-8"))
+    (shapes,) = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                 and any(getattr(t, "id", None) == "SHAPES" for t in n.targets)]
+    for name, shape in (("qwen3-30b-a3b", moe), ("qwen3-8b", dense)):
+        keys = ("hidden", "heads", "kv_heads", "head_dim", "ffn", "experts", "topk")
+        assert {k: shapes[name][k] for k in keys} == {k: shape[k] for k in keys}, name
 
 
 def test_rotated_order_permutes_and_moves_cases(bench):
@@ -166,13 +164,14 @@ def test_summaries(bench):
 
 def test_plan_runs_without_gpu_and_a_run_without_the_stack_exits_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--plan"], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", MODULE, "--plan"], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert len(plan["batches"]["packed"]) == 4 and plan["quant_recipes"]["fp8"] is None
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "o"), "--models", "qwen3-8b"],
+        [sys.executable, "-m", MODULE, "--out", str(tmp_path / "o"), "--models", "qwen3-8b"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,

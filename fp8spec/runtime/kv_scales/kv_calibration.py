@@ -1,7 +1,7 @@
 """Per-step FP8 KV-cache scale calibration on the trainer.
 
 The paper recalibrated q/k/v scales every step by re-arming vLLM's ``calculate_kv_scales``; vLLM
-0.33 removed it (PR #49389) and verl 0.9.1 never re-arms it. Here the trainer computes the scales
+0.33 removed it (vLLM PR #49389) and verl 0.9.1 never re-arms it. Here the trainer computes the scales
 from the post-RoPE query/key/value tensors of a forward pass it already runs and ships them with
 the weight update.
 
@@ -39,7 +39,7 @@ Piggyback vs fresh pass: by default the calibrator is armed during the old-log-p
 the actor update forwards) the trainer already runs; the scales pushed with the next weight sync
 then come from the weights of the step being trained (up to one optimizer step stale) but cost no
 extra forward. A fresh pass after the update (``calibrate_with``) sees the exact weights being
-pushed but costs one forward over a calibration batch. BENCHMARKS.md has the measured costs.
+pushed but costs one forward over a calibration batch. docs/results.md#kv-scales has the measured costs.
 """
 
 from __future__ import annotations

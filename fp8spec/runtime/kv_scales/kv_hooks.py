@@ -83,7 +83,7 @@ def scales_for_sync(cal: KVScaleCalibrator) -> list[tuple[str, torch.Tensor]]:
 
     ``once`` (FP8SPEC_KV_RECALIBRATE): the first scales computed from real rollout data are kept and pushed
     again at every later sync (vLLM's own calculate_kv_scales calibrates on the profiling dummy run instead,
-    and its V1 runner resets the scales at every KV-cache wake-up; BENCHMARKS.md, real engine). Every rank
+    and its V1 runner resets the scales at every KV-cache wake-up; docs/results.md#kv-scales). Every rank
     freezes at the same sync: the decision follows the all-reduced amax, which all ranks share.
     """
     frozen = getattr(cal, "_fp8spec_frozen", None)

@@ -24,7 +24,7 @@ vLLM facts relied on (wheel sources, paths relative to the package root):
   update (``vllm_async_server.py`` 882-891). So the scales written here are also remembered on the model
   runner and written again after every KV-cache wake-up (``keep_across_kv_wake``); the V2 runner's
   ``post_kv_cache_wake_up`` resets nothing, where re-writing them is a no-op. Shown in the real engine on an
-  H200 (BENCHMARKS.md, engine section).
+  H200 (docs/results.md#kv-scales).
 
 Layer lookup: the pushed name minus ``.{q,k,v}_scale`` is the attention module's path in vLLM's model
 (``model.layers.{i}.self_attn.attn``; ``vllm/model_executor/models/qwen3.py`` 0.24.0 line 139 /

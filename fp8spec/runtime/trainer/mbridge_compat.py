@@ -5,7 +5,7 @@ mbridge 0.15.1 (the newest on PyPI, verl's ``vanilla_mbridge`` path) compares th
 ``get_model``), but megatron-core removed that member: from 0.16 its ``ModelType`` has ``encoder_or_decoder`` only
 (``megatron/core/enums.py`` lines 6-9 in 0.18.2). Every Megatron run through mbridge then stops at the actor's
 ``init_model`` with ``AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'`` (seen on the
-H200, 2026-12-01, BENCHMARKS.md section 6). Both comparisons only select the encoder-decoder branch, which a
+H200, 2026-12-01, docs/results.md#rl-runs). Both comparisons only select the encoder-decoder branch, which a
 decoder-only GPT never takes, so mbridge's module gets a ``ModelType`` whose ``encoder_and_decoder`` equals no
 model type. Nothing else changes; with a megatron-core that still has the member the patch does nothing.
 """

@@ -6,7 +6,7 @@ return an empty tensor). megatron-core 0.18.2's ``TEGroupedLinear._split_extra_s
 (``megatron/core/extensions/transformer_engine.py`` lines 2267-2276) decodes that empty tensor to ``None`` and then
 indexes it, so saving a checkpoint of a Megatron MoE trained in FP8 with those recipes fails with
 ``TypeError: 'NoneType' object is not subscriptable`` (the H200 run of 2026-12-01 stopped there at its first
-save, BENCHMARKS.md section 6). megatron-core 0.19.2 returns one empty state per GEMM in that case (lines
+save, docs/results.md#rl-runs). megatron-core 0.19.2 returns one empty state per GEMM in that case (lines
 2471-2473); this patch gives 0.18.2 the same answer and leaves every other case to megatron-core's own code.
 """
 

@@ -4,7 +4,7 @@ verl 0.9.1's sender sends each bucket's layout as ``{"bucket_meta": {name: {"nam
 "dtype", "offset", "handle"}}}`` with ``send_pyobj`` and the receiver ``pickle.loads`` it
 (``bucketed_weight_transfer.py`` 155-163, 286). For Qwen3-30B-A3B's 18,867 tensors that is a pickle per
 sync (1.7 MB) whose loading rebuilds a ``torch.Size`` per tensor: 17 ms to pickle and 11 ms to unpickle on the
-CPU machine (BENCHMARKS.md 8.10), on the trainer's and the engine's critical paths. ``PackedMeta`` holds the same
+CPU machine (docs/results.md#weight-sync), on the trainer's and the engine's critical paths. ``PackedMeta`` holds the same
 facts as four lists (names, shapes as int tuples, dtypes, offsets) and pickles as them (1.3 MB, 2.7 + 2.9 ms).
 
 It is a read-only ``Mapping`` of verl's shape: ``meta[name]`` is the dict verl's receiver reads (``torch.Size``,

@@ -6,8 +6,8 @@ their destinations with a few large copies (placements that continue each other 
 destination merge into one run; for Qwen3-MoE a layer's 384 expert tensors become one run per stacked tensor),
 the unquantized tensors the plan copies (norms, embeddings, lm_head, the router: ``direct_sync_plan.Copy``) are
 copied into their parameters as vLLM's loader would, and everything else is handed back for verl's own receiver
-(one ``load_weights`` call costs ~14 ms whatever it loads, BENCHMARKS.md 8.3). The copy runs are built once per bucket layout and
-cached: the layout repeats at every sync. There is no per-tensor Python after the first sync and no
+(one ``load_weights`` call costs ~14 ms whatever it loads, docs/results.md#weight-sync). The copy runs are built
+once per bucket layout and cached: the layout repeats at every sync. There is no per-tensor Python after the first sync and no
 intermediate per-tensor FP8 copy; what remains is the post-load processing verl runs after the last bucket.
 """
 

@@ -119,7 +119,7 @@ class DirectState:
         self.left_out: list[str] = []
         # Uncovered tensors of earlier buckets, cloned out of the reused IPC buffer, loaded by verl in one call
         # before the post-load processing: vLLM's load_weights and verl's load_quanted_weights cost ~14 ms per
-        # call on Qwen3-30B-A3B whatever they load (BENCHMARKS.md 8.3: 29 calls for 243 small tensors).
+        # call on Qwen3-30B-A3B whatever they load (docs/results.md#weight-sync: 29 calls for 243 small tensors).
         self.pending: list[tuple[str, torch.Tensor]] = []
         self.pending_bytes = 0
 

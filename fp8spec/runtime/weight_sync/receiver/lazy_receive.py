@@ -3,7 +3,7 @@
 verl 0.9.1's ``BucketedWeightReceiver.receive_weights`` (``verl/workers/rollout/vllm_rollout/
 bucketed_weight_transfer.py`` 269-310) builds a ``[(name, view), ...]`` list of every tensor of a bucket before it
 calls back: a slice and two ``view`` calls per tensor. For Qwen3-30B-A3B that is 18,867 views per sync, about 0.3 s
-(BENCHMARKS.md 8.3, "verl's receiver: per-tensor views"), while ``direct_sync`` reads the covered tensors straight
+(docs/results.md#weight-sync), while ``direct_sync`` reads the covered tensors straight
 from the flat buffer by the metadata's offsets and needs views only of the few tensors verl's loader still takes.
 
 ``BucketViews`` is that list, made lazily: a read-only sequence of ``(name, tensor)`` over the bucket's metadata

@@ -3,7 +3,7 @@
 verl 0.9.1's ``BucketedWeightSender.async_send_weights`` (``verl/workers/rollout/vllm_rollout/
 bucketed_weight_transfer.py`` 102-166) fills each bucket tensor by tensor: a slice, two views and a ``copy_`` per
 tensor, one device copy launch each. For Qwen3-30B-A3B that is 18,867 launches per sync, and the instrumented
-sync of BENCHMARKS.md 8.3 spent 0.67 s of 1.7 s waiting on this fill. Here the same loop places each tensor at
+sync of docs/results.md#weight-sync spent 0.67 s of 1.7 s waiting on this fill. Here the same loop places each tensor at
 the offset verl would (same alignment, same bucket boundaries, same metadata: the receiver, and the direct path's
 offsets cached per metadata message, see the same buckets) but gathers the tensors of a bucket into runs that one
 ``torch.cat(..., out=bucket_slice)`` writes (CUDA's cat copies up to 128 inputs per launch). A run is flushed
@@ -11,7 +11,7 @@ before the bucket is sent, and every ``FLUSH_BYTES`` so the tensors it holds sta
 
 Pipelined (``pipeline=True``): verl's sender fills its one buffer, then waits for
 the engine to process it before filling the next bucket, so a sync costs the trainer's fill plus the engine's
-work (BENCHMARKS.md 8.4: 0.22 + 0.17 s on Qwen3-30B-A3B). Here the buckets alternate between the two halves of
+work (docs/results.md#weight-sync: 0.22 + 0.17 s on Qwen3-30B-A3B). Here the buckets alternate between the two halves of
 the same buffer (no extra memory; the metadata offsets are absolute, so any receiver reads them right) and each
 message says so (``EARLY_ACK``): fp8spec's receiver (``lazy_receive``) then acks on receipt and the trainer fills
 the other half while the engine works. The receiver takes the next message only after it processed this one,
@@ -37,7 +37,7 @@ needs equal dtypes), or, with the table fill, a cast table of their own (``gathe
 
 Packed metadata (``packed=True``): each bucket's metadata goes as a
 ``packed_meta.PackedMeta`` (four lists) instead of a dict of dicts: for Qwen3-30B-A3B 5.6 ms of pickling and loading
-per sync instead of 28 ms (BENCHMARKS.md 8.10); verl's receiver still reads it as its dict.
+per sync instead of 28 ms (docs/results.md#weight-sync); verl's receiver still reads it as its dict.
 
 Everything around the loop stays verl's: its socket and buffer set-up (``_init_socket``, ``_init_buffer``), its
 large-weight path (``_direct_send_large_weight``), its clean-up, and ``get_torch_device`` looked up in verl's
@@ -104,7 +104,7 @@ class BucketFill:
                 t.clear()
 
     # The methods below run once per tensor, 18,867 times per Qwen3-30B-A3B sync, on the trainer's critical path
-    # (BENCHMARKS.md 8.13): the sender asks ``sent`` once and passes its answer on, and the hot paths bind what
+    # (docs/results.md#weight-sync): the sender asks ``sent`` once and passes its answer on, and the hot paths bind what
     # they read more than once to locals.
 
     def sent_as(self, name: str, weight: torch.Tensor) -> torch.dtype:

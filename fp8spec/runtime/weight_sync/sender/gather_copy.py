@@ -2,7 +2,7 @@
 
 The trainer's bucket fill (``fused_send``) gathered each run of tensors with ``torch.cat(..., out=...)``, which
 needs a flat byte view of every source (``reshape(-1).view(torch.uint8)``: two tensor ops, about half the fill's
-per-tensor host cost, BENCHMARKS.md 8.6) and whose CUDA kernel takes at most 128 inputs per launch. Here a tensor
+per-tensor host cost, docs/results.md#weight-sync) and whose CUDA kernel takes at most 128 inputs per launch. Here a tensor
 costs four integers in a table (its address, its offset in the buffer, its size, its first chunk) and a reference
 kept until the launch; one Triton launch copies every tensor of the table, each program one ``CHUNK`` of one
 tensor, found by a binary search over the tensors' first chunks.
@@ -82,7 +82,7 @@ class CopyTable:
         if not self.keep:  # frombuffer refuses an empty buffer
             return torch.empty((4, 0), dtype=torch.int64)
         # one int64 array handed over as bytes: a third of torch.tensor's time on the nested lists (a list append
-        # per tensor stays cheaper than an array's, BENCHMARKS.md 8.13)
+        # per tensor stays cheaper than an array's, docs/results.md#weight-sync)
         flat = array("q", self.addr + self.offset + self.size + self.first)
         return torch.frombuffer(flat, dtype=torch.int64).view(4, -1)
 
@@ -97,7 +97,7 @@ def launch(buffer: torch.Tensor, table: CopyTable) -> None:
     if kernel is None:
         _reference(buffer, table)
     else:
-        # from pageable memory: staging the table in pinned memory was measured slower (BENCHMARKS.md 8.15)
+        # from pageable memory: staging the table in pinned memory was measured slower (docs/results.md#weight-sync)
         rows = table.rows().to(buffer.device, non_blocking=True)
         copy, cast = kernel
         if table.cast is None:

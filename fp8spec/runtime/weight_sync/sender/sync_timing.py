@@ -21,7 +21,7 @@ those three points, per bucket, with no per-tensor work:
   ``sends`` (each bucket's metadata pickled and sent) and ``gc`` (Python's collections while the sync runs in this
   thread); what is left is the per-tensor loop.
 
-BENCHMARKS.md 9.1 is why: in the real 4B loop the engine received a sync in 0.50 s of 1.40 s.
+docs/results.md#real-size-rl-step is why: in the real 4B loop the engine received a sync in 0.50 s of 1.40 s.
 
 Measurement only: installed where ``sync_timing`` is named in ``FP8SPEC_RUNTIME_PATCHES`` (a compiled bundle never
 names it), since it replaces the ``get_torch_device`` of verl's transfer module and adds a gc callback to the

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The Megatron + TransformerEngine runs on the H200 (issue 21; benchmarks/megatron/README.md), one step per call:
+# The Megatron + TransformerEngine benchmarks and runs on a GPU machine without network (benchmarks/megatron/README.md),
+# one step per call:
 #
-#   bash benchmarks/megatron/run_h200_megatron.sh te-prebuild DIR    before the set arrives: TE's torch extension
+#   bash benchmarks/offline/run_h200_megatron.sh te-prebuild DIR    before the set arrives: TE's torch extension
 #                                                             from DIR (its sdist, nvidia-cudnn-frontend, and TE's
 #                                                             pydantic wheels) builds in the background
-#   bash benchmarks/megatron/run_h200_megatron.sh install-megatron   the megatron set into /tmp/site-megatron; TE's
+#   bash benchmarks/offline/run_h200_megatron.sh install-megatron   the megatron set into /tmp/site-megatron; TE's
 #                                                             torch extension: the prebuilt wheel, else built in
 #                                                             the background
-#   bash benchmarks/megatron/run_h200_megatron.sh install-engine     the engine + verl set into /tmp/site
-#   bash benchmarks/megatron/run_h200_megatron.sh bench       wait for TE, then the layer benchmark -> $OUT/bench.tgz
-#   bash benchmarks/megatron/run_h200_megatron.sh layout ARGS...  wait for TE, then bench_te_layout.py ARGS -> $OUT/layout/
-#   bash benchmarks/megatron/run_h200_megatron.sh rl RUN...   compiled bundles' own launch.sh, all at once on GPU 0
-#   bash benchmarks/megatron/run_h200_megatron.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached, for
+#   bash benchmarks/offline/run_h200_megatron.sh install-engine     the engine + verl set into /tmp/site
+#   bash benchmarks/offline/run_h200_megatron.sh bench       wait for TE, then the layer benchmark -> $OUT/bench.tgz
+#   bash benchmarks/offline/run_h200_megatron.sh layout ARGS...  wait for TE, then benchmarks.megatron.bench_te_layout ARGS -> $OUT/layout/
+#   bash benchmarks/offline/run_h200_megatron.sh rl RUN...   compiled bundles' own launch.sh, all at once on GPU 0
+#   bash benchmarks/offline/run_h200_megatron.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached, for
 #                                                             runs longer than one device call
 #
 # RUN is LABEL=BUNDLE[,OVERRIDE...] (benchmarks/rl_run/lanes.sh runs them): the bundle .rl/bundles/BUNDLE run by its launch.sh with the OVERRIDEs
@@ -28,7 +29,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONPATH="/tmp/site-megatron:/tmp/site:/tmp/site-te${PYTHONPATH:+:$PYTHONPATH}"
 step=${1:?step}
-# Two run sets (this script's and another's) may share one lease: each has its own folder, ports and Ray temp dirs.
+# Two run sets (this script's and another's) may share one machine: each has its own folder, ports and Ray temp dirs.
 RL_TAG=${RL_TAG:-} RL_DIR=${RL_DIR:-/tmp/rl} PORT_BASE=${PORT_BASE:-20000} STAGGER_S=${STAGGER_S:-20}
 source benchmarks/rl_run/lanes.sh
 shift
@@ -62,7 +63,7 @@ case $step in
     python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" ;;
   install-megatron)  # the megatron set into /tmp/site-megatron; TE's torch extension: the prebuilt wheel if a
     # te-prebuild made one, else built from the set's sdist in the background
-    bash benchmarks/engine/install_offline.sh /tmp/megatron /tmp/site-megatron || exit
+    bash benchmarks/offline/install_offline.sh /tmp/megatron /tmp/site-megatron || exit
     wait_te_prebuild 300
     wheels=.whl
     compgen -G "/tmp/te-wheel/transformer_engine_torch-*.whl" > /dev/null && wheels=/tmp/te-wheel
@@ -71,7 +72,7 @@ case $step in
       echo "TE torch extension: from $wheels, else built in the background (/tmp/te-build.log)"
     fi ;;
   install-engine)  # the engine + verl set into /tmp/site
-    bash benchmarks/engine/install_offline.sh /tmp/engine /tmp/site || exit
+    bash benchmarks/offline/install_offline.sh /tmp/engine /tmp/site || exit
     python3 -c "import vllm, verl, megatron.core, mbridge; print('vllm', vllm.__version__, 'verl', verl.__version__, 'megatron-core', megatron.core.__version__)" 2>&1 | tail -n 2 ;;
   bench)
     mkdir -p "$OUT/bench"
@@ -80,21 +81,21 @@ case $step in
     timeout 120 python3 -m pytest tests/runtime/test_te_report.py -q -p no:cacheprovider --noconftest -x 2>&1 |
       grep -E "^E |passed|failed|skipped" | cut -c1-400 | tail -n 8 | tee "$OUT/bench/te_report_test.log"
     cp /tmp/te-wheel/*.whl "$OUT/" 2> /dev/null  # the device-built extension, for the next offline set
-    timeout "${BENCH_TIMEOUT_S:-300}" python3 benchmarks/megatron/bench_te_layer.py --out "$OUT/bench" "$@" 2>&1 |
+    timeout "${BENCH_TIMEOUT_S:-300}" python3 -m benchmarks.megatron.bench_te_layer --out "$OUT/bench" "$@" 2>&1 |
       grep -v -E "Warning|warnings.warn" | tee "$OUT/bench/bench.log" | tail -n 20
     tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench" ;;
-  layout)  # ARGS...: bench_te_layout.py (the per-layout benchmark on RL-shaped batches) -> $OUT/layout/
+  layout)  # ARGS...: benchmarks.megatron.bench_te_layout (the per-layout benchmark on RL-shaped batches) -> $OUT/layout/
     mkdir -p "$OUT/layout"
     for _ in $(seq 240); do python3 -c "import transformer_engine.pytorch" 2> /dev/null && break; sleep 1; done
     cat /tmp/te-prebuild.log /tmp/te-build.log 2> /dev/null | grep -v -i warning | tail -n 20 > "$OUT/layout/te-build.log"
     cp /tmp/te-wheel/transformer_engine_torch-*.whl "$OUT/" 2> /dev/null  # the device-built extension, for the next set
-    timeout "${BENCH_TIMEOUT_S:-560}" python3 benchmarks/megatron/bench_te_layout.py --out "$OUT/layout" "$@" 2>&1 |
+    timeout "${BENCH_TIMEOUT_S:-560}" python3 -m benchmarks.megatron.bench_te_layout --out "$OUT/layout" "$@" 2>&1 |
       grep -v -E "Warning|warnings.warn" | tee "$OUT/layout/bench.log" | tail -n 60 ;;
   rl-body)  # DIR RUN...: the runs, their logs into DIR (rl and rl-start call this)
     dir=$1; shift
     mkdir -p "$dir"
-    python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl 2>&1 | tail -n 1 | tee "$dir/assets.log"
-    python3 benchmarks/rl_run/make_assets.py --out /tmp/fp8spec-rl --config specs/models/tiny-qwen3-moe/config.json \
+    python3 -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl 2>&1 | tail -n 1 | tee "$dir/assets.log"
+    python3 -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl --config specs/models/tiny-qwen3-moe/config.json \
       --model-dir model-moe 2>&1 | tail -n 1 | tee -a "$dir/assets.log"
     RL_EXTRA=()
     (( $# > 1 )) && RL_EXTRA=("+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=${KV_BYTES:-4294967296}")
