@@ -118,8 +118,8 @@ ALLOWED_UP_EDGES: dict[str, str] = {
     # the spec's cluster section takes launcher names from the launcher registry
     "fp8spec.specfile.cluster -> fp8spec.launchers": "specfile.cluster",
     "fp8spec.specfile.cluster -> fp8spec.launchers.base": "specfile.cluster",
-    # the spec's rollout.engine choices come from the engine registry
-    "fp8spec.specfile.model -> fp8spec.engines": "specfile.model",
+    # the spec's stack section takes each rollout engine's version field from the engine registry
+    "fp8spec.specfile.stack -> fp8spec.engines": "specfile.stack",
     # backend names are derived from the engine and trainer registries
     "fp8spec.targets -> fp8spec.engines": "targets",
     "fp8spec.targets -> fp8spec.trainers": "targets",
