@@ -358,12 +358,23 @@ def _out_of_memory(exc: BaseException) -> bool:
     mapped into memory while it was imported."""
     if isinstance(exc, MemoryError):
         return True
+    if isinstance(exc, SystemError):  # a C extension whose allocation failed without setting MemoryError
+        return _cannot_allocate()
     text = str(exc)
     return isinstance(exc, (ImportError, OSError)) and (
         "failed to map segment" in text
         or "Cannot allocate memory" in text
         or getattr(exc, "errno", 0) == errno.ENOMEM
     )
+
+
+def _cannot_allocate(probe: int = 64 << 20) -> bool:
+    """Whether this process cannot take ``probe`` more bytes now (a fleeting allocation, freed at once)."""
+    try:
+        bytearray(probe)
+    except MemoryError:
+        return True
+    return False
 
 
 def _no_memory(as_json: bool) -> NoReturn:

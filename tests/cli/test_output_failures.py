@@ -137,3 +137,17 @@ main()
     if "json" in argv:
         assert json.loads(proc.stdout)["error"]["kind"] == "resource"
     assert not (tmp_path / "pl").exists()
+
+
+def test_a_system_error_counts_as_out_of_memory_only_when_memory_is_short(monkeypatch):
+    """A C extension whose allocation failed may raise SystemError ("error return without exception set") instead of
+    MemoryError (seen under a low ulimit -v with the lowest supported pydantic-core): it is the user's memory limit
+    only when the process cannot allocate now, otherwise an internal error."""
+    from fp8spec import cli
+
+    exc = SystemError("error return without exception set")
+    assert cli._cannot_allocate() is False  # this test process is not short of memory
+    assert cli._out_of_memory(exc) is False
+    monkeypatch.setattr(cli, "_cannot_allocate", lambda probe=0: True)
+    assert cli._out_of_memory(exc) is True
+    assert cli._out_of_memory(ValueError("x")) is False
