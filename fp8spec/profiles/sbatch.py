@@ -60,6 +60,8 @@ class SbatchTable(_Frozen):
     time_format: TimeFormat
     options: dict[str, SbatchOption]
     written_by_launcher: dict[str, str]
+    # written by slurm.sbatch before cluster.slurm.extra_sbatch, which may name the option again to choose otherwise
+    launcher_defaults: dict[str, str] = {}
     refused: dict[str, str]
     allowed: list[str]
 
@@ -75,6 +77,10 @@ class SbatchTable(_Frozen):
             )
         if sum(len(g) for g in groups) != len(judged) or len(self.allowed) != len(set(self.allowed)):
             problems.append("an option is listed twice")
+        if not set(self.launcher_defaults) <= set(self.allowed):
+            problems.append(
+                f"launcher defaults not allowed to the user: {sorted(set(self.launcher_defaults) - set(self.allowed))}"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -106,6 +106,10 @@ def launchable_bundle(example: Path, root: Path) -> tuple[Path, dict]:
         reward["path"] = str(example.parent / reward["path"])
     data["data"] = {"train_files": str(write_parquet(root / "data" / "train.parquet")),
                     "val_files": str(write_parquet(root / "data" / "val.parquet", rows=8))}
+    kuberay = (data.get("cluster") or {}).get("kuberay")
+    if (data.get("cluster") or {}).get("launcher") == "kuberay" and kuberay is not None:
+        # the pods would mount the folder the local model and data now live in (CLU002/CLU003)
+        kuberay.setdefault("volumes", []).append({"name": "local", "mount_path": str(root), "host_path": str(root)})
     spec = root / example.name
     with open(spec, "w", encoding="utf-8") as fh:
         yaml.dump(data, fh)

@@ -24,10 +24,13 @@ def test_a_table_with_an_unjudged_option_is_refused():
 
 
 def test_launcher_options_match_the_template():
-    """Every #SBATCH option slurm.sbatch.j2 writes is listed as written by the launcher, and nothing else."""
+    """Every #SBATCH option slurm.sbatch.j2 writes is listed as written by the launcher or as a default the spec's
+    extra_sbatch may name again, and nothing else."""
     text = (data_dir("templates") / "slurm.sbatch.j2").read_text()
     written = set(re.findall(r"^#SBATCH --([a-z-]+)", text, re.M))
-    assert written == set(load_sbatch().written_by_launcher)
+    table = load_sbatch()
+    assert written == set(table.written_by_launcher) | set(table.launcher_defaults)
+    assert set(table.launcher_defaults) <= set(table.allowed)
 
 
 def test_aliases_of_launcher_options_are_not_allowed():
