@@ -48,6 +48,8 @@ def ray_env(tmp_path, mark: str) -> dict:
     temp = tmp_path / "ray"
     return {
         MARK_VAR: mark, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+        # the example spec logs to wandb, whose key the preflight checks: a well-formed dummy, never used
+        "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567",
         "AUTOSCALER_METRIC_PORT": str(as_metrics), "DASHBOARD_METRIC_PORT": str(d_metrics),
         "FP8SPEC_RAY_PORT": str(ray_port), "FP8SPEC_DASHBOARD_PORT": str(dash),
         "FP8SPEC_RAY_START_ARGS": " ".join([
@@ -74,6 +76,7 @@ def test_sbatch_allocates_starts_ray_runs_the_preflight_and_tears_down(slurm, tm
     expected = json.loads((bundle / "preflight.json").read_text())
     mark = os.urandom(8).hex()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_"))}
+    env["RAY_AUTH_MODE"] = "disabled"  # as the suite's other clusters (tests/conftest.py): no token on the loopback
     env.update(slurm.env)
     env.update(ray_env(short, mark))
     # The preflight refuses a Ray cluster with fewer logical CPUs than verl's main_ppo takes (preflight.json
@@ -129,6 +132,7 @@ def test_allocation_smaller_than_the_spec_is_refused(slurm, tmp_path):
     bundle = compile_bundle(SPECS / "qwen3-30b.yaml", tmp_path / "out")
     out = tmp_path / "job.out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "RAY_"))}
+    env["RAY_AUTH_MODE"] = "disabled"  # as the suite's other clusters (tests/conftest.py): no token on the loopback
     env.update(slurm.env)
     proc = subprocess.run(["sbatch", "--wait", f"--output={out}", "--nodes=1", "--partition=debug",
                            "slurm.sbatch"], cwd=bundle, env=env, capture_output=True, text=True, timeout=180)
