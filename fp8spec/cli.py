@@ -128,8 +128,7 @@ def validate(
     from fp8spec.compiler.build import BackendChoiceError, retarget_note, validate_for
     from fp8spec.specfile.loader import InputError
 
-    if format not in ("text", "json"):
-        usage_error(f"--format must be text or json, not {format!r}")
+    check_format(format)
     results: dict[str, list[Diagnostic]] = {}
     notes: dict[str, str] = {}
     exit_code = EXIT_OK

@@ -12,6 +12,7 @@ import typer
 
 from fp8spec.cli_options import (
     backend_option,
+    check_format,
     fail,
     format_option,
     output_folder,
@@ -129,8 +130,7 @@ def plan(
     from fp8spec.plan.layout import LayoutInputError, layout_changes, layout_errors
     from fp8spec.plan.render import render_json, render_text
 
-    if format not in ("text", "json"):
-        usage_error(f"--format must be text or json, not {format!r}")
+    check_format(format)
     out_dir = output_folder(output) if output is not None else None
     if gpu is not None:
         gpu = gpu.strip().lower()

@@ -10,7 +10,15 @@ from typing import Any, Optional
 
 import typer
 
-from fp8spec.cli_options import JSON_OUTPUT, fail, format_option, json_failure, output_folder, usage_error
+from fp8spec.cli_options import (
+    JSON_OUTPUT,
+    check_format,
+    fail,
+    format_option,
+    json_failure,
+    output_folder,
+    usage_error,
+)
 from fp8spec.diagnostics import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, EXIT_RULE_ERRORS, printable
 
 
@@ -53,8 +61,7 @@ def report(
     """A run's per-step table (generation, log-prob, update, weight sync, mismatch, KV scales) and verdicts:
     FP8 active as compiled, healthy, paying as planned. Exit 0 no error verdict, 1 an error verdict, 2 an input
     that cannot be read or bad usage."""
-    if format not in ("text", "json"):
-        usage_error(f"--format must be text or json, not {format!r}")
+    check_format(format)
     JSON_OUTPUT["on"] = format == "json"  # every failure below prints one JSON document too
     out_dir = output_folder(output) if output is not None else None
     if baseline is not None and spec is None:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from fp8spec.cli_options import complete_code, fail, format_option, usage_error
+from fp8spec.cli_options import check_format, complete_code, fail, format_option
 from fp8spec.cli_report import explain_verdict, verdict_lines, verdict_listing
 from fp8spec.diagnostics import EXIT_BAD_INPUT
 
@@ -27,8 +27,7 @@ def rules(
     from fp8spec.rules.registry import all_rules, get_rule
     from fp8spec.specfile.codes import input_code, input_codes
 
-    if format not in ("text", "json"):
-        usage_error(f"--format must be text or json, not {format!r}")
+    check_format(format)
     as_json = format == "json"
     if code is None:
         if as_json:

@@ -112,32 +112,53 @@ def config_kwargs(s: dict, num_layers: int) -> dict:
 
 
 def build(model: str, precision: str, seqlen: int):
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     s = SHAPES[model]
-    moe = s["experts"] > 0
     recipe = RECIPES[precision]
     kw = config_kwargs(s, num_layers=1)
     if recipe:
         kw.update(fp8="hybrid", fp8_recipe=recipe)
     config = TransformerConfig(**kw)
+    gpt = gpt_model(config, s, seqlen, rotary_base=1000000)
+    return Float16Module(config, gpt.cuda()), config
+
+
+def gpt_model(config, shape: dict, max_seq: int, rotary_base: int):
+    """A GPTModel of ``config``'s layers with Megatron's own TransformerEngine layer spec (grouped-GEMM experts
+    for a MoE shape) and a 1024-token vocabulary, so that the embedding and output layer cost next to nothing."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
     spec = get_gpt_layer_with_transformer_engine_spec(
-        num_experts=s["experts"] or None, moe_grouped_gemm=moe, qk_layernorm=True
+        num_experts=shape["experts"] or None, moe_grouped_gemm=shape["experts"] > 0, qk_layernorm=True
     )
-    gpt = GPTModel(
+    return GPTModel(
         config=config,
         transformer_layer_spec=spec,
         vocab_size=1024,
-        max_sequence_length=seqlen,
+        max_sequence_length=max_seq,
         position_embedding_type="rope",
-        rotary_base=1000000,
+        rotary_base=rotary_base,
         pre_process=True,
         post_process=True,
     )
-    return Float16Module(config, gpt.cuda()), config
+
+
+def stack_versions() -> dict:
+    """The software and GPU a result was measured on, with the time."""
+    import megatron.core
+    import transformer_engine
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0),
+        "transformer_engine": transformer_engine.__version__,
+        "megatron_core": megatron.core.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def time_case(model: str, precision: str, seqlen: int, iters: int) -> dict:
@@ -189,17 +210,7 @@ def main() -> int:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     init_dist()
-    import megatron.core
-    import transformer_engine
-
-    env = {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "gpu": torch.cuda.get_device_name(0),
-        "transformer_engine": transformer_engine.__version__,
-        "megatron_core": megatron.core.__version__,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
+    env = stack_versions()
     print(json.dumps(env), flush=True)
     rows = []
     with open(a.out / "results.jsonl", "w", encoding="utf-8") as f:

@@ -316,9 +316,7 @@ def _require_stack() -> str | None:
 
 def build_model(model: str, shape: dict, layout: Layout, layers: int, max_seq: int):
     import torch
-    from bench_te_layer import config_kwargs
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+    from bench_te_layer import config_kwargs, gpt_model
     from megatron.core.quantization.quant_config import RecipeConfig
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -343,19 +341,7 @@ def build_model(model: str, shape: dict, layout: Layout, layers: int, max_seq: i
     if layout.op_fuser:
         kw["use_transformer_engine_op_fuser"] = True
     config = TransformerConfig(**kw)
-    spec = get_gpt_layer_with_transformer_engine_spec(
-        num_experts=shape["experts"] or None, moe_grouped_gemm=moe, qk_layernorm=True
-    )
-    gpt = GPTModel(
-        config=config,
-        transformer_layer_spec=spec,
-        vocab_size=1024,
-        max_sequence_length=max_seq,
-        position_embedding_type="rope",
-        rotary_base=int(shape["rope_theta"]),
-        pre_process=True,
-        post_process=True,
-    )
+    gpt = gpt_model(config, shape, max_seq, rotary_base=int(shape["rope_theta"]))
     if layout.experts_autocast_off:
         _experts_autocast_off(gpt)
     net = Float16Module(config, gpt.cuda())
@@ -555,17 +541,12 @@ def profile_case(case: Case) -> dict:
 
 
 def environment(torch) -> dict:
-    import megatron.core
-    import transformer_engine
     import transformer_engine.pytorch as te
 
+    from benchmarks.megatron.bench_te_layer import stack_versions
+
     env = {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "gpu": torch.cuda.get_device_name(0),
-        "transformer_engine": transformer_engine.__version__,
-        "megatron_core": megatron.core.__version__,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **stack_versions(),
         "NVTE_FP8_BLOCK_SCALING_FP32_SCALES": os.environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES"),
     }
     try:

@@ -82,6 +82,20 @@ def _table(plan: SettingsPlan, launcher: Optional[dict[str, str]]) -> dict[tuple
     return table
 
 
+def _differences(
+    a: SettingsPlan,
+    b: SettingsPlan,
+    launcher_a: Optional[dict[str, str]],
+    launcher_b: Optional[dict[str, str]],
+) -> list[tuple[tuple[str, str], Optional[str], Optional[str]]]:
+    """Each (layer, key) whose rendered setting differs, in key order, with each side's rendering (None where a
+    side lacks it): what diff_text and diff_data both show."""
+    ta, tb = _table(a, launcher_a), _table(b, launcher_b)
+    return [
+        (key, ta.get(key), tb.get(key)) for key in sorted(set(ta) | set(tb)) if ta.get(key) != tb.get(key)
+    ]
+
+
 def diff_text(
     a: SettingsPlan,
     b: SettingsPlan,
@@ -92,15 +106,12 @@ def diff_text(
 ) -> str:
     """Settings that differ, keyed by layer and key, the launcher's (the spec's cluster section) included; the
     names head the two sides (they say the backend)."""
-    ta, tb = _table(a, launcher_a), _table(b, launcher_b)
     lines = [f"--- {name_a}", f"+++ {name_b}"]
-    for key in sorted(set(ta) | set(tb)):
-        if ta.get(key) == tb.get(key):
-            continue
-        if key in ta:
-            lines.append(f"- [{_LAYER_NAMES[key[0]]}] {ta[key]}")
-        if key in tb:
-            lines.append(f"+ [{_LAYER_NAMES[key[0]]}] {tb[key]}")
+    for key, in_a, in_b in _differences(a, b, launcher_a, launcher_b):
+        if in_a is not None:
+            lines.append(f"- [{_LAYER_NAMES[key[0]]}] {in_a}")
+        if in_b is not None:
+            lines.append(f"+ [{_LAYER_NAMES[key[0]]}] {in_b}")
     if len(lines) == 2:
         lines.append("(no difference in the compiled configuration or the launcher settings)")
     return "\n".join(lines) + "\n"
@@ -146,10 +157,8 @@ def diff_data(
     launcher_b: Optional[dict[str, str]] = None,
 ) -> dict:
     """diff_text as data: every (layer, key) whose rendered setting differs; null where a side lacks it."""
-    ta, tb = _table(a, launcher_a), _table(b, launcher_b)
     changes = [
-        {"layer": layer, "key": key, "a": ta.get((layer, key)), "b": tb.get((layer, key))}
-        for layer, key in sorted(set(ta) | set(tb))
-        if ta.get((layer, key)) != tb.get((layer, key))
+        {"layer": layer, "key": key, "a": in_a, "b": in_b}
+        for (layer, key), in_a, in_b in _differences(a, b, launcher_a, launcher_b)
     ]
     return {"a": name_a, "b": name_b, "same": not changes, "differences": changes}

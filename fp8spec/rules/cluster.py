@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.resolve.job_paths import job_paths, under
+from fp8spec.resolve.job_paths import JobPath, job_paths, under
 from fp8spec.rules.examples import Examples
 from fp8spec.rules.registry import Finding, rule
 from fp8spec.specfile.paths import lexical
@@ -49,6 +49,22 @@ def _mounts(ctx: ResolvedSpec, *, writable: bool = False) -> list[str]:
     return [lexical(v.mount_path) for v in ctx.spec.cluster.kuberay.volumes if not (writable and v.read_only)]
 
 
+def _kuberay_job_paths(ctx: ResolvedSpec, *, writes: bool) -> list[JobPath]:
+    """The paths a KubeRay job writes (or only reads), in field order; none for another launcher."""
+    if ctx.spec.cluster.launcher != "kuberay":
+        return []
+    return [p for p in job_paths(ctx.spec) if p.writes == writes]
+
+
+def _kuberay_volumes(*volumes: dict) -> dict:
+    """A rule example's spec fragment: a KubeRay launch with these volumes."""
+    return {"cluster": {"launcher": "kuberay", "kuberay": {"volumes": list(volumes)}}}
+
+
+_MODELS_PVC = {"name": "models", "mount_path": "/models", "pvc": "models"}
+_DATA_PVC = {"name": "data", "mount_path": "/data", "pvc": "data"}
+
+
 @rule(
     "CLU002",
     "kuberay-path-not-mounted",
@@ -63,32 +79,17 @@ def _mounts(ctx: ResolvedSpec, *, writable: bool = False) -> list[str]:
     acknowledgeable=True,
     needs_model=False,
     examples=Examples(
-        bad={
-            "cluster": {
-                "launcher": "kuberay",
-                "kuberay": {"volumes": [{"name": "models", "mount_path": "/models", "pvc": "models"}]},
-            }
-        },
-        good={
-            "cluster": {
-                "launcher": "kuberay",
-                "kuberay": {
-                    "volumes": [
-                        {"name": "models", "mount_path": "/models", "pvc": "models"},
-                        {"name": "data", "mount_path": "/data/", "host_path": "/mnt/data"},
-                    ]
-                },
-            }
-        },
+        bad=_kuberay_volumes(_MODELS_PVC),
+        good=_kuberay_volumes(
+            _MODELS_PVC, {"name": "data", "mount_path": "/data/", "host_path": "/mnt/data"}
+        ),
         message="data.train_files /data/train.parquet is under no cluster.kuberay.volumes mount_path",
     ),
 )
 def kuberay_path_not_mounted(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if ctx.spec.cluster.launcher != "kuberay":
-        return
     mounts = _mounts(ctx)
-    for p in job_paths(ctx.spec):
-        if not p.writes and not under(p.path, mounts):
+    for p in _kuberay_job_paths(ctx, writes=False):
+        if not under(p.path, mounts):
             yield Finding(f"{p.field} {p.path} is under no cluster.kuberay.volumes mount_path", p.field)
 
 
@@ -107,38 +108,17 @@ def kuberay_path_not_mounted(ctx: ResolvedSpec) -> Iterator[Finding]:
     "folder under a mounted writable one",
     needs_model=False,
     examples=Examples(
-        bad={
-            "cluster": {
-                "launcher": "kuberay",
-                "kuberay": {
-                    "volumes": [
-                        {"name": "models", "mount_path": "/models", "pvc": "models"},
-                        {"name": "data", "mount_path": "/data", "pvc": "data"},
-                    ]
-                },
-            }
-        },
-        good={
-            "cluster": {
-                "launcher": "kuberay",
-                "kuberay": {
-                    "volumes": [
-                        {"name": "models", "mount_path": "/models", "pvc": "models"},
-                        {"name": "data", "mount_path": "/data", "pvc": "data"},
-                        {"name": "shared", "mount_path": "/shared", "pvc": "shared"},
-                    ]
-                },
-            }
-        },
+        bad=_kuberay_volumes(_MODELS_PVC, _DATA_PVC),
+        good=_kuberay_volumes(
+            _MODELS_PVC, _DATA_PVC, {"name": "shared", "mount_path": "/shared", "pvc": "shared"}
+        ),
         message="trainer.checkpoint_dir /shared/checkpoints/base is under no writable cluster.kuberay.volumes",
     ),
 )
 def kuberay_output_not_persisted(ctx: ResolvedSpec) -> Iterator[Finding]:
-    if ctx.spec.cluster.launcher != "kuberay":
-        return
     writable, mounts = _mounts(ctx, writable=True), _mounts(ctx)
-    for p in job_paths(ctx.spec):
-        if not p.writes or under(p.path, writable):
+    for p in _kuberay_job_paths(ctx, writes=True):
+        if under(p.path, writable):
             continue
         where = "a read_only one" if under(p.path, mounts) else "the pod's own disk, deleted with the pod"
         yield Finding(

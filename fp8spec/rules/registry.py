@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional
 
+from fp8spec.check_unit import CheckUnit, Severity, folded, register_unit
+
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.rules.examples import Examples
 
-Severity = Literal["error", "warning"]
 Scope = Literal["engine", "run"]
 
 
@@ -34,13 +35,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Rule:
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    rationale: str
-    hint: str
+class Rule(CheckUnit):
     check: Callable[["ResolvedSpec"], Iterable[Finding]]
     acknowledgeable: bool = False
     needs_model: bool = True
@@ -94,14 +89,12 @@ def rule(
     a standalone server's bundle lists it."""
 
     def register(check: Callable[["ResolvedSpec"], Iterable[Finding]]):
-        if code in REGISTRY:
-            raise RuntimeError(f"rule code {code} registered twice")
-        REGISTRY[code] = Rule(
+        unit = Rule(
             code,
             name,
             severity,
             summary,
-            " ".join(rationale.split()),
+            folded(rationale),
             hint,
             check,
             acknowledgeable,
@@ -111,6 +104,7 @@ def rule(
             skip_when,
             scope,
         )
+        register_unit(REGISTRY, unit, "rule")
         return check
 
     return register

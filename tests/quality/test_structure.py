@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.quality.scratch import scratch_source
 
 PACKAGE = REPO / "fp8spec"
 MAX_LINES = 500
@@ -189,14 +190,9 @@ def test_no_engine_name_is_compared_outside_the_engines_folders():
 
 
 def test_the_engine_comparison_check_has_teeth(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text(
+    with scratch_source(
+        tmp_path,
         "if ctx.engine.name == 'x': pass\nif setup.engine != 'y': pass\nif other == 'vllm': pass\n"
         "if s.layer == 'engine_arg': pass\n",
-        encoding="utf-8",
-    )
-    bad = bad.rename(REPO / "tests" / "quality" / f".teeth_{tmp_path.name}.py")
-    try:
+    ) as bad:
         assert len(engine_name_comparisons(bad, ("vllm",))) == 3
-    finally:
-        bad.unlink()

@@ -18,6 +18,7 @@ import pytest
 from fp8spec.trainers import UnknownTrainer, all_trainers, get_trainer, trainer_names
 from fp8spec.trainers.base import Trainer
 from tests.conftest import REPO
+from tests.quality.scratch import scratch_source
 
 PACKAGE = REPO / "fp8spec"
 # an expression that is a trainer's name: spec.training.backend, t.backend, choice.trainer, trainer
@@ -69,18 +70,13 @@ def test_no_trainer_name_is_compared_outside_the_trainers_folder():
 
 
 def test_the_trainer_comparison_check_has_teeth(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text(
+    with scratch_source(
+        tmp_path,
         "if spec.training.backend == 'x': pass\nif choice.trainer != 'y': pass\nif other == 'fsdp': pass\n"
         "if launch.backend.startswith('fsdp+'): pass\nif t.backend in ('x', 'y'): pass\n"
         "if s.layer == 'trainer_arg': pass\nif trainer.parallel_layout: pass\nif choice.trainer is None: pass\n",
-        encoding="utf-8",
-    )
-    bad = bad.rename(REPO / "tests" / "quality" / f".teeth_{tmp_path.name}.py")
-    try:
+    ) as bad:
         assert len(trainer_name_comparisons(bad, ("fsdp",))) == 5
-    finally:
-        bad.unlink()
 
 
 def test_every_trainer_folder_is_registered():

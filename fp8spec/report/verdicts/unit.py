@@ -7,13 +7,12 @@ registry (registry.py) loads them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal, Optional
+from typing import Callable, Iterable, Optional
 
+from fp8spec.check_unit import CheckUnit, Severity, folded, register_unit
 from fp8spec.report.expect import BundleFacts, PlanFacts
 from fp8spec.report.logs import Run
 from fp8spec.report.steps import Row
-
-Severity = Literal["error", "warning"]
 
 
 @dataclass
@@ -35,13 +34,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    code: str
-    name: str
-    severity: Severity
-    summary: str
-    rationale: str
-    hint: str
+class Verdict(CheckUnit):
     check: Callable[[Context], Iterable[tuple[str, str]]]  # yields (where, message)
     needs: str = ""  # "bundle", "plan" or "baseline": the check runs only when the report has it
     # (the real run damaged so that it fires, what its message then says, the real run it stays quiet on);
@@ -74,10 +67,10 @@ def verdict(
     [Callable[[Context], Iterable[tuple[str, str]]]], Callable[[Context], Iterable[tuple[str, str]]]
 ]:
     def register(check: Callable[[Context], Iterable[tuple[str, str]]]):
-        if code in VERDICTS:
-            raise RuntimeError(f"verdict code {code} registered twice")
-        VERDICTS[code] = Verdict(
-            code, name, severity, summary, " ".join(rationale.split()), hint, check, needs, example
+        register_unit(
+            VERDICTS,
+            Verdict(code, name, severity, summary, folded(rationale), hint, check, needs, example),
+            "verdict",
         )
         return check
 
