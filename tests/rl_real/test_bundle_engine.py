@@ -80,14 +80,17 @@ def test_step_prompts_are_the_trainers_rows_in_order(bundles, small_assets):
     rows = pd.read_parquet(small_assets / "data/train.parquet")
     builder = create_continuous_token_builder(AutoTokenizer.from_pretrained(small_assets / "model"),
                                               hf_model_type="qwen3")
+    batch, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
+    assert (batch, n) == (16, 8)
     for step in (1, 2):
         ids = be.step_prompts(cfg, step)
-        assert len(ids) == 32 * 8
-        for j in (0, 5, 31):
-            want = builder.build_initial_tokens(list(rows["prompt"][(step - 1) * 32 + j]))
-            assert ids[8 * j: 8 * j + 8] == [want] * 8
-    with pytest.raises(ValueError, match="no full step 3"):
-        be.step_prompts(cfg, 3)
+        assert len(ids) == batch * n
+        for j in (0, 5, batch - 1):
+            want = builder.build_initial_tokens(list(rows["prompt"][(step - 1) * batch + j]))
+            assert ids[n * j: n * j + n] == [want] * n
+    beyond = len(rows) // batch + 1  # the small data's 64 rows hold four full steps
+    with pytest.raises(ValueError, match=f"no full step {beyond}"):
+        be.step_prompts(cfg, beyond)
     cfg.data.shuffle = True
     with pytest.raises(ValueError, match="shuffle"):
         be.step_prompts(cfg, 1)
@@ -117,18 +120,18 @@ def test_the_weight_sync_run_changes_only_lengths_and_steps_and_passes_verls_val
         c.actor_rollout_ref.model.path = str(MODELS / "qwen3-4b")
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert (cfg.data.max_response_length, cfg.trainer.total_training_steps) == (512, 3)
-    assert base.data.max_response_length == 4096
+    assert base.data.max_response_length == 2048
     # the rollout engine verl starts is the compiled one; only its generation default max_new_tokens and the
     # sampling's max_tokens follow the shorter responses
     short, full = be.engine_kwargs(cfg), be.engine_kwargs(base)
     assert short.pop("override_generation_config").pop("max_new_tokens") == 512
-    assert full.pop("override_generation_config").pop("max_new_tokens") == 4096
+    assert full.pop("override_generation_config").pop("max_new_tokens") == 2048
     assert short == full
     assert be.sampling_kwargs(cfg, 200, 40960)["max_tokens"] == 512
     from omegaconf import OmegaConf
 
     rollout = [OmegaConf.to_container(c.actor_rollout_ref.rollout, resolve=True) for c in (cfg, base)]
-    assert [r.pop("response_length") for r in rollout] == [512, 4096]
+    assert [r.pop("response_length") for r in rollout] == [512, 2048]
     assert rollout[0] == rollout[1]
     env = YAML(typ="safe").load((bundle / "runtime_env.yaml").read_text(encoding="utf-8"))["env_vars"]
     assert "direct_sync" in env["FP8SPEC_RUNTIME_PATCHES"].split(",")  # auto picks direct for FSDP dense

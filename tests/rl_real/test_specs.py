@@ -44,9 +44,9 @@ def test_specs_are_base_plus_their_fields_and_nothing_else():
                                             *[k for k in bf16 if k.startswith("acknowledge.")]])
         assert differ(fp8, fp8kv) == sorted([*name_only, "kv_cache.dtype", "kv_cache.recalibrate"])
         assert fp8kv["correction.method"] == fp8["correction.method"] == "tis" and fp8kv["correction.clip"] == 2.0
-        # >= 256 sequences per step, responses of at least 4K tokens
-        assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 256
-        assert bf16["rollout.max_response_length"] >= 4096
+        # a real rollout workload: >= 128 sequences per step, responses of at least 2K tokens
+        assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 128
+        assert bf16["rollout.max_response_length"] >= 2048
 
 
 def test_model_configs_are_the_catalogs_shapes():
@@ -71,14 +71,13 @@ def test_plan_predictions_are_current_and_say_the_runs_fit():
     data = json.loads((HERE / "plan_predictions.json").read_text(encoding="utf-8"))
     assert sorted(data["specs"]) == [p.stem for p in SPECS]
     for name, pred in data["specs"].items():
-        # no trainer OOM: the estimated training peak is within the GPU, no MEM rule fails but the
-        # acknowledged BF16 preemption warning
+        # no trainer OOM: the estimated training peak is within the GPU and no MEM rule fails, with the
+        # trainer's state kept on the GPU beside the engine (offload would copy it both ways every step)
         assert pred["trainer_peak_gib"] < pred["gpu_total_gib"], name
-        assert set(pred["verdicts_failing"]) <= ({"MEM004"} if name.endswith("-bf16") else set()), name
-        assert pred["trainer_offload"] == {"optimizer": True, "params": True}
-    # the FP8 KV variants hold a step's sequences without preemption, the BF16 ones do not
-    assert not data["specs"]["real-4b-h200-fp8kv"]["preempts"] and data["specs"]["real-4b-h200-bf16"]["preempts"]
-    assert not data["specs"]["real-8b-h200x2-fp8kv"]["preempts"]
+        assert pred["verdicts_failing"] == [], name
+        assert pred["trainer_offload"] == {"optimizer": False, "params": False}
+        # every variant's engine holds a step's sequences at full length: no preemption
+        assert not pred["preempts"], name
     # why the one-H200 set is 4B: the 8B shape's training peak on ONE H200 is past the GPU (MEM005)
     (rejected,) = data["rejected"].values()
     assert rejected["trainer_peak_gib"] > rejected["gpu_total_gib"] and "MEM005" in rejected["verdicts_failing"]
