@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
-    from fp8spec.megatron.layout import MegatronLayout
     from fp8spec.plan.plan import MemoryPlan
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
     from fp8spec.resolve.reward import RewardFile, RewardFileProblem
     from fp8spec.trainers.base import Trainer
+    from fp8spec.trainers.megatron.layout import MegatronLayout
 
 
 @dataclass(eq=False)
@@ -98,8 +98,8 @@ class ResolvedSpec:
 
     @cached_property
     def megatron(self) -> MegatronLayout:
-        """The Megatron layout with its resolved defaults (fp8spec.megatron.layout.MegatronLayout)."""
-        from fp8spec.megatron.layout import megatron_layout
+        """The Megatron layout with its resolved defaults (fp8spec.trainers.megatron.layout.MegatronLayout)."""
+        from fp8spec.trainers.megatron.layout import megatron_layout
 
         return megatron_layout(self.spec, self.model)
 

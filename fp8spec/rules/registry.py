@@ -128,11 +128,11 @@ def rule_hint(code: str) -> str:
 
 def _load_rule_modules() -> None:
     # Importing the modules registers their rules; kept here so the registry has one entry point. A topic with a
-    # folder of its own keeps its rules there (fp8spec/exclusions/rules.py, fp8spec/megatron/rules.py), and each
+    # folder of its own keeps its rules there (fp8spec/exclusions/rules.py, fp8spec/trainers/megatron/rules.py), and each
     # rollout engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its
     # engine.
     import fp8spec.exclusions.rules
-    import fp8spec.megatron.rules  # noqa: F401
+    import fp8spec.trainers.megatron.rules  # noqa: F401
     from fp8spec.engines import all_engines
     from fp8spec.rules import (  # noqa: F401
         batching,
