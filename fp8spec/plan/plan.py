@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.engines import get_engine
+from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain, trainer_gain_unmeasured
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
@@ -155,7 +155,7 @@ class MemoryPlan:
 def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> MemoryPlan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
-    notes = get_engine(setup.engine).memory_notes(setup, memory_facts(setup))
+    notes = memory_model(setup.engine).memory_notes(setup, memory_facts(setup))
     if overrides.gpu_memory_gib is None:
         where = (
             "hardware.gpu_memory_gib"

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fp8spec.engines import get_engine
 from fp8spec.plan.advice import fix_line
+from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.facts import estimate, estimate_basis
 from fp8spec.plan.gain import gain_source, running_caveat
 
@@ -184,7 +185,7 @@ def plan_json(plan: MemoryPlan) -> dict:
             "expected_gain_running": running_caveat(spec_r.running)
             if any(plan.gain(r) is not None for r in plan.rollout)
             else "",
-            "engine_memory_model": get_engine(s.engine).memory_source,
+            "engine_memory_model": memory_model(s.engine).memory_source,
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
             "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
             "memory.megatron_state, memory.colocation",

@@ -72,31 +72,6 @@ LAYER_OF: dict[str, str] = {
 # Edges that go up today, each with why it is still there. The list only shrinks: an edge that no longer exists
 # must leave it (test_allowed_up_edges_all_exist), and a new up-edge fails test_no_import_goes_up_the_layers.
 ALLOWED_UP_EDGES: dict[str, str] = {
-    # the Engine class is typed against the resolved spec, settings and plan facts
-    "fp8spec.engines.base -> fp8spec.compiler.adapters.verl": "engines.base (TYPE_CHECKING)",
-    "fp8spec.engines.base -> fp8spec.compiler.settings": "engines.base (TYPE_CHECKING)",
-    "fp8spec.engines.base -> fp8spec.plan.facts": "engines.base (TYPE_CHECKING)",
-    "fp8spec.engines.base -> fp8spec.plan.setup": "engines.base (TYPE_CHECKING)",
-    "fp8spec.engines.base -> fp8spec.resolve.valid": "engines.base (TYPE_CHECKING)",
-    # the descriptor also binds its adapter, memory model and rules (and vLLM's memory model)
-    "fp8spec.engines.sglang -> fp8spec.compiler.adapters.verl": "engines.sglang (TYPE_CHECKING)",
-    "fp8spec.engines.sglang -> fp8spec.compiler.settings": "engines.sglang (TYPE_CHECKING)",
-    "fp8spec.engines.sglang -> fp8spec.engines.sglang.adapter": "engines.sglang",
-    "fp8spec.engines.sglang -> fp8spec.engines.sglang.memory": "engines.sglang",
-    "fp8spec.engines.sglang -> fp8spec.engines.sglang.rules": "engines.sglang",
-    "fp8spec.engines.sglang -> fp8spec.engines.vllm.memory": "engines.sglang",
-    "fp8spec.engines.sglang -> fp8spec.plan.facts": "engines.sglang (TYPE_CHECKING)",
-    "fp8spec.engines.sglang -> fp8spec.plan.setup": "engines.sglang (TYPE_CHECKING)",
-    "fp8spec.engines.sglang -> fp8spec.resolve.valid": "engines.sglang (TYPE_CHECKING)",
-    # the descriptor also binds its adapter, memory model and rules
-    "fp8spec.engines.vllm -> fp8spec.compiler.adapters.verl": "engines.vllm (TYPE_CHECKING)",
-    "fp8spec.engines.vllm -> fp8spec.compiler.settings": "engines.vllm (TYPE_CHECKING)",
-    "fp8spec.engines.vllm -> fp8spec.engines.vllm.adapter": "engines.vllm",
-    "fp8spec.engines.vllm -> fp8spec.engines.vllm.memory": "engines.vllm",
-    "fp8spec.engines.vllm -> fp8spec.engines.vllm.rules": "engines.vllm",
-    "fp8spec.engines.vllm -> fp8spec.plan.facts": "engines.vllm (TYPE_CHECKING)",
-    "fp8spec.engines.vllm -> fp8spec.plan.setup": "engines.vllm (TYPE_CHECKING)",
-    "fp8spec.engines.vllm -> fp8spec.resolve.valid": "engines.vllm (TYPE_CHECKING)",
     # the launcher registry binds its adapters and the preflight, typed against settings
     "fp8spec.launchers -> fp8spec.compiler.settings": "launchers (TYPE_CHECKING)",
     "fp8spec.launchers -> fp8spec.launchers.preflight": "launchers",
