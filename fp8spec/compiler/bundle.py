@@ -13,9 +13,9 @@ from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
-from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
+from fp8spec.launchers import executable_files, get_launcher
 from fp8spec.launchers.argv import check_arguments
-from fp8spec.launchers.base import runtime_env_yaml
+from fp8spec.launchers.launch import launcher_files, readme_lines, runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.plan.plan import plan_problem
