@@ -1,9 +1,12 @@
-"""The layer order (the design notes' architecture), checked: each layer imports only from layers at or below it.
+"""The layer order (docs/layers.md), checked: each layer imports only from layers at or below it, with no
+exceptions.
 
 Low to high::
 
-    foundation    specfile, catalog, profiles, hardware, snapshots, targets and the small helpers they share
+    foundation    the package's small shared helpers (bounded_read, safe_write, quoting, stack.yaml's reader, ...)
     descriptors   engines/, trainers/, launchers/: names and capabilities as data
+    spec          specfile, catalog, profiles, snapshots, targets: the spec format (its choices come from the
+                  descriptors), model facts, backend facts
     resolve       spec + model facts + profiles = the resolved spec
     plan          memory / KV / gain numbers (an engine's memory model is plan-layer code)
     rules         one module per topic (an engine's or a topic folder's rules.py too)
@@ -21,28 +24,27 @@ from __future__ import annotations
 
 from tests.quality.test_structure import import_graph
 
-ORDER = ("foundation", "descriptors", "resolve", "plan", "rules", "compiler", "cli")
+ORDER = ("foundation", "descriptors", "spec", "resolve", "plan", "rules", "compiler", "cli")
 
 # module prefix -> layer; the longest matching prefix wins
 LAYER_OF: dict[str, str] = {
     "fp8spec": "foundation",  # the package itself and its small shared helpers (bounded_read, safe_write, ...)
     "fp8spec.runtime": "foundation",
-    "fp8spec.specfile": "foundation",
-    "fp8spec.catalog": "foundation",
-    "fp8spec.profiles": "foundation",
-    "fp8spec.hardware": "foundation",
-    "fp8spec.snapshots": "foundation",
-    "fp8spec.targets": "foundation",
-    "fp8spec.preflight": "foundation",
+    "fp8spec.preflight": "foundation",  # the self-contained program every launcher runs first
     "fp8spec.exclusions.name_match": "foundation",
-    "fp8spec.trainers.megatron.config_check": "foundation",
-    "fp8spec.trainers.megatron.snapshot": "foundation",
-    "fp8spec.engines.vllm.snapshot": "foundation",
-    "fp8spec.engines.sglang.snapshot": "foundation",
     "fp8spec.engines": "descriptors",
     "fp8spec.trainers": "descriptors",
     "fp8spec.launchers": "descriptors",
-    "fp8spec.trainers.megatron": "descriptors",  # the trainer's layout facts
+    "fp8spec.specfile": "spec",
+    "fp8spec.catalog": "spec",
+    "fp8spec.profiles": "spec",
+    "fp8spec.snapshots": "spec",
+    "fp8spec.targets": "spec",
+    "fp8spec.trainers.megatron.config_check": "spec",
+    "fp8spec.trainers.megatron.snapshot": "spec",
+    "fp8spec.engines.vllm.snapshot": "spec",
+    "fp8spec.engines.sglang.snapshot": "spec",
+    "fp8spec.trainers.megatron.layout": "resolve",  # the layout with its resolved defaults (ResolvedSpec.megatron)
     "fp8spec.resolve": "resolve",
     "fp8spec.exclusions": "resolve",
     "fp8spec.plan": "plan",
@@ -84,14 +86,6 @@ ALLOWED_UP_EDGES: dict[str, str] = {
     "fp8spec.plan.render -> fp8spec.rules.registry": "plan.render",
     # the resolved spec caches the memory plan the MEM rules and the compiler share
     "fp8spec.resolve.context -> fp8spec.plan.plan": "resolve.context",
-    # the spec's cluster section takes launcher names from the launcher registry
-    "fp8spec.specfile.cluster -> fp8spec.launchers": "specfile.cluster",
-    "fp8spec.specfile.cluster -> fp8spec.launchers.base": "specfile.cluster",
-    # the spec's stack section takes each rollout engine's version field from the engine registry
-    "fp8spec.specfile.stack -> fp8spec.engines": "specfile.stack",
-    # backend names are derived from the engine and trainer registries
-    "fp8spec.targets -> fp8spec.engines": "targets",
-    "fp8spec.targets -> fp8spec.trainers": "targets",
 }
 
 
@@ -157,4 +151,8 @@ def test_the_layer_check_has_teeth(tmp_path):
         "fp8spec.cli": {"fp8spec.specfile.model"},
     }
     assert up_edges(synthetic) == [("fp8spec.specfile.model", "fp8spec.compiler.build")]
+    # a descriptor is data below the spec format: the spec reads it, it never reads the spec
+    assert up_edges({"fp8spec.specfile.stack": {"fp8spec.engines"}, "fp8spec.engines.base": {"fp8spec.specfile"}}) == [
+        ("fp8spec.engines.base", "fp8spec.specfile")
+    ]
     assert layer_of("fp8spec.cli_plan") == "cli" and layer_of("fp8spec.engines.vllm.memory") == "plan"
