@@ -200,10 +200,11 @@ def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
     from fp8spec.plan.columns import judged
+    from fp8spec.plan.plan import spec_memory_plan
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
 
-    memory = valid.resolved.memory_plan
+    memory = spec_memory_plan(valid.resolved)
     if memory is None:
         return {}
     memory = judged(memory, valid.resolved)  # no expected gain for a column the rules refuse

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
+from weakref import WeakKeyDictionary
 
 from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain, trainer_gain_unmeasured
@@ -216,7 +217,7 @@ def plan_problem(ctx: ResolvedSpec) -> Optional[str]:
     """Why the spec's plan cannot be made (the memory rules then do not run), or None when it can."""
     from fp8spec.plan.setup import PlanInputError
 
-    if ctx.memory_plan is not None:
+    if spec_memory_plan(ctx) is not None:
         return None
     if ctx.model is None:
         return "the model is not resolved (REF001)"
@@ -229,8 +230,21 @@ def plan_problem(ctx: ResolvedSpec) -> Optional[str]:
     return None
 
 
+# resolved spec -> its plan with verl's defaults: made once, by the first MEM rule that reads it, and reused by the
+# other MEM rules and the compiler; a resolved spec compares by identity, and its plan goes when it does
+_SPEC_PLANS: WeakKeyDictionary[ResolvedSpec, Optional[MemoryPlan]] = WeakKeyDictionary()
+
+
+def spec_memory_plan(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
+    """The spec's memory plan with verl's defaults, shared by the MEM rules and the compiler; None when the
+    inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+    if ctx not in _SPEC_PLANS:
+        _SPEC_PLANS[ctx] = plan_or_none(ctx)
+    return _SPEC_PLANS[ctx]
+
+
 def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
-    """The spec's plan with verl's defaults (ResolvedSpec.memory_plan keeps it); None when the inputs are not
+    """The spec's plan with verl's defaults, made anew (spec_memory_plan keeps it); None when the inputs are not
     enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
     from fp8spec.plan.setup import PlanInputError
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
-    from fp8spec.plan.plan import MemoryPlan
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
     from fp8spec.resolve.reward import RewardFile, RewardFileProblem
@@ -115,14 +114,6 @@ class ResolvedSpec:
         from fp8spec.exclusions import resolve_exclusions
 
         return resolve_exclusions(self.spec, self.model)
-
-    @cached_property
-    def memory_plan(self) -> Optional[MemoryPlan]:
-        """The spec's memory plan with verl's defaults, shared by the MEM rules and the compiler; None when
-        the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
-        from fp8spec.plan.plan import plan_or_none
-
-        return plan_or_none(self)
 
     def kuberay_image(self) -> str | None:
         """The pods' image: the spec's, else verl's published image for the pinned engine version."""

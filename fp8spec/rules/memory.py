@@ -25,7 +25,9 @@ def no_memory_plan(ctx: ResolvedSpec) -> Optional[str]:
 
 
 def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
-    plan = ctx.memory_plan
+    from fp8spec.plan.plan import spec_memory_plan
+
+    plan = spec_memory_plan(ctx)
     if plan is None:
         return
     verdict = verdict_fn(plan)

@@ -84,8 +84,6 @@ ALLOWED_UP_EDGES: dict[str, str] = {
     "fp8spec.plan.layout -> fp8spec.rules.runner": "plan.layout",
     # the rendered plan names the rules behind its advice
     "fp8spec.plan.render -> fp8spec.rules.registry": "plan.render",
-    # the resolved spec caches the memory plan the MEM rules and the compiler share
-    "fp8spec.resolve.context -> fp8spec.plan.plan": "resolve.context",
 }
 
 

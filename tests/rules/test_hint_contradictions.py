@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from fp8spec.plan.plan import spec_memory_plan
 from tests.conftest import BASE_SPEC, patched
 from tests.rules.test_hint_promises import DEEPSEEK
 
@@ -20,7 +21,7 @@ def _one(result, code):
 def _fix_lines(result) -> dict[str, str]:
     from fp8spec.plan.render import fix_lines
 
-    return dict(fix_lines(result.context.memory_plan))
+    return dict(fix_lines(spec_memory_plan(result.context)))
 
 
 def test_mem004_with_fp8_kv_already_does_not_propose_fp8_kv(validate):

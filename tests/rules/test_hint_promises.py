@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from fp8spec.plan.plan import spec_memory_plan
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
 from tests.rules.promises import current, nested, promises, refusals
 
@@ -99,7 +100,7 @@ def _printed(validation) -> list[tuple[str, str, str]]:
     if ctx is not None and ctx.model is not None:
         from fp8spec.plan.render import fix_lines
 
-        plan = ctx.memory_plan
+        plan = spec_memory_plan(ctx)
         if plan is not None:
             paths = {d.code: d.path for d in validation.diagnostics}
             out += [(code, paths.get(code, ""), text) for code, text in fix_lines(plan)]
