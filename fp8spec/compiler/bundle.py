@@ -199,10 +199,10 @@ def bundle_files(
 def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
-    from fp8spec.plan.columns import judged
     from fp8spec.plan.plan import spec_memory_plan
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
+    from fp8spec.rules.plan_columns import judged
 
     memory = spec_memory_plan(valid.resolved)
     if memory is None:

@@ -15,8 +15,7 @@ from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
-    from fp8spec.plan.layout import LayoutError
-    from fp8spec.plan.verdict import Verdict
+    from fp8spec.plan.verdict import LayoutError, PlanRules, Verdict
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.specfile.model import Spec
 
@@ -32,10 +31,12 @@ class MemoryPlan:
     trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
     # the validated spec the plan is of: its fix lines are checked against every rule, as hints are
     ctx: Optional[ResolvedSpec] = field(default=None, repr=False, compare=False)
-    # choice key -> codes of the rules that refuse that column (plan.columns; None: not judged)
+    # choice key -> codes of the rules that refuse that column (fp8spec.rules.plan_columns; None: not judged)
     refused: Optional[dict[str, tuple[str, ...]]] = None
     # errors the rules report for the layout the plan was asked about (--tp/--ep), not for the spec itself
     layout_errors: tuple[LayoutError, ...] = ()
+    # the rules' names and checked fixes for its verdicts, which its text and JSON print (None: not judged)
+    rules: Optional[PlanRules] = field(default=None, repr=False, compare=False)
 
     @property
     def total_bytes(self) -> int:

@@ -23,7 +23,7 @@ def plan_json(*args) -> dict:
 @pytest.fixture
 def plan_of(validate):
     from fp8spec.plan import build_memory_plan
-    from fp8spec.plan.columns import judged
+    from fp8spec.rules.plan_columns import judged
 
     def run(*patches):
         result = validate(patched(BASE_SPEC, *patches))

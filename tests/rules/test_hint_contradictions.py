@@ -20,8 +20,9 @@ def _one(result, code):
 
 def _fix_lines(result) -> dict[str, str]:
     from fp8spec.plan.render import fix_lines
+    from fp8spec.rules.plan_columns import judged
 
-    return dict(fix_lines(spec_memory_plan(result.context)))
+    return dict(fix_lines(judged(spec_memory_plan(result.context), result.context)))
 
 
 def test_mem004_with_fp8_kv_already_does_not_propose_fp8_kv(validate):

@@ -99,9 +99,11 @@ def _printed(validation) -> list[tuple[str, str, str]]:
     ctx = validation.context
     if ctx is not None and ctx.model is not None:
         from fp8spec.plan.render import fix_lines
+        from fp8spec.rules.plan_columns import judged
 
         plan = spec_memory_plan(ctx)
         if plan is not None:
+            plan = judged(plan, ctx)
             paths = {d.code: d.path for d in validation.diagnostics}
             out += [(code, paths.get(code, ""), text) for code, text in fix_lines(plan)]
     return out
