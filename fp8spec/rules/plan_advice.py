@@ -62,7 +62,7 @@ def proposal_costs(verdict: Verdict, proposals: tuple) -> tuple[str, ...]:
 
 def fix_line(plan: MemoryPlan, verdict: Verdict) -> str:
     """A failed verdict's fix line in `plan`: the hint `validate` prints for it, values checked against every
-    rule (here, not in MemoryPlan: the resolved spec holds the plan, and the prober resolves specs)."""
+    rule (here, with the rules: checking a value runs them, and the planner imports no rule)."""
     if plan.ctx is None:
         return "; or ".join(a.text for a in verdict.advice if not a.changes)
     return advised(plan.ctx, verdict)[0]
