@@ -126,9 +126,9 @@ def plan(
     """Per-GPU memory, KV capacity and what FP8 buys, for BF16 and the spec's FP8 choices (exit 1 if the
     spec has errors; the plan is still printed, files are not written)."""
     from fp8spec.plan import Overrides, PlanInputError, build_memory_plan
-    from fp8spec.plan.columns import judged
-    from fp8spec.plan.layout import LayoutInputError, layout_changes, layout_errors
     from fp8spec.plan.render import render_json, render_text
+    from fp8spec.rules.plan_columns import judged
+    from fp8spec.rules.plan_layout import LayoutInputError, layout_changes, layout_errors
 
     check_format(format)
     out_dir = output_folder(output) if output is not None else None

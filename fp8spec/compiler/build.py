@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from fp8spec.compiler.adapters.engine import engine_adapter
 from fp8spec.compiler.adapters.runtime import build_runtime
 from fp8spec.compiler.adapters.verl import build_verl
 from fp8spec.compiler.adapters.verl_run import build_batching, build_reward, build_run
@@ -100,7 +101,7 @@ def choose_backend(text: Optional[str], validation: Validation) -> BackendChoice
 def build_settings_plan(ctx: ValidSpec, choice: BackendChoice) -> SettingsPlan:
     """Every setting of the bundle for ``choice``, from the valid spec (retargeted to it: validate_for)."""
     plan = SettingsPlan(backend=choice.name)
-    engine = ctx.engine  # the choice's: the spec was validated retargeted to it
+    engine = engine_adapter(ctx.engine.name)  # the choice's: the spec was validated retargeted to it
     if choice.trainer is None:
         plan.entrypoint = engine.build_serve(plan, ctx)
         return plan

@@ -13,9 +13,9 @@ from fp8spec import __version__
 from fp8spec.compiler.build import BackendChoice
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.compiler.templates import render
-from fp8spec.launchers import executable_files, get_launcher, launcher_files, readme_lines
+from fp8spec.launchers import executable_files, get_launcher
 from fp8spec.launchers.argv import check_arguments
-from fp8spec.launchers.base import runtime_env_yaml
+from fp8spec.launchers.launch import launcher_files, readme_lines, runtime_env_yaml
 from fp8spec.patchset import BUNDLE_LIB, shipped_files, shipped_fileset
 from fp8spec.patchset import manifest as runtime_manifest
 from fp8spec.plan.plan import plan_problem
@@ -199,11 +199,12 @@ def bundle_files(
 def _memory_plan_files(valid: ValidSpec, common: dict) -> dict[str, str]:
     """The memory plan (fp8spec plan) for the README, and its picture as plan.svg (drawn without
     matplotlib, so the bundle is byte-identical everywhere)."""
-    from fp8spec.plan.columns import judged
+    from fp8spec.plan.plan import spec_memory_plan
     from fp8spec.plan.render import render_text
     from fp8spec.plan.svg import plan_svg
+    from fp8spec.rules.plan_columns import judged
 
-    memory = valid.resolved.memory_plan
+    memory = spec_memory_plan(valid.resolved)
     if memory is None:
         return {}
     memory = judged(memory, valid.resolved)  # no expected gain for a column the rules refuse

@@ -1,9 +1,11 @@
 """Rollout engines: everything that differs between vLLM, SGLang, ... lives in the engine's own folder here.
 
 Every package ``fp8spec/engines/<name>/`` is an engine: its ``__init__`` defines ``ENGINE``, an
-``fp8spec.engines.base.Engine`` that says what the engine can do (the predicates rules and the planner ask) and
-reaches the engine's parts (its adapter in verl and alone, its memory model, its rules, what registers fp8spec's
-runtime hooks), each a module of the folder imported when first asked. The engines are listed in the order of
+``fp8spec.engines.base.Engine`` that says, as data, what the engine is called and can do (the predicates rules and
+the planner ask). Its parts are modules of the folder, each bound by the engine's name in the layer that uses it:
+its memory model (``memory.py``, fp8spec.plan.engine_memory), its rules (``rules.py``, the rule registry), its
+adapter in verl and alone with what registers fp8spec's runtime hooks (``adapter.py``,
+fp8spec.compiler.adapters.engine). The engines are listed in the order of
 backends/stack.yaml, which also gives each one's default version, so adding an engine is one new folder plus
 data: its profiles under backends/<name>/ and its line in backends/stack.yaml.
 

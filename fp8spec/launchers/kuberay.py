@@ -11,8 +11,10 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
+from fp8spec.launchers import get_launcher
 from fp8spec.launchers.argv import check_arguments
-from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError, Launch, Launcher, runtime_env_yaml
+from fp8spec.launchers.base import POD_SHM_VOLUME, BundleError
+from fp8spec.launchers.launch import Launch, runtime_env_yaml
 from fp8spec.preflight import program_files
 from fp8spec.profiles.kubernetes import kubernetes_limit
 from fp8spec.quoting import json_scalar, md_code, shell_word
@@ -22,15 +24,7 @@ if TYPE_CHECKING:
     from fp8spec.compiler.settings import SettingsPlan
     from fp8spec.specfile.model import Spec
 
-LAUNCHER = Launcher(
-    name="kuberay",
-    file="rayjob.yaml",
-    template="rayjob.yaml.j2",
-    order=2,
-    run="run `kubectl apply -f rayjob.yaml`",
-    summary="rayjob.yaml",
-    executable=False,
-)
+LAUNCHER = get_launcher("kuberay")
 KUBERAY_BUNDLE_DIR = "/fp8spec/bundle"
 KUBERAY_TTL_SECONDS = 600
 K8S_NAME_MAX = 47  # KubeRay: MaxRayJobNameLength = 53 (RayCluster) - 6 (generated suffix)

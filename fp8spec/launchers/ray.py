@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from fp8spec.launchers.base import Launch, Launcher
+from fp8spec.launchers import get_launcher
+from fp8spec.launchers.launch import Launch
 from fp8spec.quoting import md_code
 
-LAUNCHER = Launcher(
-    name="ray",
-    file="submit.sh",
-    template="submit.sh.j2",
-    order=0,
-    run="run `bash submit.sh`",
-    summary="submit.sh, `ray job submit`",
-)
+LAUNCHER = get_launcher("ray")
 
 
 def render(launch: Launch) -> str:

@@ -3,16 +3,10 @@ other node), then submit.sh, then teardown. Extra #SBATCH options are judged by 
 
 from __future__ import annotations
 
-from fp8spec.launchers.base import Launch, Launcher
+from fp8spec.launchers import get_launcher
+from fp8spec.launchers.launch import Launch
 
-LAUNCHER = Launcher(
-    name="slurm",
-    file="slurm.sbatch",
-    template="slurm.sbatch.j2",
-    order=1,
-    run="run `sbatch slurm.sbatch` from this folder (Slurm's log goes beside it: `../<spec name>-<job id>.out`)",
-    summary="slurm.sbatch",
-)
+LAUNCHER = get_launcher("slurm")
 RAY_PORT = 6379
 DASHBOARD_PORT = 8265
 

@@ -21,6 +21,7 @@ from fp8spec.plan.verdict import (
     margin_text,
     proposal_headroom,
 )
+from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
@@ -50,7 +51,7 @@ def trainer_state(plan: MemoryPlan) -> Optional[Verdict]:
     out += [
         advice(f"hardware.nodes: {n} ({n * gpn} GPUs)", hardware__nodes=n) for n in (nodes + 1, 2 * nodes)
     ]
-    if t.backend == "megatron":
+    if get_trainer(t.backend).parallel_layout:
         p = plan.spec.training.parallel
         for n in (2, 4, 8):
             if p.pp < n and plan.model.num_hidden_layers % n == 0:
@@ -183,7 +184,9 @@ def colocation(plan: MemoryPlan) -> Optional[Verdict]:
             )
         )
     off = {what: not t.offload.get(what) for what in ("optimizer", "params")}
-    frees = {"optimizer": t.optimizer, "params": t.params + (t.grads if t.backend == "megatron" else 0)}
+    # offloading the params releases a gradient buffer that otherwise stays resident
+    grads = t.grads if get_trainer(t.backend).grad_buffer_resident else 0
+    frees = {"optimizer": t.optimizer, "params": t.params + grads}
     for what in ("optimizer", "params"):
         if off[what]:
             fixes.append(
@@ -308,12 +311,11 @@ def _more_kv_share(plan: MemoryPlan, r: RolloutResult) -> list[Advice]:
 
 def _peak_terms(t) -> list[tuple[str, int]]:
     """Every term of the training peak, named; they sum to ``t.peak``."""
-    gather = "FSDP gather buffers" if t.backend == "fsdp" else "transient buffers"
     return [
         ("state", t.state),
         ("activations", t.activations),
         ("logits", t.logits),
-        (gather, t.transient),
+        (get_trainer(t.backend).transient_buffers, t.transient),
         ("CUDA context", t.context),
     ]
 
@@ -322,12 +324,13 @@ def _peak_advice(plan: MemoryPlan) -> tuple[Advice, ...]:
     """Ways to a lower training peak, each with the values it sets; a token budget only above its floor (one
     sequence: a lower one is PAR012) and a micro-batch only above 1."""
     spec = plan.spec
+    trainer = get_trainer(spec.training.backend)
     r, a = spec.rollout, spec.algorithm
     out: list[Advice] = []
     sequence = r.max_prompt_length + r.max_response_length
     budget_above_floor = False
     if a.use_dynamic_bsz:
-        split = spec.training.parallel.cp if spec.training.backend == "megatron" else 1
+        split = spec.training.parallel.cp if trainer.parallel_layout else 1
         floor = -(-sequence // split)
         budget = a.ppo_max_token_len_per_gpu or (plan.trainer.micro_batch_tokens if plan.trainer else 0)
         budget_above_floor = budget > floor
@@ -342,7 +345,7 @@ def _peak_advice(plan: MemoryPlan) -> tuple[Advice, ...]:
         out.append(
             advice("algorithm.ppo_micro_batch_size_per_gpu: 1", algorithm__ppo_micro_batch_size_per_gpu=1)
         )
-    if spec.training.backend == "megatron":
+    if trainer.parallel_layout:
         p, gpn, world = spec.training.parallel, spec.hardware.gpus_per_node, spec.world_size
         out += [
             advice(
@@ -363,7 +366,7 @@ def _peak_advice(plan: MemoryPlan) -> tuple[Advice, ...]:
         "a smaller micro-batch" if not a.use_dynamic_bsz and a.ppo_micro_batch_size_per_gpu > 1 else None,
         "shorter responses",
         "more GPUs",
-        "a larger training.parallel.tp, pp or cp" if spec.training.backend == "megatron" else None,
+        "a larger training.parallel.tp, pp or cp" if trainer.parallel_layout else None,
     ]
     kept = [w for w in ways if w]
     out.append(Advice(", ".join(kept[:-1]) + " or " + kept[-1]))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
+from weakref import WeakKeyDictionary
 
-from fp8spec.engines import get_engine
+from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.gain import Gain, TrainerGain, expected_gain, trainer_gain, trainer_gain_unmeasured
 from fp8spec.plan.rollout import RolloutResult, memory_facts, rollout_plan
 from fp8spec.plan.setup import EngineSetup, Overrides, setup_from_spec
@@ -14,8 +15,7 @@ from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
-    from fp8spec.plan.layout import LayoutError
-    from fp8spec.plan.verdict import Verdict
+    from fp8spec.plan.verdict import LayoutError, PlanRules, Verdict
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.specfile.model import Spec
 
@@ -31,10 +31,12 @@ class MemoryPlan:
     trainer_other: Optional[TrainerMemory] = None  # the Megatron trainer in the other precision
     # the validated spec the plan is of: its fix lines are checked against every rule, as hints are
     ctx: Optional[ResolvedSpec] = field(default=None, repr=False, compare=False)
-    # choice key -> codes of the rules that refuse that column (plan.columns; None: not judged)
+    # choice key -> codes of the rules that refuse that column (fp8spec.rules.plan_columns; None: not judged)
     refused: Optional[dict[str, tuple[str, ...]]] = None
     # errors the rules report for the layout the plan was asked about (--tp/--ep), not for the spec itself
     layout_errors: tuple[LayoutError, ...] = ()
+    # the rules' names and checked fixes for its verdicts, which its text and JSON print (None: not judged)
+    rules: Optional[PlanRules] = field(default=None, repr=False, compare=False)
 
     @property
     def total_bytes(self) -> int:
@@ -155,7 +157,7 @@ class MemoryPlan:
 def build_memory_plan(ctx: ResolvedSpec, overrides: Overrides = Overrides()) -> MemoryPlan:
     """The plan of a validated context (model resolved). Raises PlanInputError for unusable inputs."""
     setup = setup_from_spec(ctx, overrides)
-    notes = get_engine(setup.engine).memory_notes(setup, memory_facts(setup))
+    notes = memory_model(setup.engine).memory_notes(setup, memory_facts(setup))
     if overrides.gpu_memory_gib is None:
         where = (
             "hardware.gpu_memory_gib"
@@ -216,7 +218,7 @@ def plan_problem(ctx: ResolvedSpec) -> Optional[str]:
     """Why the spec's plan cannot be made (the memory rules then do not run), or None when it can."""
     from fp8spec.plan.setup import PlanInputError
 
-    if ctx.memory_plan is not None:
+    if spec_memory_plan(ctx) is not None:
         return None
     if ctx.model is None:
         return "the model is not resolved (REF001)"
@@ -229,8 +231,21 @@ def plan_problem(ctx: ResolvedSpec) -> Optional[str]:
     return None
 
 
+# resolved spec -> its plan with verl's defaults: made once, by the first MEM rule that reads it, and reused by the
+# other MEM rules and the compiler; a resolved spec compares by identity, and its plan goes when it does
+_SPEC_PLANS: WeakKeyDictionary[ResolvedSpec, Optional[MemoryPlan]] = WeakKeyDictionary()
+
+
+def spec_memory_plan(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
+    """The spec's memory plan with verl's defaults, shared by the MEM rules and the compiler; None when the
+    inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
+    if ctx not in _SPEC_PLANS:
+        _SPEC_PLANS[ctx] = plan_or_none(ctx)
+    return _SPEC_PLANS[ctx]
+
+
 def plan_or_none(ctx: ResolvedSpec) -> Optional[MemoryPlan]:
-    """The spec's plan with verl's defaults (ResolvedSpec.memory_plan keeps it); None when the inputs are not
+    """The spec's plan with verl's defaults, made anew (spec_memory_plan keeps it); None when the inputs are not
     enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
     from fp8spec.plan.setup import PlanInputError
 

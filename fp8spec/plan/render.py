@@ -6,12 +6,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from fp8spec.engines import get_engine
-from fp8spec.plan.advice import fix_line
+from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.facts import estimate, estimate_basis
 from fp8spec.plan.gain import gain_source, running_caveat
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
+    from fp8spec.plan.verdict import PlanRules
 
 GIB = 1 << 30
 
@@ -167,7 +168,7 @@ def plan_json(plan: MemoryPlan) -> dict:
                 "code": v.code,
                 "ok": v.ok,
                 "message": v.message if not v.ok else "",
-                "fix": fix_line(plan, v) if not v.ok else "",
+                "fix": _rules(plan).fix(plan, v) if not v.ok else "",
                 "acknowledged": plan.spec.acknowledge.get(v.code),
             }
             for v in plan.verdicts()
@@ -184,7 +185,7 @@ def plan_json(plan: MemoryPlan) -> dict:
             "expected_gain_running": running_caveat(spec_r.running)
             if any(plan.gain(r) is not None for r in plan.rollout)
             else "",
-            "engine_memory_model": get_engine(s.engine).memory_source,
+            "engine_memory_model": memory_model(s.engine).memory_source,
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
             "trainer_memory_model": f"backends/verl/{plan.spec.stack.verl}.yaml memory.fsdp_state, "
             "memory.megatron_state, memory.colocation",
@@ -203,29 +204,27 @@ CHECKPOINT_CONTENTS = (
 def verdict_line(plan: MemoryPlan) -> str:
     """The one verdict of the plan: 'fits', or 'does not fit: ...' naming every failing check whose rule is an
     error; warnings (preemption, an estimated peak) are named after 'fits' without changing it."""
-    from fp8spec.rules.registry import get_rule
-
+    rules = _rules(plan)
     if plan.layout_errors:
         codes = dict.fromkeys(e.code for e in plan.layout_errors)
-        return "invalid layout: " + "; ".join(f"{code} {_rule_name(code)}" for code in codes)
+        return "invalid layout: " + "; ".join(f"{code} {rules.name(code)}" for code in codes)
     failing = [v for v in plan.verdicts() if not v.ok]
-    errors = [v for v in failing if (rule := get_rule(v.code)) is None or rule.severity == "error"]
+    errors = [v for v in failing if rules.is_error(v.code)]
     if errors:
-        return "does not fit: " + "; ".join(f"{v.code} {_rule_name(v.code)}" for v in errors)
+        return "does not fit: " + "; ".join(f"{v.code} {rules.name(v.code)}" for v in errors)
     if failing:
         warned = ", ".join(
-            f"{v.code} {_rule_name(v.code)}" + (" (acknowledged)" if v.code in plan.spec.acknowledge else "")
+            f"{v.code} {rules.name(v.code)}" + (" (acknowledged)" if v.code in plan.spec.acknowledge else "")
             for v in failing
         )
         return f"fits (warning: {warned})"
     return "fits"
 
 
-def _rule_name(code: str) -> str:
-    from fp8spec.rules.registry import get_rule
-
-    rule = get_rule(code)
-    return rule.name if rule is not None else ""
+def _rules(plan: MemoryPlan) -> PlanRules:
+    if plan.rules is None:
+        raise ValueError("a plan is printed once the rules judged it (fp8spec.rules.plan_columns.judged)")
+    return plan.rules
 
 
 def render_json(plan: MemoryPlan) -> str:
@@ -246,7 +245,7 @@ def _step_word(r) -> str:
 
 def fix_lines(plan: MemoryPlan) -> list[tuple[str, str]]:
     """(code, fix) of each failed verdict, as `plan` prints them (values checked against every rule)."""
-    return [(v.code, fix_line(plan, v)) for v in plan.failing()]
+    return [(v.code, _rules(plan).fix(plan, v)) for v in plan.failing()]
 
 
 def render_text(plan: MemoryPlan) -> str:
@@ -376,7 +375,7 @@ def render_text(plan: MemoryPlan) -> str:
     for v in problems:
         reason = plan.spec.acknowledge.get(v.code)
         out.append(f"{v.code}: {v.message}" + (f" (acknowledged: {reason})" if reason else ""))
-        fix = fix_line(plan, v)
+        fix = _rules(plan).fix(plan, v)
         if fix:
             out.append(f"    fix: {fix}")
     for note in plan.notes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.engines import get_engine
+from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.kv import KVCapacity, kv_bytes_per_token_layer, kv_capacity
 from fp8spec.plan.setup import EngineMemory, EngineSetup
 from fp8spec.plan.weights import Sharding, WeightBytes, rollout_weight_bytes
@@ -57,7 +57,7 @@ class RolloutResult:
 
 def memory_facts(setup: EngineSetup) -> ProfileFacts:
     """The memory.* profile facts the engine's model reads (fp8spec/engines/<name>/memory.py)."""
-    return get_engine(setup.engine).memory_facts(setup.engine_version)
+    return memory_model(setup.engine).memory_facts(setup.engine_version)
 
 
 def choices(ctx: ResolvedSpec) -> list[tuple[Choice, bool]]:
@@ -101,7 +101,7 @@ def plan_choice(
         model, shard, choice.quantized, vocab_padding=facts.value("memory.vocab_padding")
     )
     s = setup.with_kv_dtype(choice.kv_dtype)
-    memory, block = get_engine(s.engine).engine_memory(
+    memory, block = memory_model(s.engine).engine_memory(
         model, s, weights.total, facts, None if choice.quantized is None else frozenset(choice.quantized)
     )
     dtype_bytes = facts.value("memory.kv_dtype_bytes")["bf16" if s.kv_dtype == "bf16" else s.kv_dtype]

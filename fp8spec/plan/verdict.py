@@ -4,11 +4,12 @@ costs their advice states, in the words `validate` and `plan` print."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from fp8spec.plan.facts import estimate
 
 if TYPE_CHECKING:
+    from fp8spec.plan.plan import MemoryPlan
     from fp8spec.plan.rollout import RolloutResult
 
 GIB = 1 << 30
@@ -37,6 +38,27 @@ def advice(text: str, cost: str = "", loss: Optional[float] = None, **changes: o
 
 
 NO_THROUGHPUT_COST = "no throughput cost"
+
+
+@dataclass(frozen=True)
+class LayoutError:
+    """An error the rules report for the layout `plan --tp/--ep` asked about (fp8spec.rules.plan_layout)."""
+
+    code: str
+    path: str  # the spec field the rule points at
+    message: str
+
+
+class PlanRules(Protocol):
+    """What only the rules know of a plan's verdicts, which its text and JSON print: the rule behind each code and
+    the fix each failed verdict proposes, checked against every rule. The rules give it to the plan they judge
+    (fp8spec.rules.plan_columns.judged), so the planner imports no rule."""
+
+    def name(self, code: str) -> str: ...
+
+    def is_error(self, code: str) -> bool: ...
+
+    def fix(self, plan: MemoryPlan, verdict: Verdict) -> str: ...
 
 
 def proposal_headroom() -> int:

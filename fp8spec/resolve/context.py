@@ -22,12 +22,11 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
-    from fp8spec.megatron.layout import MegatronLayout
-    from fp8spec.plan.plan import MemoryPlan
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
     from fp8spec.resolve.reward import RewardFile, RewardFileProblem
     from fp8spec.trainers.base import Trainer
+    from fp8spec.trainers.megatron.layout import MegatronLayout
 
 
 @dataclass(eq=False)
@@ -98,8 +97,8 @@ class ResolvedSpec:
 
     @cached_property
     def megatron(self) -> MegatronLayout:
-        """The Megatron layout with its resolved defaults (fp8spec.megatron.layout.MegatronLayout)."""
-        from fp8spec.megatron.layout import megatron_layout
+        """The Megatron layout with its resolved defaults (fp8spec.trainers.megatron.layout.MegatronLayout)."""
+        from fp8spec.trainers.megatron.layout import megatron_layout
 
         return megatron_layout(self.spec, self.model)
 
@@ -115,14 +114,6 @@ class ResolvedSpec:
         from fp8spec.exclusions import resolve_exclusions
 
         return resolve_exclusions(self.spec, self.model)
-
-    @cached_property
-    def memory_plan(self) -> Optional[MemoryPlan]:
-        """The spec's memory plan with verl's defaults, shared by the MEM rules and the compiler; None when
-        the inputs are not enough (unknown GPU memory, unresolved model): `fp8spec plan` says why."""
-        from fp8spec.plan.plan import plan_or_none
-
-        return plan_or_none(self)
 
     def kuberay_image(self) -> str | None:
         """The pods' image: the spec's, else verl's published image for the pinned engine version."""

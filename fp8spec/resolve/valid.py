@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
     from fp8spec.engines.base import Engine
     from fp8spec.exclusions import ExclusionPlan
-    from fp8spec.megatron.layout import MegatronLayout
     from fp8spec.profiles import Profile
     from fp8spec.resolve.batching import Batching
     from fp8spec.resolve.reward import RewardFile
+    from fp8spec.trainers.megatron.layout import MegatronLayout
 
 
 class NotValid(Exception):

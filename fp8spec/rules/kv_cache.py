@@ -191,9 +191,10 @@ def _bf16_that_fits(ctx: ResolvedSpec) -> tuple[list[dict], dict]:
     """A BF16 KV cache together with the rollout.max_num_seqs whose sequences it holds at full length: where
     bf16 alone makes the engine preempt (MEM004), this pair may pass every rule (checked, as every proposal).
     With what the cap costs the rollout (fp8spec.plan.verdict.capped_throughput_loss)."""
+    from fp8spec.plan.plan import spec_memory_plan
     from fp8spec.plan.verdict import capped_throughput_loss, concurrency_cost
 
-    plan = ctx.memory_plan
+    plan = spec_memory_plan(ctx)
     if plan is None:
         return [], {}
     key = "fp8" if ctx.spec.linear.quantize else "bf16"  # the spec's linears with a BF16 KV cache

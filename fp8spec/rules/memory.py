@@ -1,7 +1,7 @@
 """Memory feasibility: the planner's model of trainer and rollout memory (fp8spec.plan) as rules.
 
 Each rule is one verdict of fp8spec.plan.feasibility; its hint is the verdict's advice, and every value the
-advice names is applied and validated before it is printed (fp8spec.plan.advice), the same text
+advice names is applied and validated before it is printed (fp8spec.rules.plan_advice), the same text
 `fp8spec plan` prints on its fix lines.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from fp8spec.plan.advice import advised, proposal_costs
 from fp8spec.rules.examples import DEEPSEEK_E2E, MEGATRON_FP8, MOE, Examples, fragment
+from fp8spec.rules.plan_advice import advised, proposal_costs
 from fp8spec.rules.registry import Finding, rule
 
 if TYPE_CHECKING:
@@ -25,7 +25,9 @@ def no_memory_plan(ctx: ResolvedSpec) -> Optional[str]:
 
 
 def _check(ctx: ResolvedSpec, verdict_fn) -> Iterator[Finding]:
-    plan = ctx.memory_plan
+    from fp8spec.plan.plan import spec_memory_plan
+
+    plan = spec_memory_plan(ctx)
     if plan is None:
         return
     verdict = verdict_fn(plan)

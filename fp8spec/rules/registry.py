@@ -9,6 +9,7 @@ feasibility.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional
 
@@ -128,12 +129,12 @@ def rule_hint(code: str) -> str:
 
 def _load_rule_modules() -> None:
     # Importing the modules registers their rules; kept here so the registry has one entry point. A topic with a
-    # folder of its own keeps its rules there (fp8spec/exclusions/rules.py, fp8spec/megatron/rules.py), and each
-    # rollout engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), loaded through its
-    # engine.
+    # folder of its own keeps its rules there (fp8spec/exclusions/rules.py, fp8spec/trainers/megatron/rules.py),
+    # and each rollout engine's folder may hold rules of its own (fp8spec/engines/<name>/rules.py), found here by
+    # the engine's name (its descriptor is data and imports no rule).
     import fp8spec.exclusions.rules
-    import fp8spec.megatron.rules  # noqa: F401
-    from fp8spec.engines import all_engines
+    import fp8spec.trainers.megatron.rules  # noqa: F401
+    from fp8spec.engines import engine_names
     from fp8spec.rules import (  # noqa: F401
         batching,
         blocks,
@@ -152,5 +153,6 @@ def _load_rule_modules() -> None:
         training,
     )
 
-    for engine in all_engines():
-        engine.load_rules()
+    for name in engine_names():
+        if importlib.util.find_spec(f"fp8spec.engines.{name}.rules") is not None:
+            importlib.import_module(f"fp8spec.engines.{name}.rules")

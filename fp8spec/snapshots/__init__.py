@@ -13,7 +13,7 @@ Library entry points (the CLI mounts these):
 - :mod:`fp8spec.snapshots.drift` (a profile's facts against its snapshot, and a newer release's)
 
 A rollout engine's extractor is in its folder (fp8spec/engines/<name>/snapshot.py), megatron-core's in
-fp8spec/megatron/snapshot.py (with :mod:`fp8spec.megatron.config_check`, Megatron's own ``TransformerConfig``
+fp8spec/trainers/megatron/snapshot.py (with :mod:`fp8spec.trainers.megatron.config_check`, Megatron's own ``TransformerConfig``
 validation on CPU).
 """
 

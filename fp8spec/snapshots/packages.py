@@ -36,12 +36,12 @@ class PackageInfo:
 
 
 # One extractor per profiled kind (fp8spec.targets.KINDS): a rollout engine's in its folder, megatron-core's in
-# fp8spec/megatron/, the others here under the kind's name.
+# fp8spec/trainers/megatron/, the others here under the kind's name.
 # megatron-core >= 0.17 declares Requires-Python >= 3.12 but still publishes cp311 wheels; take the cp311 wheel for
 # every version (only its Python source is read), matching the profiles' source artifacts.
 _EXTRACTOR_OPTIONS: dict[str, dict[str, Any]] = {
     "megatron-core": {
-        "module": "fp8spec.megatron.snapshot",
+        "module": "fp8spec.trainers.megatron.snapshot",
         "python_versions": ("3.11",),
         "ignore_requires_python": True,
     },

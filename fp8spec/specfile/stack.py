@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, create_model
 
+from fp8spec.engines import get_engine
 from fp8spec.specfile.fields import Section, Version
 from fp8spec.stack import default_stack
 
@@ -25,8 +26,6 @@ def _default_version(field: str) -> str:
 
 def _stack_section() -> type[Section]:
     """One version field per package of backends/stack.yaml, in its order (every engine folder brings its own)."""
-    from fp8spec.engines import get_engine
-
     fields: dict = {}
     for field in default_stack():
         description = _STACK_DESCRIPTIONS.get(field) or get_engine(field).stack_description

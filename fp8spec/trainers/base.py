@@ -17,6 +17,8 @@ class Trainer:
     fp8_training: bool = False  # training.precision fp8 (TransformerEngine's FP8 recipes)
     router_replay: bool = False  # training.router_replay (verl's MoE routing replay)
     grad_buffer_resident: bool = False  # the gradient buffer stays on the GPU unless params are offloaded
+    # what the training peak's transient term is, as the MEM005 and MEM006 messages name it
+    transient_buffers: str = "transient buffers"
     router_dtype: bool = False  # training.router_dtype reaches the MoE router (moe_router_dtype)
     # the model is a Hugging Face model, whose attn_implementation takes flash_attention_2, sdpa or eager;
     # otherwise the attention backend is Megatron's (flash_attention_2, fused, unfused)

@@ -19,7 +19,7 @@ that hand-made bad bundles are caught. What is checked:
 - Environment variables: read by the package they target (VLLM_*/SGLANG_*/NVTE_* in that release's
   snapshot; FP8SPEC_* by fp8spec.runtime; VERL_* by the installed verl release's source).
 - Megatron bundles: the TransformerConfig/OptimizerConfig overrides pass
-  ``fp8spec.megatron.config_check.validate_transformer_config`` (the real dataclasses on CPU torch)
+  ``fp8spec.trainers.megatron.config_check.validate_transformer_config`` (the real dataclasses on CPU torch)
   and the TE recipe exists with those fields (``check_te_recipe``).
 """
 
@@ -352,7 +352,7 @@ def te_version_seen_by_megatron(version: str):
 
 
 def check_megatron(c: Compiled, overrides: Optional[list[str]] = None) -> list[str]:
-    from fp8spec.megatron.config_check import check_te_recipe, validate_transformer_config
+    from fp8spec.trainers.megatron.config_check import check_te_recipe, validate_transformer_config
 
     tc, opt, par = megatron_overrides(overrides if overrides is not None else c.overrides)
     model = c.ctx.model

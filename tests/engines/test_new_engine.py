@@ -1,7 +1,7 @@
 """Adding a rollout engine is one new folder plus data.
 
-A copy of the package and its data gets exactly that: fp8spec/engines/toy/ (tests/engines/toy_engine.py: one
-rule, one setting, a memory model, a standalone server), backends/toy/1.0.0.yaml and a line in
+A copy of the package and its data gets exactly that: fp8spec/engines/toy/ (tests/engines/toy_engine.py: its
+descriptor, a memory model, an adapter with one setting and a standalone server, one rule), backends/toy/1.0.0.yaml and a line in
 backends/stack.yaml. Nothing else is edited. The real CLI, run from the copy, then knows the engine everywhere the
 registry feeds: the spec's choices and stack fields, the backends, retargeting, the rules (its own among them),
 the planner, and the compiler, which writes a trainer bundle and a serve bundle for it.
@@ -16,7 +16,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from tests.conftest import REPO, SPECS, patched
-from tests.engines.toy_engine import ENGINE_INIT, ENGINE_RULES, PROFILE
+from tests.engines.toy_engine import ENGINE_ADAPTER, ENGINE_INIT, ENGINE_MEMORY, ENGINE_RULES, PROFILE
 from tests.extending import cli_in, copy_of_the_package, package_file_of
 
 pytestmark = pytest.mark.slow
@@ -29,6 +29,8 @@ def tree(tmp_path_factory) -> Path:
     engine = root / "fp8spec" / "engines" / "toy"
     engine.mkdir()
     (engine / "__init__.py").write_text(ENGINE_INIT, encoding="utf-8")
+    (engine / "memory.py").write_text(ENGINE_MEMORY, encoding="utf-8")
+    (engine / "adapter.py").write_text(ENGINE_ADAPTER, encoding="utf-8")
     (engine / "rules.py").write_text(ENGINE_RULES, encoding="utf-8")
     (root / "backends" / "toy").mkdir()
     (root / "backends" / "toy" / "1.0.0.yaml").write_text(PROFILE, encoding="utf-8")

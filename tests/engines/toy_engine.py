@@ -1,13 +1,11 @@
 """A toy rollout engine, written the way a newcomer adds one: a folder under fp8spec/engines/ plus data (its
-profile under backends/toy/ and its line in backends/stack.yaml). It has one rule (TOY001) and one setting (an
-environment variable read from its profile); the rest of fp8spec finds it through the registry."""
+profile under backends/toy/ and its line in backends/stack.yaml). Its descriptor (names and capabilities) is the
+folder's __init__; beside it are its memory model, its adapter with one setting (an environment variable read from
+its profile) and one rule (TOY001); the rest of fp8spec finds each by the engine's name."""
 
 ENGINE_INIT = '''"""Toy: a rollout engine that exists only in a test."""
 
 from __future__ import annotations
-
-import math
-from typing import Any
 
 from fp8spec.engines.base import Engine
 
@@ -19,38 +17,59 @@ class Toy(Engine):
     memory_rows = (("requested (total x utilization)", "requested"),)
     runner_labels = {"toy": "toy pool"}
 
+
+ENGINE = Toy()
+'''
+
+ENGINE_MEMORY = '''"""The toy engine's memory model."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fp8spec.plan.engine_memory import EngineMemoryModel
+from fp8spec.plan.facts import profile_facts
+from fp8spec.plan.setup import EngineMemory
+
+
+class ToyMemory(EngineMemoryModel):
     @property
     def memory_source(self) -> str:
         return "backends/toy memory.* facts"
 
     def memory_facts(self, version: str) -> Any:
-        from fp8spec.plan.facts import profile_facts
-
         return profile_facts("toy", version, version, "memory.kv_dtype_bytes")
 
     def engine_memory(self, model, setup, weights, facts, quantized):
-        from fp8spec.plan.setup import EngineMemory
-
         requested = math.floor(setup.total_bytes * setup.utilization)
         return EngineMemory(requested, weights, 0, 0, 0, "toy"), facts.value("memory.block_size")
 
+
+MODEL = ToyMemory()
+'''
+
+ENGINE_ADAPTER = '''"""What the toy engine compiles to."""
+
+from __future__ import annotations
+
+from fp8spec.compiler.adapters.engine import EngineAdapter
+from fp8spec.compiler.settings import serve_flags
+
+
+class ToyAdapter(EngineAdapter):
     def build_in_verl(self, plan, valid, keys) -> None:
         prof = valid.profile("toy")
         plan.add("env", prof.value("env.fast_path"), "1", "rollout.engine", "the toy engine's fast path",
                  prof.evidence("env.fast_path"))
 
     def build_serve(self, plan, valid) -> list[str]:
-        from fp8spec.compiler.settings import serve_flags
-
         prof = valid.profile("toy")
         argv = prof.value("cli.serve").split() + [valid.spec.model.path]
         return argv + serve_flags(plan, prof, [("flag.tp", valid.spec.rollout.tp, "rollout.tp", "tensor parallel size")])
 
-    def load_rules(self) -> None:
-        import fp8spec.engines.toy.rules  # noqa: F401
 
-
-ENGINE = Toy()
+ADAPTER = ToyAdapter()
 '''
 
 ENGINE_RULES = '''"""The toy engine's own rule."""

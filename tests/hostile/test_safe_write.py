@@ -137,7 +137,7 @@ NAMES = ["m$\\nosuchcmd$x", "price$x^2$", "a$b", "$$", "a\\$b$c$", "$\\frac{1}{0
 @pytest.fixture
 def plan_of(validate):
     from fp8spec.plan import build_memory_plan
-    from fp8spec.plan.columns import judged
+    from fp8spec.rules.plan_columns import judged
 
     def run():
         result = validate(BASE_SPEC)

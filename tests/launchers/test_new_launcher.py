@@ -1,9 +1,9 @@
-"""Adding a launcher is one module plus one template.
+"""Adding a launcher is its row in the table, one module and one template.
 
-A copy of the package gets fp8spec/launchers/local.py (its row of the table, how it renders, what the bundle
-README says of it) and templates/local.sh.j2, nothing else. The real CLI, run from the copy, then offers
-``cluster.launcher: local``, writes local.sh (executable) into every trainer bundle, and the bundle README lists
-it and says how to run it when the spec names it.
+A copy of the package gets its row at the end of the table (fp8spec/launchers/__init__.py),
+fp8spec/launchers/local.py (how it renders, what the bundle README says of it) and templates/local.sh.j2, nothing
+else. The real CLI, run from the copy, then offers ``cluster.launcher: local``, writes local.sh (executable) into
+every trainer bundle, and the bundle README lists it and says how to run it when the spec names it.
 """
 
 from __future__ import annotations
@@ -24,16 +24,10 @@ MODULE = '''"""A launcher that exists only in a test: a one-node Ray head on thi
 
 from __future__ import annotations
 
-from fp8spec.launchers.base import Launch, Launcher
+from fp8spec.launchers import get_launcher
+from fp8spec.launchers.launch import Launch
 
-LAUNCHER = Launcher(
-    name="local",
-    file="local.sh",
-    template="local.sh.j2",
-    order=3,
-    run="run `bash local.sh` on the GPU machine",
-    summary="local.sh",
-)
+LAUNCHER = get_launcher("local")
 
 
 def render(launch: Launch) -> str:
@@ -45,6 +39,18 @@ def render(launch: Launch) -> str:
 def readme(launch: Launch) -> str:
     return f"a Ray head on this machine, the preflight, then `bash launch.sh` ({launch.common['nodes']} node)"
 '''
+ROW = """
+
+LAUNCHERS += (
+    Launcher(
+        name="local",
+        file="local.sh",
+        template="local.sh.j2",
+        run="run `bash local.sh` on the GPU machine",
+        summary="local.sh",
+    ),
+)
+"""
 TEMPLATE = """#!/usr/bin/env bash
 # {{ spec.name }} ({{ backend }}), submission {{ submission_id | sh }}
 set -euo pipefail
@@ -57,6 +63,8 @@ bash launch.sh
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     root = copy_of_the_package(tmp_path_factory.mktemp("with-local"))
+    with open(root / "fp8spec" / "launchers" / "__init__.py", "a", encoding="utf-8") as fh:
+        fh.write(ROW)
     (root / "fp8spec" / "launchers" / "local.py").write_text(MODULE, encoding="utf-8")
     (root / "templates" / "local.sh.j2").write_text(TEMPLATE, encoding="utf-8")
     return root

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from fp8spec.plan.plan import spec_memory_plan
 from fp8spec.plan.render import plan_json, render_text
+from fp8spec.rules.plan_columns import judged
 from tests.conftest import BASE_SPEC, patched
 
 MEASURED = 256  # sequences running at once in every measurement behind expected_gains.yaml
 
 
 def test_capped_concurrency_is_named_beside_the_speed_ups(validate):
-    plan = validate(patched(BASE_SPEC, {"rollout": {"max_num_seqs": 16}})).context.memory_plan
+    ctx = validate(patched(BASE_SPEC, {"rollout": {"max_num_seqs": 16}})).context
+    plan = judged(spec_memory_plan(ctx), ctx)
     assert plan.spec_rollout.running == 16
     text = render_text(plan)
     assert "speed-up source" in text
@@ -18,6 +21,7 @@ def test_capped_concurrency_is_named_beside_the_speed_ups(validate):
 
 
 def test_no_caveat_at_the_measured_concurrency(validate):
-    plan = validate(patched(BASE_SPEC, {"rollout": {"max_num_seqs": MEASURED, "n": 32}})).context.memory_plan
+    ctx = validate(patched(BASE_SPEC, {"rollout": {"max_num_seqs": MEASURED, "n": 32}})).context
+    plan = judged(spec_memory_plan(ctx), ctx)
     assert plan.spec_rollout.running == MEASURED
     assert "sequences running at once" not in render_text(plan)

@@ -23,7 +23,7 @@ def plan_json(*args) -> dict:
 @pytest.fixture
 def plan_of(validate):
     from fp8spec.plan import build_memory_plan
-    from fp8spec.plan.columns import judged
+    from fp8spec.rules.plan_columns import judged
 
     def run(*patches):
         result = validate(patched(BASE_SPEC, *patches))
@@ -122,6 +122,22 @@ def test_verdict_says_does_not_fit_with_the_failing_checks(write_spec, plan_of):
 
     assert verdict_line(plan_of()) == "fits (warning: MEM004 heavy-preemption)"  # preempts, but fits
     assert plan_json(SPEC_8B, "--gpu", "h200")["verdict"] == "fits"
+
+
+def test_only_a_plan_the_rules_judged_is_printed(validate):
+    """The planner imports no rule: the rule names and checked fixes a printed plan shows come from the rules that
+    judged it, so a plan they did not judge is refused rather than printed without them."""
+    from fp8spec.plan import build_memory_plan
+    from fp8spec.plan.render import render_text, verdict_line
+    from fp8spec.rules.plan_columns import judged
+
+    ctx = validate(patched(BASE_SPEC, DEEPSEEK_E2E)).context
+    plan = build_memory_plan(ctx)
+    with pytest.raises(ValueError, match="judged"):
+        render_text(plan)
+    printed = judged(plan, ctx)
+    assert verdict_line(printed).startswith("does not fit: MEM001 trainer-state-exceeds-gpu")
+    assert "    fix: " in render_text(printed)
 
 
 # --- expected gain -----------------------------------------------------------------------------------------

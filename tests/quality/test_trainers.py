@@ -50,11 +50,8 @@ def trainer_name_comparisons(path: Path, trainers: tuple[str, ...]) -> list[str]
     return out
 
 
-# Comparisons still to replace with capabilities; the list only shrinks. plan/feasibility.py is being split into
-# smaller modules; its memory arithmetic moves to the trainer's capabilities with that split.
-ALLOWED = {
-    "fp8spec/plan/feasibility.py": 6,
-}
+# Comparisons allowed outside the trainers' folder: none (rules, planner and compiler ask the capabilities).
+ALLOWED: dict[str, int] = {}
 
 
 def test_no_trainer_name_is_compared_outside_the_trainers_folder():

@@ -98,9 +98,12 @@ MEGATRON_FP8 = {"training": {"backend": "megatron", "precision": "fp8", "paralle
 
 
 def _plan(validate, *patches):
+    """The plan as `fp8spec plan` prints it."""
     from fp8spec.plan import build_memory_plan
+    from fp8spec.rules.plan_columns import judged
 
-    return build_memory_plan(validate(patched(BASE_SPEC, *patches)).context)
+    ctx = validate(patched(BASE_SPEC, *patches)).context
+    return judged(build_memory_plan(ctx), ctx)
 
 
 def test_plan_shows_the_measured_moe_layer_cost_and_trn007_warns(validate):

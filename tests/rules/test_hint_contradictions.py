@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from fp8spec.plan.plan import spec_memory_plan
 from tests.conftest import BASE_SPEC, patched
 from tests.rules.test_hint_promises import DEEPSEEK
 
@@ -19,8 +20,9 @@ def _one(result, code):
 
 def _fix_lines(result) -> dict[str, str]:
     from fp8spec.plan.render import fix_lines
+    from fp8spec.rules.plan_columns import judged
 
-    return dict(fix_lines(result.context.memory_plan))
+    return dict(fix_lines(judged(spec_memory_plan(result.context), result.context)))
 
 
 def test_mem004_with_fp8_kv_already_does_not_propose_fp8_kv(validate):

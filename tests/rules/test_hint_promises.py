@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from fp8spec.plan.plan import spec_memory_plan
 from tests.conftest import BASE_SPEC, EXAMPLE_SPECS, patched
 from tests.rules.promises import current, nested, promises, refusals
 
@@ -98,9 +99,11 @@ def _printed(validation) -> list[tuple[str, str, str]]:
     ctx = validation.context
     if ctx is not None and ctx.model is not None:
         from fp8spec.plan.render import fix_lines
+        from fp8spec.rules.plan_columns import judged
 
-        plan = ctx.memory_plan
+        plan = spec_memory_plan(ctx)
         if plan is not None:
+            plan = judged(plan, ctx)
             paths = {d.code: d.path for d in validation.diagnostics}
             out += [(code, paths.get(code, ""), text) for code, text in fix_lines(plan)]
     return out

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from fp8spec.plan.plan import spec_memory_plan
 from tests.conftest import BASE_SPEC, patched
 from tests.rules.promises import nested
 
@@ -72,7 +73,7 @@ def test_a_proposed_memory_fix_keeps_the_stated_headroom(code, patch, validate):
     value = re.search(r"(rollout\.(?:gpu_memory_utilization|sync_bucket_mb)): ([0-9.]+)", d.hint)
     field, number = value.group(1), float(value.group(2))
     after = validate(patched(spec, nested({field: int(number) if field.endswith("_mb") else number})))
-    plan = after.context.memory_plan
+    plan = spec_memory_plan(after.context)
     if code == "MEM003":
         left = plan.headroom(plan.trainer)
     else:

@@ -8,6 +8,8 @@ import dataclasses
 import re
 from collections import Counter
 
+import pytest
+
 from fp8spec.resolve.context import ResolvedSpec
 from tests.conftest import BASE_SPEC, MOE, REPO, patched
 
@@ -61,9 +63,15 @@ def test_the_resolved_spec_has_no_untyped_field():
     assert len(dataclasses.fields(ResolvedSpec)) >= 8  # the scan sees the fields
 
 
-def test_the_memory_plan_is_a_cached_view(validate):
+def test_the_memory_plan_is_made_once_per_resolved_spec(validate, monkeypatch):
+    from fp8spec.plan import plan as plan_module
+    from fp8spec.plan.plan import spec_memory_plan
+
     ctx = validate(patched(BASE_SPEC, {"rollout": {"gpu_memory_utilization": 0.9}})).context
-    assert "memory_plan" in vars(ctx)  # the MEM rules built it during validation; the compiler reuses it
-    assert ctx.memory_plan is ctx.memory_plan and ctx.memory_plan.spec is ctx.spec
+    made = spec_memory_plan(ctx)
+    # the MEM rules made it during validation; the compiler reuses it without planning again
+    monkeypatch.setattr(plan_module, "build_memory_plan", lambda *a, **k: pytest.fail("planned twice"))
+    assert spec_memory_plan(ctx) is made and made is not None and made.spec is ctx.spec
+    monkeypatch.undo()
     unknown = validate(patched(BASE_SPEC, {"model": {"name": "my/model"}})).context
-    assert unknown.model is None and unknown.memory_plan is None
+    assert unknown.model is None and spec_memory_plan(unknown) is None

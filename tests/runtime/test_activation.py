@@ -67,14 +67,15 @@ def test_manifest_contract():
     }
     for name, p in manifest.PATCHES.items():
         assert p["description"] and set(p["engines"]) == {"vllm", "sglang"}, name
-    # what an engine must be told to load a patch is the engine's own (fp8spec/engines/<name>/), named by profile
-    # fact ids, never by the engine's own key names; SGLang loads the runtime's KV-scale loader by its import path
-    from fp8spec.engines import get_engine
+    # what an engine must be told to load a patch is the engine's own (fp8spec/engines/<name>/adapter.py), named
+    # by profile fact ids, never by the engine's own key names; SGLang loads the runtime's KV-scale loader by its
+    # import path
+    from fp8spec.compiler.adapters.engine import engine_adapter
 
-    assert get_engine("sglang").patch_engine_args("kv_scales") == {
+    assert engine_adapter("sglang").patch_engine_args("kv_scales") == {
         "engine_arg.custom_weight_loader": [manifest.SGLANG_KV_LOADER]
     }
-    assert all(get_engine(e).patch_engine_args(p) == {} for e in ("vllm", "sglang") for p in manifest.PATCHES
+    assert all(engine_adapter(e).patch_engine_args(p) == {} for e in ("vllm", "sglang") for p in manifest.PATCHES
                if (e, p) != ("sglang", "kv_scales"))
     # the manifest is plain data: importing it must not pull torch
     r = _run(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp8spec.megatron import config_check as mc
+from fp8spec.trainers.megatron import config_check as mc
 from tests.conftest import skip_missing_extra
 
 REASON = mc.unavailable_reason()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fp8spec.compiler.adapters.engine import engine_adapter
 from fp8spec.compiler.adapters.verl import VerlKeys, add_engine_arg
 from fp8spec.compiler.settings import SettingsPlan
 from fp8spec.patchset import manifest, shipped_fileset
@@ -125,7 +126,7 @@ def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
     plan.py_modules_key = keys.key("key.ray_runtime_env_py_modules")
     engine = ctx.engine
     for name in names:
-        for fact_id, value in engine.patch_engine_args(name).items():
+        for fact_id, value in engine_adapter(engine.name).patch_engine_args(name).items():
             add_engine_arg(
                 plan,
                 keys,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fp8spec.compiler.adapters.engine import EngineAdapter
 from fp8spec.compiler.adapters.verl import add_engine_arg
 from fp8spec.compiler.settings import SettingsPlan, serve_flags
 from fp8spec.engines.common import ServeArg, kv_cache_dtype_arg, kv_cache_dtype_flag, sizing_flags
@@ -101,3 +102,17 @@ def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
         "flag.chunked_prefill_size",
     )
     return argv + serve_flags(plan, prof, args)
+
+
+class SGLangAdapter(EngineAdapter):
+    def build_in_verl(self, plan: SettingsPlan, valid: ValidSpec, keys: VerlKeys) -> None:
+        build_in_verl(plan, valid, keys)
+
+    def build_serve(self, plan: SettingsPlan, valid: ValidSpec) -> list[str]:
+        return build_serve(plan, valid)
+
+    def patch_engine_args(self, patch: str) -> dict[str, Any]:
+        return patch_engine_args(patch)
+
+
+ADAPTER = SGLangAdapter()

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
+from fp8spec.engines.vllm import memory as vllm_memory
+from fp8spec.plan.engine_memory import EngineMemoryModel
 from fp8spec.plan.facts import ProfileFacts, estimate
 from fp8spec.plan.setup import EngineMemory
 from fp8spec.plan.weights import Sharding, largest_fp8_parameter
@@ -66,3 +68,30 @@ def memory_notes(setup: EngineSetup, facts: ProfileFacts) -> list[str]:
         "(SGLang 0.5's formula) - the float16 copy of the largest FP8 weight that SGLang's dummy init "
         "leaves cached; the vLLM-specific terms do not apply"
     ]
+
+
+class SGLangMemory(EngineMemoryModel):
+    @property
+    def memory_source(self) -> str:
+        return f"fp8spec/engines/sglang/memory.py (SGLang {READ_FROM})"
+
+    def memory_facts(self, version: str) -> ProfileFacts:
+        # The pool holds whole tokens (page size 1) of the same per-token size; the vocabulary padding and the KV
+        # element sizes are read from vLLM's profiled memory facts, whatever SGLang version is pinned.
+        return vllm_memory.memory_facts(vllm_memory.memory_model_version())
+
+    def engine_memory(
+        self,
+        model: ModelFacts,
+        setup: EngineSetup,
+        weights: int,
+        facts: ProfileFacts,
+        quantized: Optional[frozenset[str]],
+    ) -> tuple[EngineMemory, int]:
+        return sglang_engine_memory(model, setup, weights, quantized), 1
+
+    def memory_notes(self, setup: EngineSetup, facts: ProfileFacts) -> list[str]:
+        return memory_notes(setup, facts)
+
+
+MODEL = SGLangMemory()

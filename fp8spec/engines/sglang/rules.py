@@ -210,9 +210,11 @@ def sglang_fp8_relayout_breaks_refit(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def sglang_one_slot_short(ctx: ResolvedSpec) -> Iterator[Finding]:
+    from fp8spec.plan.plan import spec_memory_plan
+
     if not ctx.fact("sglang", "capability.admission_with_chunked_prefill"):
         return
-    plan = ctx.memory_plan
+    plan = spec_memory_plan(ctx)
     if plan is None:
         return
     r = plan.spec_rollout

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
-
 from fp8spec.engines.base import Engine
-
-if TYPE_CHECKING:
-    from fp8spec.catalog import ModelFacts
-    from fp8spec.compiler.adapters.verl import VerlKeys
-    from fp8spec.compiler.settings import SettingsPlan
-    from fp8spec.plan.facts import ProfileFacts
-    from fp8spec.plan.setup import EngineMemory, EngineSetup
-    from fp8spec.resolve.valid import ValidSpec
 
 
 class VLLM(Engine):
@@ -45,49 +35,6 @@ class VLLM(Engine):
         return (
             "vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization')"
         )
-
-    @property
-    def memory_source(self) -> str:
-        from fp8spec.engines.vllm.memory import memory_model_version
-
-        version = memory_model_version()
-        return f"backends/vllm/{version}.yaml memory.* facts (vLLM {version} source, file:line)"
-
-    def memory_facts(self, version: str) -> ProfileFacts:
-        from fp8spec.engines.vllm.memory import memory_facts
-
-        return memory_facts(version)
-
-    def engine_memory(
-        self,
-        model: ModelFacts,
-        setup: EngineSetup,
-        weights: int,
-        facts: ProfileFacts,
-        quantized: Optional[frozenset[str]],
-    ) -> tuple[EngineMemory, int]:
-        from fp8spec.engines.vllm.memory import vllm_engine_memory
-
-        memory = vllm_engine_memory(model, setup, weights, facts, fp8_linear=quantized is not None)
-        return memory, facts.value("memory.block_size")
-
-    def memory_notes(self, setup: EngineSetup, facts: ProfileFacts) -> list[str]:
-        from fp8spec.engines.vllm.memory import memory_notes
-
-        return memory_notes(setup, facts)
-
-    def build_in_verl(self, plan: SettingsPlan, valid: ValidSpec, keys: VerlKeys) -> None:
-        from fp8spec.engines.vllm.adapter import build_in_verl
-
-        build_in_verl(plan, valid, keys)
-
-    def build_serve(self, plan: SettingsPlan, valid: ValidSpec) -> list[str]:
-        from fp8spec.engines.vllm.adapter import build_serve
-
-        return build_serve(plan, valid)
-
-    def load_rules(self) -> None:
-        import fp8spec.engines.vllm.rules  # noqa: F401  (importing registers them)
 
 
 ENGINE = VLLM()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from fp8spec.compiler.adapters.engine import EngineAdapter
 from fp8spec.compiler.adapters.verl import add_engine_arg
 from fp8spec.compiler.settings import SettingsPlan, serve_flags
 from fp8spec.engines.common import ServeArg, kv_cache_dtype_arg, kv_cache_dtype_flag, sizing_flags
@@ -144,3 +145,14 @@ def build_serve(plan: SettingsPlan, ctx: ValidSpec) -> list[str]:
         "flag.max_num_batched_tokens",
     )
     return argv + serve_flags(plan, prof, args)
+
+
+class VLLMAdapter(EngineAdapter):
+    def build_in_verl(self, plan: SettingsPlan, valid: ValidSpec, keys: VerlKeys) -> None:
+        build_in_verl(plan, valid, keys)
+
+    def build_serve(self, plan: SettingsPlan, valid: ValidSpec) -> list[str]:
+        return build_serve(plan, valid)
+
+
+ADAPTER = VLLMAdapter()

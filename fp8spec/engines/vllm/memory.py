@@ -16,6 +16,7 @@ import math
 from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
+from fp8spec.plan.engine_memory import EngineMemoryModel
 from fp8spec.plan.facts import ProfileFacts, estimate, gpu_memory, profile_facts
 from fp8spec.plan.setup import EngineMemory, EngineSetup, PlanInputError
 from fp8spec.plan.weights import padded_vocab_rows
@@ -202,3 +203,30 @@ def vllm_llm_class_setup(
         kv_dtype=kv_dtype,
         defaults=f"vLLM {version} LLM-class defaults ({size} GPU)",
     )
+
+
+class VLLMMemory(EngineMemoryModel):
+    @property
+    def memory_source(self) -> str:
+        version = memory_model_version()
+        return f"backends/vllm/{version}.yaml memory.* facts (vLLM {version} source, file:line)"
+
+    def memory_facts(self, version: str) -> ProfileFacts:
+        return memory_facts(version)
+
+    def engine_memory(
+        self,
+        model: ModelFacts,
+        setup: EngineSetup,
+        weights: int,
+        facts: ProfileFacts,
+        quantized: Optional[frozenset[str]],
+    ) -> tuple[EngineMemory, int]:
+        memory = vllm_engine_memory(model, setup, weights, facts, fp8_linear=quantized is not None)
+        return memory, facts.value("memory.block_size")
+
+    def memory_notes(self, setup: EngineSetup, facts: ProfileFacts) -> list[str]:
+        return memory_notes(setup, facts)
+
+
+MODEL = VLLMMemory()

@@ -8,6 +8,7 @@ from fp8spec.trainers.base import Trainer
 class FSDP(Trainer):
     name = "fsdp"
     label = "FSDP"
+    transient_buffers = "FSDP gather buffers"  # the all-gathered parameters of the layers in flight
 
 
 TRAINER = FSDP()

@@ -5,19 +5,13 @@ proposal does (fp8spec.rules.proposals), and each error it adds is the plan's ve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from fp8spec.plan.verdict import LayoutError
 
 if TYPE_CHECKING:
     from fp8spec.plan.setup import Overrides
     from fp8spec.resolve.context import ResolvedSpec
-
-
-@dataclass(frozen=True)
-class LayoutError:
-    code: str
-    path: str  # the spec field the rule points at
-    message: str
 
 
 class LayoutInputError(ValueError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fp8spec.rules.proposals import cost_key, proposal
-from fp8spec.rules.registry import rule_hint
+from fp8spec.rules.registry import get_rule, rule_hint
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
@@ -62,7 +62,25 @@ def proposal_costs(verdict: Verdict, proposals: tuple) -> tuple[str, ...]:
 
 def fix_line(plan: MemoryPlan, verdict: Verdict) -> str:
     """A failed verdict's fix line in `plan`: the hint `validate` prints for it, values checked against every
-    rule (here, not in MemoryPlan: the resolved spec holds the plan, and the prober resolves specs)."""
+    rule (here, with the rules: checking a value runs them, and the planner imports no rule)."""
     if plan.ctx is None:
         return "; or ".join(a.text for a in verdict.advice if not a.changes)
     return advised(plan.ctx, verdict)[0]
+
+
+class _PlanRules:
+    """The rules' side of a printed plan (fp8spec.plan.verdict.PlanRules)."""
+
+    def name(self, code: str) -> str:
+        rule = get_rule(code)
+        return rule.name if rule is not None else ""
+
+    def is_error(self, code: str) -> bool:
+        rule = get_rule(code)
+        return rule is None or rule.severity == "error"
+
+    def fix(self, plan: MemoryPlan, verdict: Verdict) -> str:
+        return fix_line(plan, verdict)
+
+
+PLAN_RULES = _PlanRules()

@@ -42,9 +42,11 @@ def refusals(ctx: ResolvedSpec, columns: list[tuple[Choice, bool]]) -> dict[str,
 
 
 def judged(plan: MemoryPlan, ctx: ResolvedSpec) -> MemoryPlan:
-    """``plan`` with its columns judged by the rules: for the command and the bundle README, never inside a rule."""
+    """``plan`` judged by the rules, as the command and the bundle README print it (never inside a rule): its
+    columns the rules refuse, and the rules' names and checked fixes for its verdicts."""
     from dataclasses import replace
 
     from fp8spec.plan.rollout import choices
+    from fp8spec.rules.plan_advice import PLAN_RULES
 
-    return replace(plan, refused=refusals(ctx, choices(ctx)))
+    return replace(plan, refused=refusals(ctx, choices(ctx)), rules=PLAN_RULES)

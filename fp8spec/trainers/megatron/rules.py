@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from fp8spec.megatron.layout import divisors, stage_layers, uneven_split
 from fp8spec.rules.examples import MEGATRON_FP8, MEGATRON_TP1, MOE, Examples, fragment
 from fp8spec.rules.proposals import proposal
 from fp8spec.rules.registry import Finding, rule
+from fp8spec.trainers.megatron.layout import divisors, stage_layers, uneven_split
 
 if TYPE_CHECKING:
     from fp8spec.resolve.context import ResolvedSpec
