@@ -109,6 +109,19 @@ def per_sync_seconds(run: Run) -> list[float]:
     return []
 
 
+def whole_syncs(run: Run, rows: list[Row]) -> list[tuple[Row, float, str]]:
+    """(row, seconds, where) of each whole weight sync from step 2 on: the trainer's 'sent' line (the opt-in
+    sync_timing patch), the one line that times a sync from the trainer's first tensor to the engine's last
+    reply; verl's timing_s/update_weights also counts the offload and the engine's wake-up around it, and the
+    engine's own lines only its part. Empty when the run logs no such line."""
+    sent = run.of("sync_sent")
+    return [
+        (r, float(sent[r.step].groups["seconds"]), str(sent[r.step].loc))
+        for r in rows
+        if 2 <= r.step < len(sent)
+    ]
+
+
 def scale_range(text: str) -> Optional[tuple[float, float]]:
     values = [float(v) for m in _RANGE.finditer(text) for v in (m.group(2), m.group(3))]
     return (min(values), max(values)) if values else None
