@@ -105,6 +105,9 @@ def _trainer_json(t) -> dict | None:
     }
 
 
+COST_UNITS = {"fixed": "s", "per_gb": "s/GB", "per_tensor": "s/tensor"}
+
+
 def _sync_json(plan: MemoryPlan) -> dict:
     s = plan.weight_sync()
     if s.seconds is None or s.fit is None:
@@ -126,9 +129,9 @@ def _sync_json(plan: MemoryPlan) -> dict:
         if s.copy_gb
         else None,
         "fit": {
-            "costs": {t: round(c, 9) for t, c in s.fit.costs},
-            "measured_syncs": len(s.fit.points),
-            "max_error": round(s.fit.max_error, 4),
+            "costs": {t: q(round(c, 9), COST_UNITS[t], "estimate") for t, c in s.fit.costs},
+            "measured_syncs": q(len(s.fit.points), "syncs"),
+            "max_error": q(round(s.fit.max_error, 4), "fraction"),
             "basis": s.fit.basis,
         },
         "source": SYNC_DATA,
