@@ -57,16 +57,16 @@ def comparison(ctx: Context) -> dict[str, Any]:
     syncs = [r.sync_s for r in ctx.rows if r.sync_s is not None]
     patch = [r.patch_sync_s for r in ctx.rows if r.patch_sync_s is not None]
     whole = [t for _, t, _ in whole_syncs(ctx.run, ctx.rows)]
-    planned = ctx.plan.sync_s if ctx.plan else None
+    planned_sync = ctx.plan.sync_s if ctx.plan else None
     measured_whole = statistics.median(whole) if whole else None
     out["weight_sync_s"] = {
         "median": round(statistics.median(syncs), 4) if syncs else None,
         "patch_median": round(statistics.median(patch), 4) if patch else None,
         "whole_median": round(measured_whole, 4) if measured_whole is not None else None,
-        "planned": round(planned, 4) if planned is not None else None,
+        "planned": round(planned_sync, 4) if planned_sync is not None else None,
         "planned_path": ctx.plan.sync_path if ctx.plan else None,
         "planned_why": ctx.plan.sync_why if ctx.plan else None,
-        "ratio": round(measured_whole / planned, 4) if measured_whole and planned else None,
+        "ratio": round(measured_whole / planned_sync, 4) if measured_whole and planned_sync else None,
     }
     tok = [r.tokens_per_s for r in ctx.rows if r.tokens_per_s]
     base = [r.tokens_per_s for r in ctx.baseline or [] if r.tokens_per_s]
@@ -92,7 +92,10 @@ def _sync_against_plan(ws: dict[str, Any]) -> str:
         return f"fp8spec plan has no sync time for the spec ({ws['planned_path']}: {ws['planned_why']})"
     planned = f"{_cell(ws['planned'])} s planned ({ws['planned_path']})"
     if ws["whole_median"] is None:
-        return f"{planned}; no whole-sync line from step 2 on to compare (the sync_timing patch logs it)"
+        return (
+            f"{planned}; no whole-sync line from step 2 on to compare "
+            "(the sync_timing patch's sent line, the direct path's engine line)"
+        )
     return f"{_cell(ws['whole_median'])} s whole sync from step 2 on, {planned}, {ws['ratio']:.2f}x"
 
 

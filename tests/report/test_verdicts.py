@@ -259,3 +259,34 @@ def _sent_times(factor: float):
     return lambda lines: [
         SENT.sub(lambda m: f"{m.group(1)}{float(m.group(2)) * factor:.3f}{m.group(3)}", ln) for ln in lines
     ]
+
+
+ENGINE_SYNC = re.compile(r"(fp8spec direct_sync: sync (\d+): .*, )([0-9.]+)( s)$")
+
+
+def _engine_syncs(factor: float):
+    """The 4B driver log without the trainer's sent lines, the direct path's engine lines from sync 3 on
+    ``factor`` times slower."""
+
+    def damage(lines):
+        out = []
+        for ln in runs.drop("fp8spec weight sync sent: ")(lines):
+            body = ln.rstrip("\n")
+            m = ENGINE_SYNC.search(body)
+            if m and int(m.group(2)) >= 3:
+                body = body[: m.start(3)] + f"{float(m.group(3)) * factor:.3f}" + body[m.end(3) :]
+            out.append(body + ("\n" if ln.endswith("\n") else ""))
+        return out
+
+    return damage
+
+
+def test_without_the_sent_line_the_direct_engine_line_times_the_sync(tmp_path):
+    rep = _4b(tmp_path, _engine_syncs(1.0), spec=SPEC_4B)
+    ws = comparison(rep.ctx)["weight_sync_s"]
+    assert ws["whole_median"] == 0.3375  # syncs 3 and 4: 0.339 and 0.336 s
+    assert [f.code for f in rep.findings if f.code == "RPT033"] == []
+    (tmp_path / "slow").mkdir()
+    slow = _4b(tmp_path / "slow", _engine_syncs(3.0), spec=SPEC_4B)
+    (f,) = [f for f in slow.findings if f.code == "RPT033"]
+    assert "weight sync 1.01 s (median from step 2 on), 3.3x the 0.308 s" in f.message

@@ -85,7 +85,8 @@ def sync_stall(ctx: Context) -> Found:
     the GPU; the real 4B run's syncs came within 15 % of it. Far slower syncs mean the run does not sync as
     planned: another sync path than the spec's (verl's per-tensor quantizer instead of the direct path), a
     trainer that is offloaded where the spec keeps it on the GPU, slow host memory or contention on the GPU.
-    Compared: the median of the sync_timing patch's whole-sync lines from step 2 on. Limit:
+    Compared: the median of the whole syncs from step 2 on (the sync_timing patch's sent line, else the direct
+    path's engine line). Limit:
     fp8spec/data/report_thresholds.yaml (weight_sync_plan).""",
     "check the sync path the run's patch lines name against the spec's (fp8spec report --bundle), and the sync's "
     "split in its sent line (trainer fill, GPU wait, engine)",
