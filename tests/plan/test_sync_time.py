@@ -13,7 +13,7 @@ from fp8spec.catalog import get_model
 from fp8spec.plan import build_memory_plan
 from fp8spec.plan.facts import measured
 from fp8spec.plan.render import plan_json, render_text
-from fp8spec.plan.sync import export_tensors, fits
+from fp8spec.plan.sync import copy_seconds_per_gb, export_tensors, fits
 from fp8spec.rules.runner import validate_path
 from tests.conftest import REPO
 from tests.report.runs import SPEC_4B
@@ -115,3 +115,19 @@ def test_plan_shows_the_sync_time_the_same_every_time():
     assert data["send"]["bytes"]["value"] == plan.model.num_parameters() * 2
     again = _plan(SPEC_4B)
     assert (render_text(again), json.dumps(plan_json(again))) == (text, json.dumps(plan_json(plan)))
+
+
+def test_the_results_page_states_the_fitted_costs_and_errors():
+    text = (REPO / "docs/results.md").read_text(encoding="utf-8")
+    f = fits()
+    direct, fbq, verl = (dict(f[p].costs) for p in ("direct", "fp8spec", "verl"))
+    for stated in (
+        f"{direct['fixed'] * 1000:.1f} ms",
+        f"{direct['per_gb'] * 1000:.2f} ms per GB",
+        f"within {f['direct'].max_error * 100:.0f} % of its three syncs",
+        f"{fbq['fixed'] * 1000:.1f} ms + {fbq['per_tensor'] * 1000:.3f} ms per tensor",
+        f"{verl['fixed'] * 1000:.1f} ms + {verl['per_tensor'] * 1000:.3f} ms per tensor",
+        f"within {f['verl'].max_error * 100:.0f} % of its five syncs",
+        f"{copy_seconds_per_gb() * 1000:.1f} ms per GB",
+    ):
+        assert stated in " ".join(text.split()), stated
