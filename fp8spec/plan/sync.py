@@ -171,17 +171,17 @@ def _outside_scope(plan: MemoryPlan) -> str:
     """Why the measured syncs do not cover this spec ('' when they do)."""
     scope = _load("weight_sync.yaml")["scope"]
     spec = plan.spec
+    engine, trainer, gpu_name = plan.setup.engine, spec.training.backend, spec.hardware.gpu
+    # data names what was measured; code special-cases none
     checks = (
-        (plan.setup.engine == scope["engine"], f"not measured for {plan.setup.engine}"),
+        (engine in scope["engines"], f"not measured for {engine}"),
+        (trainer in scope["trainers"], f"not measured with the {trainer} trainer"),
+        (gpu_name in scope["gpus"], f"not measured on {gpu_name}"),
+        (plan.setup.tp in scope["rollout_tps"], f"not measured at rollout tp {plan.setup.tp}"),
         (
-            spec.training.backend == scope["trainer"],
-            f"not measured with the {spec.training.backend} trainer",
-        ),
-        (spec.hardware.gpu == scope["gpu"], f"not measured on {spec.hardware.gpu}"),
-        (plan.setup.tp == scope["rollout_tp"], f"not measured at rollout tp {plan.setup.tp}"),
-        (
-            plan.world <= scope["gpus"],
-            f"not measured beyond one GPU ({plan.world} GPUs: the trainer's gather across them was never timed)",
+            plan.world <= scope["max_gpus"],
+            f"not measured on more than {scope['max_gpus']} GPU ({plan.world} GPUs: the trainer's gather across "
+            "them was never timed)",
         ),
     )
     return next((why for ok, why in checks if not ok), "")
@@ -190,16 +190,11 @@ def _outside_scope(plan: MemoryPlan) -> str:
 def sync_time(plan: MemoryPlan) -> SyncTime:
     """The time of one weight sync after the first for the spec's sync path (the first also builds the plan and
     buffers: 2.8 s against 0.35 s in the real-size run)."""
-    from fp8spec.compiler.adapters.runtime import sync_quantizer
-    from fp8spec.resolve.valid import NotValid, ValidSpec
+    from fp8spec.resolve.sync_path import sync_quantizer
 
     if plan.ctx is None:
-        return SyncTime(None, None, "no validated spec to plan the sync of")
-    try:
-        # the path `fp8spec compile` would pick; it reads only the spec and its facts, not the file's hash
-        path = sync_quantizer(ValidSpec(plan.ctx, sha256=""))
-    except NotValid as err:
-        return SyncTime(None, None, f"the sync path is not known: {err}")
+        return SyncTime(None, None, "no resolved spec to plan the sync of")
+    path = sync_quantizer(plan.ctx)  # the path `fp8spec compile` picks
     if path is None:
         return SyncTime(
             None, None, "no FP8 weight sync (linear.quantize is off); only FP8 syncs were measured"

@@ -88,7 +88,7 @@ def test_without_offload_there_is_no_copy_term(tmp_path):
     [
         ("engine: vllm", "engine: sglang", "not measured for sglang"),
         ("gpu: h200", "gpu: h100", "not measured on h100"),
-        ("gpus_per_node: 1", "gpus_per_node: 2", "not measured beyond one GPU (2 GPUs"),
+        ("gpus_per_node: 1", "gpus_per_node: 2", "not measured on more than 1 GPU (2 GPUs"),
         ("quantize: true", "quantize: false", "no FP8 weight sync (linear.quantize is off)"),
     ],
 )
