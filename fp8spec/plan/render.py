@@ -144,9 +144,9 @@ def sync_lines(plan: MemoryPlan) -> list[str]:
     s = plan.weight_sync()
     if s.seconds is None or s.fit is None:
         return [f"Weight sync ({s.label}): no time predicted: {s.why}"]
-    parts = [f"{s.send_s:.3f} s sending {s.send_gb:.2f} GB in {s.tensors:,} tensors"]
+    parts = [f"{s.send_s:.3g} s sending {s.send_gb:.2f} GB in {s.tensors:,} tensors"]
     if s.copy_gb:
-        parts.append(f"{s.copy_s:.3f} s copying the offloaded {s.copy_gb:.2f} GB of parameters to the GPU")
+        parts.append(f"{s.copy_s:.3g} s copying the offloaded {s.copy_gb:.2f} GB of parameters to the GPU")
     outside = "" if s.fit.covers(s.send_gb) else f"; {s.send_gb:.2f} GB is outside the measured sizes"
     return [
         f"Weight sync ({s.label}): {s.seconds:.3g} s per sync after the first (estimate)",
