@@ -120,7 +120,7 @@ def _sync_json(plan: MemoryPlan) -> dict:
             "seconds": q(round(s.send_s, 6), "s", "estimate"),
             "bytes": q(round(s.send_gb * 1e9), "bytes", "exact"),
             "tensors": q(s.tensors, "tensors", "exact"),
-            "within_measured_sizes": s.fit.covers(s.send_gb),
+            "within_measured_sizes": s.fit.covers(s.send_gb, s.tensors),
         },
         "offload_copy": {
             "seconds": q(round(s.copy_s, 6), "s", "estimate"),
@@ -147,7 +147,8 @@ def sync_lines(plan: MemoryPlan) -> list[str]:
     parts = [f"{s.send_s:.3g} s sending {s.send_gb:.2f} GB in {s.tensors:,} tensors"]
     if s.copy_gb:
         parts.append(f"{s.copy_s:.3g} s copying the offloaded {s.copy_gb:.2f} GB of parameters to the GPU")
-    outside = "" if s.fit.covers(s.send_gb) else f"; {s.send_gb:.2f} GB is outside the measured sizes"
+    size = s.fit.size(s.send_gb, s.tensors)
+    outside = "" if s.fit.covers(s.send_gb, s.tensors) else f"; {s.fit.size_text(size)} is outside them"
     return [
         f"Weight sync ({s.label}): {s.seconds:.3g} s per sync after the first (estimate)",
         "  " + " + ".join(parts),

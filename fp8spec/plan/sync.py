@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.plan.facts import _cited, _load
+from fp8spec.plan.facts import cited, weight_sync
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 DATA = "fp8spec/data/weight_sync.yaml"
 GB = 10**9
-TERMS = ("fixed", "per_gb", "per_tensor")
 
 
 def export_tensors(model: ModelFacts) -> int:
@@ -32,6 +31,11 @@ def export_tensors(model: ModelFacts) -> int:
     per_layer_norms = 2 + 2 * bool(model.qk_norm) + len(model.extra_norms)
     routers = len(model.moe_layers) if model.router_bias else 0
     return linears + model.num_hidden_layers * per_layer_norms + 1 + routers + 1  # + final norm + embedding
+
+
+def _term(term: str, gb: float, tensors: int) -> float:
+    """What a term's cost is multiplied by for a sync of ``gb`` GB in ``tensors`` tensors."""
+    return {"fixed": 1.0, "per_gb": gb, "per_tensor": float(tensors)}[term]
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Fit:
     path: str
     label: str
     costs: tuple[tuple[str, float], ...]  # (term, cost), in the data file's order
-    sends: int  # bytes per parameter sent
+    sends: int  # bytes per parameter a run of this path sends
     points: tuple[Point, ...]
     basis: str
 
@@ -67,28 +71,41 @@ class Fit:
     def spare(self) -> int:
         """Distinct measured syncs beyond the terms: 0 means the fit passes through them and its error there says
         nothing about other models."""
-        return len({(p.gb, p.tensors) for p in self.points}) - len(self.costs)
+        rows = {tuple(_term(t, p.gb, p.tensors) for t, _ in self.costs) for p in self.points}
+        return len(rows) - len(self.costs)
 
     @property
-    def gb_range(self) -> tuple[float, float]:
-        return min(p.gb for p in self.points), max(p.gb for p in self.points)
+    def size_term(self) -> str:
+        """The term that grows with the model: what 'within the measured sizes' is judged on."""
+        return "per_gb" if "per_gb" in dict(self.costs) else "per_tensor"
 
-    def covers(self, gb: float) -> bool:
-        low, high = self.gb_range
-        return low <= gb <= high
+    def size(self, gb: float, tensors: int) -> float:
+        return gb if self.size_term == "per_gb" else float(tensors)
+
+    def size_text(self, value: float) -> str:
+        return f"{value:.1f} GB" if self.size_term == "per_gb" else f"{value:,.0f} tensors"
+
+    @property
+    def size_range(self) -> tuple[float, float]:
+        sizes = [self.size(p.gb, p.tensors) for p in self.points]
+        return min(sizes), max(sizes)
+
+    def covers(self, gb: float, tensors: int) -> bool:
+        low, high = self.size_range
+        return low <= self.size(gb, tensors) <= high
 
     def text(self) -> str:
         """How well the fit matches what it was fitted on."""
-        n = len(self.points)
-        low, high = self.gb_range
-        out = f"within {self.max_error:.0%} of its {n} measured syncs of {low:.1f}-{high:.1f} GB"
+        low, high = self.size_range
+        what = "GB" if self.size_term == "per_gb" else "tensors"
+        sizes = f"{low:.1f}-{high:.1f} GB" if what == "GB" else f"{low:,.0f}-{high:,.0f} tensors"
+        out = f"within {self.max_error:.0%} of its {len(self.points)} measured syncs of {sizes}"
         if self.spare <= 0:
             out += ", as many model sizes as terms"
         return out
 
     def seconds(self, gb: float, tensors: int) -> float:
-        x = {"fixed": 1.0, "per_gb": gb, "per_tensor": float(tensors)}
-        return sum(cost * x[term] for term, cost in self.costs)
+        return sum(cost * _term(term, gb, tensors) for term, cost in self.costs)
 
 
 def _solve(rows: list[list[Fraction]], ys: list[Fraction]) -> list[Fraction]:
@@ -109,7 +126,7 @@ def _solve(rows: list[list[Fraction]], ys: list[Fraction]) -> list[Fraction]:
 
 
 def _seconds(entry: dict) -> float:
-    value = _cited(entry["seconds"])
+    value = cited(entry["seconds"])
     return float(value[entry["index"]] if "index" in entry else value)
 
 
@@ -118,16 +135,15 @@ def fits() -> dict[str, Fit]:
     from fp8spec.catalog import get_model
 
     out = {}
-    for path, e in _load("weight_sync.yaml")["paths"].items():
+    for path, e in weight_sync()["paths"].items():
         terms = list(e["terms"])
-        sends = int(e.get("sends", 2))
+        sends = int(e["sends"])
         measured = []
         for p in e["points"]:
             model = get_model(p["model"])
-            gb = model.num_parameters() * sends / GB
+            gb = model.num_parameters() * int(p["sent_bytes_per_param"]) / GB
             measured.append((f"{p['model']}, {p['what']}", gb, export_tensors(model), _seconds(p)))
-        x = {"fixed": lambda gb, t: 1, "per_gb": lambda gb, t: gb, "per_tensor": lambda gb, t: t}
-        rows = [[Fraction(x[t](gb, n)) for t in terms] for _, gb, n, _ in measured]
+        rows = [[Fraction(_term(t, gb, n)) for t in terms] for _, gb, n, _ in measured]
         costs = tuple((t, float(c)) for t, c in zip(terms, _solve(rows, [Fraction(s) for *_, s in measured])))
         fit = Fit(path, str(e["label"]), costs, sends, (), " ".join(str(e["basis"]).split()))
         points = tuple(Point(w, gb, n, s, fit.seconds(gb, n)) for w, gb, n, s in measured)
@@ -138,7 +154,7 @@ def fits() -> dict[str, Fit]:
 @lru_cache(maxsize=None)
 def copy_seconds_per_gb() -> float:
     """The offloaded trainer's host-to-device copy, seconds per GB (fitted through the origin)."""
-    pts = _load("weight_sync.yaml")["offload_copy"]["points"]
+    pts = weight_sync()["offload_copy"]["points"]
     return float(
         sum(Fraction(_seconds(p)) * Fraction(p["gb"]) for p in pts) / sum(Fraction(p["gb"]) ** 2 for p in pts)
     )
@@ -169,7 +185,7 @@ class SyncTime:
 
 def _outside_scope(plan: MemoryPlan) -> str:
     """Why the measured syncs do not cover this spec ('' when they do)."""
-    scope = _load("weight_sync.yaml")["scope"]
+    scope = weight_sync()["scope"]
     spec = plan.spec
     engine, trainer, gpu_name = plan.setup.engine, spec.training.backend, spec.hardware.gpu
     # data names what was measured; code special-cases none

@@ -131,3 +131,16 @@ def test_the_results_page_states_the_fitted_costs_and_errors():
         f"{copy_seconds_per_gb() * 1000:.1f} ms per GB",
     ):
         assert stated in " ".join(text.split()), stated
+
+
+@pytest.mark.parametrize("quantizer, label", [("verl", "verl's quantizer"), ("fp8spec", "fast_block_quant")])
+def test_the_quantizing_paths_cost_per_tensor(tmp_path, quantizer, label):
+    # their fits grow with the tensors of the trainer's export, and they send FSDP's float32 parameters as held
+    spec = _spec_4b(tmp_path, "  deep_gemm: false\n", f"  deep_gemm: false\n  sync_quantizer: {quantizer}\n")
+    plan = _plan(spec)
+    s = plan.weight_sync()
+    costs = dict(fits()[quantizer].costs)
+    assert (s.path, s.label, s.tensors) == (quantizer, label, 398)
+    assert s.send_s == costs["fixed"] + costs["per_tensor"] * 398
+    assert s.send_gb == plan.model.num_parameters() * 4 / 1e9
+    assert "measured syncs of 399-18,867 tensors" in render_text(plan)
