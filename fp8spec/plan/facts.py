@@ -1,7 +1,7 @@
 """The data the planner reads: GPU memory, backend memory facts (from backends/), estimates and gains.
 
 Numbers live in data files, never in this package's code: fp8spec/data/{gpu_memory,memory_estimates,
-expected_gains,trainer_gains,measured}.yaml and the ``memory.*`` facts of the backend profiles. A measured figure
+expected_gains,trainer_gains,weight_sync,measured}.yaml and the ``memory.*`` facts of the backend profiles. A measured figure
 lives once, in measured.yaml; the other data files cite it as ``measured:<id>`` and read its value through
 ``measured``.
 """
@@ -71,6 +71,15 @@ def _with_figures(name: str) -> dict:
     data = dict(_load(name))
     data["entries"] = [{k: _cited(v) for k, v in e.items()} for e in data["entries"]]
     return data
+
+
+def weight_sync() -> dict:
+    """fp8spec/data/weight_sync.yaml as written: its measured syncs cite measured.yaml, read through ``cited``."""
+    return _load("weight_sync.yaml")
+
+
+def cited(value: Any) -> Any:
+    return _cited(value)
 
 
 def gains() -> dict:

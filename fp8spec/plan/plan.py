@@ -15,6 +15,7 @@ from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.plan.sync import SyncTime
     from fp8spec.plan.verdict import LayoutError, PlanRules, Verdict
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.specfile.model import Spec
@@ -115,6 +116,12 @@ class MemoryPlan:
         if not get_trainer(self.spec.training.backend).fp8_training:
             return ""
         return trainer_gain_unmeasured(self.model, self.gpu_arch, self.spec.training.fp8_scaling)
+
+    def weight_sync(self) -> SyncTime:
+        """The time of one weight sync after the first, from the measured syncs; or why there is none."""
+        from fp8spec.plan.sync import sync_time
+
+        return sync_time(self)
 
     def headroom(self, trainer: TrainerMemory) -> int:
         """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts

@@ -9,6 +9,7 @@ from fp8spec.engines import get_engine
 from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.facts import estimate, estimate_basis
 from fp8spec.plan.gain import gain_source, running_caveat
+from fp8spec.plan.sync import DATA as SYNC_DATA
 
 if TYPE_CHECKING:
     from fp8spec.plan.plan import MemoryPlan
@@ -105,6 +106,57 @@ def _trainer_json(t) -> dict | None:
     }
 
 
+COST_UNITS = {"fixed": "s", "per_gb": "s/GB", "per_tensor": "s/tensor"}
+
+
+def _sync_json(plan: MemoryPlan) -> dict:
+    s = plan.weight_sync()
+    if s.seconds is None or s.fit is None:
+        return {"path": s.path, "label": s.label, "seconds": None, "why": s.why}
+    return {
+        "path": s.path,
+        "label": s.label,
+        "seconds": q(round(s.seconds, 6), "s", "estimate"),
+        "send": {
+            "seconds": q(round(s.send_s, 6), "s", "estimate"),
+            "bytes": q(round(s.send_gb * 1e9), "bytes", "exact"),
+            "tensors": q(s.tensors, "tensors", "exact"),
+            "within_measured_sizes": s.fit.covers(s.send_gb, s.tensors),
+        },
+        "offload_copy": {
+            "seconds": q(round(s.copy_s, 6), "s", "estimate"),
+            "bytes": q(round(s.copy_gb * 1e9), "bytes", "exact"),
+        }
+        if s.copy_gb
+        else None,
+        "fit": {
+            "costs": {t: q(round(c, 9), COST_UNITS[t], "estimate") for t, c in s.fit.costs},
+            "measured_syncs": q(len(s.fit.points), "syncs"),
+            "max_error": q(round(s.fit.max_error, 4), "fraction"),
+            "basis": s.fit.basis,
+        },
+        "source": SYNC_DATA,
+        "why": "",
+    }
+
+
+def sync_lines(plan: MemoryPlan) -> list[str]:
+    """The plan's weight-sync lines: its time per sync and what it is made of, or why there is none."""
+    s = plan.weight_sync()
+    if s.seconds is None or s.fit is None:
+        return [f"Weight sync ({s.label}): no time predicted: {s.why}"]
+    parts = [f"{s.send_s:.3g} s sending {s.send_gb:.2f} GB in {s.tensors:,} tensors"]
+    if s.copy_gb:
+        parts.append(f"{s.copy_s:.3g} s copying the offloaded {s.copy_gb:.2f} GB of parameters to the GPU")
+    size = s.fit.size(s.send_gb, s.tensors)
+    outside = "" if s.fit.covers(s.send_gb, s.tensors) else f"; {s.fit.size_text(size)} is outside them"
+    return [
+        f"Weight sync ({s.label}): {s.seconds:.3g} s per sync after the first (estimate)",
+        "  " + " + ".join(parts),
+        f"  fit: {s.fit.text()}{outside} ({SYNC_DATA})",
+    ]
+
+
 def plan_json(plan: MemoryPlan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
@@ -143,6 +195,7 @@ def plan_json(plan: MemoryPlan) -> dict:
             "workload": tg.workload,
             "source": tg.source,
         },
+        "weight_sync": _sync_json(plan),
         "host_ram_per_node": None
         if plan.host_ram_per_node is None
         else q(plan.host_ram_per_node, "bytes", "exact"),
@@ -370,6 +423,7 @@ def render_text(plan: MemoryPlan) -> str:
             f"{t.checkpoint_bytes_per_param} bytes: model + optimizer state)"
             + (f", {_g(t.checkpoint_bytes * kept)} with the newest {kept} kept" if kept else "")
         )
+    out += ["", *sync_lines(plan)]
     problems = plan.failing()
     out.append("")
     for v in problems:

@@ -1,5 +1,6 @@
 """What the run was compiled and planned to do: the patches a bundle lists (its preflight.json) and what
-`fp8spec plan` predicts for the spec (KV capacity, expected rollout speed-up), from the plan layer itself."""
+`fp8spec plan` predicts for the spec (KV capacity, expected rollout speed-up, weight-sync time), from the plan
+layer itself."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class PlanFacts:
     gain_high: Optional[float] = None
     gain_source: str = ""
     notes: list[str] = field(default_factory=list)
+    sync_s: Optional[float] = None  # one weight sync after the first, as fp8spec plan predicts it
+    sync_path: str = ""  # the plan's label of the spec's sync path
+    sync_why: str = ""  # why the plan has no sync time
 
 
 def read_bundle(folder: Path) -> BundleFacts:
@@ -90,6 +94,7 @@ def plan_for(spec: Path) -> PlanFacts:
         raise ExpectError(f"{spec}: {err}") from None
     chosen = plan.spec_rollout
     gain = plan.gain(chosen)
+    sync = plan.weight_sync()
     notes = [
         f"the spec has rule errors ({len(validation.errors)}); the plan is the one fp8spec plan prints"
     ] * bool(validation.errors)
@@ -101,4 +106,7 @@ def plan_for(spec: Path) -> PlanFacts:
         gain_high=gain.high if gain else None,
         gain_source=gain.source if gain else "",
         notes=notes,
+        sync_s=sync.seconds,
+        sync_path=sync.label,
+        sync_why=sync.why,
     )

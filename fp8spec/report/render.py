@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from fp8spec.report.steps import COLUMNS, Row
+from fp8spec.report.steps import COLUMNS, Row, whole_syncs
 from fp8spec.report.verdicts import Context, Finding
 
 
@@ -56,10 +56,17 @@ def comparison(ctx: Context) -> dict[str, Any]:
     }
     syncs = [r.sync_s for r in ctx.rows if r.sync_s is not None]
     patch = [r.patch_sync_s for r in ctx.rows if r.patch_sync_s is not None]
+    whole = [t for _, t, _ in whole_syncs(ctx.run, ctx.rows)]
+    planned_sync = ctx.plan.sync_s if ctx.plan else None
+    measured_whole = statistics.median(whole) if whole else None
     out["weight_sync_s"] = {
         "median": round(statistics.median(syncs), 4) if syncs else None,
         "patch_median": round(statistics.median(patch), 4) if patch else None,
-        "planned": None,  # fp8spec plan predicts the sync's memory, not its time
+        "whole_median": round(measured_whole, 4) if measured_whole is not None else None,
+        "planned": round(planned_sync, 4) if planned_sync is not None else None,
+        "planned_path": ctx.plan.sync_path if ctx.plan else None,
+        "planned_why": ctx.plan.sync_why if ctx.plan else None,
+        "ratio": round(measured_whole / planned_sync, 4) if measured_whole and planned_sync else None,
     }
     tok = [r.tokens_per_s for r in ctx.rows if r.tokens_per_s]
     base = [r.tokens_per_s for r in ctx.baseline or [] if r.tokens_per_s]
@@ -76,6 +83,20 @@ def _pct(low: Optional[float], high: Optional[float]) -> str:
     if low is None or high is None:
         return "not measured for this engine and model"
     return f"+{low:.0%}" if low == high else f"+{low:.0%} to +{high:.0%}"
+
+
+def _sync_against_plan(ws: dict[str, Any]) -> str:
+    if ws["planned_path"] is None:
+        return "no plan (--spec SPEC)"
+    if ws["planned"] is None:
+        return f"fp8spec plan has no sync time for the spec ({ws['planned_path']}: {ws['planned_why']})"
+    planned = f"{_cell(ws['planned'])} s planned ({ws['planned_path']})"
+    if ws["whole_median"] is None:
+        return (
+            f"{planned}; no whole-sync line from step 2 on to compare "
+            "(the sync_timing patch's sent line, the direct path's engine line)"
+        )
+    return f"{_cell(ws['whole_median'])} s whole sync from step 2 on, {planned}, {ws['ratio']:.2f}x"
 
 
 def render_text(rep: Report) -> str:
@@ -107,7 +128,7 @@ def render_text(rep: Report) -> str:
     ws = c["weight_sync_s"]
     lines.append(
         f"  weight sync: median {_cell(ws['median'])} s (verl), {_cell(ws['patch_median'])} s (patch set's line); "
-        "fp8spec plan gives no sync time"
+        + _sync_against_plan(ws)
     )
     g = c["generation_tokens_per_s"]
     expected = _pct(ctx.plan.gain_low, ctx.plan.gain_high) if ctx.plan else ""

@@ -109,6 +109,28 @@ def per_sync_seconds(run: Run) -> list[float]:
     return []
 
 
+def whole_syncs(run: Run, rows: list[Row]) -> list[tuple[Row, float, str]]:
+    """(row, seconds, where) of each whole weight sync from step 2 on, timed from the trainer's first bucket to
+    the engine's last: the trainer's 'sent' line (the opt-in sync_timing patch), else the direct path's engine
+    line (its receive call waits for every bucket; the slowest engine worker where there are several). verl's
+    timing_s/update_weights also counts the offload and the engine's wake-up around the sync, and the other
+    paths' engine lines only the engine's part. Empty when the run logs no such line."""
+    sent = run.of("sync_sent")
+    if sent:
+        return [
+            (r, float(sent[r.step].groups["seconds"]), str(sent[r.step].loc))
+            for r in rows
+            if 2 <= r.step < len(sent)
+        ]
+    engine: dict[int, tuple[float, str]] = {}
+    for e in run.of("direct_sync"):
+        if e.groups.get("seconds") is not None:
+            number, seconds = int(e.groups["sync"]), float(e.groups["seconds"])
+            if number not in engine or seconds > engine[number][0]:
+                engine[number] = (seconds, str(e.loc))
+    return [(r, *engine[r.step + 1]) for r in rows if r.step >= 2 and r.step + 1 in engine]
+
+
 def scale_range(text: str) -> Optional[tuple[float, float]]:
     values = [float(v) for m in _RANGE.finditer(text) for v in (m.group(2), m.group(3))]
     return (min(values), max(values)) if values else None

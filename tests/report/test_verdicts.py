@@ -4,12 +4,15 @@ mid-line, a traceback after step 2, ...) is made here from the real lines."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from fp8spec.report.build import make_report
+from fp8spec.report.render import comparison, render_text
 from fp8spec.report.verdicts import all_verdicts, get_verdict
+from tests.conftest import REPO
 from tests.report import runs
 from tests.report.runs import GOLDEN_DIRECT, SPEC_4B
 
@@ -31,6 +34,25 @@ def _baseline(tmp: Path, ms_factor: float) -> Path:
     return runs.log_copy(
         sub, "real-4b", runs.set_metric("timing_per_token_ms/gen", lambda s, v: v * ms_factor)
     )
+
+
+SENT = re.compile(r"(fp8spec weight sync sent: .* in )([0-9.]+)( s:)")
+
+
+def _4b_syncs(tmp: Path, factor: float = 1.0, **kw):
+    """The 4B run with its worker logs, each whole sync after the first ``factor`` times slower (in the worker's
+    log and in the driver's copy of its lines)."""
+    folder = runs.folder_copy(tmp, "real-4b")
+    for log in sorted(p for p in folder.rglob("*") if p.is_file()):
+        seen = [0]
+
+        def slower(m, seen=seen):
+            seen[0] += 1
+            seconds = float(m.group(2)) * (factor if seen[0] > 1 else 1.0)
+            return f"{m.group(1)}{seconds:.3f}{m.group(3)}"
+
+        log.write_text(SENT.sub(slower, log.read_text(encoding="utf-8")), encoding="utf-8")
+    return make_report(folder, **kw)
 
 
 def _te_outside(lines):
@@ -95,6 +117,10 @@ CASES = {
     "RPT031": (
         lambda t: _tiny(t, runs.set_metric("timing_s/update_weights", lambda s, v: v * 20 if s == 4 else v)),
         lambda t: _tiny(t),
+    ),
+    "RPT033": (
+        lambda t: _4b_syncs(t, 3.0, spec=SPEC_4B),
+        lambda t: _4b_syncs(t, spec=SPEC_4B),
     ),
     "RPT032": (
         lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.1)),  # FP8 only 10 % faster: below +39 %
@@ -185,3 +211,93 @@ def test_two_runs_in_one_folder_are_not_mixed(tmp_path):
     assert [r.mismatch_kl for r in rep.ctx.rows] == [r.mismatch_kl for r in alone.ctx.rows]  # the first kept
     again = [f.message for f in rep.findings if f.code == "RPT022"]
     assert len(again) == 5 and all("logged again with other values" in m for m in again)
+
+
+def _4b_spec_on(tmp: Path, engine: str) -> Path:
+    """The 4B run's spec with another rollout engine, its relative paths made absolute for the copy."""
+    text = SPEC_4B.read_text(encoding="utf-8")
+    for rel in ("../models/qwen3-4b/config.json", "../../../specs/rewards/tiny_arith.py"):
+        text = text.replace(rel, str((SPEC_4B.parent / rel).resolve()))
+    out = tmp / "spec.yaml"
+    out.write_text(text.replace("engine: vllm", f"engine: {engine}"), encoding="utf-8")
+    return out
+
+
+def test_slow_syncs_against_a_plan_without_a_sync_time_say_why(tmp_path):
+    # the same damaged run fires RPT033 against its own spec (CASES); on SGLang the plan has no sync time
+    rep = _4b_syncs(tmp_path, 3.0, spec=_4b_spec_on(tmp_path, "sglang"))
+    assert [f.code for f in rep.findings if f.code == "RPT033"] == []
+    ws = comparison(rep.ctx)["weight_sync_s"]
+    assert (ws["planned"], ws["planned_why"], ws["whole_median"]) == (None, "not measured for sglang", 1.065)
+    assert "fp8spec plan has no sync time for the spec (verl's quantizer: not measured for sglang)" in (
+        render_text(rep)
+    )
+
+
+def test_sync_comparison_uses_whole_syncs_from_step_2_on(tmp_path):
+    rep = _4b_syncs(tmp_path, spec=SPEC_4B)
+    ws = comparison(rep.ctx)["weight_sync_s"]
+    # sent lines 2.839 (the first, before step 1), 0.353, 0.359, 0.351: steps 2 and 3 hold the last two
+    assert ws["whole_median"] == 0.355
+    assert ws["planned"] == 0.3081 and ws["ratio"] == 1.1524
+    assert "0.355 s whole sync from step 2 on, 0.3081 s planned (the direct path), 1.15x" in render_text(rep)
+
+
+def test_a_sync_a_few_hundredths_over_a_tiny_plan_stays_quiet_and_tenfold_fires(tmp_path):
+    # the tiny MoE run's syncs (0.013-0.021 s from step 2 on) are 2.7x the tiny spec's 0.0075 s but 0.013 s over
+    spec = REPO / "specs/tiny-qwen3-h200.yaml"
+    quiet = make_report(runs.log_copy(tmp_path, "moe-direct"), spec=spec)
+    ws = comparison(quiet.ctx)["weight_sync_s"]
+    assert ws["ratio"] > 2 and ws["whole_median"] - ws["planned"] < 0.1
+    assert [f.code for f in quiet.findings if f.code == "RPT033"] == []
+    (tmp_path / "slow").mkdir()
+    slow = make_report(runs.log_copy(tmp_path / "slow", "moe-direct", _sent_times(10.0)), spec=spec)
+    assert [f.code for f in slow.findings if f.code == "RPT033"] == ["RPT033"]
+
+
+def _sent_times(factor: float):
+    return lambda lines: [
+        SENT.sub(lambda m: f"{m.group(1)}{float(m.group(2)) * factor:.3f}{m.group(3)}", ln) for ln in lines
+    ]
+
+
+ENGINE_SYNC = re.compile(r"(fp8spec direct_sync: sync (\d+): .*, )([0-9.]+)( s)$")
+
+
+def _engine_syncs(factor: float):
+    """The 4B driver log without the trainer's sent lines, the direct path's engine lines from sync 3 on
+    ``factor`` times slower."""
+
+    def damage(lines):
+        out = []
+        for ln in runs.drop("fp8spec weight sync sent: ")(lines):
+            body = ln.rstrip("\n")
+            m = ENGINE_SYNC.search(body)
+            if m and int(m.group(2)) >= 3:
+                body = body[: m.start(3)] + f"{float(m.group(3)) * factor:.3f}" + body[m.end(3) :]
+            out.append(body + ("\n" if ln.endswith("\n") else ""))
+        return out
+
+    return damage
+
+
+def test_without_the_sent_line_the_direct_engine_line_times_the_sync(tmp_path):
+    rep = _4b(tmp_path, _engine_syncs(1.0), spec=SPEC_4B)
+    ws = comparison(rep.ctx)["weight_sync_s"]
+    assert ws["whole_median"] == 0.3375  # syncs 3 and 4: 0.339 and 0.336 s
+    assert [f.code for f in rep.findings if f.code == "RPT033"] == []
+    (tmp_path / "slow").mkdir()
+    slow = _4b(tmp_path / "slow", _engine_syncs(3.0), spec=SPEC_4B)
+    (f,) = [f for f in slow.findings if f.code == "RPT033"]
+    assert "weight sync 1.01 s (median from step 2 on), 3.3x the 0.308 s" in f.message
+
+
+def test_an_engine_only_sync_line_is_not_compared_with_the_plan(tmp_path):
+    # fast_block_quant's 'received in X s' times only the engine's part (0.011-0.015 s against verl's 0.17-0.25 s
+    # around the whole sync): the plan's whole-sync time has nothing to be compared with, and the report says so
+    rep = _tiny(tmp_path, spec=REPO / "specs/tiny-qwen3-h200.yaml")
+    ws = comparison(rep.ctx)["weight_sync_s"]
+    assert ws["patch_median"] is not None and ws["planned"] is not None
+    assert (ws["whole_median"], ws["ratio"]) == (None, None)
+    assert [f.code for f in rep.findings if f.code == "RPT033"] == []
+    assert "no whole-sync line from step 2 on to compare" in render_text(rep)

@@ -1,5 +1,6 @@
 """Is FP8 paying as planned: the engine's KV capacity against `fp8spec plan`'s, each weight sync against the
-run's own steady state, generation throughput against the planner's expected speed-up over a BF16 baseline."""
+run's own steady state and the run's syncs against the plan's sync time, generation throughput against the
+planner's expected speed-up over a BF16 baseline."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import statistics
 from typing import Iterable
 
 from fp8spec.report.names import thresholds
+from fp8spec.report.steps import whole_syncs
 from fp8spec.report.verdicts.unit import Context, verdict
 
 Found = Iterable[tuple[str, str]]
@@ -49,8 +51,8 @@ def kv_below_plan(ctx: Context) -> Found:
     "A weight sync took several times the run's usual sync time.",
     """After the first sync (which also builds buffers and the sync plan) each sync moves the same bytes the same
     way, so its time is steady (0.35 s every step in the 4B run). A step far above the run's median is a stall:
-    memory pressure on the host, a fallback path for some tensors, or contention on the GPU. fp8spec plan gives no
-    sync time to compare with. Limit: fp8spec/data/report_thresholds.yaml (weight_sync).""",
+    memory pressure on the host, a fallback path for some tensors, or contention on the GPU. RPT033 compares the
+    syncs with fp8spec plan's time instead. Limit: fp8spec/data/report_thresholds.yaml (weight_sync).""",
     "compare the step's sync line of the patch set with the others (its split: trainer fill, GPU wait, engine)",
     example=(
         "the real tiny FSDP + vLLM run with step 4's sync 20 times slower",
@@ -71,6 +73,45 @@ def sync_stall(ctx: Context) -> Found:
                 r.where,
                 f"step {r.step}: weight sync {t:.3g} s, {t / median:.1f}x the run's median {median:.3g} s",
             )
+
+
+@verdict(
+    "RPT033",
+    "weight-sync-slower-than-plan",
+    "warning",
+    "The run's weight syncs took much longer than fp8spec plan predicted for the spec.",
+    """fp8spec plan predicts one sync's time for the spec's sync path from the syncs measured on the same engine,
+    trainer and GPU (fp8spec/data/weight_sync.yaml): bytes or tensors sent, plus the offloaded trainer's copy to
+    the GPU; the real 4B run's syncs came within 15 % of it. Far slower syncs mean the run does not sync as
+    planned: another sync path than the spec's (verl's per-tensor quantizer instead of the direct path), a
+    trainer that is offloaded where the spec keeps it on the GPU, slow host memory or contention on the GPU.
+    Compared: the median of the whole syncs from step 2 on (the sync_timing patch's sent line, else the direct
+    path's engine line). Limit:
+    fp8spec/data/report_thresholds.yaml (weight_sync_plan).""",
+    "check the sync path the run's patch lines name against the spec's (fp8spec report --bundle), and the sync's "
+    "split in its sent line (trainer fill, GPU wait, engine)",
+    needs="plan",
+    example=(
+        "the real 4B run with its syncs from step 2 on 3 times slower, against its spec",
+        "weight sync 1.06 s (median from step 2 on), 3.5x the 0.308 s fp8spec plan predicts (the direct path)",
+        "the real 4B run against its spec (1.15x the plan)",
+    ),
+)
+def sync_slower_than_plan(ctx: Context) -> Found:
+    assert ctx.plan is not None
+    planned = ctx.plan.sync_s
+    syncs = whole_syncs(ctx.run, ctx.rows)
+    if planned is None or not syncs:
+        return
+    limits = thresholds()["weight_sync_plan"]
+    got = statistics.median(t for _, t, _ in syncs)
+    if got > float(limits["max_ratio"]) * planned and got - planned > float(limits["min_excess_s"]):
+        slowest = max(syncs, key=lambda s: s[1])
+        yield (
+            slowest[2],
+            f"weight sync {got:.3g} s (median from step 2 on), {got / planned:.1f}x the {planned:.3g} s "
+            f"fp8spec plan predicts ({ctx.plan.sync_path})",
+        )
 
 
 @verdict(
