@@ -33,7 +33,8 @@ def test_the_bundles_layout_starts_in_megatron_core(spec, tmp_path, one_process_
     layout = {"world": world, "tp": par["tensor_model_parallel_size"], "pp": par["pipeline_model_parallel_size"],
               "cp": par["context_parallel_size"], "ep": par["expert_model_parallel_size"],
               "etp": par.get("expert_tensor_parallel_size"),
-              "first": tc.get("num_layers_in_first_pipeline_stage"), "last": tc.get("num_layers_in_last_pipeline_stage")}
+              "first": tc.get("num_layers_in_first_pipeline_stage"),
+              "last": tc.get("num_layers_in_last_pipeline_stage")}
     assert layout["tp"] * layout["pp"] * layout["cp"] <= world == int(spec.stem[len("h200x")])
     assert megatron_refusal(model, layout, monkeypatch) == ("", "")
     # the check has teeth: the same model at twice the expert parallelism this world holds is refused
