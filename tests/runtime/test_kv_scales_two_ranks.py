@@ -92,6 +92,8 @@ def _rank_main(rank: int, store: str, out: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     """Both ranks' pushed scales per case and mode, from one two-process run."""
+    if dist.is_initialized():  # a forked rank would inherit this process's group
+        pytest.skip("a process group is already initialized in this process")
     tmp = tmp_path_factory.mktemp("kv-two-ranks")
     mp.start_processes(_rank_main, args=(str(tmp / "store"), str(tmp / "out")), nprocs=2, join=True,
                        start_method="fork")  # spawn would import torch again in each rank (seconds each on two cores)
