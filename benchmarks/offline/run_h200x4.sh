@@ -5,8 +5,8 @@
 #   bash benchmarks/offline/run_h200x4.sh receive NN [SET]   the carried .SET/partNN into /tmp/SET (engine | megatron)
 #   bash benchmarks/offline/run_h200x4.sh install            the engine + verl set, then the megatron set
 #   bash benchmarks/offline/run_h200x4.sh wsprobe            the bundles' sync path (fast_block_quant) at rollout TP 2
-#                                                          on the tiny MoE against verl's and a fresh TP 2 engine, per
-#                                                          rank, on GPUs 0,1
+#                                                          on the probe's tiny MoE against verl's and a fresh TP 2
+#                                                          engine, per rank, on GPUs 0,1
 #   bash benchmarks/offline/run_h200x4.sh rl-start           the tiny MoE at Megatron TP 2 x EP 2 and at PP 2 x EP 2,
 #                                                          side by side on the four GPUs: 3 steps and the checkpoint,
 #                                                          then a resume from it for a fourth step
