@@ -5,6 +5,7 @@ bundles whose launch names the machine's GPUs, and whose Megatron layouts pass m
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from ruamel.yaml import YAML
@@ -121,3 +122,13 @@ def test_the_30b_shape_has_about_as_many_layers_as_four_h200s_hold(layout, tmp_p
     assert failing(MOE30_LAYERS) == set()
     if layout == "tp2ep2":  # the tighter of the two
         assert "MEM005" in failing(MOE30_LAYERS + 4)
+
+
+def test_the_readmes_trainer_peaks_are_the_plans():
+    rows = re.findall(r"^\| `(h200x\d-[\w-]+)` \|.*?\| ([\d.]+) GiB \|", (HERE / "README.md").read_text(encoding="utf-8"),
+                      re.M)
+    assert sorted(name for name, _ in rows) == [p.stem for p in SPECS]
+    for name, peak in rows:
+        proc = run_cli_here("plan", str(HERE / "specs" / f"{name}.yaml"), "-f", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert round(json.loads(proc.stdout)["trainer"]["peak"]["value"] / 2**30, 1) == float(peak), name
