@@ -83,6 +83,11 @@ def test_validates_strict_and_the_launch_names_the_machines_gpus(spec, bundles):
     assert ov["actor_rollout_ref.rollout.tensor_model_parallel_size"] == str(s["rollout"]["tp"])
     launch = (bundles / spec.stem / "launch.sh").read_text(encoding="utf-8")
     assert f"trainer.n_gpus_per_node={_gpus(spec)} " in launch
+    # the other launchers of the bundle, and the preflight's GPU count on the node
+    sbatch = (bundles / spec.stem / "slurm.sbatch").read_text(encoding="utf-8")
+    assert f"#SBATCH --gpus-per-node={_gpus(spec)}\n" in sbatch
+    preflight = json.loads((bundles / spec.stem / "preflight.json").read_text(encoding="utf-8"))
+    assert preflight["hardware"]["gpus_per_node"] == _gpus(spec) and preflight["hardware"]["nodes"] == 1
     if s["training"]["backend"] == "megatron":
         par = s["training"]["parallel"]
         for key, field in (("tensor", "tp"), ("pipeline", "pp"), ("expert", "ep")):
