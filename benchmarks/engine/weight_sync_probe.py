@@ -26,6 +26,10 @@ Options (environment, so ``run_h200_engine.sh`` passes them through):
 * ``WS_SYNCS=N`` (default 3): syncs per engine; the medians leave out the first (warm-up) when N >= 2.
 * ``WS_BREAKDOWN=1``: after the timed syncs, one more sync with the stage timers of ``ws_breakdown.py`` installed
   (engine and driver side, CUDA-synchronised); ``ws_<case>_<path>_<dtype>_breakdown.json`` + a Markdown table.
+* ``WS_TP=N`` (default 1): every engine, the fresh ones too, at rollout tensor parallel N (N GPUs). As in verl's
+  colocated loop, trainer rank r streams the full weights from GPU r to engine rank r's handle, and each rank's
+  loaders (or the direct path's plan for that rank) take its slice; the fingerprints and the verdicts are per rank
+  (``rank<r>/<parameter>``).
 """
 
 from __future__ import annotations
@@ -53,13 +57,13 @@ SYNCED = ("verl", "patch", "direct")
 
 
 def probe_options(env=None) -> dict:
-    """WS_SYNCS (>= 1), WS_BREAKDOWN (0/1) and WS_DTYPE (bf16/fp32); ValueError on anything else."""
+    """WS_SYNCS (>= 1), WS_BREAKDOWN (0/1), WS_DTYPE (bf16/fp32) and WS_TP (>= 1); ValueError on anything else."""
     env = os.environ if env is None else env
-    syncs = int(env.get("WS_SYNCS", "3"))
+    syncs, tp = int(env.get("WS_SYNCS", "3")), int(env.get("WS_TP", "1"))
     dtype = env.get("WS_DTYPE", "bf16")
-    if syncs < 1 or dtype not in ("bf16", "fp32") or env.get("WS_BREAKDOWN", "0") not in ("0", "1"):
-        raise ValueError(f"WS_SYNCS >= 1, WS_DTYPE bf16|fp32, WS_BREAKDOWN 0|1; got {syncs}, {dtype}")
-    return {"syncs": syncs, "dtype": dtype, "breakdown": env.get("WS_BREAKDOWN", "0") == "1"}
+    if syncs < 1 or tp < 1 or dtype not in ("bf16", "fp32") or env.get("WS_BREAKDOWN", "0") not in ("0", "1"):
+        raise ValueError(f"WS_SYNCS >= 1, WS_TP >= 1, WS_DTYPE bf16|fp32, WS_BREAKDOWN 0|1; got {syncs}, {tp}, {dtype}")
+    return {"syncs": syncs, "dtype": dtype, "breakdown": env.get("WS_BREAKDOWN", "0") == "1", "tp": tp}
 
 
 def timed_median(times: list) -> float:
@@ -85,7 +89,21 @@ FRESH_CASES = (*TINY, "qwen3-8b")
 # ... and those with room for the reference checkpoint alone (the byte check against fresh-ref, 31 GB)
 FRESH_REF_CASES = (*FRESH_CASES, "qwen3-30b-a3b")
 FRESH = ("fresh", "fresh-ref", "fresh-ref-again")  # engines loaded from a checkpoint, no sync
-ZMQ = "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-0.sock"  # verl's handle for job 0, replica 0, rank 0
+# verl's handle for job 0, replica 0, rank r (verl/workers/rollout/vllm_rollout/utils.py _get_zmq_handle: an
+# engine without data parallelism uses its worker's local rank, which is the TP rank)
+ZMQ = "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-{rank}.sock"
+
+
+def zmq_handle(rank: int) -> str:
+    return ZMQ.format(rank=rank)
+
+
+def rank_keyed(per_rank: list[dict]) -> dict:
+    """One engine's fingerprints from every TP rank as one mapping: the parameter names at TP 1, ``rank<r>/<name>``
+    above, so two engines compare rank by rank."""
+    if len(per_rank) == 1:
+        return dict(per_rank[0])
+    return {f"rank{r}/{name}": fp for r, fps in enumerate(per_rank) for name, fp in fps.items()}
 
 
 def case_config(case: str) -> dict:
@@ -125,14 +143,15 @@ def weight_dtype():
     return {"bf16": torch.bfloat16, "fp32": torch.float32}[os.environ.get("WS_DTYPE", "bf16")]
 
 
-def make_weights(cfg: dict, step: int):
-    """Seeded weights on the GPU (norms near 1, the rest N(0, 0.02); lm_head x8 for clear greedy margins)."""
+def make_weights(cfg: dict, step: int, device: str = "cuda"):
+    """Seeded weights on the GPU (norms near 1, the rest N(0, 0.02); lm_head x8 for clear greedy margins); the same
+    values on every device."""
     import torch
 
-    gen = torch.Generator(device="cuda").manual_seed(1000 + step)
+    gen = torch.Generator(device=device).manual_seed(1000 + step)
     weights = []
     for name, shape in checkpoint_shapes(cfg):
-        t = torch.empty(shape, dtype=weight_dtype(), device="cuda")
+        t = torch.empty(shape, dtype=weight_dtype(), device=device)
         if name.endswith("norm.weight"):
             t.uniform_(0.9, 1.1, generator=gen)
         else:
@@ -218,8 +237,10 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
     import fp8spec.runtime  # noqa: F401  (activates FP8SPEC_RUNTIME_PATCHES here first, in a bundle's order)
 
     cfg = case_config(case)
+    tp = probe_options()["tp"]
     folder = Path("/tmp/fp8spec-models") / f"ws-{case}"
-    kw = {"skip_tokenizer_init": True, "seed": 0, "gpu_memory_utilization": util, "max_model_len": 1024,
+    kw = {"skip_tokenizer_init": True, "tensor_parallel_size": tp, "seed": 0, "gpu_memory_utilization": util,
+          "max_model_len": 1024,
           # WS_EAGER=0: CUDA graphs as in main_ppo (the V1 runner then wraps the model)
           "enforce_eager": os.environ.get("WS_EAGER", "1") == "1", "enable_prefix_caching": False,
           "worker_extension_cls": "benchmarks.engine.ws_probe_ext.ProbeVerlExt"}
@@ -231,7 +252,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         llm = LLM(model=str(folder / "dummy"), load_format="dummy", quantization="fp8",
                   hf_overrides={"quantization_config": verl_fp8_quantization(cfg["num_hidden_layers"])}, **kw)
     record = {"case": case, "path": path, "patched": llm.collective_rpc("probe_patched")[0],
-              "dtype": os.environ.get("WS_DTYPE", "bf16")}
+              "dtype": os.environ.get("WS_DTYPE", "bf16"), "tp": tp}
     if not path.startswith("fresh"):
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
 
@@ -254,19 +275,32 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
         record["send_split"] = []
 
         def one_sync() -> float:
-            weights = make_weights(cfg, step=0)  # the same values each step: the last sync is checked
-            torch.cuda.synchronize()
+            # the same values each step (the last sync is checked), the full weights on every rank's GPU
+            weights = [make_weights(cfg, step=0, device=f"cuda:{r}") for r in range(tp)]
+            for r in range(tp):
+                torch.cuda.synchronize(r)
             result = {}
 
             def receive():
                 result["r"] = llm.collective_rpc("update_weights_from_ipc",
                                                  kwargs={"peft_config": None, "base_sync_done": True, "use_shm": False})
 
+            def send(rank: int):
+                torch.cuda.set_device(rank)  # verl's sender allocates its bucket on the current device
+                sender = BucketedWeightSender(zmq_handle=zmq_handle(rank),
+                                              bucket_size_mb=int(os.environ.get("WS_BUCKET_MB", "2048")))
+                asyncio.run(sender.async_send_weights(iter(weights[rank])))
+                return sender
+
             t0 = time.perf_counter()
             th = threading.Thread(target=receive)
             th.start()
-            sender = BucketedWeightSender(zmq_handle=ZMQ, bucket_size_mb=int(os.environ.get("WS_BUCKET_MB", "2048")))
-            asyncio.run(sender.async_send_weights(iter(weights)))
+            others = [threading.Thread(target=send, args=(r,)) for r in range(1, tp)]  # trainer ranks 1..tp-1
+            for o in others:
+                o.start()
+            sender = send(0)
+            for o in others:
+                o.join()
             th.join()
             dt = time.perf_counter() - t0
             st = getattr(sender, "_fp8spec_send_times", None)
@@ -295,7 +329,7 @@ def run_engine(case: str, path: str, out: Path, util: float) -> None:
             (out / f"{stem}.json").write_text(json.dumps(bd, indent=1), encoding="utf-8")
             (out / f"{stem}.md").write_text(render(bd, bd["title"]), encoding="utf-8")
         record["patched_after"] = llm.collective_rpc("probe_patched")[0]
-    record["fingerprints"] = llm.collective_rpc("probe_fingerprints")[0]
+    record["fingerprints"] = rank_keyed(llm.collective_rpc("probe_fingerprints"))
     gen = torch.Generator().manual_seed(1)
     prompts = [TokensPrompt(prompt_token_ids=torch.randint(0, cfg["vocab_size"], (32,), generator=gen).tolist())
                for _ in range(4)]
@@ -326,7 +360,7 @@ def prepare_fresh(case: str, out: Path, paths: list[str]) -> None:
 def verdict(out: Path, case: str) -> dict:
     recs = {p: json.loads((out / f"ws_{case}_{p}.json").read_text())
             for p in (*SYNCED, *FRESH) if (out / f"ws_{case}_{p}.json").exists()}
-    v = {"paths": sorted(recs)}
+    v = {"paths": sorted(recs), "tp": sorted({rec.get("tp", 1) for rec in recs.values()})}
     q = out / f"ws_{case}_quantizers.json"
     if q.exists():
         v["verl_kernel_vs_reference"] = json.loads(q.read_text())
@@ -409,6 +443,8 @@ def main() -> int:
         return 0
     base_env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_DEEP_GEMM="0", VLLM_MOE_USE_DEEP_GEMM="0",
                     PYTHONUNBUFFERED="1")
+    if probe_options()["tp"] > 1:  # the driver holds CUDA contexts: the engine's TP workers cannot be forked
+        base_env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     base_env = child_env(base_env)
     base_env.pop("FP8SPEC_RUNTIME_PATCHES", None)
     verdicts, rc = {}, 0

@@ -14,6 +14,7 @@
 #                                             WS_BUCKET_MB bucket
 #                                             size (default 2048); WS_SYNC_TIMING=0 no sender split (default 1); WS_EAGER=0 CUDA graphs (as main_ppo);
 #                                             WS_SEND_CAST_BF16=1 float32 weights sent as BF16;
+#                                             WS_TP=2 engines at rollout TP 2, GPU 0,1;
 #                                             WS_TIMEOUT seconds for the step, default 570)
 #
 # Logs and results go to $OUT/<step>/ (what comes back is packed into $OUT/<step>.tar.gz as well).

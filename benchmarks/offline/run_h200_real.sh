@@ -8,7 +8,8 @@
 #                                                          prompts and sampling read from the bundle; one replica
 #                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
 #   bash benchmarks/offline/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
-#   bash benchmarks/offline/run_h200_real.sh rl-start BUNDLE   the bundle's own launch.sh, detached, + GPU sampling
+#   bash benchmarks/offline/run_h200_real.sh rl-start BUNDLE...   each bundle's own launch.sh, detached, one after
+#                                                          another (each takes every GPU of the step), + GPU sampling
 #   bash benchmarks/offline/run_h200_real.sh rl-wait SECONDS   wait for it; then (or when out of time: a snapshot,
 #                                                          the run goes on) bring back what is there -> $OUT/rl-BUNDLE.tgz;
 #                                                          exit 3 at once when this machine holds no run
@@ -113,11 +114,12 @@ case $step in
     pkill -f -- "/tmp/ray-$bundle/" > /dev/null 2>&1  # only this run's Ray processes (its temp dir is in their args)
     mkdir -p "$dir/ray-logs" && cp "/tmp/ray-$bundle"/session_latest/logs/*.{out,err,log} "$dir/ray-logs/" 2> /dev/null
     touch "$dir/DONE" ;;
-  rl-start)
-    bundle=${1:?rl-start BUNDLE}
-    rm -rf "${ROOT:?}/$bundle" && mkdir -p "$ROOT/$bundle"
-    setsid nohup bash "$0" rl-body "$bundle" "$ROOT/$bundle" > "$ROOT/$bundle.driver.log" 2>&1 < /dev/null &
-    echo "rl-start: $bundle started; collect with rl-wait" ;;
+  rl-start)  # BUNDLE...: one after another, so that a machine's GPUs serve one run at a time
+    (( $# )) || { echo "rl-start BUNDLE..." >&2; exit 2; }
+    for bundle in "$@"; do rm -rf "${ROOT:?}/$bundle" && mkdir -p "$ROOT/$bundle"; done
+    setsid nohup bash -c 'script=$1 root=$2; shift 2; for b in "$@"; do bash "$script" rl-body "$b" "$root/$b"; done' \
+      _ "$0" "$ROOT" "$@" > "$ROOT/$1.driver.log" 2>&1 < /dev/null &
+    echo "rl-start: $* started, one after another; collect with rl-wait" ;;
   rl)
     bash "$0" rl-start "${1:?rl BUNDLE}" && bash "$0" rl-wait "${2:-480}" ;;
   rl-wait)

@@ -4,8 +4,9 @@
 # A RUN is LABEL=BUNDLE[,OVERRIDE...]: .rl/bundles/BUNDLE/launch.sh with the OVERRIDEs appended (launch.sh passes
 # "$@" to verl after its own overrides); RUN>>RUN is a lane, its runs one after the other (a stop and a resume).
 # Settings (environment): RL_TAG, RL_DIR, PORT_BASE keep two run sets on one machine apart (own folder, ports and
-# Ray temp dirs); RUN_TIMEOUT_S per run, STAGGER_S between lane starts, RL_GPU; RL_EXTRA (an array) is appended
-# to every run. Logs, checkpoint listings and summarize.py's tables land in the run folder.
+# Ray temp dirs); RUN_TIMEOUT_S per run, STAGGER_S between lane starts, RL_GPU (one index, or several: 0,1,2,3)
+# and RL_NUM_GPUS (how many of them each run's Ray head offers; default 1); RL_EXTRA (an array) is appended to every
+# run. Logs, checkpoint listings and summarize.py's tables land in the run folder.
 
 rl_one_run() {  # DIR PORT LABEL=BUNDLE[,OVERRIDE...]
   local dir=$1 p=$2 run=$3 label rest bundle start parts
@@ -16,7 +17,7 @@ rl_one_run() {  # DIR PORT LABEL=BUNDLE[,OVERRIDE...]
     --ray-client-server-port=$((p + 1)) --dashboard-agent-listen-port=$((p + 2)) \
     --dashboard-agent-grpc-port=$((p + 3)) --metrics-export-port=$((p + 4)) --node-manager-port=$((p + 5)) \
     --object-manager-port=$((p + 6)) --runtime-env-agent-port=$((p + 7)) --min-worker-port=$((p + 100)) \
-    --max-worker-port=$((p + 450)) --include-dashboard=false --num-gpus=1 --num-cpus=16 \
+    --max-worker-port=$((p + 450)) --include-dashboard=false --num-gpus="${RL_NUM_GPUS:-1}" --num-cpus=16 \
     --temp-dir="/tmp/ray-$RL_TAG$label" --disable-usage-stats > "$dir/ray-head-$label.log" 2>&1
   CUDA_VISIBLE_DEVICES=${RL_GPU:-0} RAY_ADDRESS="127.0.0.1:$p" timeout "${RUN_TIMEOUT_S:-420}" \
     bash ".rl/bundles/$bundle/launch.sh" "${parts[@]:1}" "${RL_EXTRA[@]}" > "$dir/$label.log" 2>&1

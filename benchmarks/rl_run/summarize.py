@@ -25,6 +25,8 @@ STEP = re.compile(r"\bstep:(\d+) - (.*)$")
 METRIC = re.compile(r"^([\w/@.-]+):(?:np\.\w+\()?(-?[\d.eE+-]+|nan|inf)\)?$")
 SYNC = re.compile(r"fp8spec fast_block_quant: weight sync received in ([\d.]+) s, (\d+) flat-bucket launches, "
                   r"stats (\{.*\})")
+# Ray's prefix on a worker's line in the driver's log: each trainer rank is one worker process
+WORKER = re.compile(r"^\((\w+) pid=(\d+)")
 TE = re.compile(r"fp8spec te_report: (old_log_prob|update): fwd FP8 (\d+)/(\d+) TE module calls .*?; "
                 r"bwd FP8 (\d+) calls.*$")
 KV = re.compile(r"fp8spec kv_scales: applied (\d+) q/k/v scales to (\d+) attention layers "
@@ -72,8 +74,9 @@ def parse_log(text: str) -> dict:
             continue
         m = TE.search(line)
         if m:
+            w = WORKER.match(line)
             te.append({"phase": m.group(1), "fwd_fp8": int(m.group(2)), "fwd_te": int(m.group(3)),
-                       "bwd_fp8": int(m.group(4)), "line": m.group(0)})
+                       "bwd_fp8": int(m.group(4)), "line": m.group(0), "pid": int(w.group(2)) if w else None})
             continue
         m = KV.search(line)
         if m:
@@ -137,7 +140,9 @@ def markdown(runs: dict) -> str:
                 for a in run["kv_scales"]))
         if run["te_report"]:
             first = {r["phase"]: r["line"] for r in run["te_report"]}
-            lines.append("\nTransformerEngine (first call of each phase): " + " | ".join(first.values()))
+            ranks = len({r["pid"] for r in run["te_report"] if r["pid"] is not None})
+            lines.append(f"\nTransformerEngine, reported by {ranks} trainer process(es) (first call of each phase): "
+                         + " | ".join(first.values()))
         saved = re.findall(r"global_step_(\d+)/actor:", run["checkpoint"])
         lines.append(f"\ncheckpoint: global_step_{', global_step_'.join(saved)}" if saved else "\ncheckpoint: none")
         lines.append("")

@@ -88,3 +88,20 @@ def test_attempt6_repeats_the_fp8_run_and_reports_the_cut_bf16_run():
     assert bf16["rc"] is None and not bf16["steps"]
     assert "### tiny-qwen3-h200-bf16 (did not end: no summary line)\n\nno training step logged" in \
         _module().markdown(runs)
+
+
+def test_te_report_counts_the_trainer_processes_that_reported(tmp_path):
+    """A multi-GPU run's every trainer rank reports its TE calls; the table says how many processes did (Ray prefixes
+    each worker's line with its pid in the driver's log, colours included)."""
+    from benchmarks.rl_run.summarize import markdown, parse_log
+
+    te = ("fp8spec te_report: {phase}: fwd FP8 1240/1240 TE module calls (TELinear x248); bwd FP8 1240 calls, "
+          "BF16: router x4")
+    lines = [f"\x1b[36m(WorkerDict pid={pid})\x1b[0m 2026-12-01 20:01:43,730 INFO fp8spec.runtime.te_report: "
+             + te.format(phase=phase) for pid in (6131, 6132, 6131) for phase in ("old_log_prob", "update")]
+    lines.append(te.format(phase="update"))  # a line without a worker prefix counts no process
+    lines.append("step:1 - timing_s/step:10.0")
+    parsed = parse_log("\n".join(lines))
+    assert [r["pid"] for r in parsed["te_report"]] == [6131, 6131, 6132, 6132, 6131, 6131, None]
+    run = dict(parsed, rc="0", wall_s=1, checkpoint="")
+    assert "reported by 2 trainer process(es)" in markdown({"x4": run})

@@ -171,10 +171,10 @@ def test_render_orders_stages_and_accounts_the_rest(tmp_path, capsys):
 
 def test_probe_options_and_medians(monkeypatch):
     probe = _load("weight_sync_probe")
-    assert probe.probe_options({}) == {"syncs": 3, "dtype": "bf16", "breakdown": False}
-    assert probe.probe_options({"WS_SYNCS": "6", "WS_DTYPE": "fp32", "WS_BREAKDOWN": "1"}) == {
-        "syncs": 6, "dtype": "fp32", "breakdown": True}
-    for bad in ({"WS_SYNCS": "0"}, {"WS_DTYPE": "fp16"}, {"WS_BREAKDOWN": "yes"}):
+    assert probe.probe_options({}) == {"syncs": 3, "dtype": "bf16", "breakdown": False, "tp": 1}
+    assert probe.probe_options({"WS_SYNCS": "6", "WS_DTYPE": "fp32", "WS_BREAKDOWN": "1", "WS_TP": "2"}) == {
+        "syncs": 6, "dtype": "fp32", "breakdown": True, "tp": 2}
+    for bad in ({"WS_SYNCS": "0"}, {"WS_DTYPE": "fp16"}, {"WS_BREAKDOWN": "yes"}, {"WS_TP": "0"}):
         with pytest.raises(ValueError):
             probe.probe_options(bad)
     assert probe.timed_median([9.0, 1.0, 2.0, 3.0]) == 2.0  # the warm-up sync is left out
@@ -198,3 +198,22 @@ def test_probe_greedy_compare_locates_where_two_engines_part():
     assert rows[1]["max_logprob_gap"] == pytest.approx(0.2)  # up to and including the step that parts
     c = [{"tokens": [1, 2, 3], "logprobs": [-0.4, -0.25, -1.0]}]
     assert probe.greedy_compare(a, c)[0]["first_logprob_equal"] is False
+
+
+def test_probe_at_tp2_streams_to_each_ranks_handle_and_compares_rank_by_rank(tmp_path):
+    probe = _load("weight_sync_probe")
+    # verl's colocated handle per rank (verl/workers/rollout/vllm_rollout/utils.py _get_zmq_handle, job 0, replica 0)
+    assert [probe.zmq_handle(r) for r in range(2)] == ["ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-0.sock",
+                                                       "ipc:///tmp/rl-colocate-zmq-0-replica-0-rank-1.sock"]
+    assert probe.rank_keyed([{"w": "a"}]) == {"w": "a"}  # TP 1: the names the earlier records used
+    assert probe.rank_keyed([{"w": "a"}, {"w": "b"}]) == {"rank0/w": "a", "rank1/w": "b"}
+    # a direct engine whose rank 1 differs from the fresh engine's rank 1 is reported there, rank 0 is not
+    greedy = [{"tokens": [1], "logprobs": [-0.5]}]
+    fresh = probe.rank_keyed([{"w": "a", "s": "x"}, {"w": "b", "s": "y"}])
+    direct = probe.rank_keyed([{"w": "a", "s": "x"}, {"w": "B", "s": "y"}])
+    for path, fps in (("direct", direct), ("fresh-ref", fresh)):
+        (tmp_path / f"ws_c_{path}.json").write_text(json.dumps(
+            {"case": "c", "path": path, "tp": 2, "fingerprints": fps, "greedy": greedy, "sync_s": [1.0]}))
+    v = probe.verdict(tmp_path, "c")
+    assert v["tp"] == [2] and v["direct_vs_fresh-ref_params_differ"] == ["rank1/w"]
+    assert v["greedy_direct_eq_fresh-ref"] is True
