@@ -14,26 +14,23 @@ from fp8spec.plan import build_memory_plan
 from fp8spec.plan.facts import measured
 from fp8spec.plan.render import plan_json, render_text
 from fp8spec.plan.sync import copy_seconds_per_gb, export_tensors, fits
+from fp8spec.rules.plan_columns import judged
 from fp8spec.rules.runner import validate_path
 from tests.conftest import REPO
-from tests.report.runs import SPEC_4B
+from tests.report.runs import SPEC_4B, spec_4b_copy
 
 PROBE = REPO / "benchmarks/results/2026-12-03_h200_weight-sync"
 SENT = re.compile(r"sent: (\d+) tensors, \d+ buckets, ([0-9.]+) GiB in")
 
 
 def _plan(spec: Path):
-    return build_memory_plan(validate_path(spec, str(spec)).context)
+    """The plan as `fp8spec plan` prints it: judged by the rules."""
+    ctx = validate_path(spec, str(spec)).context
+    return judged(build_memory_plan(ctx), ctx)
 
 
 def _spec_4b(tmp: Path, old: str, new: str) -> Path:
-    text = SPEC_4B.read_text(encoding="utf-8")
-    for rel in ("../models/qwen3-4b/config.json", "../../../specs/rewards/tiny_arith.py"):
-        text = text.replace(rel, str((SPEC_4B.parent / rel).resolve()))
-    assert old in text
-    out = tmp / "spec.yaml"
-    out.write_text(text.replace(old, new), encoding="utf-8")
-    return out
+    return spec_4b_copy(tmp, old, new)
 
 
 @pytest.mark.parametrize(

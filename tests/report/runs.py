@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 DATA = REPO / "tests/data/report"
 GOLDEN_DIRECT = REPO / "tests/golden/tiny-qwen3-h200/fsdp_vllm"  # a compiled bundle: direct_sync, kv_scales
-SPEC_4B = REPO / "benchmarks/rl_real/specs/real-4b-h200-fp8kv.yaml"
+SPEC_4B = REPO / "tests/data/rl_real/real-4b-h200-fp8kv/spec.yaml"  # the spec the committed 4B run used
 LOGS = {
     "real-4b": "real-4b/real-4b-h200-fp8kv.log",
     "fsdp-vllm": "fsdp-vllm/tiny-qwen3-h200-fp8.log",
@@ -22,6 +22,16 @@ LOGS = {
     "moe-direct": "moe-direct/tiny-qwen3-moe-h200-direct.log",
 }
 STEP = re.compile(r"step:(\d+) - ")
+SPEC_PATH = re.compile(r"^(\s*(?:config_path|path): )(\.\./\S+)", re.M)
+
+
+def spec_4b_copy(tmp: Path, old: str = "", new: str = "") -> Path:
+    """The 4B run's spec written into ``tmp`` with ``old`` replaced by ``new``, its relative paths made absolute."""
+    text = SPEC_PATH.sub(lambda m: m[1] + str((SPEC_4B.parent / m[2]).resolve()), SPEC_4B.read_text(encoding="utf-8"))
+    assert old in text, old
+    out = tmp / "spec.yaml"
+    out.write_text(text.replace(old, new), encoding="utf-8")
+    return out
 
 
 def log_copy(tmp: Path, topic: str, damage: Callable[[list[str]], list[str]] | None = None) -> Path:

@@ -214,13 +214,8 @@ def test_two_runs_in_one_folder_are_not_mixed(tmp_path):
 
 
 def _4b_spec_on(tmp: Path, engine: str) -> Path:
-    """The 4B run's spec with another rollout engine, its relative paths made absolute for the copy."""
-    text = SPEC_4B.read_text(encoding="utf-8")
-    for rel in ("../models/qwen3-4b/config.json", "../../../specs/rewards/tiny_arith.py"):
-        text = text.replace(rel, str((SPEC_4B.parent / rel).resolve()))
-    out = tmp / "spec.yaml"
-    out.write_text(text.replace("engine: vllm", f"engine: {engine}"), encoding="utf-8")
-    return out
+    """The 4B run's spec with another rollout engine."""
+    return runs.spec_4b_copy(tmp, "engine: vllm", f"engine: {engine}")
 
 
 def test_slow_syncs_against_a_plan_without_a_sync_time_say_why(tmp_path):
