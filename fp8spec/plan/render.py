@@ -99,6 +99,7 @@ def _trainer_json(t) -> dict | None:
         "activations": b(t.activations),
         "logits": b(t.logits),
         "transient": b(t.transient),
+        "optimizer_step": b(t.optimizer_step),
         "cuda_context": b(t.context),
         "peak": b(t.peak),
         "resident_during_rollout": b(t.resident_during_rollout),
@@ -379,6 +380,7 @@ def render_text(plan: MemoryPlan) -> str:
             ("activations (estimate)", "activations"),
             ("logits (estimate)", "logits"),
             ("FSDP gather buffers (estimate)", "transient"),
+            ("optimizer step temporaries", "optimizer_step"),
             ("training peak incl. CUDA context", "peak"),
             ("kept during rollout", "resident_during_rollout"),
         ]

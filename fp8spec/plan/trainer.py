@@ -120,6 +120,7 @@ class TrainerMemory:
         0  # model + optimizer state one save writes (memory.checkpoint_contents)
     )
     micro_batch_tokens: int = 0  # tokens of the longest micro-batch (activations and logits scale with it)
+    optimizer_step: int = 0  # temporaries of the optimizer step beside the state (foreach AdamW's sqrt list)
 
     @property
     def state(self) -> int:
@@ -129,8 +130,14 @@ class TrainerMemory:
     @property
     def peak(self) -> int:
         """Training peak: the whole state (verl loads offloaded state back for the whole training pass,
-        verl/workers/engine/base.py:300-335) plus activations, logits, gather buffers and the CUDA context."""
-        return self.state + self.activations + self.logits + self.transient + self.context
+        verl/workers/engine/base.py:300-335) plus the larger of a micro-batch's activations, logits and gather
+        buffers and the optimizer step's temporaries, plus the CUDA context."""
+        return self.state + max(self.pass_transients, self.optimizer_step) + self.context
+
+    @property
+    def pass_transients(self) -> int:
+        """What a micro-batch's forward and backward hold beside the state."""
+        return self.activations + self.logits + self.transient
 
     @property
     def host_offload(self) -> int:
@@ -166,15 +173,13 @@ def _offload(spec) -> dict:
     }
 
 
-def _micro_batch_tokens(spec, verl) -> int:
-    seq = spec.rollout.max_prompt_length + spec.rollout.max_response_length
-    a = spec.algorithm
-    if a.use_dynamic_bsz:
-        budget = getattr(a, "ppo_max_token_len_per_gpu", None) or int(
-            verl.value("memory.dynamic_bsz_token_budget")
-        )
-        return max(budget, seq)
-    return a.ppo_micro_batch_size_per_gpu * seq
+def _micro_batch_tokens(ctx: ResolvedSpec) -> int:
+    """Tokens of the longest micro-batch of the update: the budget the bundle compiles (a budget the spec leaves
+    unset compiles to one sequence, not verl's own default), or fixed micro-batches of full sequences."""
+    b = ctx.batching
+    if b.dynamic:
+        return max(b.ppo_max_token_len_per_gpu, b.sequence_tokens)
+    return b.ppo_micro_batch_size_per_gpu * b.sequence_tokens
 
 
 def _stage_layers(spec, layers: int, pp: int) -> list[int]:
@@ -207,7 +212,7 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
     world = spec.world_size
     split = split_params(model)
     offload = _offload(spec)
-    tokens = _micro_batch_tokens(spec, verl)
+    tokens = _micro_batch_tokens(ctx)
     trainer = get_trainer(spec.training.backend)
     fp8 = (precision or spec.training.precision) == "fp8" and trainer.fp8_training
     context = int(estimate("trainer", "cuda_context_bytes"))
@@ -258,6 +263,7 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
         offload,
         ("FSDP shards parameters, gradients and optimizer state over all GPUs (fsdp_size -1)",),
         checkpoint_bytes_per_param=_checkpoint_bytes_per_param(verl, f),
+        optimizer_step=per_gpu * f.get("optimizer_step_bytes", 0),
     )
 
 

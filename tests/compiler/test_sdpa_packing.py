@@ -71,3 +71,33 @@ def test_the_preflight_requires_transformers_with_packed_masks(sdpa_bundle):
     packages = {p["name"]: p for p in json.loads(sdpa_bundle.files["preflight.json"])["packages"]}
     assert packages["transformers"]["version"] == ">=4.54.0"
     assert "flash-attn" not in packages
+
+
+def test_sdpa_gets_a_dense_mask_over_the_whole_packed_row(monkeypatch):
+    """Rule PAR016's premise: a packed row reaches sdpa with one boolean mask over all of its tokens, so the
+    kernel's work grows with the square of the row's length, not of each sequence's."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                      attn_implementation="sdpa")
+    model = Qwen3ForCausalLM(cfg).eval()
+    seen = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        seen.append((tuple(q.shape), None if attn_mask is None else tuple(attn_mask.shape), kw.get("is_causal")))
+        return real(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    lens = [37, 5, 64]
+    ids = torch.randint(0, 300, (1, sum(lens)))
+    pos = torch.cat([torch.arange(n) for n in lens])[None]
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False)
+        model(input_ids=ids[:, :64], attention_mask=None, position_ids=torch.arange(64)[None], use_cache=False)
+    (packed_q, packed_mask, _), (one_q, one_mask, one_causal) = seen
+    assert packed_q[-2] == sum(lens) and packed_mask is not None and packed_mask[-2:] == (sum(lens), sum(lens))
+    # one sequence alone: no mask at all, the causal kernel path
+    assert one_mask is None and one_causal
