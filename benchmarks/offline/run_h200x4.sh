@@ -11,9 +11,9 @@
 #                                                          side by side on the four GPUs: 3 steps and the checkpoint,
 #                                                          then a resume from it for a fourth step
 #   bash benchmarks/offline/run_h200x4.sh rl-wait SECONDS    wait for them; bring back what is there ($OUT/rl-x4.tgz)
-#   bash benchmarks/offline/run_h200x4.sh shape-assets       Qwen3-30B-A3B's layers, 24 of 48: random model,
+#   bash benchmarks/offline/run_h200x4.sh shape-assets       Qwen3-30B-A3B's layers, 30 of 48: random model,
 #                                                          tokenizer, data (a machine budget of its own, README.md)
-#   bash benchmarks/offline/run_h200x4.sh shape-start LAYOUT  h200x4-30b24l-LAYOUT (tp2ep2 | pp2ep2), detached
+#   bash benchmarks/offline/run_h200x4.sh shape-start LAYOUT  h200x4-30b30l-LAYOUT (tp2ep2 | pp2ep2), detached
 #   bash benchmarks/offline/run_h200x4.sh shape-wait SECONDS wait for it; bring back what is there
 #
 # Bundles: .rl/bundles/h200x4-* compiled on the CPU machine from benchmarks/multi_gpu/specs/.
@@ -38,8 +38,8 @@ case $step in
   rl-wait) RL_TAG=-x4 RL_DIR=/tmp/rl-x4 bash benchmarks/offline/run_h200_megatron.sh rl-wait "${1:-540}" ;;
   shape-assets)
     python3 -m benchmarks.rl_real.make_real_assets --out /tmp/fp8spec-real \
-      --config benchmarks/multi_gpu/models/qwen3-30b-a3b-24l/config.json --model-dir model-30b-24l 2>&1 | tail -n 2 ;;
-  shape-start) bash benchmarks/offline/run_h200_real.sh rl-start "h200x4-30b24l-${1:?shape-start tp2ep2|pp2ep2}" ;;
+      --config benchmarks/multi_gpu/models/qwen3-30b-a3b-30l/config.json --model-dir model-30b-30l 2>&1 | tail -n 2 ;;
+  shape-start) bash benchmarks/offline/run_h200_real.sh rl-start "h200x4-30b30l-${1:?shape-start tp2ep2|pp2ep2}" ;;
   shape-wait) bash benchmarks/offline/run_h200_real.sh rl-wait "${1:-540}" ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

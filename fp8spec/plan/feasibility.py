@@ -312,7 +312,11 @@ def _more_kv_share(plan: MemoryPlan, r: RolloutResult) -> list[Advice]:
 def _peak_terms(t) -> list[tuple[str, int]]:
     """Every term of the training peak, named; they sum to ``t.peak``."""
     if t.optimizer_step > t.pass_transients:
-        return [("state", t.state), ("the optimizer step's temporaries", t.optimizer_step), ("CUDA context", t.context)]
+        return [
+            ("state", t.state),
+            ("the optimizer step's temporaries", t.optimizer_step),
+            ("CUDA context", t.context),
+        ]
     return [
         ("state", t.state),
         ("activations", t.activations),

@@ -26,9 +26,17 @@ def test_a_packed_row_gives_each_sequence_its_own_logits(impl):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-                      attn_implementation=impl)
+    cfg = Qwen3Config(
+        vocab_size=300,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        attn_implementation=impl,
+    )
     model = Qwen3ForCausalLM(cfg).eval()
     lens = [37, 5, 64]
     seqs = [torch.randint(0, 300, (n,)) for n in lens]
@@ -38,8 +46,9 @@ def test_a_packed_row_gives_each_sequence_its_own_logits(impl):
         # as verl's FSDP engine calls it with padding removal on
         pos = torch.cat([torch.arange(n) for n in lens])[None]
         packed = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False).logits[0]
-        mixed = model(input_ids=ids, attention_mask=None, position_ids=torch.arange(sum(lens))[None],
-                      use_cache=False).logits[0]
+        mixed = model(
+            input_ids=ids, attention_mask=None, position_ids=torch.arange(sum(lens))[None], use_cache=False
+        ).logits[0]
     for a, b in zip(alone, packed.split(lens)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert max(float((a - b).abs().max()) for a, b in zip(alone[1:], mixed.split(lens)[1:])) > 0.1
@@ -50,7 +59,7 @@ def test_verls_engine_passes_the_packed_row_without_a_mask():
     from verl.workers.engine.fsdp import transformer_impl
 
     src = inspect.getsource(transformer_impl)
-    branch = src[src.index("if use_remove_padding:", src.index("def prepare_model_inputs")):]
+    branch = src[src.index("if use_remove_padding:", src.index("def prepare_model_inputs")) :]
     branch = branch[: branch.index("else:\n            if pad_mode")]
     assert '"attention_mask": None,' in branch and '"position_ids": position_ids_rmpad,' in branch
 
@@ -79,15 +88,25 @@ def test_sdpa_gets_a_dense_mask_over_the_whole_packed_row(monkeypatch):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-                      attn_implementation="sdpa")
+    cfg = Qwen3Config(
+        vocab_size=300,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        attn_implementation="sdpa",
+    )
     model = Qwen3ForCausalLM(cfg).eval()
     seen = []
     real = torch.nn.functional.scaled_dot_product_attention
 
     def spy(q, k, v, attn_mask=None, **kw):
-        seen.append((tuple(q.shape), None if attn_mask is None else tuple(attn_mask.shape), kw.get("is_causal")))
+        seen.append(
+            (tuple(q.shape), None if attn_mask is None else tuple(attn_mask.shape), kw.get("is_causal"))
+        )
         return real(q, k, v, attn_mask=attn_mask, **kw)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
@@ -96,8 +115,12 @@ def test_sdpa_gets_a_dense_mask_over_the_whole_packed_row(monkeypatch):
     pos = torch.cat([torch.arange(n) for n in lens])[None]
     with torch.no_grad():
         model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False)
-        model(input_ids=ids[:, :64], attention_mask=None, position_ids=torch.arange(64)[None], use_cache=False)
+        model(
+            input_ids=ids[:, :64], attention_mask=None, position_ids=torch.arange(64)[None], use_cache=False
+        )
     (packed_q, packed_mask, _), (one_q, one_mask, one_causal) = seen
-    assert packed_q[-2] == sum(lens) and packed_mask is not None and packed_mask[-2:] == (sum(lens), sum(lens))
+    assert (
+        packed_q[-2] == sum(lens) and packed_mask is not None and packed_mask[-2:] == (sum(lens), sum(lens))
+    )
     # one sequence alone: no mask at all, the causal kernel path
     assert one_mask is None and one_causal

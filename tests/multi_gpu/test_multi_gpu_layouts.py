@@ -16,7 +16,7 @@ SPECS = [p for p in sorted((REPO / "benchmarks/multi_gpu/specs").glob("*.yaml"))
 
 
 def test_every_megatron_layout_asked_for_is_checked():
-    assert [p.stem for p in SPECS] == ["h200x2-moe-megatron-ep2", "h200x4-30b24l-pp2ep2", "h200x4-30b24l-tp2ep2",
+    assert [p.stem for p in SPECS] == ["h200x2-moe-megatron-ep2", "h200x4-30b30l-pp2ep2", "h200x4-30b30l-tp2ep2",
                                        "h200x4-moe-pp2ep2", "h200x4-moe-tp2ep2"]
 
 

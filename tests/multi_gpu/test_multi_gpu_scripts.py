@@ -39,7 +39,7 @@ def test_the_header_lists_exactly_the_scripts_steps(kind):
 def test_the_bundles_a_script_runs_are_the_specs_of_its_machine(kind):
     text = SCRIPTS[kind].read_text(encoding="utf-8")
     named = set(re.findall(r"\b(h200x\d-[\w-]+?)(?=[\s,\"'$>)]|$)", text.split("case $step in", 1)[1]))
-    templated = {n for n in named if n.endswith("-")}  # h200x4-30b24l-${1}: a layout filled in at run time
+    templated = {n for n in named if n.endswith("-")}  # h200x4-30b30l-${1}: a layout filled in at run time
     assert named - templated and named - templated <= SPECS
     assert all(n.startswith(kind) for n in named)
     for prefix in templated:

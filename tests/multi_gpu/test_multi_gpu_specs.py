@@ -51,7 +51,7 @@ def test_the_layouts_asked_for_are_there():
     dense = {n: (s["training"]["backend"], s["rollout"]["tp"]) for n, s in specs.items() if n.startswith("h200x2-8b")}
     assert dense == {"h200x2-8b-fsdp-tp2": ("fsdp", 2), "h200x2-8b-fsdp-tp1x2": ("fsdp", 1)}
     assert par["h200x2-moe-megatron-ep2"] == {"tp": 1, "pp": 1, "ep": 2, "etp": 1, "cp": 1}
-    for shape in ("moe", "30b24l"):
+    for shape in ("moe", "30b30l"):
         assert par[f"h200x4-{shape}-tp2ep2"] == {"tp": 2, "pp": 1, "ep": 2, "etp": 1, "cp": 1}
         assert par[f"h200x4-{shape}-pp2ep2"] == {"tp": 1, "pp": 2, "ep": 2, "etp": 1, "cp": 1}
     for name, s in specs.items():
@@ -116,7 +116,7 @@ def test_the_30b_shape_has_about_as_many_layers_as_four_h200s_hold(layout, tmp_p
         cfg.parent.mkdir()
         cfg.write_text(json.dumps(dict(catalog_config("Qwen/Qwen3-30B-A3B-Base"), num_hidden_layers=layers)))
         y = YAML()
-        spec = y.load((HERE / "specs" / f"h200x4-30b24l-{layout}.yaml").read_text(encoding="utf-8"))
+        spec = y.load((HERE / "specs" / f"h200x4-30b30l-{layout}.yaml").read_text(encoding="utf-8"))
         spec["model"]["config_path"] = str(cfg)
         spec["reward"]["custom_function"]["path"] = str(REPO / "specs/rewards/tiny_arith.py")
         path = tmp_path / f"l{layers}.yaml"

@@ -27,7 +27,9 @@ SPEC_PATH = re.compile(r"^(\s*(?:config_path|path): )(\.\./\S+)", re.M)
 
 def spec_4b_copy(tmp: Path, old: str = "", new: str = "") -> Path:
     """The 4B run's spec written into ``tmp`` with ``old`` replaced by ``new``, its relative paths made absolute."""
-    text = SPEC_PATH.sub(lambda m: m[1] + str((SPEC_4B.parent / m[2]).resolve()), SPEC_4B.read_text(encoding="utf-8"))
+    text = SPEC_PATH.sub(
+        lambda m: m[1] + str((SPEC_4B.parent / m[2]).resolve()), SPEC_4B.read_text(encoding="utf-8")
+    )
     assert old in text, old
     out = tmp / "spec.yaml"
     out.write_text(text.replace(old, new), encoding="utf-8")
