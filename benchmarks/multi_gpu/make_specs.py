@@ -25,8 +25,8 @@ from benchmarks.rl_real.make_specs import _fill, _merge, _yaml
 HERE = Path(__file__).resolve().parent
 SPECS = HERE / "specs"
 # The layer count four H200s hold at both Megatron layouts, end-to-end FP8, params and optimizer offloaded
-# (fp8spec plan: 30 layers peak at 128.4 GiB at TP 2 x EP 2; 32 at 136.7 GiB of 139.8, inside the planner's
-# measured +2.9 % error on the trainer peak; README.md)
+# (fp8spec plan: 30 layers peak at 128.4 GiB at TP 2 x EP 2; 32 at 136.7 GiB of 139.8 leave less than the
+# allocator's reserve above the planned peak measured in the 4B run; README.md)
 MOE30_LAYERS = 30
 MOE30_CONFIG = Path("models") / f"qwen3-30b-a3b-{MOE30_LAYERS}l" / "config.json"
 
