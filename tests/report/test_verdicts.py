@@ -185,3 +185,36 @@ def test_two_runs_in_one_folder_are_not_mixed(tmp_path):
     assert [r.mismatch_kl for r in rep.ctx.rows] == [r.mismatch_kl for r in alone.ctx.rows]  # the first kept
     again = [f.message for f in rep.findings if f.code == "RPT022"]
     assert len(again) == 5 and all("logged again with other values" in m for m in again)
+
+
+def _with_layout(classes: str, planned: str):
+    """The real run's te_report lines as a run with a per-module layout writes them."""
+
+    def damage(lines):
+        part = f"; by class {classes}; planned BF16 {planned}; BF16 kept:"
+        return [ln.replace("; BF16 kept:", part, 1) if "te_report: " in ln else ln for ln in lines]
+
+    return damage
+
+
+def _te_messages(tmp_path, classes, planned):
+    rep = make_report(runs.log_copy(tmp_path, "megatron-te", _with_layout(classes, planned)))
+    return sorted({f.message for f in rep.findings if f.code == "RPT004"})
+
+
+def test_a_layout_that_took_effect_is_quiet(tmp_path):
+    assert _te_messages(tmp_path, "attention 472/472, core_attention 236/236, experts 0/472", "experts") == []
+
+
+def test_a_class_planned_bf16_that_ran_fp8_fires(tmp_path):
+    assert _te_messages(tmp_path, "attention 472/472, experts 472/472", "experts") == [
+        "old_log_prob: 472 of 472 experts TE module calls ran FP8; the layout keeps experts in BF16",
+        "update: 472 of 472 experts TE module calls ran FP8; the layout keeps experts in BF16",
+    ]
+
+
+def test_a_bf16_class_the_layout_did_not_plan_fires(tmp_path):
+    assert _te_messages(tmp_path, "attention 472/472, first_last 0/236, experts 0/472", "first_last") == [
+        "old_log_prob: 472 of 472 experts TE module calls ran outside FP8",
+        "update: 472 of 472 experts TE module calls ran outside FP8",
+    ]
