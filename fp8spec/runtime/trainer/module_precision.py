@@ -73,7 +73,7 @@ def with_bf16_modules(orig: Any, classes: list[str]) -> Any:
     @functools.wraps(orig)
     def __post_init__(self):
         orig(self)
-        if not getattr(self, "fp8", None) or getattr(self, "quant_recipe", None) is not None:
+        if not self.fp8 or self.quant_recipe is not None:
             return
         self.quant_recipe = RecipeConfig.from_config_dict(recipe)
         if "experts" in classes and getattr(self, "use_transformer_engine_op_fuser", False):

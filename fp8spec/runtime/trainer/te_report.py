@@ -87,19 +87,23 @@ _LAYER = re.compile(r"(^|.*\.)layers\.\d+$")
 def first_last_layers(config: Any) -> Optional[tuple[int, int, int]]:
     """(BF16 layers at the start, at the end, all layers) of a megatron-core config with first_last_layers_bf16,
     else None (fp8_utils.is_first_last_bf16_layer reads the same three fields)."""
-    if config is None or not getattr(config, "first_last_layers_bf16", False):
+    try:
+        if not config.first_last_layers_bf16:
+            return None
+        return (
+            int(config.num_layers_at_start_in_bf16),
+            int(config.num_layers_at_end_in_bf16),
+            int(config.num_layers),
+        )
+    except AttributeError:  # no megatron-core config (or one without the fields)
         return None
-    return (
-        int(config.num_layers_at_start_in_bf16),
-        int(config.num_layers_at_end_in_bf16),
-        int(config.num_layers),
-    )
 
 
 def _model_config(chunk: torch.nn.Module) -> Any:
+    """The first megatron-core TransformerConfig a module of ``chunk`` holds (GPTModel's, under verl's wrappers)."""
     for _, module in chunk.named_modules():
         config = getattr(module, "config", None)
-        if hasattr(config, "first_last_layers_bf16"):
+        if type(config).__name__.endswith("TransformerConfig"):
             return config
     return None
 
@@ -117,7 +121,7 @@ def te_classes(chunk: torch.nn.Module) -> dict[str, str]:
             continue
         # TE's core attention takes no quant config (only its linears do), so the layout never moves it: a
         # class of its own, FP8 wherever the layer's autocast is
-        cls = CORE_ATTENTION if name.endswith(".core_attention") else module_class(name)
+        cls = CORE_ATTENTION if name.rsplit(".", 1)[-1] == CORE_ATTENTION else module_class(name)
         if cls is None:
             continue
         prefix = next((p for p in layer_of if name.startswith(p + ".")), None)
