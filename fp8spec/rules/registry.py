@@ -150,6 +150,7 @@ def _load_rule_modules() -> None:
         routing,
         run,
         training,
+        training_layout,
     )
 
     for engine in all_engines():
