@@ -191,11 +191,12 @@ def layouts_text(ctx: ResolvedSpec, speeds: list[LayoutSpeed]) -> str:
     if not speeds:
         return ""
     model = ctx.known_model
-    shown = ", ".join(f"{s.label} {s.ratio:.2f}x" for s in speeds)
+    own = spec_layout(ctx.spec, speeds)
+    shown = ", ".join(f"{s.label} {s.ratio:.2f}x" + (" (this spec's)" if s == own else "") for s in speeds)
     best = recommended(ctx, speeds)
     if best is None:
         advice = f"no measured layout keeps training.priority {ctx.spec.training.priority}"
     else:
-        own = " (this spec's)" if best == spec_layout(ctx.spec, speeds) else ""
-        advice = f"fastest that keeps training.priority {ctx.spec.training.priority}: {best.label}{own}"
+        mark = " (this spec's)" if best == own else ""
+        advice = f"fastest that keeps training.priority {ctx.spec.training.priority}: {best.label}{mark}"
     return f"trainer speed per layout vs BF16 ({layout_metric(model)}, docs/results.md#trainer-layer-cost): {shown}; {advice}"

@@ -21,7 +21,7 @@ def test_trn007_without_a_layout_keeps_its_message_and_lists_every_measured_layo
     (d,) = _found(result, "TRN007")
     assert d.message.startswith("training.precision fp8 (blockwise) measured at 0.81x BF16's layer speed")
     assert (
-        "bf16 1.00x, fp8 blockwise 0.82x, fp8 tensorwise 0.89x, fp8 blockwise + attention BF16 0.81x, "
+        "bf16 1.00x, fp8 blockwise 0.82x (this spec's), fp8 tensorwise 0.89x, fp8 blockwise + attention BF16 0.81x, "
         in d.hint
     )
     assert "fp8 blockwise + experts BF16 0.94x" in d.hint
