@@ -26,9 +26,9 @@ from fp8spec.specfile.model import TRAINING_MODULE_CLASSES
 from tests.conftest import require
 
 
-def test_the_class_table_is_the_profiles_and_the_specs():
-    fact = load_profile("megatron-core", "0.18.2").value("quant.module_classes")
-    assert MODULE_GLOBS == fact
+@pytest.mark.parametrize("version", ["0.18.2", "0.19.2"])
+def test_the_class_table_is_the_profiles_and_the_specs(version):
+    assert MODULE_GLOBS == load_profile("megatron-core", version).value("quant.module_classes")
     assert tuple(MODULE_GLOBS) == TRAINING_MODULE_CLASSES == envs.BF16_MODULE_CLASSES
 
 
@@ -85,6 +85,14 @@ def test_a_bf16_config_and_an_own_recipe_are_left_alone(patched):
     assert _config().quant_recipe is None
     own = RecipeConfig.from_config_dict({"configs": {}, "matchers": {}})
     assert _config(fp8="hybrid", fp8_recipe="blockwise", quant_recipe=own).quant_recipe is own
+
+
+def test_fp8_param_with_bf16_classes_is_refused_by_name(patched):
+    patched("experts")
+    with pytest.raises(
+        ValueError, match="fp8_param keeps every TE weight in FP8; the BF16 module classes experts"
+    ):
+        _config(fp8="hybrid", fp8_recipe="blockwise", fp8_param=True)
 
 
 def test_no_class_named_installs_nothing(patched):

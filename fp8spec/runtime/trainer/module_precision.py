@@ -75,6 +75,13 @@ def with_bf16_modules(orig: Any, classes: list[str]) -> Any:
         orig(self)
         if not self.fp8 or self.quant_recipe is not None:
             return
+        if self.fp8_param:
+            # the parameters are created in FP8 while the model is built, before the per-module configs are
+            # assigned (gpt_model.py:284-287): a BF16 class would compute with FP8-stored weights
+            raise ValueError(
+                "fp8spec module_precision: fp8_param keeps every TE weight in FP8; the BF16 module classes "
+                f"{', '.join(classes)} need BF16 weights (remove fp8_param or training.bf16_modules)"
+            )
         self.quant_recipe = RecipeConfig.from_config_dict(recipe)
         if "experts" in classes and getattr(self, "use_transformer_engine_op_fuser", False):
             # the op fuser calls its fused ops directly, not TEGroupedLinear.forward, so the override never opens
