@@ -170,3 +170,13 @@ def test_te_report_groups_the_last_bf16_layer_as_first_last(moe_model):
     report = TEReport()
     report.attach([moe_model])
     assert report.planned == ["first_last"]  # no module_precision class named in this process's environment
+
+
+def test_the_classes_cover_the_modules_the_layout_benchmark_measured():
+    """bench_te_layout (docs/results.md#trainer-layer-cost) sent exactly these TE spec modules to BF16 with the
+    same per-module config the patch builds; the patch's class globs match each of them to the same class."""
+    from benchmarks.megatron.bench_te_layout import MODULE_CLASSES
+
+    for cls, patterns in MODULE_CLASSES.items():
+        for pattern in patterns:
+            assert module_class("decoder.layers.7." + pattern.removeprefix("*.")) == cls, pattern
