@@ -90,6 +90,12 @@ def trainer_gains() -> dict:
     return _with_figures("trainer_gains.yaml")
 
 
+@lru_cache(maxsize=None)
+def trainer_layouts() -> dict:
+    data = _with_figures("trainer_layouts.yaml")
+    return {**data, "mismatch": {k: _cited(v) for k, v in data["mismatch"].items()}}
+
+
 @dataclass(frozen=True)
 class ProfileFacts:
     """``memory.*`` facts of one backend profile, with the version they were read from."""

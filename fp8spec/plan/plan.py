@@ -123,6 +123,23 @@ class MemoryPlan:
 
         return sync_time(self)
 
+    def layouts_text(self) -> str:
+        """The measured trainer speed per training layout and the advice for training.priority ('' for a trainer
+        without FP8 training, a BF16 spec, or an unmeasured model class)."""
+        from fp8spec.plan.precision_layout import layout_speeds, layouts_text
+
+        if self.ctx is None or not get_trainer(self.spec.training.backend).fp8_training:
+            return ""
+        if self.spec.training.precision != "fp8":
+            return ""
+        return layouts_text(self.ctx, layout_speeds(self.model, self.gpu_arch))
+
+    def layout_mismatch(self) -> str:
+        """The module classes trained in another precision than the rollout runs them ('' for none)."""
+        from fp8spec.plan.precision_layout import class_mismatches, mismatch_text
+
+        return "" if self.ctx is None else mismatch_text(class_mismatches(self.ctx))
+
     def headroom(self, trainer: TrainerMemory) -> int:
         """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts
         counted); negative: vLLM cannot start (MEM003)."""

@@ -197,6 +197,8 @@ def plan_json(plan: MemoryPlan) -> dict:
             "source": tg.source,
         },
         "weight_sync": _sync_json(plan),
+        "trainer_layouts": plan.layouts_text() or None,
+        "layout_mismatch": plan.layout_mismatch() or None,
         "host_ram_per_node": None
         if plan.host_ram_per_node is None
         else q(plan.host_ram_per_node, "bytes", "exact"),
@@ -411,6 +413,10 @@ def render_text(plan: MemoryPlan) -> str:
             speed = ["1.00x" if c.precision == "bf16" else "not measured" for c in cols]
             out.append(row("layer fwd+bwd speed vs BF16", speed))
             out.append(f"  FP8 training speed not measured for this model class: {why}")
+        if layouts := plan.layouts_text():
+            out.append(f"  {layouts}")
+        if mismatch := plan.layout_mismatch():
+            out.append(f"  {mismatch}")
         for note in t.notes:
             out.append(f"  note: {note}")
         if plan.host_ram_per_node is not None:

@@ -301,7 +301,9 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
         last = index == len(stages) - 1
         dense += (split.embedding if index == 0 else 0) + (split.lm_head if last else 0)
         dense_gpu, expert_gpu = _cdiv(dense, tp), _cdiv(expert, ep * etp)
-        cache = (_cdiv(fp8_dense, tp) + expert_gpu) * cache_per_param  # experts are all FP8 linears
+        # experts are all FP8 linears, unless the layout keeps them in BF16 (training.bf16_modules)
+        fp8_experts = 0 if "experts" in spec.training.bf16_modules else expert_gpu
+        cache = (_cdiv(fp8_dense, tp) + fp8_experts) * cache_per_param
         state = (
             (dense_gpu + expert_gpu) * (m["param_bytes"] + m["grad_bytes"])
             + cache

@@ -151,6 +151,7 @@ def _load_rule_modules() -> None:
         routing,
         run,
         training,
+        training_layout,
     )
 
     for name in engine_names():

@@ -169,6 +169,13 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
+_TRN007_HINT = (
+    "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; training.bf16_modules keeps "
+    "the slow classes in BF16 (Qwen3-30B-A3B: experts); keep fp8 if its lower rollout/trainer mismatch is what you "
+    "want (acknowledge TRN007); training.priority picks the advice"
+)
+
+
 @rule(
     "TRN007",
     "fp8-training-measured-slower",
@@ -181,9 +188,13 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     less learner time; verl #7232: end-to-end FP8 slower for Qwen3-30B-A3B on H200). The FP8 rollout's gain does
     not depend on the trainer's precision. A figure covers only the measured layer's architecture on the GPU
     generation it ran on (fp8spec/data/trainer_gains.yaml, classes); for any other model or GPU the rule stays
-    quiet and `fp8spec plan` says "not measured".""",
-    "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; keep fp8 if its lower "
-    "rollout/trainer mismatch is what you want (acknowledge TRN007)",
+    quiet and `fp8spec plan` says "not measured". Per training layout on RL-shaped packed batches
+    (fp8spec/data/trainer_layouts.yaml): Qwen3-8B blockwise 1.25x, tensorwise 1.40x BF16's tokens/s; Qwen3-30B-A3B
+    in GPU time blockwise 0.82x, experts BF16 0.94x (its wall clock is host-bound). The finding's hint lists every
+    measured layout of the spec's model class and the fastest that keeps training.priority (mismatch: no module
+    class trained in another precision than the rollout runs it; speed: any); a spec with training.bf16_modules is
+    judged by its layout's own figure.""",
+    _TRN007_HINT,
     acknowledgeable=True,
     examples=Examples(
         bad=fragment(MOE, MEGATRON_FP8), good=MEGATRON_FP8, message="layer speed for this model class"
@@ -191,9 +202,23 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     from fp8spec.plan.gain import trainer_gain
+    from fp8spec.plan.precision_layout import layout_metric, layout_speeds, layouts_text, spec_layout
 
     t = ctx.spec.training
     if not ctx.trainer.fp8_training or t.precision != "fp8":
+        return
+    speeds = layout_speeds(ctx.known_model, ctx.gpu.arch)
+    advice = layouts_text(ctx, speeds)
+    hint = f"{advice}. {_TRN007_HINT}" if advice else None
+    if t.bf16_modules:  # a layout: its own measured figure, or none (the one-layer figures are all-FP8)
+        own = spec_layout(ctx.spec, speeds)
+        if own is not None and own.ratio < 1.0:
+            yield Finding(
+                f"training layout {own.label} measured at {own.ratio:.2f}x BF16 training for this model class "
+                f"({layout_metric(ctx.known_model)}, docs/results.md#trainer-layer-cost)",
+                "training.bf16_modules",
+                hint,
+            )
         return
     tokens = ctx.spec.rollout.max_prompt_length + ctx.spec.rollout.max_response_length
     g = trainer_gain(ctx.known_model, ctx.gpu.arch, t.fp8_scaling, tokens)
@@ -202,4 +227,5 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
             f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "
             f"model class ({g.workload}, docs/results.md#trainer-layer-cost)",
             "training.precision",
+            hint,
         )

@@ -80,6 +80,18 @@ def _names(text: str) -> list[str]:
     return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
 
 
+# training.bf16_modules' classes; module_precision.MODULE_GLOBS maps each to megatron-core's module names
+BF16_MODULE_CLASSES = ("attention", "dense_mlp", "experts", "shared_experts")
+
+
+def _module_classes(text: str) -> list[str]:
+    classes = _names(text)
+    unknown = [c for c in classes if c not in BF16_MODULE_CLASSES]
+    if unknown:
+        raise ValueError(f"must name classes among {', '.join(BF16_MODULE_CLASSES)}, got {text!r}")
+    return classes
+
+
 def _divisors(text: str) -> Divisors:
     if text == "vllm":
         return VLLM_CALC_DIVISORS
@@ -188,6 +200,16 @@ SEND_CAST_BF16 = EnvVar(
     "bucket: 0 for such an engine",
 )
 
+BF16_MODULES = EnvVar(
+    name="FP8SPEC_BF16_MODULES",
+    patch="module_precision",
+    type="comma list",
+    default="",
+    parse=_module_classes,
+    doc="trainer side: module classes TransformerEngine runs in BF16 under FP8 training (attention, dense_mlp, "
+    "experts, shared_experts), through megatron-core's quant_recipe",
+)
+
 # The table, in the order the manifest lists each patch's variables.
 VARIABLES: tuple[EnvVar, ...] = (
     RUNTIME_PATCHES,
@@ -200,6 +222,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     BLOCK_QUANT_BACKEND,
     QUANT_CHUNK_MB,
     SEND_CAST_BF16,
+    BF16_MODULES,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

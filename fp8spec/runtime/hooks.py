@@ -27,6 +27,7 @@ from fp8spec.runtime.targets import (
     MOD_ENGINE_WORKERS,
     MOD_FP8_UTILS,
     MOD_MBRIDGE_UTIL,
+    MOD_MEGATRON_CONFIG,
     MOD_MEGATRON_TE,
     MOD_VLLM_EXT,
     MOD_VLLM_QUANT,
@@ -43,6 +44,7 @@ RUNS_IN = {
     "FP8QuantizerHelper": "trainer",
     "ModelType": "trainer",
     "TEGroupedLinear": "trainer",
+    "TransformerConfig": "trainer",
     "BucketedWeightReceiver": "engine",
     "vLLMColocateWorkerExtension": "engine",
     "vllm_quant_utils.quant_weights": "engine",
@@ -189,6 +191,14 @@ HOOKS: tuple[Hook, ...] = (
         "trainer",
         1,
         ("TEGroupedLinear._split_extra_state",),
+    ),
+    Hook(
+        ("module_precision",),
+        MOD_MEGATRON_CONFIG,
+        "fp8spec.runtime.trainer.module_precision.patch_transformer_config",
+        "trainer",
+        1,
+        ("TransformerConfig.__post_init__",),
     ),
 )
 

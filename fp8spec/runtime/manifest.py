@@ -159,6 +159,19 @@ PATCHES = {
         "trainer_backends": ("megatron",),
         "env": env_defaults("te_extra_state_compat"),
     },
+    "module_precision": {
+        "description": (
+            "The spec's training.bf16_modules in the Megatron trainer: megatron-core's per-module quant_recipe "
+            "(a RecipeConfig, which verl's override_transformer_config cannot carry) built when each "
+            "TransformerConfig is, so that TransformerEngine runs the named module classes (attention, dense MLP, "
+            "experts, shared experts) in BF16 inside the model's FP8 autocast."
+        ),
+        "side": ("trainer",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "trainer_backends": ("megatron",),
+        "env": env_defaults("module_precision"),
+    },
     "te_report": {
         "description": (
             "End-to-end FP8 training made visible: after each old-log-prob and update call of the Megatron "

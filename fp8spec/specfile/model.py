@@ -34,6 +34,8 @@ from fp8spec.specfile.stack import StackSection
 from fp8spec.targets import ENGINES, TRAINERS
 
 SYMBOLIC_EXCLUSIONS = ("lm_head", "embeddings", "norms", "router")
+# The module classes of training.bf16_modules, in the order every listing shows them.
+TRAINING_MODULE_CLASSES = ("attention", "dense_mlp", "experts", "shared_experts")
 
 
 class ModelSection(Section):
@@ -299,6 +301,23 @@ class TrainingSection(Section):
         "transformers' packed-sequence masks (transformers >= 4.54, checked by the preflight). Megatron "
         "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
         "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
+    )
+    bf16_modules: list[Literal[TRAINING_MODULE_CLASSES]] = Field(  # type: ignore[valid-type]  # (data)
+        default_factory=list,
+        description="The per-module precision layout of FP8 training: module classes that TransformerEngine runs "
+        "in BF16 while the rest trains FP8. attention (q/k/v and output projections), dense_mlp (the MLP of "
+        "dense layers), experts (an MoE layer's routed experts), shared_experts. The first/last layers are "
+        "linear.bf16_first_layers / bf16_last_layers, which keep them BF16 in the rollout and in training alike. "
+        "Compiled into megatron-core's per-module quant_recipe by the runtime patch module_precision (verl cannot "
+        "pass that object through its config). Needs training.precision fp8 on the Megatron trainer (rule "
+        "TRN008). Default [] (every TransformerEngine linear in FP8).",
+    )
+    priority: Literal["mismatch", "speed"] = Field(
+        "mismatch",
+        description="What the advice of rule TRN007 and `fp8spec plan` keeps when it recommends a training "
+        "layout from the measured trainer speeds: mismatch = the lowest rollout/trainer mismatch (the trained "
+        "modules in the precision the rollout runs them), speed = the fastest measured layout. Changes no "
+        "setting of the bundle. Default mismatch.",
     )
     parallel: ParallelSection = Field(
         default_factory=ParallelSection,

@@ -276,6 +276,16 @@ def _engine_syncs(factor: float):
     return damage
 
 
+def _with_layout(classes: str, planned: str):
+    """The real run's te_report lines as a run with a per-module layout writes them."""
+
+    def damage(lines):
+        part = f"; by class {classes}; planned BF16 {planned}; BF16 kept:"
+        return [ln.replace("; BF16 kept:", part, 1) if "te_report: " in ln else ln for ln in lines]
+
+    return damage
+
+
 def test_without_the_sent_line_the_direct_engine_line_times_the_sync(tmp_path):
     rep = _4b(tmp_path, _engine_syncs(1.0), spec=SPEC_4B)
     ws = comparison(rep.ctx)["weight_sync_s"]
@@ -296,3 +306,26 @@ def test_an_engine_only_sync_line_is_not_compared_with_the_plan(tmp_path):
     assert (ws["whole_median"], ws["ratio"]) == (None, None)
     assert [f.code for f in rep.findings if f.code == "RPT033"] == []
     assert "no whole-sync line from step 2 on to compare" in render_text(rep)
+
+
+def _te_messages(tmp_path, classes, planned):
+    rep = make_report(runs.log_copy(tmp_path, "megatron-te", _with_layout(classes, planned)))
+    return sorted({f.message for f in rep.findings if f.code == "RPT004"})
+
+
+def test_a_layout_that_took_effect_is_quiet(tmp_path):
+    assert _te_messages(tmp_path, "attention 472/472, core_attention 236/236, experts 0/472", "experts") == []
+
+
+def test_a_class_planned_bf16_that_ran_fp8_fires(tmp_path):
+    assert _te_messages(tmp_path, "attention 472/472, experts 472/472", "experts") == [
+        "old_log_prob: 472 of 472 experts TE module calls ran FP8; the layout keeps experts in BF16",
+        "update: 472 of 472 experts TE module calls ran FP8; the layout keeps experts in BF16",
+    ]
+
+
+def test_a_bf16_class_the_layout_did_not_plan_fires(tmp_path):
+    assert _te_messages(tmp_path, "attention 472/472, first_last 0/236, experts 0/472", "first_last") == [
+        "old_log_prob: 472 of 472 experts TE module calls ran outside FP8",
+        "update: 472 of 472 experts TE module calls ran outside FP8",
+    ]

@@ -74,6 +74,7 @@ def test_only_variables_a_bundle_or_a_user_sets_are_read():
         "FP8SPEC_BLOCK_QUANT_BACKEND",
         "FP8SPEC_QUANT_CHUNK_MB",
         "FP8SPEC_SEND_CAST_BF16",
+        "FP8SPEC_BF16_MODULES",
     ]
 
 
@@ -90,6 +91,7 @@ BAD = {
     "FP8SPEC_BLOCK_QUANT_BACKEND": "tritn",
     "FP8SPEC_QUANT_CHUNK_MB": "0",
     "FP8SPEC_SEND_CAST_BF16": "bf16",
+    "FP8SPEC_BF16_MODULES": "experts,router",
 }
 
 

@@ -24,6 +24,7 @@ INSTALLERS = {
     "fp8_utils": ("fp8spec.runtime.quantization.verl_quant", "patch_fp8_utils"),
     "mbridge": ("fp8spec.runtime.trainer.mbridge_compat", "patch_mbridge_util"),
     "te_extra_state": ("fp8spec.runtime.trainer.te_extra_state_compat", "patch_megatron_te"),
+    "module_precision": ("fp8spec.runtime.trainer.module_precision", "patch_transformer_config"),
 }
 
 ENGINE_WORKERS = "verl.workers.engine_workers"
@@ -33,6 +34,7 @@ VLLM_QUANT = "verl.utils.vllm.vllm_quant_utils"
 FP8_UTILS = "verl.utils.fp8_utils"
 MBRIDGE = "mbridge.core.util"
 MEGATRON_TE = "megatron.core.extensions.transformer_engine"
+MEGATRON_CONFIG = "megatron.core.transformer.transformer_config"
 
 
 def _registered(monkeypatch, patches):
@@ -67,6 +69,7 @@ ALL = {
     FP8_UTILS: [("fp8_utils", ())],
     MBRIDGE: [("mbridge", ())],
     MEGATRON_TE: [("te_extra_state", ())],
+    MEGATRON_CONFIG: [("module_precision", ())],
 }
 
 
@@ -79,6 +82,7 @@ ALONE = {
     "te_report": {ENGINE_WORKERS: [("te_report", ())]},
     "mbridge_compat": {MBRIDGE: [("mbridge", ())]},
     "te_extra_state_compat": {MEGATRON_TE: [("te_extra_state", ())]},
+    "module_precision": {MEGATRON_CONFIG: [("module_precision", ())]},
     "ue8m0_scales": {VLLM_QUANT: [("vllm_quant", ("vllm",))], FP8_UTILS: [("fp8_utils", ())]},
     "fast_block_quant": {
         VLLM_QUANT: [("vllm_quant", ("vllm",))],

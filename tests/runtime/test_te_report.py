@@ -30,15 +30,33 @@ def gpt_model(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     cfg = TransformerConfig(
-        num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, num_query_groups=2,
-        kv_channels=16, normalization="RMSNorm", qk_layernorm=True, gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
-        moe_token_dispatcher_type="allgather", moe_router_load_balancing_type="none", use_cpu_initialization=True,
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_attention_heads=4,
+        num_query_groups=2,
+        kv_channels=16,
+        normalization="RMSNorm",
+        qk_layernorm=True,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        num_moe_experts=4,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=32,
+        moe_token_dispatcher_type="allgather",
+        moe_router_load_balancing_type="none",
+        use_cpu_initialization=True,
     )
     spec = get_gpt_layer_local_spec(num_experts=4, qk_layernorm=True, normalization="RMSNorm")
     try:
-        yield GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=128, max_sequence_length=32,
-                       position_embedding_type="rope")
+        yield GPTModel(
+            config=cfg,
+            transformer_layer_spec=spec,
+            vocab_size=128,
+            max_sequence_length=32,
+            position_embedding_type="rope",
+        )
     finally:
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
@@ -91,3 +109,54 @@ def test_te_report_gpu():
     assert "fwd FP8 1/1 TE module calls (Linear x1)" in line, line
     assert "Float8BlockScaling(HYBRID)" in line, line
     assert "E4M3" in line and "bwd FP8 1 calls" in line and "E5M2" in line, line
+
+
+class TransformerEngineBaseModule(torch.nn.Linear):
+    """A module te_report counts as TransformerEngine's (by its class name); ``fp8`` is what TE would set."""
+
+    def __init__(self, fp8: bool):
+        super().__init__(2, 2)
+        self.fp8 = fp8
+
+
+def _layer_model(fp8_by_name: dict[str, bool]) -> torch.nn.Module:
+    root = torch.nn.Module()
+    for name, fp8 in fp8_by_name.items():
+        parent = root
+        *path, leaf = name.split(".")
+        for part in path:
+            if not hasattr(parent, part):
+                parent.add_module(part, torch.nn.Module())
+            parent = getattr(parent, part)
+        parent.add_module(leaf, TransformerEngineBaseModule(fp8))
+    return root
+
+
+def test_line_counts_fp8_calls_per_module_class_next_to_the_planned_bf16_classes(monkeypatch):
+    monkeypatch.setenv("FP8SPEC_BF16_MODULES", "experts")
+    modules = {
+        "decoder.layers.0.self_attention.linear_qkv": True,
+        "decoder.layers.0.self_attention.core_attention": True,
+        "decoder.layers.0.mlp.experts.linear_fc1": False,
+        "decoder.layers.0.mlp.experts.linear_fc2": False,
+        "decoder.layers.0.mlp.shared_experts.linear_fc1": True,
+    }
+    model = _layer_model(modules)
+    report = TEReport()
+    assert report.attach([model]) == 5
+    for name in modules:
+        model.get_submodule(name)(torch.ones(1, 2))
+    line = report.line("update")
+    assert (
+        "; by class attention 1/1, core_attention 1/1, experts 0/2, shared_experts 1/1; planned BF16 experts;"
+        in line
+    )
+
+
+def test_line_without_a_layout_plans_no_bf16_class(monkeypatch):
+    monkeypatch.delenv("FP8SPEC_BF16_MODULES", raising=False)
+    model = _layer_model({"decoder.layers.0.mlp.linear_fc1": True})
+    report = TEReport()
+    report.attach([model])
+    model.get_submodule("decoder.layers.0.mlp.linear_fc1")(torch.ones(1, 2))
+    assert "; by class dense_mlp 1/1; planned BF16 none;" in report.line("old_log_prob")

@@ -27,6 +27,8 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         needed["direct_sync"] = "linear.sync_quantizer"
     if spec.training.precision == "fp8":
         needed["te_report"] = "training.precision"
+        if spec.training.bf16_modules and get_trainer(spec.training.backend).fp8_training:
+            needed["module_precision"] = "training.bf16_modules"
         stateless = ctx.fact("transformer-engine", "checkpoint.stateless_recipes", [])
         splits = ctx.fact("megatron-core", "checkpoint.grouped_splits_stateless_extra_state", True)
         if ctx.model.is_moe and spec.training.fp8_scaling in stateless and splits is False:
@@ -69,6 +71,17 @@ def build_runtime(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "kv_cache.recalibrate",
             "keep the first q/k/v scales computed from real rollout data and push them at every sync "
             "(vLLM's calculate_kv_scales calibrates on its profiling dummy run; docs/results.md#kv-scales)",
+        )
+    if "module_precision" in needed:
+        mc = ctx.profile("megatron-core")
+        plan.add(
+            "env",
+            envs.BF16_MODULES.name,
+            ",".join(ctx.spec.training.bf16_modules),
+            "training.bf16_modules",
+            "TransformerEngine runs these module classes in BF16 (megatron-core's per-module quant_recipe, built "
+            "in the trainer: verl's override_transformer_config cannot carry the RecipeConfig object)",
+            mc.evidence("field.quant_recipe"),
         )
     verl = ctx.profile("verl")
     plan.add(

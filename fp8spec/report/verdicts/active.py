@@ -3,7 +3,8 @@ ran, q/k/v scales applied after every sync and wake-up, TE FP8 on the trainer's 
 
 from __future__ import annotations
 
-from typing import Iterable
+import re
+from typing import Iterable, Iterator
 
 from fp8spec.report.names import names
 from fp8spec.report.steps import per_sync_seconds
@@ -136,13 +137,17 @@ def kv_scales_stale(ctx: Context) -> Found:
     "RPT004",
     "te-not-fp8",
     "error",
-    "The trainer's TransformerEngine modules did not all run in FP8, or an excluded module has FP8 weights.",
+    "The trainer's TransformerEngine modules did not run in the precision the layout planned, or an excluded module "
+    "has FP8 weights.",
     """With FP8 training (Megatron + TransformerEngine) the te_report patch counts, for each old-log-prob and
     update pass, the TE module calls that ran under FP8 and the modules kept in BF16 (embedding, norms, output
     layer, router: the spec's exclusions) with their weights' dtype. A TE linear outside FP8 means the recipe did
     not reach it (an FP8 autocast missing around a pass, or a module type the recipe skips); an excluded module
     with FP8 weights (an FP8 router) is the instability the paper's router ablation shows. Either way the
-    trainer is not the one planned, and its precision differs from the rollout's.""",
+    trainer is not the one planned, and its precision differs from the rollout's. With a per-module layout
+    (training.bf16_modules, linear.bf16_first_layers) the line counts each module class and names the classes
+    planned in BF16: a class planned BF16 that ran FP8 (the layout did not take effect, e.g. the module_precision
+    patch did not load or the TE op fuser bypassed it) is as wrong as an FP8 class that did not.""",
     "compare the modules named with the spec's training.fp8 exclusions; check Megatron's fp8 settings in the "
     "bundle's composed.yaml",
     example=(
@@ -159,7 +164,12 @@ def te_not_fp8(ctx: Context) -> Found:
         )
     for e in ctx.run.of("te_phase"):
         fp8, total = int(e.groups["fp8"]), int(e.groups["total"])
-        if fp8 < total:
+        by_class = _class_counts(e.groups.get("classes"))
+        if by_class:
+            yield from (
+                (str(e.loc), m) for m in _layout_misses(e.groups["phase"], by_class, e.groups.get("planned"))
+            )
+        elif fp8 < total:
             outside = (e.groups.get("outside") or "").strip()
             yield (
                 str(e.loc),
@@ -175,6 +185,27 @@ def te_not_fp8(ctx: Context) -> Found:
                 str(e.loc),
                 f"{e.groups['phase']}: modules meant to stay out of FP8 have FP8 weights: {', '.join(quantized)}",
             )
+
+
+def _class_counts(text: str | None) -> dict[str, tuple[int, int]]:
+    """'attention 8/8, experts 0/8' -> {class: (FP8 calls, calls)}; {} for a line without per-class counts."""
+    counts = {}
+    for part in (text or "").split(","):
+        m = re.fullmatch(r"\s*(\w+) (\d+)/(\d+)\s*", part)
+        if m:
+            counts[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return counts
+
+
+def _layout_misses(phase: str, by_class: dict[str, tuple[int, int]], planned: str | None) -> Iterator[str]:
+    """Each class whose calls ran otherwise than the layout planned: FP8 in a class planned BF16, outside FP8 in
+    any other."""
+    bf16 = {c.strip() for c in (planned or "").split(",") if c.strip() and c.strip() != "none"}
+    for cls, (fp8, calls) in sorted(by_class.items()):
+        if cls in bf16 and fp8:
+            yield f"{phase}: {fp8} of {calls} {cls} TE module calls ran FP8; the layout keeps {cls} in BF16"
+        elif cls not in bf16 and fp8 < calls:
+            yield f"{phase}: {calls - fp8} of {calls} {cls} TE module calls ran outside FP8"
 
 
 @verdict(

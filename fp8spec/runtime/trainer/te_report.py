@@ -13,18 +13,28 @@ actor's ``infer_batch`` (old log-prob) and ``train_mini_batch`` (update) (TE 2.2
 * the modules the recipe keeps in BF16 are counted by kind from their class and name (router, embedding,
   output layer, norms) with the dtype of their weight, and whether FP8 autocast was active around them.
 
-One log line per call: ``fp8spec te_report: update: fwd FP8 14/14 TE modules ... bwd FP8 14 ... BF16: router x4
-...``. Installed with ``kv_hooks`` by ``verl_patch.patch_engine_workers``; imports nothing from TE itself.
+Each TE module also has a class (``module_precision.MODULE_GLOBS``: attention, dense_mlp, experts,
+shared_experts; ``first_last`` for the layers megatron-core keeps in BF16 through ``first_last_layers_bf16``,
+``fp8_utils.is_first_last_bf16_layer``), so the line shows per class how many forward calls ran FP8, next to the
+classes the spec's layout planned in BF16: a run shows whether its layout took effect.
+
+One log line per call: ``fp8spec te_report: update: fwd FP8 14/14 TE modules ... bwd FP8 14 ... by class
+attention 8/8, experts 0/8; planned BF16 experts; BF16: router x4 ...``. Installed with ``kv_hooks`` by
+``verl_patch.patch_engine_workers``; imports nothing from TE itself.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections import Counter
-from typing import Any
+from typing import Any, Optional
 
 import torch
+
+from fp8spec.runtime import envs
+from fp8spec.runtime.trainer.module_precision import MODULE_GLOBS, module_class
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +79,66 @@ def _describe_quantizer(q: Any) -> str:
     return f"{type(q).__name__}({dtype}{', ' + block if block else ''})"
 
 
+FIRST_LAST = "first_last"
+CORE_ATTENTION = "core_attention"
+_LAYER = re.compile(r"(^|.*\.)layers\.\d+$")
+
+
+def first_last_layers(config: Any) -> Optional[tuple[int, int, int]]:
+    """(BF16 layers at the start, at the end, all layers) of a megatron-core config with first_last_layers_bf16,
+    else None (fp8_utils.is_first_last_bf16_layer reads the same three fields)."""
+    try:
+        if not config.first_last_layers_bf16:
+            return None
+        return (
+            int(config.num_layers_at_start_in_bf16),
+            int(config.num_layers_at_end_in_bf16),
+            int(config.num_layers),
+        )
+    except AttributeError:  # no megatron-core config (or one without the fields)
+        return None
+
+
+def _model_config(chunk: torch.nn.Module) -> Any:
+    """The first megatron-core TransformerConfig a module of ``chunk`` holds (GPTModel's, under verl's wrappers)."""
+    for _, module in chunk.named_modules():
+        config = getattr(module, "config", None)
+        if type(config).__name__.endswith("TransformerConfig"):
+            return config
+    return None
+
+
+def te_classes(chunk: torch.nn.Module) -> dict[str, str]:
+    """Module name -> class, for every module of ``chunk`` under a decoder layer (first_last where
+    megatron-core keeps the whole layer in BF16, by the layer's global 0-based number)."""
+    edges = first_last_layers(_model_config(chunk))
+    layer_of: dict[str, int] = {}
+    classes: dict[str, str] = {}
+    for name, module in chunk.named_modules():
+        number = getattr(module, "layer_number", None)
+        if _LAYER.match(name) and isinstance(number, int):
+            layer_of[name] = number - 1  # TransformerLayer.layer_number counts from 1, globally
+            continue
+        # TE's core attention takes no quant config (only its linears do), so the layout never moves it: a
+        # class of its own, FP8 wherever the layer's autocast is
+        cls = CORE_ATTENTION if name.rsplit(".", 1)[-1] == CORE_ATTENTION else module_class(name)
+        if cls is None:
+            continue
+        prefix = next((p for p in layer_of if name.startswith(p + ".")), None)
+        if edges is not None and prefix is not None:
+            start, end, layers = edges
+            if layer_of[prefix] < start or layer_of[prefix] >= layers - end:
+                cls = FIRST_LAST
+        classes[name] = cls
+    return classes
+
+
+def planned_bf16(config_edges: Optional[tuple[int, int, int]]) -> list[str]:
+    """The classes the run was compiled to keep in BF16: the module_precision classes and first_last."""
+    planned = [c for c in envs.BF16_MODULES.read() if c in MODULE_GLOBS]
+    return planned + [FIRST_LAST] * (config_edges is not None)
+
+
 class TEReport:
     """Per-call record of FP8 use in a Megatron model's TE modules and of the modules kept in BF16."""
 
@@ -76,6 +146,8 @@ class TEReport:
         self.te_modules = 0
         self.bf16_modules: Counter = Counter()
         self._handles: list = []
+        self.classes: dict[int, str] = {}  # id(TE module) -> its class
+        self.planned: list[str] = []
         self.reset()
 
     def reset(self) -> None:
@@ -88,12 +160,18 @@ class TEReport:
         self.bf16_seen: Counter = Counter()
         self.bf16_under_autocast: Counter = Counter()
         self.bf16_weight_dtypes: set[str] = set()
+        self.class_fp8: Counter = Counter()
+        self.class_calls: Counter = Counter()
 
     def attach(self, chunks: Any) -> int:
         """Hook every module of the model chunk(s); returns the number of TE modules found."""
         for chunk in chunks if isinstance(chunks, (list, tuple)) else [chunks]:
+            classes = te_classes(chunk)
+            edges = first_last_layers(_model_config(chunk))
+            self.planned += [c for c in planned_bf16(edges) if c not in self.planned]
             for name, module in chunk.named_modules():
                 if _is_te_module(module):
+                    self.classes[id(module)] = classes.get(name, "other")
                     self.te_modules += 1
                     self._handles.append(module.register_forward_hook(self._te_forward))
                     continue
@@ -107,10 +185,13 @@ class TEReport:
 
     def _te_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         cls = type(module).__name__
+        group = self.classes.get(id(module), "other")
+        self.class_calls[group] += 1
         if not getattr(module, "fp8", False):
             self.fwd_bf16[cls] += 1
             return
         self.fwd_fp8[cls] += 1
+        self.class_fp8[group] += 1
         recipe = getattr(module, "fp8_meta", {}).get("recipe")
         if recipe is not None:
             fmt = str(getattr(recipe, "fp8_format", "")).rsplit(".", 1)[-1]
@@ -142,6 +223,12 @@ class TEReport:
             f"recipe {', '.join(sorted(self.recipes)) or 'none'}",
             f"fwd quantizers {', '.join(sorted(self.fwd_quantizers)) or 'none'}",
             f"bwd FP8 {sum(self.bwd_fp8.values())} calls, quantizers {', '.join(sorted(self.bwd_quantizers)) or 'none'}",
+            "by class "
+            + (
+                ", ".join(f"{k} {self.class_fp8[k]}/{v}" for k, v in sorted(self.class_calls.items()))
+                or "none"
+            ),
+            f"planned BF16 {', '.join(self.planned) or 'none'}",
             "BF16 kept: "
             + (
                 ", ".join(

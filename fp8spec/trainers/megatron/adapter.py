@@ -164,6 +164,8 @@ def build_megatron(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
                 else "power-of-two block scales in TE",
                 te.evidence("env.block_scaling_fp32_scales"),
             )
+    if t.precision == "fp8" and t.bf16_modules:
+        _layout_notes(plan, ctx, mc)
     if ctx.model.is_moe and t.router_dtype == "fp32":
         _mc(
             plan,
@@ -183,3 +185,19 @@ def _mc(
     """A Megatron config field (its name from the megatron-core profile) under verl's override group."""
     key = f"{group}.{mc.value(fact_id)['name']}"
     plan.add("hydra", key, value, source, why, mc.evidence(fact_id), keys.needs_plus(key))
+
+
+def _layout_notes(plan: SettingsPlan, ctx: ValidSpec, mc) -> None:
+    """What a per-module layout does beyond its settings: a class trained in another precision than the rollout
+    runs it, and the FP8 padding BF16 experts still pay."""
+    from fp8spec.plan.precision_layout import class_mismatches, mismatch_text
+
+    t = ctx.spec.training
+    if text := mismatch_text(class_mismatches(ctx.resolved)):
+        plan.notes.append(text)
+    if "experts" in t.bf16_modules and ctx.model.is_moe:
+        pad = mc.value("moe.fp8_expert_padding")
+        plan.notes.append(
+            f"the experts train in BF16 but the FP8 config still pads each expert's tokens to a multiple of "
+            f"{pad['tokens_per_expert_multiple']} ({mc.evidence('moe.fp8_expert_padding')})"
+        )
