@@ -169,6 +169,12 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
+# a layout spec trains in BF16 only with its layout removed too (TRN008), a change of two fields
+_TRN007_LAYOUT_HINT = (
+    "remove training.bf16_modules and set the precision to bf16 to train in BF16 with the FP8 rollout kept; keep "
+    "the layout if its lower rollout/trainer mismatch is what you want (acknowledge TRN007); training.priority "
+    "picks the advice"
+)
 _TRN007_HINT = (
     "training.precision: bf16 keeps the FP8 rollout (W8A8, FP8 KV) and trains in BF16; training.bf16_modules keeps "
     "the slow classes in BF16 (Qwen3-30B-A3B: experts); keep fp8 if its lower rollout/trainer mismatch is what you "
@@ -209,7 +215,7 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
         return
     speeds = layout_speeds(ctx.known_model, ctx.gpu.arch)
     advice = layouts_text(ctx, speeds)
-    hint = f"{advice}. {_TRN007_HINT}" if advice else None
+    hint = f"{advice}. {_TRN007_LAYOUT_HINT if t.bf16_modules else _TRN007_HINT}" if advice else None
     if t.bf16_modules:  # a layout: its own measured figure, or none (the one-layer figures are all-FP8)
         own = spec_layout(ctx.spec, speeds)
         if own is not None and own.ratio < 1.0:

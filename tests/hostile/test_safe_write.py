@@ -27,6 +27,10 @@ def _in_process(code: str, *, limit_bytes: int | None = None) -> subprocess.Comp
     import resource
 
     def limit() -> None:
+        # a shell started under nohup ignores SIGHUP, and children inherit it: the test's process starts with the
+        # default dispositions a user's shell gives it
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
         if limit_bytes is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 

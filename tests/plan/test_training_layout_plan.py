@@ -17,8 +17,11 @@ EXPERTS_BF16 = {"training": {"bf16_modules": ["experts"]}}
 def plan_of(validate):
     from fp8spec.plan import build_memory_plan
 
-    def run(*patches):
-        return build_memory_plan(validate(patched(BASE_SPEC, *patches)).context)
+    from fp8spec.rules.plan_columns import judged
+
+    def run(*patches):  # judged by the rules, as `fp8spec plan` prints it
+        ctx = validate(patched(BASE_SPEC, *patches)).context
+        return judged(build_memory_plan(ctx), ctx)
 
     return run
 
