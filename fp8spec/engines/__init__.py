@@ -58,3 +58,12 @@ def get_engine(name: str) -> Engine:
 
 def all_engines() -> tuple[Engine, ...]:
     return tuple(get_engine(name) for name in engine_names())
+
+
+def engine_part(engine: str, module: str, name: str, kind: type) -> object:
+    """The object ``name`` of the engine's part ``fp8spec/engines/<engine>/<module>.py``, checked to be a ``kind``:
+    the layer that uses a part binds it by the engine's name, so the descriptors below it import none."""
+    part = getattr(importlib.import_module(f"fp8spec.engines.{engine}.{module}"), name)
+    if not isinstance(part, kind):
+        raise RuntimeError(f"fp8spec/engines/{engine}/{module}.py: {name} is not a {kind.__name__}")
+    return part

@@ -6,9 +6,10 @@ so the planner binds it here by the engine's name, and listing engines imports n
 
 from __future__ import annotations
 
-import importlib
 from functools import lru_cache
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, cast
+
+from fp8spec.engines import engine_part
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
@@ -48,7 +49,4 @@ class EngineMemoryModel:
 @lru_cache(maxsize=None)
 def memory_model(engine: str) -> EngineMemoryModel:
     """The memory model of the engine called ``engine`` (a name from fp8spec.engines.engine_names())."""
-    model = importlib.import_module(f"fp8spec.engines.{engine}.memory").MODEL
-    if not isinstance(model, EngineMemoryModel):
-        raise RuntimeError(f"fp8spec/engines/{engine}/memory.py: MODEL is not an EngineMemoryModel")
-    return model
+    return cast(EngineMemoryModel, engine_part(engine, "memory", "MODEL", EngineMemoryModel))

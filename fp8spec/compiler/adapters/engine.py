@@ -6,9 +6,10 @@ compiler code, so the compiler binds it here by the engine's name, and listing e
 
 from __future__ import annotations
 
-import importlib
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+from fp8spec.engines import engine_part
 
 if TYPE_CHECKING:
     from fp8spec.compiler.adapters.verl import VerlKeys
@@ -36,7 +37,4 @@ class EngineAdapter:
 @lru_cache(maxsize=None)
 def engine_adapter(engine: str) -> EngineAdapter:
     """The adapter of the engine called ``engine`` (a name from fp8spec.engines.engine_names())."""
-    adapter = importlib.import_module(f"fp8spec.engines.{engine}.adapter").ADAPTER
-    if not isinstance(adapter, EngineAdapter):
-        raise RuntimeError(f"fp8spec/engines/{engine}/adapter.py: ADAPTER is not an EngineAdapter")
-    return adapter
+    return cast(EngineAdapter, engine_part(engine, "adapter", "ADAPTER", EngineAdapter))
