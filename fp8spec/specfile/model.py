@@ -298,7 +298,8 @@ class TrainingSection(Section):
         description="The trainer's attention kernels. flash_attention_2 (verl's default on both trainers) needs "
         "the flash-attn package on every node. FSDP (model.override_config.attn_implementation): sdpa (PyTorch's "
         "own) or eager need no flash-attn; verl's padding removal stays on, its packed rows kept apart by "
-        "transformers' packed-sequence masks (transformers >= 4.54, checked by the preflight). Megatron "
+        "transformers' packed-sequence masks (transformers >= 4.54, checked by the preflight), one dense mask over "
+        "the whole row, so keep their micro-batches to one sequence (rule PAR016). Megatron "
         "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
         "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
     )
