@@ -16,7 +16,6 @@ EXPERTS_BF16 = {"training": {"bf16_modules": ["experts"]}}
 @pytest.fixture
 def plan_of(validate):
     from fp8spec.plan import build_memory_plan
-
     from fp8spec.rules.plan_columns import judged
 
     def run(*patches):  # judged by the rules, as `fp8spec plan` prints it
