@@ -64,9 +64,6 @@ ALLOWED = {
     # A citation, not a setting: the SGLang release whose source the pool formula was read from, named in the
     # planner's JSON sources (`fp8spec plan -f json`); nothing is emitted from it.
     ("fp8spec/engines/sglang/memory.py", "0.5.12"): "the memory model's source release (plan JSON sources)",
-    # fp8spec's own module name, not a backend key: the module of an engine's folder that the compiler binds by the
-    # engine's name (fp8spec/engines/<name>/adapter.py)
-    ("fp8spec/compiler/adapters/engine.py", ".adapter"): "an engine folder's adapter module",
 }
 
 
