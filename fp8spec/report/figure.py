@@ -6,24 +6,23 @@ from __future__ import annotations
 from typing import Optional
 from xml.sax.saxutils import escape
 
+from fp8spec.report.phases import OTHER, split
 from fp8spec.report.steps import Row
 
-# (column, label, colour) stacked from the bottom; 'other' is the rest of the step's time.
-PHASES = (
-    ("gen_s", "generation", "#d62728"),
-    ("old_log_prob_s", "old log-prob", "#1f77b4"),
-    ("ref_s", "reference", "#bcbd22"),
-    ("update_s", "update", "#ff7f0e"),
-    ("sync_s", "weight sync", "#9467bd"),
-)
-OTHER = ("other", "#c7c7c7")
+COLOURS = {
+    "generation": "#d62728",
+    "old log-prob": "#1f77b4",
+    "reference": "#bcbd22",
+    "update": "#ff7f0e",
+    "weight sync": "#9467bd",
+    OTHER: "#c7c7c7",
+}
 W, H, LEFT, TOP, PANEL = 720, 520, 70, 40, 180
 
 
 def _phases(r: Row) -> list[tuple[str, str, float]]:
-    parts = [(label, colour, getattr(r, attr) or 0.0) for attr, label, colour in PHASES]
-    rest = (r.step_s or 0.0) - sum(v for _, _, v in parts)
-    return parts + [(OTHER[0], OTHER[1], max(rest, 0.0))]
+    """Stacked from the bottom in the order of PHASES, 'other' on top."""
+    return [(label, COLOURS[label], v) for label, v in split(r)]
 
 
 def _legend(rows: list[Row]) -> list[tuple[str, str]]:

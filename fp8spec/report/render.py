@@ -8,6 +8,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from fp8spec.report.phases import step_budget
 from fp8spec.report.steps import COLUMNS, Row, whole_syncs
 from fp8spec.report.verdicts import Context, Finding
 
@@ -76,7 +77,55 @@ def comparison(ctx: Context) -> dict[str, Any]:
         "speed_up": round(statistics.mean(tok) / statistics.mean(base) - 1, 4) if tok and base else None,
         "expected_speed_up": [ctx.plan.gain_low, ctx.plan.gain_high] if ctx.plan else None,
     }
+    gain = (ctx.plan.gain_low, ctx.plan.gain_high) if ctx.plan else None
+    budget = step_budget(ctx.rows, gain, ctx.baseline)
+    out["step"] = (
+        None
+        if budget is None
+        else {
+            "steps": budget.steps,
+            "mean_s": round(budget.step_s, 3),
+            "shares": {k: round(v, 4) for k, v in budget.shares.items()},
+            "expected_saving": [round(v, 4) for v in budget.expected_saving]
+            if budget.expected_saving
+            else None,
+            "baseline_step_speed_up": _round(budget.baseline_step_speed_up),
+            "baseline_generation_share": _round(budget.baseline_gen_share),
+        }
+    )
     return out
+
+
+def _round(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v, 4)
+
+
+def _share(v: float) -> str:
+    return f"{v:.0%}" if v >= 0.01 or v == 0 else f"{v:.1%}"
+
+
+def _step_line(st: Optional[dict[str, Any]], expected: str) -> str:
+    """Where the step's time goes and what the rollout's FP8 gain buys in it (fp8spec/report/phases.py)."""
+    if st is None:
+        return "no step with both a step time and a generation time"
+    shares = st["shares"]
+    steps = st["steps"]
+    over = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    parts = [f"{label} {_share(v)}" for label, v in shares.items() if v > 0 and label != "generation"]
+    line = f"generation {_share(shares['generation'])} of the step ({over}, mean {_cell(st['mean_s'])} s)" + (
+        f"; {', '.join(parts)}" if parts else ""
+    )
+    low_high = st["expected_saving"]
+    if low_high:
+        saved = f"{low_high[0]:.1%}" if low_high[0] == low_high[1] else f"{low_high[0]:.1%}-{low_high[1]:.1%}"
+        line += f"; the expected {expected} rollout gain saves {saved} of a BF16-rollout step"
+    if st["baseline_step_speed_up"] is not None:
+        faster = st["baseline_step_speed_up"]
+        line += (
+            f"; measured: the baseline's step takes {faster:+.1%} against this run's"
+            f" (its generation {_share(st['baseline_generation_share'] or 0.0)} of its step)"
+        )
+    return line
 
 
 def _pct(low: Optional[float], high: Optional[float]) -> str:
@@ -137,6 +186,7 @@ def render_text(rep: Report) -> str:
         "" if g["baseline_mean"] else " (--baseline RUN judges it)"
     )
     lines.append(f"  generation: {_cell(g['mean'])} tok/s{speed}{judged or ''}")
+    lines.append(f"  step: {_step_line(c['step'], expected)}")
     lines.append("")
     for f in rep.findings:
         lines.append(f"{f.where}: {f.severity} {f.code} {f.message}")  # as fp8spec validate prints findings
