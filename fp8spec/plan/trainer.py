@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from fp8spec.plan.facts import estimate
+from fp8spec.plan.verdict import gib
 from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
@@ -238,14 +239,18 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
     params = split.total
     per_gpu = _cdiv(params, world)
     layers = model.num_hidden_layers
-    if f.get("gradient_checkpointing"):
-        acts = layers * tokens * BF16 * model.hidden_size + tokens * per_layer_act
-    else:
-        acts = layers * tokens * per_layer_act
+    chosen = spec.training.gradient_checkpointing
+    checkpointing = bool(f.get("gradient_checkpointing")) if chosen is None else chosen
+    # with checkpointing each layer keeps only its input, and one layer's activations exist at a time
+    acts_by_checkpointing = {
+        True: layers * tokens * BF16 * model.hidden_size + tokens * per_layer_act,
+        False: layers * tokens * per_layer_act,
+    }
+    acts = acts_by_checkpointing[checkpointing]
     logits = tokens * model.vocab_size * LOGIT_BYTES
     biggest = max(d + e for d, e in zip(split.per_layer_dense, split.per_layer_expert))
     transient = int(estimate("trainer", "transient_layers")) * biggest * (BF16 + f["grad_bytes"])
-    return TrainerMemory(
+    memory = TrainerMemory(
         "fsdp",
         spec.training.precision,
         {"world": world, "fsdp_shard": world},
@@ -265,6 +270,20 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
         checkpoint_bytes_per_param=_checkpoint_bytes_per_param(verl, f),
         optimizer_step=per_gpu * f.get("optimizer_step_bytes", 0),
     )
+    source = "verl's default" if chosen is None else "training.gradient_checkpointing"
+    other = replace(memory, activations=acts_by_checkpointing[not checkpointing])
+    if checkpointing:
+        note = (
+            f"gradient checkpointing on ({source}): one more forward pass per micro-batch; off would plan "
+            f"{gib(other.activations)} of activations and a training peak of {gib(other.peak)}"
+            + (" (the same: it saves no peak memory here)" if other.peak == memory.peak else "")
+        )
+    else:
+        note = (
+            f"gradient checkpointing off ({source}): no recomputation; on would plan {gib(other.activations)} "
+            f"of activations and a training peak of {gib(other.peak)}"
+        )
+    return replace(memory, notes=memory.notes + (note,))
 
 
 def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -> TrainerMemory:

@@ -169,6 +169,34 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
+@rule(
+    "TRN012",
+    "gradient-checkpointing-on-megatron",
+    "warning",
+    "training.gradient_checkpointing is set for the Megatron trainer, which does not read it.",
+    """The field compiles to actor_rollout_ref.model.enable_gradient_checkpointing, which verl's FSDP engine
+    reads (verl/workers/engine/fsdp/transformer_impl.py:335) and its Megatron engine never does
+    (backends/verl: key.model_gradient_checkpointing). Megatron recomputes activations only through its own
+    recompute settings, which fp8spec does not set, so the spec would promise memory or speed the run does not
+    get, and fp8spec plan would plan the wrong activations.""",
+    "remove training.gradient_checkpointing from a Megatron spec",
+    needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"gradient_checkpointing": False}}),
+        good=MEGATRON_FP8,
+        message="verl's Megatron engine does not read",
+    ),
+)
+def gradient_checkpointing_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
+    value = ctx.spec.training.gradient_checkpointing
+    if value is not None and not ctx.trainer.hf_model:
+        yield Finding(
+            f"training.gradient_checkpointing {str(value).lower()} has no effect: verl's Megatron engine does "
+            "not read model.enable_gradient_checkpointing",
+            "training.gradient_checkpointing",
+        )
+
+
 # a layout spec trains in BF16 only with its layout removed too (TRN008), a change of two fields
 _TRN007_LAYOUT_HINT = (
     "remove training.bf16_modules and set the precision to bf16 to train in BF16 with the FP8 rollout kept; keep "

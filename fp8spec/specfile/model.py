@@ -303,6 +303,14 @@ class TrainingSection(Section):
         "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
         "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
     )
+    gradient_checkpointing: Optional[bool] = Field(
+        None,
+        description="FSDP trainer (model.enable_gradient_checkpointing): recompute each decoder layer's "
+        "activations in the backward pass instead of keeping them, one more forward pass per micro-batch in "
+        "exchange for activation memory of one layer's input per layer. false keeps every layer's activations: "
+        "the update does less work where `fp8spec plan` says the trainer's peak still fits (rules MEM005, MEM006 "
+        "check it). verl's Megatron engine does not read it (rule TRN012). Default: verl's own (true).",
+    )
     bf16_modules: list[Literal[TRAINING_MODULE_CLASSES]] = Field(  # type: ignore[valid-type]  # (data)
         default_factory=list,
         description="The per-module precision layout of FP8 training: module classes that TransformerEngine runs "

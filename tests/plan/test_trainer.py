@@ -113,3 +113,45 @@ def test_megatron_trainer_is_planned_in_both_precisions(plan_of):
     assert fp8.activations < bf16.activations  # FP8 linear inputs are saved in one byte
     assert fp8.params == bf16.params and fp8.optimizer == bf16.optimizer
     assert plan_of().trainer_other is None  # FSDP trains in BF16 only
+
+
+def test_gradient_checkpointing_off_keeps_every_layers_activations(plan_of):
+    from fp8spec.plan.trainer import _layer_bytes_per_token
+
+    on = plan_of().trainer  # verl's default: on
+    off = plan_of({"training": {"gradient_checkpointing": False}}).trainer
+    explicit_on = plan_of({"training": {"gradient_checkpointing": True}}).trainer
+    plan = plan_of()
+    model, tokens = plan.model, off.micro_batch_tokens
+    per_layer = _layer_bytes_per_token(model, False)
+    assert off.activations == model.num_hidden_layers * tokens * per_layer
+    assert on.activations == model.num_hidden_layers * tokens * 2 * model.hidden_size + tokens * per_layer
+    assert explicit_on.activations == on.activations and off.activations > 5 * on.activations
+    # each plan names the other choice's activations and peak, so the trade is visible before the run
+    note_on = next(n for n in on.notes if "gradient checkpointing on (verl's default)" in n)
+    assert f"{off.activations / 2**30:.1f} GiB of activations" in note_on
+    note_off = next(n for n in off.notes if "gradient checkpointing off (training.gradient_checkpointing)" in n)
+    assert f"{on.activations / 2**30:.1f} GiB of activations" in note_off
+    assert "(training.gradient_checkpointing)" in next(n for n in explicit_on.notes if "checkpointing on" in n)
+
+
+def test_gradient_checkpointing_compiles_to_verls_key_and_composes(validate):
+    require("hydra")
+    if importlib.util.find_spec("verl") is None:
+        skip_missing_extra("verl is not installed (pip install --no-deps verl==0.9.1)")
+    from fp8spec.compiler.build import build_settings_plan, choose_backend
+    from fp8spec.compiler.bundle import bundle_files
+    from tests.compiler.test_verl_compose import compose, overrides_of
+
+    def files_of(*patches):
+        v = validate(patched(BASE_SPEC, {"rollout": {"max_response_length": 8192}}, *patches))
+        assert not v.errors, [d.render() for d in v.errors]
+        choice = choose_backend(None, v)
+        return bundle_files(v.valid(), choice, build_settings_plan(v.valid(), choice), "spec.yaml")
+
+    off = files_of({"training": {"gradient_checkpointing": False}})
+    assert "actor_rollout_ref.model.enable_gradient_checkpointing=false" in off["overrides.yaml"]
+    assert compose(overrides_of(off)).actor_rollout_ref.model.enable_gradient_checkpointing is False
+    default = files_of()
+    assert "enable_gradient_checkpointing" not in default["overrides.yaml"]  # verl's own default stands
+    assert compose(overrides_of(default)).actor_rollout_ref.model.enable_gradient_checkpointing is True

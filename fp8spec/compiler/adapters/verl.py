@@ -89,7 +89,24 @@ def build_verl(plan: SettingsPlan, ctx: ValidSpec, trainer: str, engine: str) ->
     _offload(plan, keys, ctx, trainer)
     if get_trainer(trainer).hf_model:
         _attention(plan, keys, ctx)
+        _checkpointing(plan, keys, ctx)
     return keys
+
+
+def _checkpointing(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
+    value = ctx.spec.training.gradient_checkpointing
+    if value is None:  # verl's default (on) stands, as the planner assumes
+        return
+    add(
+        plan,
+        keys,
+        "key.model_gradient_checkpointing",
+        value,
+        "training.gradient_checkpointing",
+        "recompute each layer's activations in the backward pass"
+        if value
+        else "keep every layer's activations: no recomputation in the backward pass",
+    )
 
 
 def _attention(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
