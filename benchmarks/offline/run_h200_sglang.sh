@@ -12,6 +12,8 @@
 #   bash benchmarks/offline/run_h200_sglang.sh wsprobe GPU [CASES]  weight sync through verl's SGLang path
 #   bash benchmarks/offline/run_h200_sglang.sh rl RUN...            compiled bundles' own launch.sh (FSDP + SGLang)
 #   bash benchmarks/offline/run_h200_sglang.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached
+#                                                                  (RL_MEGATRON=1: Megatron + SGLang bundles, after
+#                                                                  run_h200_megatron.sh install-megatron)
 #   bash benchmarks/offline/run_h200_sglang.sh jit-save             the JIT caches (FlashInfer, tvm-ffi) into $OUT
 #
 # SGLang runs see PYTHONPATH=/tmp/site-sglang:/tmp/site-ev: the sglang set first (its pins of apache-tvm-ffi and
@@ -124,6 +126,12 @@ EOF
     mkdir -p "$dir"
     export PYTHONPATH=$SGL_PATH
     python3 -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl 2>&1 | tail -n 1 | tee "$dir/assets.log"
+    if [[ ${RL_MEGATRON:-0} == 1 ]]; then  # Megatron + SGLang bundles: run_h200_megatron.sh install-megatron's
+      # set after the SGLang path (it shares no package with it), and the tiny MoE model
+      export PYTHONPATH="$SGL_PATH:/tmp/site-megatron:/tmp/site-te"
+      python3 -m benchmarks.rl_run.make_assets --out /tmp/fp8spec-rl --config specs/models/tiny-qwen3-moe/config.json \
+        --model-dir model-moe 2>&1 | tail -n 1 | tee -a "$dir/assets.log"
+    fi
     RL_EXTRA=()
     rl_lanes "$dir" "$@" ;;
   rl) rl_foreground "$0" "$@" ;;  # RUN...: in this call, logs back in $OUT/rl$RL_TAG.tgz

@@ -98,9 +98,20 @@ def read_run_dir(folder: Path) -> dict:
         rc = re.search(rf"^{re.escape(name)}: (?:gpu|bundle)=\S+ rc=(\S+) (\d+)s$", summary, flags=re.MULTILINE)
         run["rc"], run["wall_s"] = (rc.group(1), int(rc.group(2))) if rc else (None, None)
         ckpt = folder / f"{name}.checkpoint.txt"
-        run["checkpoint"] = ckpt.read_text(encoding="utf-8") if ckpt.exists() else ""
+        run["checkpoint"] = ckpt.read_text(encoding="utf-8") if ckpt.exists() else _lane_checkpoint(folder, summary, name)
         out[name] = run
     return out
+
+
+def _lane_checkpoint(folder: Path, summary: str, name: str) -> str:
+    """The run's part of lanes.sh's one listing of every run's checkpoints (checkpoints.txt): the lines under
+    the run's bundle folder (the checkpoint folders are named after the bundle)."""
+    bundle = re.search(rf"^{re.escape(name)}: bundle=(\S+) ", summary, flags=re.MULTILINE)
+    listing = folder / "checkpoints.txt"
+    if bundle is None or not listing.exists():
+        return ""
+    marker = f"/{bundle.group(1)}/"
+    return "\n".join(line for line in listing.read_text(encoding="utf-8").splitlines() if marker in line)
 
 
 def read_runs(path: Path) -> dict:
@@ -108,7 +119,9 @@ def read_runs(path: Path) -> dict:
         return read_run_dir(path / "rl" if (path / "rl").is_dir() else path)
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(path) as tar:
         tar.extractall(tmp, filter="data")
-        return read_run_dir(Path(tmp) / "rl")
+        # rl/, or rl<RL_TAG>/ from a second run set on the same machine (lanes.sh rl_pack)
+        tops = sorted(p for p in Path(tmp).iterdir() if p.is_dir() and p.name.startswith("rl"))
+        return read_run_dir(Path(tmp) / "rl" if (Path(tmp) / "rl").is_dir() or not tops else tops[0])
 
 
 def _cell(value: float | None) -> str:

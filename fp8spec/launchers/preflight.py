@@ -79,7 +79,7 @@ def preflight_expected(valid: ValidSpec, backend: str, plan: SettingsPlan) -> di
     if spec.training.attention == "flash_attention_2":
         profile, fact = trainer.flash_attention_package
         packages.append(dict(valid.profile(profile).value(fact)))
-    elif trainer.hf_model:  # sdpa / eager with verl's padding removal: transformers' packed-sequence masks
+    elif trainer.hf_model:  # sdpa, eager, flex with padding removal: transformers' packed-sequence masks
         packages.append(dict(valid.profile("verl").value("package.packed_sequence_masks")))
     if trainer.bridge:
         bridge = "package.mbridge" if spec.training.bridge == "mbridge" else "package.megatron_bridge"

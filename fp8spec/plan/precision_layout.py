@@ -109,9 +109,11 @@ def mismatch_consequence() -> str:
     """What training and rolling out a class in different precisions was measured to cost, quoted by id."""
     m = trainer_layouts()["mismatch"]
     return (
-        f"rollout/trainer mismatch KL (step 1 -> 5) {_kl(m['same'])} with end-to-end FP8 against "
+        f"rollout/trainer mismatch (k3 KL, step 1 -> 5) {_kl(m['same'])} with end-to-end FP8, "
+        f"{_kl(m['experts_bf16_trained_fp8_rolled'])} with the experts trained BF16 and rolled out FP8, "
         f"{_kl(m['bf16_trained_fp8_rolled'])} with BF16 training and an FP8 rollout on the tiny Qwen3-MoE, Megatron + "
-        "vLLM (measured:mismatch.megatron_vllm.e2e_fp8_kl, measured:mismatch.megatron_vllm.bf16_train_fp8_rollout_kl)"
+        "vLLM (measured:mismatch.megatron_vllm.e2e_fp8_k3, measured:mismatch.megatron_vllm.fp8_experts_bf16_k3, "
+        "measured:mismatch.megatron_vllm.bf16_train_fp8_rollout_k3)"
     )
 
 

@@ -94,8 +94,10 @@ DENSE_MASK_ATTENTION = ("sdpa", "eager")
     sdpa and eager with a dense block-causal mask over the whole row (tests/compiler/test_sdpa_packing.py). The
     attention work then grows with the square of the micro-batch's tokens, not of each sequence's: a Qwen3-4B
     update with 12,288-token micro-batches ran at verl MFU 0.054 (measured:real_step.window.mfu_actor), its
-    attention FLOPs close to its linear layers'. flash_attention_2 attends per sequence (varlen); with sdpa or
-    eager, one sequence per micro-batch keeps the mask to one sequence.""",
+    attention FLOPs close to its linear layers'. flash_attention_2 attends per sequence (varlen), and
+    flex_attention gets a block-sparse mask that skips the blocks between sequences
+    (tests/compiler/test_flex_packing.py); with sdpa or eager, one sequence per micro-batch keeps the mask to
+    one sequence.""",
     "leave the token budgets unset (one sequence each), or use training.attention: flash_attention_2 where "
     "flash-attn is installed",
     needs_model=False,

@@ -115,12 +115,16 @@ def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
+# attn_implementation values of a Hugging Face model that have no Megatron meaning
+HF_ONLY_ATTENTION = ("sdpa", "eager", "flex_attention")
+
+
 @rule(
     "TRN005",
     "attention-value-of-fsdp-on-megatron",
     "warning",
-    "training.attention names a Hugging Face attention (sdpa, eager) for the Megatron trainer.",
-    """sdpa and eager compile to actor_rollout_ref.model.override_config.attn_implementation, which verl reads
+    "training.attention names a Hugging Face attention (sdpa, eager, flex_attention) for the Megatron trainer.",
+    """sdpa, eager and flex_attention compile to actor_rollout_ref.model.override_config.attn_implementation, which verl reads
     only when it builds the Hugging Face model of the FSDP engine (verl/workers/config/model.py:185). The
     Megatron trainer runs TransformerEngine attention chosen by override_transformer_config.attention_backend
     (verl's default flash needs the flash-attn package; verl/trainer/config/engine/megatron.yaml:90), so the
@@ -136,7 +140,7 @@ def router_dtype_mismatch(ctx: ResolvedSpec) -> Iterator[Finding]:
 )
 def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     t = ctx.spec.training
-    if not ctx.trainer.hf_model and t.attention in ("sdpa", "eager"):
+    if not ctx.trainer.hf_model and t.attention in HF_ONLY_ATTENTION:
         yield Finding(
             f"training.attention {t.attention} has no effect on the Megatron trainer", "training.attention"
         )
@@ -149,8 +153,8 @@ def attention_value_of_fsdp_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     "training.attention names a TransformerEngine attention backend (fused, unfused) for the FSDP trainer.",
     """fused and unfused are Megatron's AttnBackend values (megatron/core/transformer/enums.py:51-58), set
     through override_transformer_config.attention_backend. The FSDP trainer builds a Hugging Face model whose
-    attn_implementation takes flash_attention_2, sdpa or eager; transformers refuses any other name at the
-    model's init.""",
+    attn_implementation takes flash_attention_2, sdpa, eager or flex_attention; transformers refuses any other
+    name at the model's init.""",
     "use training.attention: sdpa (no flash-attn needed) or flash_attention_2 on the FSDP trainer",
     needs_model=False,
     examples=Examples(

@@ -293,13 +293,16 @@ class TrainingSection(Section):
         "routes of the trainer's own old-log-prob pass in the update; R3 replays the rollout engine's routes "
         "(also sets rollout.enable_rollout_routing_replay). Default: disabled.",
     )
-    attention: Literal["flash_attention_2", "sdpa", "eager", "fused", "unfused"] = Field(
+    attention: Literal["flash_attention_2", "sdpa", "eager", "flex_attention", "fused", "unfused"] = Field(
         "flash_attention_2",
         description="The trainer's attention kernels. flash_attention_2 (verl's default on both trainers) needs "
         "the flash-attn package on every node. FSDP (model.override_config.attn_implementation): sdpa (PyTorch's "
         "own) or eager need no flash-attn; verl's padding removal stays on, its packed rows kept apart by "
         "transformers' packed-sequence masks (transformers >= 4.54, checked by the preflight), one dense mask over "
-        "the whole row, so keep their micro-batches to one sequence (rule PAR016). Megatron "
+        "the whole row, so keep their micro-batches to one sequence (rule PAR016). flex_attention (PyTorch's "
+        "FlexAttention, compiled by PyTorch on first use in each trainer process) needs no flash-attn either and gets a "
+        "block-sparse mask that skips the blocks between packed sequences, so packed micro-batches stay cheap; "
+        "checked on CPU (forward), not yet run in a GPU training step. Megatron "
         "(override_transformer_config.attention_backend): fused = TransformerEngine's cuDNN attention, unfused = "
         "TE's own kernels, neither needs flash-attn (rules TRN005, TRN006). Default flash_attention_2.",
     )

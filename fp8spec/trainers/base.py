@@ -20,8 +20,8 @@ class Trainer:
     # what the training peak's transient term is, as the MEM005 and MEM006 messages name it
     transient_buffers: str = "transient buffers"
     router_dtype: bool = False  # training.router_dtype reaches the MoE router (moe_router_dtype)
-    # the model is a Hugging Face model, whose attn_implementation takes flash_attention_2, sdpa or eager;
-    # otherwise the attention backend is Megatron's (flash_attention_2, fused, unfused)
+    # the model is a Hugging Face model, whose attn_implementation takes flash_attention_2, sdpa, eager or
+    # flex_attention; otherwise the attention backend is Megatron's (flash_attention_2, fused, unfused)
     hf_model: bool = True
     # training.bridge picks the package that converts checkpoints (mbridge or Megatron-Bridge), which the
     # preflight checks

@@ -32,7 +32,9 @@ def test_plan_lists_the_layouts_and_names_the_experts_trained_bf16_but_rolled_ou
     text = render_text(plan)
     assert "fp8 blockwise + experts BF16 0.94x (this spec's)" in text
     assert "training layout differs from the rollout: experts trained BF16, rolled out FP8;" in text
-    assert "measured:mismatch.megatron_vllm.bf16_train_fp8_rollout_kl" in text
+    assert "measured:mismatch.megatron_vllm.bf16_train_fp8_rollout_k3" in text
+    # the layout's own measured mismatch (k3 KL at step 1 -> 5), quoted beside the two whole-model recipes
+    assert "1.0e-03 -> 3.1e-04 with the experts trained BF16 and rolled out FP8" in text
     data = json.loads(render_json(plan))
     assert "experts trained BF16, rolled out FP8" in data["layout_mismatch"]
     assert data["trainer_layouts"].startswith("trainer speed per layout vs BF16 (GPU time")

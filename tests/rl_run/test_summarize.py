@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import subprocess
 import sys
 
@@ -105,3 +106,31 @@ def test_te_report_counts_the_trainer_processes_that_reported(tmp_path):
     assert [r["pid"] for r in parsed["te_report"]] == [6131, 6131, 6132, 6132, 6131, 6131, None]
     run = dict(parsed, rc="0", wall_s=1, checkpoint="")
     assert "reported by 2 trainer process(es)" in markdown({"x4": run})
+
+
+LAYOUT_RUNS = REPO / "benchmarks/results/2026-12-04_h200_moe-layout-rl"
+
+
+def test_experts_bf16_layout_runs_read_back():
+    """The per-module layout in verl's main_ppo (two lanes of run_h200_megatron.sh, one of run_h200_sglang.sh with
+    RL_MEGATRON=1): every run trained 5 steps and saved step 5; TE ran the routed experts outside FP8 in the
+    experts-BF16 bundles and inside it in the all-FP8 one, in both phases."""
+    summarize = _module()
+    vllm = summarize.read_runs(LAYOUT_RUNS / "rl_experts_bf16_vllm.tgz")
+    sglang = summarize.read_runs(LAYOUT_RUNS / "rl_experts_bf16_sglang.tgz")
+    runs = {"experts": vllm["experts"], "fp8": vllm["fp8"], "sglang": sglang["sglang"]}
+    for name, run in runs.items():
+        assert run["rc"] == "0", name
+        assert [s for s in sorted(run["steps"]) if s > 0] == [1, 2, 3, 4, 5], name
+        assert "global_step_5/actor:" in run["checkpoint"], name
+        assert all(abs(run["steps"][s]["rollout_corr/kl"]) < 2e-3 for s in range(1, 6)), name
+        phases = {r["phase"] for r in run["te_report"]}
+        assert phases == {"old_log_prob", "update"}, name
+        for report in run["te_report"]:
+            experts_bf16 = re.search(r"experts 0/\d+", report["line"]) is not None
+            assert experts_bf16 == (name != "fp8"), (name, report["line"][:200])
+            assert report["fwd_fp8"] < report["fwd_te"] if name != "fp8" else report["fwd_fp8"] == report["fwd_te"]
+    # the experts-BF16 lane's engine re-quantized the weights at every sync (init + 5 steps), FP8 KV scales each step
+    assert len(runs["experts"]["syncs"]) == 6 and len(runs["experts"]["kv_scales"]) == 5
+    # a lane listing (checkpoints.txt) names every lane's folder: each run gets its own bundle's lines only
+    assert "megatron-fp8/" not in runs["experts"]["checkpoint"]

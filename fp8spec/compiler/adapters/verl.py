@@ -123,7 +123,7 @@ def _attention(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
     )
     # verl's padding removal (use_remove_padding, default on) stays on: its packed row reaches the model with
     # attention_mask None and per-sequence position ids, from which transformers >= 4.54 builds a mask that keeps
-    # the sequences apart for sdpa and eager (backends/verl: key.model_use_remove_padding,
+    # the sequences apart for sdpa, eager and flex_attention (backends/verl: key.model_use_remove_padding,
     # package.packed_sequence_masks; preflight.json checks the transformers version on every node)
 
 

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-tiny-qwen3-moe-megatron-sglang-fp8-experts-bf16-megatron-sglang-d4a02e2cff46
+submission_id=fp8spec-tiny-qwen3-moe-megatron-sglang-fp8-experts-bf16-megatron-sglang-67625418d973
 working_dir=.
 id_suffix=
 preflight_only=0
