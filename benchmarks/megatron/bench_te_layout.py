@@ -316,10 +316,11 @@ def _require_stack() -> str | None:
 
 def build_model(model: str, shape: dict, layout: Layout, layers: int, max_seq: int):
     import torch
-    from bench_te_layer import config_kwargs, gpt_model
     from megatron.core.quantization.quant_config import RecipeConfig
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from benchmarks.megatron.bench_te_layer import config_kwargs, gpt_model
 
     moe = shape["experts"] > 0
     kw = config_kwargs(shape, num_layers=layers)
@@ -548,6 +549,7 @@ def environment(torch) -> dict:
     env = {
         **stack_versions(),
         "NVTE_FP8_BLOCK_SCALING_FP32_SCALES": os.environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES"),
+        "NVTE_USE_CUTLASS_GROUPED_GEMM": os.environ.get("NVTE_USE_CUTLASS_GROUPED_GEMM"),
     }
     try:
         import transformer_engine_torch as tex

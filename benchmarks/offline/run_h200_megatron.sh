@@ -11,6 +11,8 @@
 #   bash benchmarks/offline/run_h200_megatron.sh install-engine     the engine + verl set into /tmp/site
 #   bash benchmarks/offline/run_h200_megatron.sh bench       wait for TE, then the layer benchmark -> $OUT/bench.tgz
 #   bash benchmarks/offline/run_h200_megatron.sh layout ARGS...  wait for TE, then benchmarks.megatron.bench_te_layout ARGS -> $OUT/layout/
+#   bash benchmarks/offline/run_h200_megatron.sh grouped ARGS...  wait for TE, then benchmarks.megatron.bench_grouped_splits
+#                                                             ARGS, plain and --cutlass -> $OUT/grouped/
 #   bash benchmarks/offline/run_h200_megatron.sh rl RUN...   compiled bundles' own launch.sh, all at once on GPU 0
 #   bash benchmarks/offline/run_h200_megatron.sh rl-start RUN...; ... rl-wait SECONDS   the same, detached, for
 #                                                             runs longer than one device call
@@ -91,6 +93,14 @@ case $step in
     cp /tmp/te-wheel/transformer_engine_torch-*.whl "$OUT/" 2> /dev/null  # the device-built extension, for the next set
     timeout "${BENCH_TIMEOUT_S:-560}" python3 -m benchmarks.megatron.bench_te_layout --out "$OUT/layout" "$@" 2>&1 |
       grep -v -E "Warning|warnings.warn" | tee "$OUT/layout/bench.log" | tail -n 60 ;;
+  grouped)  # ARGS...: benchmarks.megatron.bench_grouped_splits with TE's per-expert cuBLASLt GEMMs, then with its
+    # CUTLASS grouped GEMM (--cutlass), one process each -> $OUT/grouped/
+    mkdir -p "$OUT/grouped"
+    for _ in $(seq 240); do python3 -c "import transformer_engine.pytorch" 2> /dev/null && break; sleep 1; done
+    for extra in "" --cutlass; do
+      timeout "${BENCH_TIMEOUT_S:-240}" python3 -m benchmarks.megatron.bench_grouped_splits --out "$OUT/grouped" $extra "$@" 2>&1 |
+        grep -v -E "Warning|warnings.warn" | tee -a "$OUT/grouped/bench.log" | tail -n 12
+    done ;;
   rl-body)  # DIR RUN...: the runs, their logs into DIR (rl and rl-start call this)
     dir=$1; shift
     mkdir -p "$dir"

@@ -214,6 +214,16 @@ _TRN007_HINT = (
 )
 
 
+def _grouped_gemm_layout(ctx: ResolvedSpec):
+    """FP8 with BF16 experts over BF16, both on TE's CUTLASS grouped GEMM, where that figure applies (an MoE on
+    Hopper); None elsewhere."""
+    from fp8spec.plan.facts import measured
+
+    if not (ctx.known_model.is_moe and ctx.gpu.cc == (9, 0)):
+        return None
+    return float(measured("grouped_gemm.qwen3_30b_a3b.fp8_experts_bf16_vs_bf16"))
+
+
 @rule(
     "TRN007",
     "fp8-training-measured-slower",
@@ -231,7 +241,9 @@ _TRN007_HINT = (
     in GPU time blockwise 0.82x, experts BF16 0.94x (its wall clock is host-bound). The finding's hint lists every
     measured layout of the spec's model class and the fastest that keeps training.priority (mismatch: no module
     class trained in another precision than the rollout runs it; speed: any); a spec with training.bf16_modules is
-    judged by its layout's own figure.""",
+    judged by its layout's own figure. On Hopper, an MoE layout with the experts BF16 and training.expert_gemm
+    cutlass is judged by its wall-clock figure on that kernel against BF16 on it (1.06x, 4-layer Qwen3-30B-A3B
+    stack; docs/results.md, the experts' GEMM kernel).""",
     _TRN007_HINT,
     acknowledgeable=True,
     examples=Examples(
@@ -247,9 +259,22 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
         return
     speeds = layout_speeds(ctx.known_model, ctx.gpu.arch)
     advice = layouts_text(ctx, speeds)
+    grouped = _grouped_gemm_layout(ctx)
     hint = f"{advice}. {_TRN007_LAYOUT_HINT if t.bf16_modules else _TRN007_HINT}" if advice else None
+    if hint and grouped is not None:
+        hint += (
+            f"; with the CUTLASS grouped GEMM on both sides (training.expert_gemm cutlass), FP8 with the experts BF16 measured "
+            f"{grouped:.2f}x BF16 in wall clock (measured:grouped_gemm.qwen3_30b_a3b.fp8_experts_bf16_vs_bf16)"
+        )
     if t.bf16_modules:  # a layout: its own measured figure, or none (the one-layer figures are all-FP8)
         own = spec_layout(ctx.spec, speeds)
+        if (
+            own is not None
+            and grouped is not None
+            and "experts" in t.bf16_modules
+            and t.expert_gemm == "cutlass"
+        ):
+            return  # the experts-BF16 layout on the CUTLASS grouped GEMM was measured faster than BF16 on it
         if own is not None and own.ratio < 1.0:
             yield Finding(
                 f"training layout {own.label} measured at {own.ratio:.2f}x BF16 training for this model class "

@@ -133,3 +133,41 @@ def fp8_config_without_fp8_modules(ctx: ResolvedSpec) -> Iterator[Finding]:
             "FP8 config still pads every expert's and every sequence's tokens",
             "training.bf16_modules",
         )
+
+
+@rule(
+    "TRN013",
+    "expert-gemm-without-effect",
+    "warning",
+    "training.expert_gemm cutlass is set where TransformerEngine does not use its CUTLASS grouped GEMM.",
+    """TransformerEngine reads NVTE_USE_CUTLASS_GROUPED_GEMM at every grouped GEMM and takes the CUTLASS path
+    only on compute capability 9.0, for BF16 or FP16 operands whose groups share the inner dimension
+    (transformer_engine/common/gemm/cublaslt_gemm.cu nvte_multi_tensor_gemm; backends/transformer-engine:
+    env.cutlass_grouped_gemm). Grouped GEMMs exist only in the MoE experts of the Megatron trainer (TEGroupedLinear);
+    verl's FSDP trainer has no TransformerEngine, a dense model has no experts, FP8-trained experts feed FP8 operands,
+    and other GPUs ignore the variable. In each of these the run is the cuBLAS one the spec seems to avoid.""",
+    "remove training.expert_gemm, or train the experts in BF16 (training.precision: bf16, or experts in "
+    "training.bf16_modules) on the Megatron trainer of an MoE model on a Hopper GPU",
+    examples=Examples(
+        bad=fragment(MOE, MEGATRON_FP8, {"training": {"expert_gemm": "cutlass"}}),
+        good=fragment(
+            MOE, MEGATRON_FP8, {"training": {"expert_gemm": "cutlass", "bf16_modules": ["experts"]}}
+        ),
+        message="trains the experts in FP8",
+    ),
+)
+def expert_gemm_without_effect(ctx: ResolvedSpec) -> Iterator[Finding]:
+    t = ctx.spec.training
+    if t.expert_gemm != "cutlass":
+        return
+    if not ctx.trainer.fp8_training:  # TransformerEngine's trainer (Megatron) is the one that trains in FP8
+        why = f"the {t.backend} trainer has no TransformerEngine grouped GEMM"
+    elif not ctx.known_model.is_moe:
+        why = f"{ctx.spec.model.name} has no experts"
+    elif t.precision == "fp8" and "experts" not in t.bf16_modules:
+        why = "the spec trains the experts in FP8 (TransformerEngine keeps cuBLAS for FP8 operands)"
+    elif ctx.gpu.cc != (9, 0):
+        why = f"{ctx.gpu.name} is compute capability {ctx.gpu.cc_text}, and TransformerEngine uses it on 9.0 only"
+    else:
+        return
+    yield Finding(f"training.expert_gemm cutlass has no effect: {why}", "training.expert_gemm")

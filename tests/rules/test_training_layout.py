@@ -112,3 +112,57 @@ def test_trn008_refuses_a_layout_without_fp8_megatron_training_at_the_field(vali
     result = validate(patched(BASE_SPEC, {"training": {**training, "bf16_modules": ["attention"]}}))
     (d,) = _found(result, "TRN008")
     assert d.path == "training.bf16_modules" and d.severity == "error" and d.line is not None
+
+
+@pytest.mark.parametrize(
+    ("patches", "why"),
+    [
+        ((MOE, MEGATRON_FP8, H200, {"training": {"bf16_modules": ["experts"]}}), None),
+        ((MOE, MEGATRON_FP8, H200, {"training": {"precision": "bf16"}}), None),
+        ((MOE, MEGATRON_FP8, H200), "trains the experts in FP8"),
+        ((MEGATRON_FP8, H200, {"training": {"precision": "bf16"}}), "has no experts"),
+        ((MOE, MEGATRON_FP8, {"hardware": {"gpu": "b200"}, "training": {"precision": "bf16"}}), "9.0 only"),
+        ((MOE, {"training": {"precision": "bf16"}}), "the fsdp trainer has no TransformerEngine grouped GEMM"),
+    ],
+)
+def test_trn013_names_why_the_cutlass_grouped_gemm_would_not_run(validate, patches, why):
+    result = validate(patched(BASE_SPEC, *patches, {"training": {"expert_gemm": "cutlass"}}))
+    found = _found(result, "TRN013")
+    if why is None:
+        assert not found
+    else:
+        (d,) = found
+        assert why in d.message and d.path == "training.expert_gemm" and d.severity == "warning"
+
+
+def test_expert_gemm_cutlass_reaches_every_worker_and_bf16_experts_are_told_of_it(validate):
+    from fp8spec.compiler.build import build_settings_plan, choose_backend
+
+    def plan_of(*patches):
+        # offloaded at tp 4: the 30B training state leaves the engine room
+        bf16 = {"training": {"precision": "bf16", "parallel": {"tp": 4}, "offload": {"params": True, "optimizer": True}}}
+        v = validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, H200, bf16, *patches))
+        assert not v.errors, [d.render() for d in v.errors]
+        return build_settings_plan(v.valid(), choose_backend(None, v))
+
+    cutlass = plan_of({"training": {"expert_gemm": "cutlass"}})
+    (env,) = [s for s in cutlass.settings if s.key == "NVTE_USE_CUTLASS_GROUPED_GEMM"]
+    assert env.layer == "env" and env.value == "1" and env.source == "training.expert_gemm"
+    assert "cublaslt_gemm.cu" in env.evidence
+    assert not any("one cuBLAS GEMM per expert" in n for n in cutlass.notes)
+    default = plan_of()
+    assert not any(s.key == "NVTE_USE_CUTLASS_GROUPED_GEMM" for s in default.settings)
+    # the default BF16 experts hear what the measured alternative gave
+    assert any("training.expert_gemm: cutlass ran the BF16" in n for n in default.notes)
+
+
+def test_trn007_judges_experts_bf16_on_the_cutlass_grouped_gemm_by_its_wall_clock_figure(validate):
+    layout = {"training": {"bf16_modules": ["experts"]}}
+    (d,) = _found(validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, H200, layout)), "TRN007")
+    assert "measured 1.06x BF16 in wall clock" in d.hint  # the kernel the layout is fast with is named
+    cutlass = {"training": {"bf16_modules": ["experts"], "expert_gemm": "cutlass"}}
+    assert not _found(validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, H200, cutlass)), "TRN007")
+    # the figure is Hopper's: elsewhere the GPU-time figure judges the layout as before
+    b200 = {"hardware": {"gpu": "b200"}}
+    assert not any("wall clock" in (d.hint or "") for d in _found(
+        validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, b200, cutlass)), "TRN007"))
