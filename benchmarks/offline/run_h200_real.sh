@@ -30,6 +30,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_LOGGING_LEVEL=INFO
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+# the MoE set's Megatron trainer: run_h200_megatron.sh install-megatron's set, where it is installed
+[[ -d /tmp/site-megatron ]] && export PYTHONPATH="/tmp/site-megatron:$PYTHONPATH:/tmp/site-te"
 step=${1:?step}
 shift
 ngpu=$(nvidia-smi -L 2> /dev/null | wc -l)
@@ -74,8 +76,9 @@ case $step in
     python3 -c "import vllm, verl, ray, torch; print('vllm', vllm.__version__, 'verl', verl.__version__, 'ray', ray.__version__, 'torch', torch.__version__)" 2>&1 | tail -n 1 ;;
   assets)
     set_name=${1:?assets SET}; size=${set_name%%-*}
+    config=qwen3-$size; [[ $size == moe9l ]] && config=qwen3-30b-a3b-9l  # the specs' model.config_path
     python3 -m benchmarks.rl_real.make_real_assets --out /tmp/fp8spec-real \
-      --config "benchmarks/rl_real/models/qwen3-$size/config.json" --model-dir "model-$size" 2>&1 | tail -n 2 ;;
+      --config "benchmarks/rl_real/models/$config/config.json" --model-dir "model-$size" 2>&1 | tail -n 2 ;;
   bare)
     bundle=${1:?bare BUNDLE}; dir=$OUT/bare-$bundle
     mkdir -p "$dir"

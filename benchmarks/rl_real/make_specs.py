@@ -32,7 +32,9 @@ def _yaml() -> YAML:
 def _merge(into: Any, fields: dict) -> None:
     """Deep-merge `fields` into the round-trip mapping `into` (mappings merge, everything else replaces)."""
     for key, value in fields.items():
-        if isinstance(value, dict) and key in into and isinstance(into[key], dict):
+        if value is None:  # a null removes the field (a set's trainer lacks one of base.yaml's)
+            into.pop(key, None)
+        elif isinstance(value, dict) and key in into and isinstance(into[key], dict):
             _merge(into[key], value)
         else:
             into[key] = value
@@ -52,7 +54,12 @@ def _fill(node: Any, name: str) -> Any:
 
 def spec_names() -> list[str]:
     table = YAML(typ="safe").load((HERE / "variants.yaml").read_text(encoding="utf-8"))
-    return [f"real-{s}-{v}" for s in table["sets"] for v in table["variants"]]
+    return [f"real-{s}-{v}" for s, fields in table["sets"].items() for v in _variants(table, fields)]
+
+
+def _variants(table: dict, set_fields: dict | None) -> dict:
+    """A set's own variants, else the shared ones."""
+    return (set_fields or {}).get("variants") or table["variants"]
 
 
 def render() -> dict[str, str]:
@@ -60,11 +67,11 @@ def render() -> dict[str, str]:
     table = YAML(typ="safe").load((HERE / "variants.yaml").read_text(encoding="utf-8"))
     out = {}
     for set_name, set_fields in table["sets"].items():
-        for variant, fields in table["variants"].items():
+        for variant, fields in _variants(table, set_fields).items():
             name = f"real-{set_name}-{variant}"
             y = _yaml()
             spec = y.load((HERE / "base.yaml").read_text(encoding="utf-8"))
-            _merge(spec, set_fields or {})
+            _merge(spec, {k: v for k, v in (set_fields or {}).items() if k != "variants"})
             _merge(spec, fields or {})
             _fill(spec, name)
             buf = io.StringIO()

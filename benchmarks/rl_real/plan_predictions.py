@@ -4,8 +4,9 @@
     python -m benchmarks.rl_real.plan_predictions            # (re)write benchmarks/rl_real/plan_predictions.json
     python -m benchmarks.rl_real.plan_predictions --check    # exit 1 if the file is not what it would write
 
-Also records why the one-H200 set is the 4B shape: the 8B FP8 KV spec planned on ONE H200 (the x2 spec with
-gpus_per_node 1), whose training peak does not fit.
+Also records why the one-H200 sets are what they are: the 8B FP8 KV spec planned on ONE H200 (the x2 spec with
+gpus_per_node 1), whose training peak does not fit; the MoE end-to-end FP8 spec with a tenth layer, whose trainer
+state leaves the engine too little room.
 """
 
 from __future__ import annotations
@@ -77,13 +78,40 @@ def one_gpu_8b() -> dict:
         return summary(_plan(path))
 
 
+def _variant(source: str, name: str, edit) -> dict:
+    """The plan of a generated spec changed by ``edit(spec, folder)`` (written to a temporary file)."""
+    y = YAML()
+    spec = y.load((SPECS / source).read_text(encoding="utf-8"))
+    spec["model"]["config_path"] = str((SPECS / spec["model"]["config_path"]).resolve())
+    spec["reward"]["custom_function"]["path"] = str((SPECS / spec["reward"]["custom_function"]["path"]).resolve())
+    with tempfile.TemporaryDirectory() as tmp:
+        edit(spec, Path(tmp))
+        path = Path(tmp) / f"{name}.yaml"
+        with path.open("w", encoding="utf-8") as fh:
+            y.dump(spec, fh)
+        return summary(_plan(path))
+
+
+def moe_tenth_layer() -> dict:
+    """The MoE end-to-end FP8 spec with 10 of Qwen3-30B-A3B's layers instead of 9."""
+
+    def edit(spec, folder: Path) -> None:
+        config = json.loads(Path(spec["model"]["config_path"]).read_text(encoding="utf-8"))
+        config["num_hidden_layers"] = config["max_window_layers"] = 10
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        spec["model"]["config_path"] = str(folder / "config.json")
+
+    return _variant("real-moe9l-h200-fp8-e2e.yaml", "real-moe10l-h200-fp8-e2e", edit)
+
+
 def render() -> str:
     specs = {p.stem: summary(_plan(p)) for p in sorted(SPECS.glob("*.yaml"))}
     data = {
         "about": "fp8spec plan's predictions per spec (the spec's rollout choice); sizes in GiB (2^30 bytes); "
                  "written by benchmarks/rl_real/plan_predictions.py",
         "specs": specs,
-        "rejected": {"real-8b-h200-fp8kv (8B shape on ONE H200)": one_gpu_8b()},
+        "rejected": {"real-8b-h200-fp8kv (8B shape on ONE H200)": one_gpu_8b(),
+                     "real-moe10l-h200-fp8-e2e (a tenth MoE layer)": moe_tenth_layer()},
     }
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 

@@ -30,23 +30,52 @@ def _flat(node, prefix=""):
     return {prefix[:-1]: node}
 
 
+DENSE_SETS = ("4b-h200", "8b-h200x2")
+MOE_VARIANTS = ("bf16", "fp8-rollout", "fp8-e2e", "fp8-experts-bf16")
+
+
+def _differ(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+NAME_ONLY = ["name", "trainer.checkpoint_dir"]
+
+
 def test_specs_are_base_plus_their_fields_and_nothing_else():
-    assert [p.name for p in SPECS] == sorted(f"real-{s}-{v}.yaml" for s in ("4b-h200", "8b-h200x2")
-                                             for v in ("bf16", "fp8", "fp8kv"))
+    assert [p.name for p in SPECS] == sorted(
+        [f"real-{s}-{v}.yaml" for s in DENSE_SETS for v in ("bf16", "fp8", "fp8kv")]
+        + [f"real-moe9l-h200-{v}.yaml" for v in MOE_VARIANTS]
+    )
     assert _run(str(HERE / "make_specs.py"), "--check").returncode == 0
-    table = YAML(typ="safe").load((HERE / "variants.yaml").read_text(encoding="utf-8"))
     specs = {p.stem: _flat(YAML(typ="safe").load(p.read_text(encoding="utf-8"))) for p in SPECS}
-    for set_name in table["sets"]:
+    for set_name in DENSE_SETS:
         bf16, fp8, fp8kv = (specs[f"real-{set_name}-{v}"] for v in ("bf16", "fp8", "fp8kv"))
-        differ = lambda a, b: sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))  # noqa: E731
-        name_only = ["name", "trainer.checkpoint_dir"]
-        assert differ(bf16, fp8) == sorted([*name_only, "linear.quantize", "linear.deep_gemm",
-                                            *[k for k in bf16 if k.startswith("acknowledge.")]])
-        assert differ(fp8, fp8kv) == sorted([*name_only, "kv_cache.dtype", "kv_cache.recalibrate"])
+        assert _differ(bf16, fp8) == sorted([*NAME_ONLY, "linear.quantize", "linear.deep_gemm",
+                                             *[k for k in bf16 if k.startswith("acknowledge.")]])
+        assert _differ(fp8, fp8kv) == sorted([*NAME_ONLY, "kv_cache.dtype", "kv_cache.recalibrate"])
         assert fp8kv["correction.method"] == fp8["correction.method"] == "tis" and fp8kv["correction.clip"] == 2.0
         # a real rollout workload: >= 128 sequences per step, responses of at least 2K tokens
         assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 128
         assert bf16["rollout.max_response_length"] >= 2048
+
+
+def test_moe_variants_differ_only_in_their_precision_fields():
+    """The MoE set (Megatron): all BF16 / BF16 training + FP8 rollout / end-to-end FP8 / FP8 with BF16 experts,
+    each step one decision away from the one before; the same workload as the dense sets."""
+    specs = {v: _flat(YAML(typ="safe").load((HERE / "specs" / f"real-moe9l-h200-{v}.yaml").read_text(
+        encoding="utf-8"))) for v in MOE_VARIANTS}
+    bf16, rollout, e2e, experts = (specs[v] for v in MOE_VARIANTS)
+    assert _differ(bf16, rollout) == sorted([*NAME_ONLY, "linear.quantize", "linear.deep_gemm", "kv_cache.dtype",
+                                             "kv_cache.recalibrate"])
+    assert _differ(rollout, e2e) == sorted([*NAME_ONLY, "acknowledge.TRN007", "training.precision",
+                                            "training.fp8_recipe", "training.fp8_scaling", "training.expert_gemm"])
+    assert _differ(e2e, experts) == sorted([*NAME_ONLY, "acknowledge.TRN007", "training.bf16_modules",
+                                            "training.expert_gemm"])
+    # BF16 experts (all but end-to-end FP8) run TE's CUTLASS grouped GEMM; FP8 experts cannot (TRN013)
+    assert [specs[v]["training.expert_gemm"] for v in MOE_VARIANTS] == ["cutlass", "cutlass", "cublas", "cutlass"]
+    assert all(s["training.backend"] == "megatron" and "training.gradient_checkpointing" not in s
+               for s in specs.values())
+    assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 128 and bf16["rollout.max_response_length"] >= 2048
 
 
 def test_model_configs_are_the_catalogs_shapes():
@@ -56,6 +85,9 @@ def test_model_configs_are_the_catalogs_shapes():
         config = json.loads((HERE / "models" / folder / "config.json").read_text(encoding="utf-8"))
         assert config == catalog_config(model_id)
         assert config["vocab_size"] == 151936
+    # the MoE set: Qwen3-30B-A3B's every field but the layer count
+    moe = json.loads((HERE / "models/qwen3-30b-a3b-9l/config.json").read_text(encoding="utf-8"))
+    assert moe == {**catalog_config("Qwen/Qwen3-30B-A3B"), "num_hidden_layers": 9, "max_window_layers": 9}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
@@ -79,5 +111,10 @@ def test_plan_predictions_are_current_and_say_the_runs_fit():
         # every variant's engine holds a step's sequences at full length: no preemption
         assert not pred["preempts"], name
     # why the one-H200 set is 4B: the 8B shape's training peak on ONE H200 is past the GPU (MEM005)
-    (rejected,) = data["rejected"].values()
+    rejected = data["rejected"]["real-8b-h200-fp8kv (8B shape on ONE H200)"]
     assert rejected["trainer_peak_gib"] > rejected["gpu_total_gib"] and "MEM005" in rejected["verdicts_failing"]
+    # why the MoE set has 9 layers: with a tenth, the trainer's state leaves the engine too little room (MEM003)
+    tenth = data["rejected"]["real-moe10l-h200-fp8-e2e (a tenth MoE layer)"]
+    assert tenth["verdicts_failing"] == ["MEM003"]
+    assert tenth["trainer_resident_during_rollout_gib"] > data["specs"]["real-moe9l-h200-fp8-e2e"][
+        "trainer_resident_during_rollout_gib"]
