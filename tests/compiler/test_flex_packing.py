@@ -16,6 +16,7 @@ import json
 import pytest
 import torch
 
+from tests.compiler.packed_rows import assert_packed_row_keeps_sequences_apart, tiny_qwen3
 from tests.conformance.checks import compile_variant
 from tests.conftest import SPECS, require
 
@@ -25,21 +26,7 @@ pytestmark = pytest.mark.slow  # torch.compile of FlexAttention on CPU
 
 
 def _model(layers: int = 2):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=300,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=2048,
-        attn_implementation="flex_attention",
-    )
-    return Qwen3ForCausalLM(cfg).eval()
+    return tiny_qwen3("flex_attention", layers, max_positions=2048)
 
 
 def _packed(lens: list[int]):
@@ -49,20 +36,7 @@ def _packed(lens: list[int]):
 
 
 def test_a_packed_row_gives_each_sequence_its_own_logits():
-    model = _model()
-    lens = [37, 5, 64]
-    ids, pos = _packed(lens)
-    with torch.no_grad():
-        # as verl's FSDP engine calls it with padding removal on (use_cache False: a cache skips packing detection)
-        packed = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False).logits[0]
-        alone = [model(input_ids=s[None], use_cache=False).logits[0] for s in ids[0].split(lens)]
-        mixed = model(
-            input_ids=ids, attention_mask=None, position_ids=torch.arange(sum(lens))[None], use_cache=False
-        ).logits[0]
-    for a, b in zip(alone, packed.split(lens)):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    # the check has teeth: contiguous position ids let the sequences attend to each other
-    assert max(float((a - b).abs().max()) for a, b in zip(alone[1:], mixed.split(lens)[1:])) > 0.1
+    assert_packed_row_keeps_sequences_apart(_model(), [37, 5, 64])
 
 
 def test_flex_gets_a_block_sparse_mask_of_the_sequences(monkeypatch):

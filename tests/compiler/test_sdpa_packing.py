@@ -15,6 +15,7 @@ import json
 import pytest
 import torch
 
+from tests.compiler.packed_rows import assert_packed_row_keeps_sequences_apart, tiny_qwen3
 from tests.conformance.checks import compile_variant
 from tests.conftest import SPECS, require
 
@@ -23,35 +24,7 @@ transformers = require("transformers")
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_a_packed_row_gives_each_sequence_its_own_logits(impl):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=300,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=512,
-        attn_implementation=impl,
-    )
-    model = Qwen3ForCausalLM(cfg).eval()
-    lens = [37, 5, 64]
-    seqs = [torch.randint(0, 300, (n,)) for n in lens]
-    ids = torch.cat(seqs)[None]
-    with torch.no_grad():
-        alone = [model(input_ids=s[None], use_cache=False).logits[0] for s in seqs]
-        # as verl's FSDP engine calls it with padding removal on
-        pos = torch.cat([torch.arange(n) for n in lens])[None]
-        packed = model(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False).logits[0]
-        mixed = model(
-            input_ids=ids, attention_mask=None, position_ids=torch.arange(sum(lens))[None], use_cache=False
-        ).logits[0]
-    for a, b in zip(alone, packed.split(lens)):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    assert max(float((a - b).abs().max()) for a, b in zip(alone[1:], mixed.split(lens)[1:])) > 0.1
+    assert_packed_row_keeps_sequences_apart(tiny_qwen3(impl), [37, 5, 64])
 
 
 def test_verls_engine_passes_the_packed_row_without_a_mask():
