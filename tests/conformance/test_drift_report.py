@@ -27,6 +27,9 @@ NOT_IN_ANY_SNAPSHOT = {
     # Ray's job marker, read by verl/trainer/constants_ppo.py; no snapshot has an environment table for it:
     # the real launch tests (tests/launchers/test_real_launch.py) run launch.sh inside and outside a Ray job.
     ("verl", "env.ray_job_config"),
+    # read in TransformerEngine's C++ core (libtransformer_engine.so of transformer_engine_cu13); the snapshot is of
+    # the Python wheel. Its evidence is the source and the 2.20.2 library's fallback warning on an H200.
+    ("transformer-engine", "env.cutlass_grouped_gemm"),
 }
 
 
