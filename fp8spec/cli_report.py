@@ -111,12 +111,15 @@ def _write_pictures(rep: Any, out_dir: Path) -> list[str]:
     from fp8spec.report.write import WriteError, write_file
 
     title = f"{Path(rep.run_name).name}: per-step phases and mismatch KL"
+    base = rep.ctx.baseline
+    if base:
+        title = f"{Path(rep.run_name).name}: phases per step, mean step vs baseline, mismatch KL"
     written = []
     try:
         written.append(
-            str(write_file(out_dir, "report.svg", report_svg(rep.ctx.rows, title).encode("utf-8")))
+            str(write_file(out_dir, "report.svg", report_svg(rep.ctx.rows, title, base).encode("utf-8")))
         )
-        png = report_png(rep.ctx.rows, title)
+        png = report_png(rep.ctx.rows, title, base)
         if png is not None:
             written.append(str(write_file(out_dir, "report.png", png)))
     except WriteError as err:

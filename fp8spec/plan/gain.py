@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from fp8spec.plan.facts import gains, trainer_gains
+from fp8spec.plan.facts import cited, gains, trainer_gains
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.plan.rollout import RolloutResult
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,39 @@ def running_caveat(running: int) -> str:
     return (
         f"the speed-ups were measured with {measured} sequences running at once per engine; this spec runs "
         f"{running} per replica (rollout.max_num_seqs, or the step's sequences per replica), so they may not hold"
+    )
+
+
+@dataclass(frozen=True)
+class CapacityNote:
+    """The BF16 engine holds every sequence of the step at full length: the measured speed-ups came from BF16
+    engines that preempted, and FP8's larger KV cache buys no concurrency here."""
+
+    running: int
+    fit: float  # sequences the BF16 engine's KV cache holds at the step's full length
+    gain: float  # FP8's generation speed-up measured where the BF16 engine held them all
+    workload: str
+
+    def text(self) -> str:
+        return (
+            f"the BF16 engine already holds this step's {self.running} sequences at full length ({self.fit:.1f} "
+            "fit), and the speed-ups above were measured where BF16 preempted: FP8's larger KV cache buys no "
+            f"concurrency here. Measured where BF16 held them all: {self.gain:+.1%} ({self.workload})"
+        )
+
+    def short(self) -> str:
+        return (
+            f"the plan's BF16 engine holds all {self.running} sequences, where FP8 measured {self.gain:+.1%}"
+        )
+
+
+def capacity_note(bf16: Optional[RolloutResult]) -> Optional[CapacityNote]:
+    """A note when the spec's BF16 column runs the step without preemption (None otherwise)."""
+    if bf16 is None or not bf16.fits_without_preemption:
+        return None
+    fits = gains()["bf16_fits"]
+    return CapacityNote(
+        bf16.running, bf16.concurrency, float(cited(fits["gain"])), " ".join(str(fits["workload"]).split())
     )
 
 

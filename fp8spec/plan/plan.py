@@ -71,6 +71,10 @@ class MemoryPlan:
         return next(r for r in self.rollout if r.is_spec)
 
     @property
+    def bf16_rollout(self) -> Optional[RolloutResult]:
+        return next((r for r in self.rollout if r.choice.key == "bf16"), None)
+
+    @property
     def host_ram_per_node(self) -> Optional[int]:
         """Host RAM the trainer's offloaded state takes on one node (the busiest GPU's share x GPUs per node;
         an upper bound where pipeline stages differ); None without offload."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fp8spec.engines import get_engine
 from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.facts import estimate, estimate_basis
-from fp8spec.plan.gain import gain_source, running_caveat
+from fp8spec.plan.gain import capacity_note, gain_source, running_caveat
 from fp8spec.plan.sync import DATA as SYNC_DATA
 
 if TYPE_CHECKING:
@@ -161,6 +161,7 @@ def sync_lines(plan: MemoryPlan) -> list[str]:
 def plan_json(plan: MemoryPlan) -> dict:
     s = plan.setup
     spec_r = plan.spec_rollout
+    cap = capacity_note(plan.bf16_rollout)
     headroom = None if plan.trainer is None else plan.headroom(plan.trainer)
     return {
         "format": 1,
@@ -240,6 +241,9 @@ def plan_json(plan: MemoryPlan) -> dict:
             "expected_gain": gain_source(),
             "expected_gain_running": running_caveat(spec_r.running)
             if any(plan.gain(r) is not None for r in plan.rollout)
+            else "",
+            "expected_gain_capacity": cap.text()
+            if cap and any(plan.gain(r) is not None for r in plan.rollout)
             else "",
             "engine_memory_model": memory_model(s.engine).memory_source,
             "rollout_defaults": f"backends/verl/{plan.spec.stack.verl}.yaml memory.rollout_engine_defaults",
@@ -358,6 +362,8 @@ def render_text(plan: MemoryPlan) -> str:
         out.append("  speed-up source: " + gain_source())
         if caveat := running_caveat(spec_r.running):
             out.append(f"  note: {caveat}")
+        if cap := capacity_note(plan.bf16_rollout):
+            out.append(f"  note: {cap.text()}")
     else:
         out.append(
             f"  speed-up: no measurement covers {s.engine} with {plan.model.architecture} "

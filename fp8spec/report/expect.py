@@ -44,6 +44,8 @@ class PlanFacts:
     sync_s: Optional[float] = None  # one weight sync after the first, as fp8spec plan predicts it
     sync_path: str = ""  # the plan's label of the spec's sync path
     sync_why: str = ""  # why the plan has no sync time
+    trainer_fp8: bool = False  # the spec's trainer computes in FP8 (else its passes match a BF16 run's)
+    gain_caveat: str = ""  # why the expected gain may not hold for this spec (the BF16 engine holds the step)
 
 
 def read_bundle(folder: Path) -> BundleFacts:
@@ -77,6 +79,8 @@ def plan_for(spec: Path) -> PlanFacts:
     """`fp8spec plan`'s prediction for ``spec``'s own rollout choice. A spec with rule errors still gets its plan
     (as `fp8spec plan` prints it); one without a model or verl profile has none."""
     from fp8spec.plan import PlanInputError, build_memory_plan
+    from fp8spec.plan.gain import capacity_note
+    from fp8spec.plan.precision_layout import fp8_trained
     from fp8spec.rules.runner import validate_path
     from fp8spec.specfile.loader import InputError
 
@@ -109,4 +113,6 @@ def plan_for(spec: Path) -> PlanFacts:
         sync_s=sync.seconds,
         sync_path=sync.label,
         sync_why=sync.why,
+        trainer_fp8=fp8_trained(ctx.spec),
+        gain_caveat=note.short() if gain and (note := capacity_note(plan.bf16_rollout)) else "",
     )

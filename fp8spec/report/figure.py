@@ -1,4 +1,5 @@
-"""The report's pictures: each step's phases as stacked bars and the mismatch KL over the steps. SVG is written
+"""The report's pictures: each step's phases as stacked bars and the mismatch KL over the steps; with a baseline,
+two more bars: the baseline's and this run's mean step over their steady steps, split the same way. SVG is written
 as plain text (no plotting library, the same bytes for the same run); PNG needs matplotlib (the plot extra)."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 from xml.sax.saxutils import escape
 
-from fp8spec.report.phases import OTHER, split
+from fp8spec.report.phases import OTHER, phase_means, split
 from fp8spec.report.steps import Row
 
 COLOURS = {
@@ -23,6 +24,23 @@ W, H, LEFT, TOP, PANEL = 720, 520, 70, 40, 180
 def _phases(r: Row) -> list[tuple[str, str, float]]:
     """Stacked from the bottom in the order of PHASES, 'other' on top."""
     return [(label, COLOURS[label], v) for label, v in split(r)]
+
+
+Column = tuple[str, str, list[tuple[str, str, float]]]  # x label, tooltip prefix, stacked phases
+
+
+def _columns(rows: list[Row], baseline: Optional[list[Row]]) -> list[Optional[Column]]:
+    """One bar per step; with a baseline, a gap (None) and the two runs' mean steps over their steady steps."""
+    out: list[Optional[Column]] = [(str(r.step), f"step {r.step}", _phases(r)) for r in rows]
+    if baseline:
+        means = [(name, phase_means(rs)) for name, rs in (("baseline", baseline), ("this run", rows))]
+        if all(m for _, m in means):
+            out.append(None)
+            for name, m in means:
+                out.append(
+                    (name, f"{name}, mean step", [(lb, COLOURS[lb], m[lb]) for lb, _ in split(rows[0])])
+                )
+    return out
 
 
 def _legend(rows: list[Row]) -> list[tuple[str, str]]:
@@ -45,14 +63,14 @@ def _ticks(top: float) -> list[float]:
     return [i * step for i in range(int(top / step) + 1)]
 
 
-def report_svg(rows: list[Row], title: str) -> str:
+def report_svg(rows: list[Row], title: str, baseline: Optional[list[Row]] = None) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
         'font-family="sans-serif" font-size="11">',
         f'<rect width="{W}" height="{H}" fill="white"/>',
         f'<text x="{W / 2:.0f}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
     ]
-    out += _bars(rows, TOP + 10)
+    out += _bars(rows, _columns(rows, baseline), TOP + 10)
     out += _kl(rows, TOP + PANEL + 90)
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -70,21 +88,24 @@ def _axis(y0: float, top: float, label: str) -> list[str]:
     return out
 
 
-def _bars(rows: list[Row], y0: float) -> list[str]:
-    top = max((sum(v for _, _, v in _phases(r)) for r in rows), default=0.0) * 1.05
+def _bars(rows: list[Row], columns: list[Optional[Column]], y0: float) -> list[str]:
+    top = max((sum(v for _, _, v in c[2]) for c in columns if c), default=0.0) * 1.05
     out = _axis(y0, top, "seconds per step")
-    span = (W - 150 - LEFT) / max(len(rows), 1)
-    for i, r in enumerate(rows):
+    span = (W - 150 - LEFT) / max(len(columns), 1)
+    for i, c in enumerate(columns):
+        if c is None:
+            continue
+        name, tip, phases = c
         x, base = LEFT + i * span + span * 0.15, y0 + PANEL
-        for label, colour, v in _phases(r):
+        for label, colour, v in phases:
             h = v / top * PANEL if top else 0
             base -= h
             out.append(
                 f'<rect x="{x:.1f}" y="{base:.1f}" width="{span * 0.7:.1f}" height="{h:.1f}" fill="{colour}">'
-                f"<title>step {r.step} {escape(label)}: {v:.3g} s</title></rect>"
+                f"<title>{escape(tip)} {escape(label)}: {v:.3g} s</title></rect>"
             )
         out.append(
-            f'<text x="{x + span * 0.35:.1f}" y="{y0 + PANEL + 14:.1f}" text-anchor="middle">{r.step}</text>'
+            f'<text x="{x + span * 0.35:.1f}" y="{y0 + PANEL + 14:.1f}" text-anchor="middle">{escape(name)}</text>'
         )
     for k, (label, colour) in enumerate(_legend(rows) if rows else []):
         y = y0 + 10 + k * 16
@@ -125,7 +146,7 @@ def _kl(rows: list[Row], y0: float) -> list[str]:
     return out
 
 
-def report_png(rows: list[Row], title: str) -> Optional[bytes]:
+def report_png(rows: list[Row], title: str, baseline: Optional[list[Row]] = None) -> Optional[bytes]:
     """The same two panels as PNG bytes; None when matplotlib is not installed."""
     try:
         import matplotlib
@@ -138,18 +159,20 @@ def report_png(rows: list[Row], title: str) -> Optional[bytes]:
 
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 6), dpi=100)
     steps = [r.step for r in rows]
-    bottom = [0.0] * len(rows)
+    columns = _columns(rows, baseline)
+    xs = [i for i, c in enumerate(columns) if c]
+    bottom = [0.0] * len(xs)
     for label, colour in _legend(rows) if rows else []:
-        values = [_value(r, label) for r in rows]
-        a.bar(steps, values, bottom=bottom, color=colour, label=label)
+        values = [next(v for lb, _, v in c[2] if lb == label) for c in columns if c]
+        a.bar(xs, values, bottom=bottom, color=colour, label=label)
         bottom = [x + y for x, y in zip(bottom, values)]
+    a.set_xticks(xs, [c[0] for c in columns if c])
     a.set_ylabel("seconds per step")
     if rows:
         a.legend(fontsize=7, loc="upper right")
     a.set_title(title)
     kl = [(r.step, r.mismatch_kl) for r in rows if r.mismatch_kl is not None]
     b.plot([s for s, _ in kl], [v for _, v in kl], marker="o", color="#d62728")
-    a.set_xticks(steps)
     b.set_xticks(steps)
     b.set_xlabel("step")
     b.set_ylabel("mismatch KL")

@@ -38,6 +38,25 @@ def steady(rows: list[Row]) -> list[Row]:
     return later or timed
 
 
+def steady_tokens_per_s(rows: list[Row]) -> tuple[list[int], list[float]]:
+    """Generation throughput of the steady steps (as ``steady``; step 1 also compiles the engine's first-use
+    kernels): the steps and their tokens/s."""
+    counted = [r for r in steady(rows) if r.tokens_per_s]
+    if not counted:  # a run whose steps carry throughput but no step time
+        counted = [r for r in rows if r.tokens_per_s]
+    return [r.step for r in counted], [r.tokens_per_s or 0.0 for r in counted]
+
+
+def phase_means(rows: list[Row]) -> dict[str, float]:
+    """Mean seconds per phase ('step' included) over the steady steps."""
+    counted = steady(rows)
+    out = {"step": sum(r.step_s or 0.0 for r in counted) / len(counted)} if counted else {}
+    for r in counted:
+        for label, v in split(r):
+            out[label] = out.get(label, 0.0) + v / len(counted)
+    return out
+
+
 @dataclass(frozen=True)
 class StepBudget:
     steps: list[int]  # the steps the shares are taken over
@@ -48,6 +67,9 @@ class StepBudget:
     # measured against a baseline run: its mean step over this run's, minus 1 (0.1 = this run 10 % faster)
     baseline_step_speed_up: Optional[float] = None
     baseline_gen_share: Optional[float] = None
+    baseline_steps: Optional[list[int]] = None
+    # phase label ('step' first) -> (the baseline's mean seconds, this run's), each over its steady steps
+    baseline_phases: Optional[dict[str, tuple[float, float]]] = None
 
 
 def saving(gen_share: float, gain: float) -> float:
@@ -76,10 +98,32 @@ def step_budget(
     expected = None
     if gain is not None and gain[0] is not None and gain[1] is not None:
         expected = (saving(shares["generation"], gain[0]), saving(shares["generation"], gain[1]))
-    base_speed = base_gen = None
+    base_speed = base_gen = base_steps = phases = None
     base_rows = steady(baseline or [])
     base_total = sum(r.step_s or 0.0 for r in base_rows)
     if base_total > 0:
         base_speed = (base_total / len(base_rows)) / (total / len(counted)) - 1.0
         base_gen = sum(r.gen_s or 0.0 for r in base_rows) / base_total
-    return StepBudget([r.step for r in counted], total / len(counted), shares, expected, base_speed, base_gen)
+        base_steps = [r.step for r in base_rows]
+        ours, theirs = phase_means(counted), phase_means(base_rows)
+        phases = {label: (theirs[label], ours[label]) for label in ours}
+    return StepBudget(
+        [r.step for r in counted],
+        total / len(counted),
+        shares,
+        expected,
+        base_speed,
+        base_gen,
+        base_steps,
+        phases,
+    )
+
+
+# The phases FP8 in the rollout can change: the engine's generation and the weight sync (the trainer's FP8 copy
+# of its weights). With a BF16 trainer the log-prob and update passes do the same work as a BF16 run's.
+ROLLOUT_PHASES = ("generation", "weight sync")
+
+
+def rollout_part(phases: dict[str, tuple[float, float]]) -> float:
+    """Seconds the rollout's phases changed by, this run against the baseline (negative: this run faster)."""
+    return sum(phases[label][1] - phases[label][0] for label in ROLLOUT_PHASES if label in phases)

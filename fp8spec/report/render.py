@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from fp8spec.report.phases import step_budget
+from fp8spec.report.phases import rollout_part, steady_tokens_per_s, step_budget
 from fp8spec.report.steps import COLUMNS, Row, whole_syncs
 from fp8spec.report.verdicts import Context, Finding
 
@@ -69,9 +69,10 @@ def comparison(ctx: Context) -> dict[str, Any]:
         "planned_why": ctx.plan.sync_why if ctx.plan else None,
         "ratio": round(measured_whole / planned_sync, 4) if measured_whole and planned_sync else None,
     }
-    tok = [r.tokens_per_s for r in ctx.rows if r.tokens_per_s]
-    base = [r.tokens_per_s for r in ctx.baseline or [] if r.tokens_per_s]
+    steps, tok = steady_tokens_per_s(ctx.rows)
+    _, base = steady_tokens_per_s(ctx.baseline or [])
     out["generation_tokens_per_s"] = {
+        "steps": steps,
         "mean": round(statistics.mean(tok), 1) if tok else None,
         "baseline_mean": round(statistics.mean(base), 1) if base else None,
         "speed_up": round(statistics.mean(tok) / statistics.mean(base) - 1, 4) if tok and base else None,
@@ -91,6 +92,14 @@ def comparison(ctx: Context) -> dict[str, Any]:
             else None,
             "baseline_step_speed_up": _round(budget.baseline_step_speed_up),
             "baseline_generation_share": _round(budget.baseline_gen_share),
+            "baseline_steps": budget.baseline_steps,
+            "baseline_phases": {k: [round(a, 3), round(b, 3)] for k, (a, b) in budget.baseline_phases.items()}
+            if budget.baseline_phases
+            else None,
+            "rollout_part_s": round(rollout_part(budget.baseline_phases), 3)
+            if budget.baseline_phases
+            else None,
+            "trainer_fp8": ctx.plan.trainer_fp8 if ctx.plan else None,
         }
     )
     return out
@@ -125,6 +134,46 @@ def _step_line(st: Optional[dict[str, Any]], expected: str) -> str:
             f"; measured: the baseline's step takes {faster:+.1%} against this run's"
             f" (its generation {_share(st['baseline_generation_share'] or 0.0)} of its step)"
         )
+    return line
+
+
+def _steps(steps: list[int]) -> str:
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+
+
+def _baseline_line(st: Optional[dict[str, Any]]) -> Optional[str]:
+    """Phase by phase against the baseline: where this run's step time was won or lost, and how much of it FP8 in
+    the rollout can account for (fp8spec/report/phases.py)."""
+    if st is None or not st["baseline_phases"]:
+        return None
+    ph = st["baseline_phases"]
+    base_step, run_step = ph["step"]
+    parts = [
+        f"{label} {_cell(a)} -> {_cell(b)} s ({b - a:+.2f})"
+        for label, (a, b) in ph.items()
+        if label != "step" and (a or b)
+    ]
+    over = (
+        _steps(st["steps"])
+        if st["steps"] == st["baseline_steps"]
+        else f"{_steps(st['baseline_steps'])} / {_steps(st['steps'])}"
+    )
+    line = (
+        f"against the baseline ({over}): step {_cell(base_step)} -> {_cell(run_step)} s "
+        f"({run_step / base_step - 1:+.1%}); {', '.join(parts)}"
+    )
+    if st["trainer_fp8"] is None:
+        return line
+    part = st["rollout_part_s"]
+    line += f"; generation and weight sync, the phases FP8 in the rollout changes: {part:+.2f} s ({part / base_step:+.1%})"
+    rest = (run_step - base_step) - part
+    if not st["trainer_fp8"]:
+        line += (
+            f"; the other {rest:+.2f} s is in phases this spec's BF16 trainer runs alike in both runs: run-to-run "
+            "variation, not FP8"
+        )
+    else:
+        line += f"; the other {rest:+.2f} s includes the FP8 trainer's"
     return line
 
 
@@ -185,8 +234,11 @@ def render_text(rep: Report) -> str:
     judged = expected and f"; expected {expected} over BF16" + (
         "" if g["baseline_mean"] else " (--baseline RUN judges it)"
     )
-    lines.append(f"  generation: {_cell(g['mean'])} tok/s{speed}{judged or ''}")
+    over = f" ({_steps(g['steps'])})" if g["steps"] else ""
+    lines.append(f"  generation: {_cell(g['mean'])} tok/s{over}{speed}{judged or ''}")
     lines.append(f"  step: {_step_line(c['step'], expected)}")
+    if against := _baseline_line(c["step"]):
+        lines.append(f"  {against}")
     lines.append("")
     for f in rep.findings:
         lines.append(f"{f.where}: {f.severity} {f.code} {f.message}")  # as fp8spec validate prints findings

@@ -20,7 +20,11 @@ LOGS = {
     "megatron-te": "megatron-te/tiny-qwen3-moe-megatron-fp8.log",
     "sglang": "sglang/tiny-qwen3-h200-sglang-fp8.log",
     "moe-direct": "moe-direct/tiny-qwen3-moe-h200-direct.log",
+    "window-bf16": "window-bf16/real-4b-h200-bf16.log",
+    "window-fp8kv": "window-fp8kv/real-4b-h200-fp8kv.log",
 }
+# The window pair: the same base spec, BF16 and FP8 W8A8 + FP8 KV rollouts, one window (each folder has its spec).
+WINDOW_SPEC = {"window-bf16": DATA / "window-bf16/spec.yaml", "window-fp8kv": DATA / "window-fp8kv/spec.yaml"}
 STEP = re.compile(r"step:(\d+) - ")
 SPEC_PATH = re.compile(r"^(\s*(?:config_path|path): )(\.\./\S+)", re.M)
 

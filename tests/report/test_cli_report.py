@@ -249,3 +249,19 @@ def test_a_run_before_its_first_step_is_reported_and_drawn(tmp_path):
     assert "warning RPT021 run still running or crashed before its first step" in proc.stdout
     assert (tmp_path / "out" / "report.svg").read_text(encoding="utf-8").startswith("<svg")
     assert "Warning" not in proc.stderr
+
+
+def test_with_a_baseline_the_picture_sets_the_two_mean_steps_side_by_side(tmp_path):
+    from tests.report.runs import DATA as RUNS
+
+    out = tmp_path / "pics"
+    fp8, bf16 = RUNS / "window-fp8kv", RUNS / "window-bf16"
+    args = ("report", str(fp8 / "real-4b-h200-fp8kv.log"), "--spec", str(fp8 / "spec.yaml"))
+    proc = run_cli_here(*args, "--baseline", str(bf16 / "real-4b-h200-bf16.log"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    svg = (out / "report.svg").read_text(encoding="utf-8")
+    assert "baseline, mean step update: 91.9 s" in svg and "this run, mean step update: 83.4 s" in svg
+    assert "baseline, mean step generation: 22.1 s" in svg and "step 1 generation: 28.1 s" in svg
+    alone = tmp_path / "alone"
+    assert run_cli_here(*args, "-o", str(alone)).returncode == 0
+    assert "mean step" not in (alone / "report.svg").read_text(encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,7 +11,7 @@ from fp8spec.report.build import make_report
 from fp8spec.report.phases import OTHER, PHASES, saving, split, step_budget
 from fp8spec.report.render import render_json, render_text
 from tests.report import runs
-from tests.report.runs import SPEC_4B
+from tests.report.runs import SPEC_4B, WINDOW_SPEC
 
 
 def _rows(tmp, topic="real-4b", damage=None, **kw):
@@ -88,3 +89,54 @@ def test_without_a_plan_the_step_line_gives_the_split_only(tmp_path):
     text = render_text(_rows(tmp_path, "sglang"))
     line = next(ln for ln in text.splitlines() if ln.startswith("  step: "))
     assert "steps 2-5" in line and "rollout gain" not in line
+
+
+def _window_pair(tmp, damage=None):
+    """The FP8 W8A8 + FP8 KV window run against its BF16 twin (same base spec, same window)."""
+    (tmp / "baseline").mkdir(parents=True)
+    base = runs.log_copy(tmp / "baseline", "window-bf16")
+    return make_report(runs.log_copy(tmp, "window-fp8kv", damage), spec=WINDOW_SPEC["window-fp8kv"], baseline=base)
+
+
+def test_the_window_pair_puts_its_step_difference_in_the_trainer_not_the_rollout(tmp_path):
+    rep = _window_pair(tmp_path)
+    step = json.loads(render_json(rep, []))["comparison"]["step"]
+    assert step["steps"] == step["baseline_steps"] == [2, 3]
+    ph = step["baseline_phases"]
+    assert ph["step"] == [pytest.approx(145.7, abs=0.05), pytest.approx(133.67, abs=0.05)]
+    assert ph["generation"] == [pytest.approx(22.128, abs=0.01), pytest.approx(22.076, abs=0.01)]
+    # the phases add up to the step on both sides
+    assert sum(b for k, (_, b) in ph.items() if k != "step") == pytest.approx(ph["step"][1], abs=0.01)
+    assert sum(a for k, (a, _) in ph.items() if k != "step") == pytest.approx(ph["step"][0], abs=0.01)
+    assert abs(step["rollout_part_s"]) < 0.2 and step["trainer_fp8"] is False
+    line = next(ln for ln in render_text(rep).splitlines() if ln.startswith("  against the baseline"))
+    assert "step 145.7 -> 133.7 s (-8.3%)" in line
+    assert "the phases FP8 in the rollout changes: -0.11 s (-0.1%)" in line
+    assert "the other -11.91 s is in phases this spec's BF16 trainer runs alike in both runs" in line
+
+
+def test_an_fp8_trainer_owns_its_trainer_phases(tmp_path):
+    rep = _window_pair(tmp_path)
+    rep.ctx.plan = dataclasses.replace(rep.ctx.plan, trainer_fp8=True)
+    line = next(ln for ln in render_text(rep).splitlines() if ln.startswith("  against the baseline"))
+    assert "includes the FP8 trainer's" in line and "run-to-run variation" not in line
+
+
+def test_step_1_does_not_count_in_the_generation_comparison(tmp_path):
+    """Step 1 compiles the engine's first-use kernels: a step 1 ten times slower changes neither the generation
+    mean nor RPT032's verdict."""
+    slow_first = runs.set_metric("timing_per_token_ms/gen", lambda s, v: v * 10 if s == 1 else v)
+    plain, slowed = (
+        json.loads(render_json(_window_pair(tmp_path / name, damage), []))["comparison"]
+        for name, damage in (("a", None), ("b", slow_first))
+    )
+    assert plain["generation_tokens_per_s"] == slowed["generation_tokens_per_s"]
+    assert plain["generation_tokens_per_s"]["steps"] == [2, 3]
+    assert plain["generation_tokens_per_s"]["speed_up"] == pytest.approx(0.006, abs=0.001)
+
+
+def test_rpt032_says_when_the_bf16_engine_held_the_whole_step(tmp_path):
+    rep = _window_pair(tmp_path)
+    (found,) = [f for f in rep.findings if f.code == "RPT032"]
+    assert found.message.endswith("; the plan's BF16 engine holds all 128 sequences, where FP8 measured +0.6%")
+    assert "+1%, below the +39%" in found.message
