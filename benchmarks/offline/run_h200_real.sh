@@ -4,6 +4,8 @@
 #   bash benchmarks/offline/run_h200_real.sh receive NN        the carried .engine/partNN into /tmp/engine
 #   bash benchmarks/offline/run_h200_real.sh install           the engine + verl offline set into /tmp/site
 #   bash benchmarks/offline/run_h200_real.sh assets SET        model, tokenizer, data of SET (4b-h200 | 8b-h200x2)
+#   bash benchmarks/offline/run_h200_real.sh logprob [CONFIG]  one trainer pass per log-prob path (bench_logprob.py)
+#                                                          at CONFIG's shape (default the 4B) -> $OUT/logprob.json
 #   bash benchmarks/offline/run_h200_real.sh bare BUNDLE       step 1's generation in a bare vLLM engine, settings,
 #                                                          prompts and sampling read from the bundle; one replica
 #                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
@@ -79,6 +81,10 @@ case $step in
     config=qwen3-$size; [[ $size == moe9l ]] && config=qwen3-30b-a3b-9l  # the specs' model.config_path
     python3 -m benchmarks.rl_real.make_real_assets --out /tmp/fp8spec-real \
       --config "benchmarks/rl_real/models/$config/config.json" --model-dir "model-$size" 2>&1 | tail -n 2 ;;
+  logprob)
+    mkdir -p "$OUT"
+    python3 -m benchmarks.rl_real.bench_logprob --config "${1:-benchmarks/rl_real/models/qwen3-4b/config.json}" \
+      --json "$OUT/logprob.json" 2>&1 | grep -v Warning | tail -n 12 ;;
   bare)
     bundle=${1:?bare BUNDLE}; dir=$OUT/bare-$bundle
     mkdir -p "$dir"
