@@ -20,6 +20,7 @@ from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:
     from fp8spec.catalog import ModelFacts
+    from fp8spec.hardware import Gpu
     from fp8spec.resolve.context import ResolvedSpec
     from fp8spec.specfile.model import Spec
 
@@ -51,6 +52,29 @@ def model_classes(model: ModelFacts) -> tuple[str, ...]:
 
 def fp8_trained(spec: Spec) -> bool:
     return spec.training.precision == "fp8" and get_trainer(spec.training.backend).fp8_training
+
+
+def experts_train_bf16(spec: Spec) -> bool:
+    """The spec's experts train in BF16: a BF16 trainer, or FP8 with the experts kept BF16."""
+    t = spec.training
+    return t.precision == "bf16" or "experts" in t.bf16_modules
+
+
+def cutlass_experts_unused(spec: Spec, model: ModelFacts, gpu: Gpu) -> str:
+    """Why TransformerEngine would not run this spec's experts on its CUTLASS grouped GEMM ('' when it would):
+    TE uses it for BF16/FP16 grouped GEMMs on compute capability 9.0 only (the TE profile's
+    env.cutlass_grouped_gemm), so it needs TE's trainer, an MoE, BF16 experts and a Hopper GPU."""
+    if not get_trainer(
+        spec.training.backend
+    ).fp8_training:  # TE's trainer (Megatron) is the one that trains in FP8
+        return f"the {spec.training.backend} trainer has no TransformerEngine grouped GEMM"
+    if not model.is_moe:
+        return f"{spec.model.name} has no experts"
+    if not experts_train_bf16(spec):
+        return "the spec trains the experts in FP8 (TransformerEngine keeps cuBLAS for FP8 operands)"
+    if gpu.cc != (9, 0):
+        return f"{gpu.name} is compute capability {gpu.cc_text}, and TransformerEngine uses it on 9.0 only"
+    return ""
 
 
 def trained_precision(spec: Spec, classes: tuple[str, ...]) -> dict[str, str]:

@@ -157,17 +157,11 @@ def fp8_config_without_fp8_modules(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def expert_gemm_without_effect(ctx: ResolvedSpec) -> Iterator[Finding]:
-    t = ctx.spec.training
-    if t.expert_gemm != "cutlass":
+    from fp8spec.plan.precision_layout import cutlass_experts_unused
+
+    if ctx.spec.training.expert_gemm != "cutlass":
         return
-    if not ctx.trainer.fp8_training:  # TransformerEngine's trainer (Megatron) is the one that trains in FP8
-        why = f"the {t.backend} trainer has no TransformerEngine grouped GEMM"
-    elif not ctx.known_model.is_moe:
-        why = f"{ctx.spec.model.name} has no experts"
-    elif t.precision == "fp8" and "experts" not in t.bf16_modules:
-        why = "the spec trains the experts in FP8 (TransformerEngine keeps cuBLAS for FP8 operands)"
-    elif ctx.gpu.cc != (9, 0):
-        why = f"{ctx.gpu.name} is compute capability {ctx.gpu.cc_text}, and TransformerEngine uses it on 9.0 only"
-    else:
+    why = cutlass_experts_unused(ctx.spec, ctx.known_model, ctx.gpu)
+    if not why:
         return
     yield Finding(f"training.expert_gemm cutlass has no effect: {why}", "training.expert_gemm")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fp8spec.compiler.adapters.verl import VerlKeys, add
 from fp8spec.compiler.settings import SettingsPlan
+from fp8spec.plan.precision_layout import cutlass_experts_unused
 from fp8spec.resolve.valid import ValidSpec
 
 
@@ -178,7 +179,7 @@ def build_megatron(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "every grouped GEMM, in each worker's environment)",
             te.evidence("env.cutlass_grouped_gemm"),
         )
-    elif _experts_train_bf16(t) and ctx.model.is_moe and ctx.resolved.gpu.cc == (9, 0):
+    elif not cutlass_experts_unused(ctx.spec, ctx.model, ctx.resolved.gpu):
         from fp8spec.plan.facts import measured
 
         plan.notes.append(
@@ -197,10 +198,6 @@ def build_megatron(plan: SettingsPlan, ctx: ValidSpec, keys: VerlKeys) -> None:
             "training.router_dtype",
             "route in FP32 in the trainer",
         )
-
-
-def _experts_train_bf16(t) -> bool:
-    return t.precision == "bf16" or "experts" in t.bf16_modules
 
 
 def _mc(
