@@ -30,7 +30,8 @@ def _flat(node, prefix=""):
     return {prefix[:-1]: node}
 
 
-DENSE_SETS = ("4b-h200", "8b-h200x2")
+DENSE_SETS = ("4b-h200", "4b-h200-long", "8b-h200x2")
+LONG_PREEMPTING = ("real-4b-h200-long-bf16", "real-4b-h200-long-fp8")
 MOE_VARIANTS = ("bf16", "fp8-rollout", "fp8-e2e", "fp8-experts-bf16")
 
 
@@ -57,6 +58,15 @@ def test_specs_are_base_plus_their_fields_and_nothing_else():
         # a real rollout workload: >= 128 sequences per step, responses of at least 2K tokens
         assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 128
         assert bf16["rollout.max_response_length"] >= 2048
+
+
+def test_the_long_set_is_the_4b_set_with_longer_responses_only():
+    short, long = (
+        _flat(YAML(typ="safe").load((HERE / "specs" / f"real-{s}-fp8kv.yaml").read_text(encoding="utf-8")))
+        for s in ("4b-h200", "4b-h200-long")
+    )
+    assert _differ(short, long) == sorted([*NAME_ONLY, "rollout.max_response_length"])
+    assert long["rollout.max_response_length"] == 2 * short["rollout.max_response_length"] == 4096
 
 
 def test_moe_variants_differ_only_in_their_precision_fields():
@@ -108,8 +118,9 @@ def test_plan_predictions_are_current_and_say_the_runs_fit():
         assert pred["trainer_peak_gib"] < pred["gpu_total_gib"], name
         assert pred["verdicts_failing"] == [], name
         assert pred["trainer_offload"] == {"optimizer": False, "params": False}
-        # every variant's engine holds a step's sequences at full length: no preemption
-        assert not pred["preempts"], name
+        # every variant's engine holds a step's sequences at full length, except the long set's BF16 and W8A8
+        # engines: that set exists to run BF16 where it preempts (its FP8 KV engine holds all 128)
+        assert pred["preempts"] == (name in LONG_PREEMPTING), name
     # why the one-H200 set is 4B: the 8B shape's training peak on ONE H200 is past the GPU (MEM005)
     rejected = data["rejected"]["real-8b-h200-fp8kv (8B shape on ONE H200)"]
     assert rejected["trainer_peak_gib"] > rejected["gpu_total_gib"] and "MEM005" in rejected["verdicts_failing"]
