@@ -44,13 +44,14 @@ else
   mapfile -t gpu_list < <(seq 0 $((ngpu - 1)))
 fi
 
-sample_gpus() {  # DIR: this run's GPUs' memory every second (per process where nvidia-smi shows them) until DIR/DONE
+sample_gpus() {  # DIR: this run's GPUs' memory (per process where nvidia-smi shows them) and kernel-busy % every
+  # second until DIR/DONE
   local dir=$1 ts pid sel
   sel=$(IFS=,; echo "${gpu_list[*]}")
   declare -A seen=()
   while [[ ! -f $dir/DONE ]]; do
     ts=$(date +%s.%N)
-    nvidia-smi -i "$sel" --query-gpu=index,uuid,memory.used --format=csv,noheader,nounits 2> /dev/null |
+    nvidia-smi -i "$sel" --query-gpu=index,uuid,memory.used,utilization.gpu --format=csv,noheader,nounits 2> /dev/null |
       sed "s/^/$ts, /" >> "$dir/gpu-total.csv"
     nvidia-smi -i "$sel" --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2> /dev/null |
       sed "s/^/$ts, /" >> "$dir/gpu-apps.csv"

@@ -90,7 +90,7 @@ def gpu_peaks(folder: Path) -> dict:
     total = folder / "gpu-total.csv"
     if total.exists():
         for row in csv.reader(total.open(encoding="utf-8")):
-            if len(row) == 4:
+            if len(row) in (4, 5):  # ts, index, uuid, MiB used[, % of time a kernel ran]
                 gpu, used = row[1].strip(), int(row[3])
                 peaks["total_mib"][gpu] = max(peaks["total_mib"].get(gpu, 0), used)
     roles = {}
@@ -110,6 +110,50 @@ def gpu_peaks(folder: Path) -> dict:
             if role in ("trainer", "engine"):
                 peaks[f"{role}_mib"] = max(peaks[f"{role}_mib"] or 0, used)
     return peaks
+
+
+# vLLM's own lines around each generation: the KV cache wakes for it and the engine sleeps after it
+# ("It took 0.13 seconds to wake up tags ['kv_cache']", "It took 0.05 seconds to fall asleep"), stamped MM-DD HH:MM:SS
+VLLM_STAMP = r"INFO (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[[^\]]*\] It took [0-9.]+ seconds to "
+WAKE_KV = re.compile(VLLM_STAMP + r"wake up tags \['kv_cache'\]")
+ASLEEP = re.compile(VLLM_STAMP + r"fall asleep")
+
+
+def generation_windows(text: str, year: int) -> list[tuple[float, float]]:
+    """(start, end) epoch seconds of each generation: from the KV cache's wake-up to the next sleep (the engine's
+    clock is the machine's, UTC on the GPU machine; one-second resolution)."""
+    import datetime as dt
+
+    def at(m: re.Match) -> float:
+        mon, day, hh, mm, ss = (int(g) for g in m.groups())
+        return dt.datetime(year, mon, day, hh, mm, ss, tzinfo=dt.timezone.utc).timestamp()
+
+    events = sorted([(m.start(), "wake", at(m)) for m in WAKE_KV.finditer(text)]
+                    + [(m.start(), "sleep", at(m)) for m in ASLEEP.finditer(text)])
+    out, start = [], None
+    for _, kind, t in events:
+        if kind == "wake":
+            start = t
+        elif start is not None:
+            out.append((start, t))
+            start = None
+    return out
+
+
+def busy_during(folder: Path, windows: list[tuple[float, float]]) -> list[float | None]:
+    """Mean of nvidia-smi's utilization.gpu (% of the sample period a kernel ran) over the samples inside each
+    window: near 100 the GPU never waited on the host; well below, the host held the steps back."""
+    total = folder / "gpu-total.csv"
+    samples = []
+    if total.exists():
+        for row in csv.reader(total.open(encoding="utf-8")):
+            if len(row) == 5 and row[4].strip().isdigit():
+                samples.append((float(row[0]), int(row[4])))
+    out: list[float | None] = []
+    for a, b in windows:
+        inside = [u for t, u in samples if a + 1 <= t <= b - 1]  # the stamps are whole seconds: drop the edges
+        out.append(sum(inside) / len(inside) if inside else None)
+    return out
 
 
 def read(paths: list[Path]) -> dict:
@@ -147,8 +191,24 @@ def read(paths: list[Path]) -> dict:
             rc = re.search(r"rc=(\S+) (\d+)s", summary)
             run.update(rc=rc.group(1) if rc else None, wall_s=int(rc.group(2)) if rc else None,
                        engine=engine_facts(ANSI.sub("", text)), serve_args=serve_args(text), gpu=gpu_peaks(folder))
+            first = _first_sample(folder)
+            windows = generation_windows(ANSI.sub("", text), first.year) if first else []
+            run["generation_gpu_busy_pct"] = busy_during(folder, windows)
             runs.setdefault(bundle, {})["rl"] = run
     return runs
+
+
+def _first_sample(folder: Path):
+    """The first GPU sample's time (UTC), for the year the engine's stamps leave out."""
+    import datetime as dt
+
+    total = folder / "gpu-total.csv"
+    if not total.exists():
+        return None
+    for row in csv.reader(total.open(encoding="utf-8")):
+        if len(row) >= 4:
+            return dt.datetime.fromtimestamp(float(row[0]), tz=dt.timezone.utc)
+    return None
 
 
 def _cell(value: Any) -> str:
@@ -180,6 +240,8 @@ def compare(bundle: str, entry: dict, predictions: dict) -> dict:
         out["trainer_torch_peak_reserved_gib"] = max(
             (m.get("actor/perf/max_memory_reserved_gb") or 0 for m in steps.values()), default=None)
         out["preempted_per_request"] = [m.get("timing_s/agent_loop/num_preempted/mean") for m in steps.values()]
+        if any(v is not None for v in rl.get("generation_gpu_busy_pct") or []):
+            out["generation_gpu_busy_pct"] = rl["generation_gpu_busy_pct"]
     if pred:
         out["plan"] = {k: pred[k] for k in ("kv_cache_tokens", "trainer_peak_gib", "preempts")}
         kv = out.get("loop_kv_cache_tokens") or out.get("bare_kv_cache_tokens")

@@ -146,3 +146,34 @@ def test_errors_are_one_line(tmp_path):
     proc = subprocess.run([sys.executable, *SCRIPT, str(tmp_path / "none.tgz")], capture_output=True, text=True,
                           timeout=60, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("summarize_real: ") and "Traceback" not in proc.stderr
+
+
+def test_gpu_busy_during_each_generation(tmp_path):
+    """Each generation runs from the KV cache's wake-up to the engine's next sleep (vLLM's own lines, as the H200
+    runs print them); the kernel-busy samples inside it are averaged, the whole-second edges left out."""
+    import datetime as dt
+
+    def stamp(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%m-%d %H:%M:%S")
+
+    t0 = dt.datetime(2026, 12, 4, 14, 57, 9, tzinfo=dt.timezone.utc).timestamp()
+    core = SERVER + "(EngineCore pid=5764) INFO "
+    lines = [
+        f"{core}{stamp(t0 - 60)} [abstract.py:327] It took 0.064282 seconds to fall asleep.",  # start-up: no window
+        f"{core}{stamp(t0)} [abstract.py:345] It took 0.030249 seconds to wake up tags ['weights'].",
+        f"{core}{stamp(t0)} [abstract.py:345] It took 0.115112 seconds to wake up tags ['kv_cache'].",
+        f"{core}{stamp(t0 + 22)} [abstract.py:327] It took 0.083699 seconds to fall asleep.",
+        f"{core}{stamp(t0 + 120)} [abstract.py:345] It took 0.125131 seconds to wake up tags ['kv_cache'].",
+        f"{core}{stamp(t0 + 130)} [abstract.py:327] It took 0.085490 seconds to fall asleep.",
+    ]
+    run = tmp_path / "real-4b-h200-bf16"
+    run.mkdir()
+    (run / "real-4b-h200-bf16.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    busy = {t0 + k: 97 for k in range(23)} | {t0 + 120 + k: 60 for k in range(11)} | {t0 + 50: 3}
+    busy |= {t0: 0, t0 + 22: 0, t0 + 120: 0, t0 + 130: 0}  # the edges: the wake-up and sleep seconds themselves
+    (run / "gpu-total.csv").write_text(
+        "".join(f"{t + 0.4}, 0, GPU-a, 1000, {u}\n" for t, u in sorted(busy.items())), encoding="utf-8")
+    rl = sr.read([run])["real-4b-h200-bf16"]["rl"]
+    assert rl["generation_gpu_busy_pct"] == [97, 60]
+    assert rl["gpu"]["total_mib"] == {"0": 1000}  # the five-column samples still give the memory peak
+    assert sr.compare("real-4b-h200-bf16", {"rl": rl}, {})["generation_gpu_busy_pct"] == [97, 60]
