@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 from fp8spec.plan.facts import trainer_layouts
 from fp8spec.plan.gain import trainer_gain_unmeasured
-from fp8spec.specfile.model import TRAINING_MODULE_CLASSES
+from fp8spec.specfile.training import TRAINING_MODULE_CLASSES
 from fp8spec.trainers import get_trainer
 
 if TYPE_CHECKING:

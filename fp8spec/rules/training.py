@@ -201,6 +201,34 @@ def gradient_checkpointing_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
         )
 
 
+@rule(
+    "TRN014",
+    "fused-logprob-on-megatron",
+    "warning",
+    "training.fused_logprob is set for the Megatron trainer, which fp8spec does not compile it for.",
+    """The field compiles to actor_rollout_ref.model.use_fused_kernels with the torch backend, which verl's FSDP
+    engine applies to its Hugging Face model (verl/workers/engine/fsdp/transformer_impl.py:318-330; backends/verl:
+    key.model_use_fused_kernels). verl's Megatron engine computes log-probs through its own fused paths over
+    Megatron's vocabulary-parallel output layer; fp8spec sets nothing for it, so the spec would promise a
+    log-prob path the run does not take.""",
+    "remove training.fused_logprob from a Megatron spec",
+    needs_model=False,
+    examples=Examples(
+        bad=fragment(MEGATRON_FP8, {"training": {"fused_logprob": True}}),
+        good=MEGATRON_FP8,
+        message="is compiled for the FSDP trainer only",
+    ),
+)
+def fused_logprob_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
+    value = ctx.spec.training.fused_logprob
+    if value is not None and not ctx.trainer.hf_model:
+        yield Finding(
+            f"training.fused_logprob {str(value).lower()} has no effect: it is compiled for the FSDP trainer only "
+            "(model.use_fused_kernels)",
+            "training.fused_logprob",
+        )
+
+
 # a layout spec trains in BF16 only with its layout removed too (TRN008), a change of two fields
 _TRN007_LAYOUT_HINT = (
     "remove training.bf16_modules and set the precision to bf16 to train in BF16 with the FP8 rollout kept; keep "

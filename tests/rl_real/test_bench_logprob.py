@@ -8,9 +8,9 @@ import json
 import pytest
 
 from benchmarks.rl_real import bench_logprob
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 
-pytest.importorskip("verl")
+require("verl")
 
 SHAPE = {
     "hidden_size": 64,

@@ -22,7 +22,7 @@ from fp8spec.runtime.trainer.module_precision import (
     recipe_dict,
 )
 from fp8spec.runtime.trainer.te_report import TEReport, te_classes
-from fp8spec.specfile.model import TRAINING_MODULE_CLASSES
+from fp8spec.specfile.training import TRAINING_MODULE_CLASSES
 from tests.conftest import require
 
 

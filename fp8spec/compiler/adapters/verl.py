@@ -90,7 +90,33 @@ def build_verl(plan: SettingsPlan, ctx: ValidSpec, trainer: str, engine: str) ->
     if get_trainer(trainer).hf_model:
         _attention(plan, keys, ctx)
         _checkpointing(plan, keys, ctx)
+        _fused_logprob(plan, keys, ctx)
     return keys
+
+
+def _fused_logprob(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
+    value = ctx.spec.training.fused_logprob
+    if value is None:  # verl's default (off) stands
+        return
+    add(
+        plan,
+        keys,
+        "key.model_use_fused_kernels",
+        value,
+        "training.fused_logprob",
+        "log-probs and entropy from the hidden states in chunks of 512 tokens, no full logits"
+        if value
+        else "log-probs from the full logits (verl's default path)",
+    )
+    if value:
+        add(
+            plan,
+            keys,
+            "key.model_fused_kernels_backend",
+            "torch",
+            "training.fused_logprob",
+            "verl's chunked PyTorch implementation (FusedLinearForPPO): no Triton kernel of verl's to build",
+        )
 
 
 def _checkpointing(plan: SettingsPlan, keys: VerlKeys, ctx: ValidSpec) -> None:
