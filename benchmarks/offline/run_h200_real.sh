@@ -107,6 +107,13 @@ case $step in
     bundle=$1 dir=$2 p=${PORT_BASE:-20000}
     mkdir -p "$dir"
     mapfile -t extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/run_overrides.txt)
+    # RL_EXTRA: Hydra overrides appended last, for a fallback decided on the machine (e.g.
+    # actor_rollout_ref.model.use_fused_kernels=false); they are printed into the run's summary.txt
+    if [[ -n ${RL_EXTRA:-} ]]; then
+      read -r -a more <<< "$RL_EXTRA"
+      extra+=("${more[@]}")
+      echo "$bundle: RL_EXTRA ${more[*]}" >> "$dir/summary.txt"
+    fi
     if [[ ${RL_SYNC_RUN:-0} == 1 ]]; then  # the weight-sync run: shorter responses, three steps
       mapfile -t -O "${#extra[@]}" extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/sync_run_overrides.txt)
     fi

@@ -60,12 +60,13 @@ def test_specs_are_base_plus_their_fields_and_nothing_else():
         assert bf16["rollout.max_response_length"] >= 2048
 
 
-def test_the_long_set_is_the_4b_set_with_longer_responses_only():
+def test_the_long_set_is_the_4b_set_with_longer_responses_and_the_fused_log_prob_path():
     short, long = (
         _flat(YAML(typ="safe").load((HERE / "specs" / f"real-{s}-fp8kv.yaml").read_text(encoding="utf-8")))
         for s in ("4b-h200", "4b-h200-long")
     )
-    assert _differ(short, long) == sorted([*NAME_ONLY, "rollout.max_response_length"])
+    assert _differ(short, long) == sorted([*NAME_ONLY, "rollout.max_response_length", "training.fused_logprob"])
+    assert long["training.fused_logprob"] is True and "training.fused_logprob" not in short
     assert long["rollout.max_response_length"] == 2 * short["rollout.max_response_length"] == 4096
 
 
