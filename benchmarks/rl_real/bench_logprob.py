@@ -18,7 +18,9 @@ sequence (the window base's micro-batch: one sequence, `training.attention: sdpa
 
 Two passes each: "old log-prob" (no grad, log-probs and entropy, as verl's compute_log_prob) and "update"
 (forward with grad, log-probs, backward of their mean, as verl's update with entropy_coeff 0). The paths'
-log-probs are compared (max absolute difference against the naive path in float32). Nothing is downloaded: the
+log-probs are compared (max absolute difference against the naive path in float32), and so are their output
+layer's gradients (relative norm of the difference): the fused backward sums that gradient over its chunks in
+the weight's dtype. Nothing is downloaded: the
 model is random (transformers' initialiser, seed 0) at the config's shape.
 """
 
@@ -131,6 +133,18 @@ def main(argv: list[str] | None = None) -> int:
             name: float((ways[name](*args, entropy=False)[0].float() - ref).abs().max())
             for name in ("logits", "fused")
         }
+    grads = {}
+    for name in ("naive", "fused", "logits"):
+        model.zero_grad(set_to_none=True)
+        ways[name](*args, entropy=False)[2].backward()
+        grads[name] = model.lm_head.weight.grad.float().clone()
+    model.zero_grad(set_to_none=True)
+    ref_norm = float(grads["naive"].norm())
+    # the fused backward sums the output layer's gradient over its 512-token chunks in the weight's dtype
+    grad_diff = {
+        name: float((grads[name] - grads["naive"]).norm()) / ref_norm for name in ("fused", "logits")
+    }
+    del grads
     result: dict = {
         "config": str(a.config),
         "tokens": a.tokens,
@@ -138,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": a.dtype,
         "repeats": a.repeats,
         "max_abs_diff_vs_naive": agree,
+        "lm_head_grad_rel_diff_vs_naive": grad_diff,
         "seconds": {},
     }
     for pass_name, grad in (("old_log_prob", False), ("update", True)):
@@ -148,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"bench_logprob: {pass_name:>12} {name:>6}: {1e3 * statistics.median(t):9.1f} ms", flush=True
             )
-    print(f"bench_logprob: max |log-prob - naive|: {agree}")
+    print(f"bench_logprob: max |log-prob - naive|: {agree}; output layer's gradient, relative: {grad_diff}")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")

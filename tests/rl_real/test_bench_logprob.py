@@ -35,6 +35,8 @@ def test_the_three_log_prob_paths_agree_and_every_pass_is_timed(tmp_path, dtype,
     data = json.loads(out.read_text(encoding="utf-8"))
     diffs = data["max_abs_diff_vs_naive"]
     assert set(diffs) == {"logits", "fused"} and all(0 <= d <= tol for d in diffs.values()), diffs
+    grads = data["lm_head_grad_rel_diff_vs_naive"]
+    assert set(grads) == {"logits", "fused"} and all(0 <= g <= tol for g in grads.values()), grads
     names = {f"{p}.{w}" for p in ("old_log_prob", "update") for w in ("body", "logits", "fused", "naive")}
     assert set(data["seconds"]) == names
     assert all(v["median"] > 0 and len(v["all"]) == 1 for v in data["seconds"].values())
