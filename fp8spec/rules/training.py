@@ -192,13 +192,18 @@ def attention_value_of_megatron_on_fsdp(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def gradient_checkpointing_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
-    value = ctx.spec.training.gradient_checkpointing
+    yield from _hf_model_field(
+        ctx,
+        "gradient_checkpointing",
+        "verl's Megatron engine does not read model.enable_gradient_checkpointing",
+    )
+
+
+def _hf_model_field(ctx: ResolvedSpec, name: str, why: str) -> Iterator[Finding]:
+    """A training field compiled for the Hugging Face model of verl's FSDP engine, set on a trainer without one."""
+    value = getattr(ctx.spec.training, name)
     if value is not None and not ctx.trainer.hf_model:
-        yield Finding(
-            f"training.gradient_checkpointing {str(value).lower()} has no effect: verl's Megatron engine does "
-            "not read model.enable_gradient_checkpointing",
-            "training.gradient_checkpointing",
-        )
+        yield Finding(f"training.{name} {str(value).lower()} has no effect: {why}", f"training.{name}")
 
 
 @rule(
@@ -220,13 +225,9 @@ def gradient_checkpointing_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def fused_logprob_on_megatron(ctx: ResolvedSpec) -> Iterator[Finding]:
-    value = ctx.spec.training.fused_logprob
-    if value is not None and not ctx.trainer.hf_model:
-        yield Finding(
-            f"training.fused_logprob {str(value).lower()} has no effect: it is compiled for the FSDP trainer only "
-            "(model.use_fused_kernels)",
-            "training.fused_logprob",
-        )
+    yield from _hf_model_field(
+        ctx, "fused_logprob", "it is compiled for the FSDP trainer only (model.use_fused_kernels)"
+    )
 
 
 # a layout spec trains in BF16 only with its layout removed too (TRN008), a change of two fields
