@@ -109,7 +109,18 @@ def gpu_peaks(folder: Path) -> dict:
         for (_, _, role), used in per_sample.items():
             if role in ("trainer", "engine"):
                 peaks[f"{role}_mib"] = max(peaks[f"{role}_mib"] or 0, used)
+        peaks["trainer_beside_engine_mib"] = _beside_engine(per_sample, peaks["engine_mib"])
     return peaks
+
+
+def _beside_engine(per_sample: dict[tuple[str, str, str], int], engine_peak: int | None) -> int | None:
+    """The trainer's most memory in a sample where the engine is awake (within 3 % of its peak): what the
+    trainer keeps beside the generating engine (fp8spec plan's 'kept during rollout')."""
+    if not engine_peak:
+        return None
+    awake = {(ts, gpu) for (ts, gpu, role), used in per_sample.items() if role == "engine" and used >= 0.97 * engine_peak}
+    kept = [used for (ts, gpu, role), used in per_sample.items() if role == "trainer" and (ts, gpu) in awake]
+    return max(kept, default=None)
 
 
 # vLLM's own lines around each generation: the KV cache wakes for it and the engine sleeps after it

@@ -44,6 +44,14 @@ def estimate(section: str, name: str) -> Any:
     return _load("memory_estimates.yaml")[section][name]["value"]
 
 
+def engine_beyond_share(engine: str) -> int:
+    """GPU bytes a colocated rollout engine's process holds beyond its memory share: measured for vLLM
+    (memory_estimates.yaml vllm.process_beyond_share_bytes); for another engine a CUDA context."""
+    if engine == "vllm":
+        return int(estimate("vllm", "process_beyond_share_bytes"))
+    return int(estimate("trainer", "cuda_context_bytes"))
+
+
 def estimate_basis(section: str, name: str) -> str:
     return " ".join(str(_load("memory_estimates.yaml")[section][name]["basis"]).split())
 

@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Optional
 
 from fp8spec.engines import get_engine
-from fp8spec.plan.facts import estimate
+from fp8spec.plan.facts import engine_beyond_share, estimate
 from fp8spec.plan.verdict import (
     NO_THROUGHPUT_COST,
     Advice,
@@ -159,8 +159,23 @@ def max_colocated_utilization(plan: MemoryPlan) -> float:
     t = plan.trainer
     if t is None:
         return 1.0
-    room = plan.total_bytes - t.resident_during_rollout - int(estimate("trainer", "cuda_context_bytes"))
+    room = plan.total_bytes - t.resident_during_rollout - engine_beyond_share(plan.setup.engine)
     return math.floor(max(room - proposal_headroom(), 0) / plan.total_bytes * 100) / 100
+
+
+def _kept_parts(t: TrainerMemory) -> str:
+    """What the trainer's resident bytes are made of, as MEM003 names them."""
+    parts = [] if t.offload.get("params") else ["params"]
+    if get_trainer(t.backend).grad_buffer_resident and not t.offload.get("params"):
+        parts.append("gradients")
+    if not t.offload.get("optimizer"):
+        parts.append("optimizer")
+    if t.fp8_weight_cache and not t.offload.get("params"):
+        parts.append("TE's FP8 weight copies")
+    parts.append("CUDA context")
+    if t.resident_extra:
+        parts.append(f"{gib(t.resident_extra)} measured beyond them")
+    return ", ".join(parts)
 
 
 def colocation(plan: MemoryPlan) -> Optional[Verdict]:
@@ -168,7 +183,7 @@ def colocation(plan: MemoryPlan) -> Optional[Verdict]:
     t = plan.trainer
     if t is None:
         return None
-    engine_ctx = int(estimate("trainer", "cuda_context_bytes"))
+    engine_ctx = engine_beyond_share(plan.setup.engine)
     requested = plan.spec_rollout.memory.requested
     used = t.resident_during_rollout + engine_ctx + requested
     ok = plan.headroom(t) >= 0
@@ -205,9 +220,9 @@ def colocation(plan: MemoryPlan) -> Optional[Verdict]:
         )
     refusal = get_engine(plan.setup.engine).start_refusal
     msg = (
-        f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU (params, optimizer, CUDA "
-        f"context) and the engine asks for {gib(requested)} (gpu_memory_utilization "
-        f"{plan.setup.utilization:g}) plus its context: {gib(used)} on a {gib(plan.total_bytes)} GPU; {refusal}"
+        f"during rollout the trainer keeps {gib(t.resident_during_rollout)} per GPU ({_kept_parts(t)}) and the "
+        f"engine asks for {gib(requested)} (gpu_memory_utilization {plan.setup.utilization:g}) plus "
+        f"{gib(engine_ctx)} outside it: {gib(used)} on a {gib(plan.total_bytes)} GPU; {refusal}"
     )
     return Verdict(
         "MEM003",
@@ -419,7 +434,7 @@ def trainer_peak_far_beyond(plan: MemoryPlan) -> Optional[Verdict]:
 def at_sync(plan: MemoryPlan, t: TrainerMemory) -> tuple[int, int, int]:
     """Bytes per GPU at a colocated weight sync: the trainer's, the engine's, and both with the bucket."""
     trainer = t.resident_during_rollout + (t.params if t.offload.get("params") else 0)
-    engine = plan.spec_rollout.memory.weights + int(estimate("trainer", "cuda_context_bytes"))
+    engine = plan.spec_rollout.memory.weights + engine_beyond_share(plan.setup.engine)
     return trainer, engine, trainer + engine + (plan.setup.sync_bucket_bytes or 0)
 
 

@@ -145,15 +145,14 @@ class MemoryPlan:
         return "" if self.ctx is None else mismatch_text(class_mismatches(self.ctx))
 
     def headroom(self, trainer: TrainerMemory) -> int:
-        """GPU memory left while the engine runs next to the trainer's resident state (both CUDA contexts
-        counted); negative: vLLM cannot start (MEM003)."""
-        from fp8spec.plan.facts import estimate
+        """GPU memory left while the engine runs next to the trainer's resident state (both processes' memory
+        beyond their state and share counted, as measured); negative: the engine cannot start or wake (MEM003)."""
+        from fp8spec.plan.facts import engine_beyond_share
 
-        engine_context = int(estimate("trainer", "cuda_context_bytes"))
         return (
             self.total_bytes
             - trainer.resident_during_rollout
-            - engine_context
+            - engine_beyond_share(self.setup.engine)
             - self.spec_rollout.memory.requested
         )
 

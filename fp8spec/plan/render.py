@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fp8spec.engines import get_engine
 from fp8spec.plan.engine_memory import memory_model
-from fp8spec.plan.facts import estimate, estimate_basis
+from fp8spec.plan.facts import engine_beyond_share, estimate_basis
 from fp8spec.plan.gain import capacity_note, gain_source, running_caveat
 from fp8spec.plan.sync import DATA as SYNC_DATA
 
@@ -236,6 +236,8 @@ def plan_json(plan: MemoryPlan) -> dict:
                 "vllm", "cudagraph_bytes_per_graph_per_layer"
             ),
             "trainer.cuda_context_bytes": estimate_basis("trainer", "cuda_context_bytes"),
+            "trainer.resident_beyond_state_bytes": estimate_basis("trainer", "resident_beyond_state_bytes"),
+            "vllm.process_beyond_share_bytes": estimate_basis("vllm", "process_beyond_share_bytes"),
         },
         "sources": {
             "expected_gain": gain_source(),
@@ -396,8 +398,8 @@ def render_text(plan: MemoryPlan) -> str:
             values = [getattr(c, attr) for c in cols]
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
-        engine_share = spec_r.memory.requested + int(estimate("trainer", "cuda_context_bytes"))
-        out.append(row("engine request + CUDA context", [_g(engine_share) for _ in cols]))
+        engine_share = spec_r.memory.requested + engine_beyond_share(plan.setup.engine)
+        out.append(row("engine request + outside it (measured)", [_g(engine_share) for _ in cols]))
         out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
         if plan.setup.sync_bucket_bytes:
             from fp8spec.plan.feasibility import at_sync

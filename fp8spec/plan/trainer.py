@@ -122,6 +122,8 @@ class TrainerMemory:
     )
     micro_batch_tokens: int = 0  # tokens of the longest micro-batch (activations and logits scale with it)
     optimizer_step: int = 0  # temporaries of the optimizer step beside the state (foreach AdamW's sqrt list)
+    # measured: allocator segments and library workspaces the process keeps beyond its state and context
+    resident_extra: int = 0
 
     @property
     def state(self) -> int:
@@ -163,7 +165,10 @@ class TrainerMemory:
             keep += self.grads  # Megatron's grad buffer is released only with param offload
         if not self.offload.get("optimizer"):
             keep += self.optimizer
-        return keep + self.context
+        if not self.offload.get("params"):
+            # TE's cached FP8 weight copies: verl clears them only when it offloads the params (memory.colocation)
+            keep += self.fp8_weight_cache
+        return keep + self.context + self.resident_extra
 
 
 def _offload(spec) -> dict:
@@ -222,7 +227,8 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
         memory = _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
     else:
         memory = _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
-    return replace(memory, micro_batch_tokens=tokens)
+    extra = int(estimate("trainer", "resident_beyond_state_bytes").get(spec.training.backend, 0))
+    return replace(memory, micro_batch_tokens=tokens, resident_extra=extra)
 
 
 def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:

@@ -98,7 +98,10 @@ def rollout_no_kv_memory(ctx: ResolvedSpec) -> Iterator[Finding]:
     generates unless offloaded (verl/workers/engine_workers.py:768-826; param_offload and optimizer_offload
     default to false). vLLM then requests total x gpu_memory_utilization and refuses to start when less is
     free ('Free memory on device ... is less than desired GPU memory utilization',
-    vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free.""",
+    vllm/v1/worker/utils.py:405-425); when it wakes its KV cache after a step the same memory must be free. The
+    optimizer state appears at the first update, so a share that started can fail at step 2's wake-up (seen:
+    docs/results.md#real-size-rl-step). Counted as measured there: the memory both processes hold beyond their
+    state and share, and TE's FP8 weight copies, which verl frees only with param offload.""",
     "lower rollout.gpu_memory_utilization, or offload trainer state (training.offload.optimizer / .params: true)",
     skip_when=no_memory_plan,
     examples=Examples(

@@ -99,7 +99,19 @@ def _blocked(prober: Prober, candidates: Iterable[Changes], fixes: ErrorKey | No
         if errors or warns:
             by_codes.setdefault((errors, warns), []).append(changes)
     groups = sorted(by_codes.items(), key=lambda kv: (len(kv[0][0]) + len(kv[0][1]), kv[0]))
-    return "; ".join(f"{describe(members)} ({_then(*codes)})" for codes, members in groups[:3])
+    # one refusal per set of fields changed: describe() joins different sets with '; or ', which would leave a
+    # refusal after the last one reading as if it were that set's alone
+    return "; ".join(
+        f"{describe(same)} ({_then(*codes)})" for codes, members in groups[:3] for same in _by_fields(members)
+    )
+
+
+def _by_fields(members: list[Changes]) -> list[list[Changes]]:
+    """``members`` grouped by the fields each changes, in first-seen order."""
+    out: dict[tuple, list[Changes]] = {}
+    for changes in members:
+        out.setdefault(tuple(changes), []).append(changes)
+    return list(out.values())
 
 
 def _then(errors: tuple, warns: tuple) -> str:

@@ -137,8 +137,10 @@ REWARD_OK = str(Path(__file__).resolve().parents[1] / "rules" / "data" / "reward
 VARIANTS = {
     "router-replay-r3": ("qwen3-30b", {"training": {"router_replay": "R3"}}),
     "router-replay-r2": ("qwen3-30b", {"training": {"router_replay": "R2"}}),
+    # the 28-layer stage keeps more beside the engine: the plan's share for it
     "uneven-stages": ("qwen3-30b", {"training": {"parallel": {"pp": 2, "first_stage_layers": 20,
-                                                             "last_stage_layers": 28}}}),
+                                                             "last_stage_layers": 28}},
+                                    "rollout": {"gpu_memory_utilization": 0.34}}),
     "resume-path": ("qwen3-8b", {"trainer": {"resume": "resume_path", "keep_checkpoints": None, "total_steps": 200,
                                              "resume_from": "/shared/checkpoints/qwen3-8b-fp8-rollout/global_step_40",
                                              "experiment": "resumed", "loggers": ["console", "tensorboard"]}}),

@@ -78,10 +78,13 @@ def test_moe_variants_differ_only_in_their_precision_fields():
     bf16, rollout, e2e, experts = (specs[v] for v in MOE_VARIANTS)
     assert _differ(bf16, rollout) == sorted([*NAME_ONLY, "linear.quantize", "linear.deep_gemm", "kv_cache.dtype",
                                              "kv_cache.recalibrate"])
+    # end-to-end FP8 also gives the engine a smaller share: TE's FP8 weight copies stay beside it (the plan)
     assert _differ(rollout, e2e) == sorted([*NAME_ONLY, "acknowledge.TRN007", "training.precision",
-                                            "training.fp8_recipe", "training.fp8_scaling", "training.expert_gemm"])
+                                            "training.fp8_recipe", "training.fp8_scaling", "training.expert_gemm",
+                                            "rollout.gpu_memory_utilization"])
     assert _differ(e2e, experts) == sorted([*NAME_ONLY, "acknowledge.TRN007", "training.bf16_modules",
-                                            "training.expert_gemm"])
+                                            "training.expert_gemm", "rollout.gpu_memory_utilization"])
+    assert [specs[v]["rollout.gpu_memory_utilization"] for v in MOE_VARIANTS] == [0.15, 0.15, 0.10, 0.15]
     # BF16 experts (all but end-to-end FP8) run TE's CUTLASS grouped GEMM; FP8 experts cannot (TRN013)
     assert [specs[v]["training.expert_gemm"] for v in MOE_VARIANTS] == ["cutlass", "cutlass", "cublas", "cutlass"]
     assert all(s["training.backend"] == "megatron" and "training.gradient_checkpointing" not in s
@@ -127,6 +130,6 @@ def test_plan_predictions_are_current_and_say_the_runs_fit():
     assert rejected["trainer_peak_gib"] > rejected["gpu_total_gib"] and "MEM005" in rejected["verdicts_failing"]
     # why the MoE set has 9 layers: with a tenth, the trainer's state leaves the engine too little room (MEM003)
     tenth = data["rejected"]["real-moe10l-h200-fp8-e2e (a tenth MoE layer)"]
-    assert tenth["verdicts_failing"] == ["MEM003"]
+    assert "MEM003" in tenth["verdicts_failing"]
     assert tenth["trainer_resident_during_rollout_gib"] > data["specs"]["real-moe9l-h200-fp8-e2e"][
         "trainer_resident_during_rollout_gib"]

@@ -28,8 +28,12 @@ def _finding(validation, code):
     return found[0]
 
 
+# 48 sequences per replica: the largest share beside the trainer (its kept memory as measured) holds half of them
+MISTYPED_SHARE = {"rollout": {"gpu_memory_utilization": 0.15, "max_num_seqs": 48}}
+
+
 def test_mistyped_share_first_proposes_raising_it_not_capping_concurrency(validate):
-    spec = patched(BASE_SPEC, QWEN14_2X8, {"rollout": {"gpu_memory_utilization": 0.15}})
+    spec = patched(BASE_SPEC, QWEN14_2X8, MISTYPED_SHARE)
     hint = _finding(validate(spec), "MEM004").hint
     first = re.search(r"set (\S+):", hint).group(1)
     assert first == "rollout.gpu_memory_utilization", hint
@@ -50,7 +54,7 @@ def test_a_concurrency_cap_names_its_cost(patch, validate):
 
 
 def test_proposals_are_ranked_cheapest_first(validate):
-    spec = patched(BASE_SPEC, QWEN14_2X8, {"rollout": {"gpu_memory_utilization": 0.15}})
+    spec = patched(BASE_SPEC, QWEN14_2X8, MISTYPED_SHARE)
     v = validate(spec)
     rule_findings = [f for rule, f, _ in v.findings if rule.code == "MEM004"]
     assert rule_findings and rule_findings[0].proposals

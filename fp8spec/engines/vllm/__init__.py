@@ -32,8 +32,11 @@ class VLLM(Engine):
 
     @property
     def start_refusal(self) -> str:
+        # the optimizer state appears at the first update, so a start that fitted can fail at step 2's wake-up
         return (
-            "vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization')"
+            "vLLM refuses to start ('Free memory on device ... is less than desired GPU memory utilization'), or "
+            "cannot wake up at step 2 once the first update has allocated the optimizer state ('CUDA Error: out "
+            "of memory at .../cumem_allocator.cpp')"
         )
 
 

@@ -64,7 +64,7 @@ exec python3 -m verl.trainer.main_ppo \
   "actor_rollout_ref.model.path='/models/Qwen3-30B-A3B-Base'" \
   "actor_rollout_ref.rollout.name='vllm'" \
   actor_rollout_ref.rollout.tensor_model_parallel_size=2 \
-  actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.42 \
   actor_rollout_ref.rollout.n=16 \
   actor_rollout_ref.rollout.calculate_log_probs=true \
   "actor_rollout_ref.rollout.quantization='fp8'" \

@@ -21,7 +21,7 @@
 set -euo pipefail
 
 address=http://127.0.0.1:8265
-submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-megatron-vllm-61ef68ee482d
+submission_id=fp8spec-qwen3-30b-a3b-fp8-e2e-megatron-vllm-06fd2ac28873
 working_dir=.
 id_suffix=
 preflight_only=0

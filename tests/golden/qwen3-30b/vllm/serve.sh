@@ -4,4 +4,4 @@
 set -euo pipefail
 export VLLM_USE_DEEP_GEMM_E8M0=0
 
-exec vllm serve /models/Qwen3-30B-A3B-Base --quantization fp8_per_block --quantization-config '{"linear":"fp8_per_block","ignore":["re:model\\.layers\\.\\d+\\.mlp\\.gate$"],"moe":"fp8_per_block"}' --tensor-parallel-size 2 --gpu-memory-utilization 0.5 --max-model-len 22528 "$@"
+exec vllm serve /models/Qwen3-30B-A3B-Base --quantization fp8_per_block --quantization-config '{"linear":"fp8_per_block","ignore":["re:model\\.layers\\.\\d+\\.mlp\\.gate$"],"moe":"fp8_per_block"}' --tensor-parallel-size 2 --gpu-memory-utilization 0.42 --max-model-len 22528 "$@"
