@@ -34,6 +34,10 @@ class Engine:
     runner_labels: dict[str, str] = {}  # EngineMemory.runner -> how `fp8spec plan` names it
     runner_notes: dict[str, str] = {}  # EngineMemory.runner -> a note `plan` prints under the rollout table
 
+    # the memory_estimates.yaml term (section, name) for what the engine's process holds beyond its memory share
+    # beside a colocated trainer: a CUDA context, where nothing was measured
+    beyond_share_estimate: tuple[str, str] = ("trainer", "cuda_context_bytes")
+
     @property
     def start_refusal(self) -> str:
         """What happens when trainer and engine together exceed the GPU (rule MEM003's message)."""

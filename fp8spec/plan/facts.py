@@ -45,11 +45,11 @@ def estimate(section: str, name: str) -> Any:
 
 
 def engine_beyond_share(engine: str) -> int:
-    """GPU bytes a colocated rollout engine's process holds beyond its memory share: measured for vLLM
-    (memory_estimates.yaml vllm.process_beyond_share_bytes); for another engine a CUDA context."""
-    if engine == "vllm":
-        return int(estimate("vllm", "process_beyond_share_bytes"))
-    return int(estimate("trainer", "cuda_context_bytes"))
+    """GPU bytes a colocated rollout engine's process holds beyond its memory share (the memory_estimates.yaml
+    term the engine names: measured for vLLM, a CUDA context where not measured)."""
+    from fp8spec.engines import get_engine
+
+    return int(estimate(*get_engine(engine).beyond_share_estimate))
 
 
 def estimate_basis(section: str, name: str) -> str:

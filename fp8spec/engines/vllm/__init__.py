@@ -30,6 +30,8 @@ class VLLM(Engine):
         "every proposed memory fix leaves"
     }
 
+    beyond_share_estimate = ("vllm", "process_beyond_share_bytes")  # measured beside the trainer
+
     @property
     def start_refusal(self) -> str:
         # the optimizer state appears at the first update, so a start that fitted can fail at step 2's wake-up
