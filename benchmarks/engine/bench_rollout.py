@@ -37,6 +37,9 @@ def main() -> int:
     ap.add_argument("--bundle", help="a compiled bundle folder: engine, prompts and sampling as verl runs them")
     ap.add_argument("--step", type=int, default=1, help="with --bundle: the training step whose prompts to run")
     ap.add_argument("--replica", type=int, default=0, help="with --bundle: which rollout replica's share")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="with --bundle: generate the step's batch this many times (prefix cache reset between); "
+                         "the last is the figure, the first carries the kernels' first-use compilation")
     ap.add_argument("--max-num-seqs", type=int, default=None,
                     help="vLLM's max_num_seqs (default: vLLM's own); 256 is verl's rollout.max_num_seqs")
     ap.add_argument("--json", type=Path, default=Path("out/engine/bench_rollout.json"),
@@ -63,9 +66,14 @@ def main() -> int:
     warm = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, detokenize=False)
     llm.generate(prompts[:workload.WARMUP_PROMPTS], warm, use_tqdm=False)
 
-    t1 = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    gen_s = time.perf_counter() - t1
+    runs_s = []
+    for i in range(max(args.repeats, 1)):
+        if i:
+            llm.reset_prefix_cache()  # each repeat prefills its prompts again, as the loop's next step would
+        t1 = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        runs_s.append(round(time.perf_counter() - t1, 2))
+    gen_s = runs_s[-1]
     out_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     preemptions = None
     try:
@@ -111,9 +119,14 @@ def bench_bundle(args) -> int:
     warm = [TokensPrompt(prompt_token_ids=ids[::-1]) for ids in prompts_ids[:16:8]]
     llm.generate(warm, SamplingParams(temperature=1.0, max_tokens=32), use_tqdm=False)
 
-    t1 = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    gen_s = time.perf_counter() - t1
+    runs_s = []
+    for i in range(max(args.repeats, 1)):
+        if i:
+            llm.reset_prefix_cache()  # each repeat prefills its prompts again, as the loop's next step would
+        t1 = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        runs_s.append(round(time.perf_counter() - t1, 2))
+    gen_s = runs_s[-1]
     lengths = [len(o.outputs[0].token_ids) for o in outs]
     preempted = [getattr(o.outputs[0], "num_preempted", None) for o in outs]
     finish: dict[str, int] = {}
@@ -122,7 +135,8 @@ def bench_bundle(args) -> int:
     record = {
         "bundle": os.path.basename(os.path.normpath(args.bundle)), "step": args.step, "replica": args.replica,
         "replicas": n_rep, "sequences": len(prompts), "prompt_tokens": sum(map(len, prompts_ids)),
-        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2), "output_tokens": sum(lengths),
+        "engine_start_s": round(start_s, 1), "generate_s": gen_s, "generate_runs_s": runs_s,
+        "output_tokens": sum(lengths),
         "response_length_mean": round(sum(lengths) / len(lengths), 1), "output_tok_per_s": round(sum(lengths) / gen_s, 1),
         "preemptions": None if None in preempted else sum(preempted), "finish_reasons": finish,
         "engine_kwargs": kwargs, "sampling_first": sampling[0],

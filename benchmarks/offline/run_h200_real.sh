@@ -8,7 +8,9 @@
 #                                                          at CONFIG's shape (default the 4B) -> $OUT/logprob.json
 #   bash benchmarks/offline/run_h200_real.sh bare BUNDLE       step 1's generation in a bare vLLM engine, settings,
 #                                                          prompts and sampling read from the bundle; one replica
-#                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz
+#                                                          per GPU, in parallel -> $OUT/bare-BUNDLE.tgz; the batch
+#                                                          runs BARE_REPEATS times (default 2: the last, warm, is
+#                                                          the figure; a cold one carries first-use compilation)
 #   bash benchmarks/offline/run_h200_real.sh rl BUNDLE [SECONDS]   rl-start, then rl-wait SECONDS (default 480)
 #   bash benchmarks/offline/run_h200_real.sh rl-start BUNDLE...   each bundle's own launch.sh, detached, one after
 #                                                          another (each takes every GPU of the step), + GPU sampling
@@ -97,7 +99,8 @@ case $step in
     export VLLM_WORKER_MULTIPROC_METHOD=spawn
     for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
       CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 -m benchmarks.engine.bench_rollout \
-        --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --json "$dir/replica$r.json" \
+        --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --repeats "${BARE_REPEATS:-2}" \
+        --json "$dir/replica$r.json" \
         > "$dir/replica$r.log" 2>&1 &
     done
     wait
