@@ -31,6 +31,19 @@ from benchmarks.common import workload
 from benchmarks.engine.engine_common import MODELS, engine_kwargs
 
 
+def timed_generates(llm, prompts, params, repeats: int):
+    """The batch generated ``repeats`` times (at least once), the prefix cache reset between, so that each repeat
+    prefills its prompts again as the loop's next step would: the last outputs and every run's seconds."""
+    runs_s = []
+    for i in range(max(repeats, 1)):
+        if i:
+            llm.reset_prefix_cache()
+        t1 = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        runs_s.append(round(time.perf_counter() - t1, 2))
+    return outs, runs_s
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     workload.add_arguments(ap, required=False)
@@ -38,8 +51,8 @@ def main() -> int:
     ap.add_argument("--step", type=int, default=1, help="with --bundle: the training step whose prompts to run")
     ap.add_argument("--replica", type=int, default=0, help="with --bundle: which rollout replica's share")
     ap.add_argument("--repeats", type=int, default=1,
-                    help="with --bundle: generate the step's batch this many times (prefix cache reset between); "
-                         "the last is the figure, the first carries the kernels' first-use compilation")
+                    help="generate the batch this many times (prefix cache reset between); the last is the "
+                         "figure, the first carries the kernels' first-use compilation")
     ap.add_argument("--max-num-seqs", type=int, default=None,
                     help="vLLM's max_num_seqs (default: vLLM's own); 256 is verl's rollout.max_num_seqs")
     ap.add_argument("--json", type=Path, default=Path("out/engine/bench_rollout.json"),
@@ -66,13 +79,7 @@ def main() -> int:
     warm = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, detokenize=False)
     llm.generate(prompts[:workload.WARMUP_PROMPTS], warm, use_tqdm=False)
 
-    runs_s = []
-    for i in range(max(args.repeats, 1)):
-        if i:
-            llm.reset_prefix_cache()  # each repeat prefills its prompts again, as the loop's next step would
-        t1 = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        runs_s.append(round(time.perf_counter() - t1, 2))
+    outs, runs_s = timed_generates(llm, prompts, params, args.repeats)
     gen_s = runs_s[-1]
     out_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     preemptions = None
@@ -86,7 +93,7 @@ def main() -> int:
         "model": model_id, "mode": args.mode, "deep_gemm": bool(args.deep_gemm), "util": args.util,
         "max_model_len": args.max_model_len, "prompts": args.prompts, "prompt_len": args.prompt_len,
         "output_len": args.output_len, "max_num_seqs": args.max_num_seqs,
-        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2),
+        "engine_start_s": round(start_s, 1), "generate_s": round(gen_s, 2), "generate_runs_s": runs_s,
         **workload.throughput(args, out_tokens, gen_s),
         "preemptions": preemptions, "vllm_use_deep_gemm": os.environ.get("VLLM_USE_DEEP_GEMM"),
     }
@@ -119,13 +126,7 @@ def bench_bundle(args) -> int:
     warm = [TokensPrompt(prompt_token_ids=ids[::-1]) for ids in prompts_ids[:16:8]]
     llm.generate(warm, SamplingParams(temperature=1.0, max_tokens=32), use_tqdm=False)
 
-    runs_s = []
-    for i in range(max(args.repeats, 1)):
-        if i:
-            llm.reset_prefix_cache()  # each repeat prefills its prompts again, as the loop's next step would
-        t1 = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        runs_s.append(round(time.perf_counter() - t1, 2))
+    outs, runs_s = timed_generates(llm, prompts, params, args.repeats)
     gen_s = runs_s[-1]
     lengths = [len(o.outputs[0].token_ids) for o in outs]
     preempted = [getattr(o.outputs[0], "num_preempted", None) for o in outs]
