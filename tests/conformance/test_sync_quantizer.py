@@ -75,7 +75,9 @@ def test_auto_picks_direct_only_where_it_was_shown(tmp_path, monkeypatch):
     tiny = SPECS / "tiny-qwen3-h200.yaml"
     for name, spec, backend, patch in (
         ("tiny", "tiny-qwen3-h200.yaml", None, {}),
-        ("fsdp-moe", "qwen3-30b.yaml", "fsdp+vllm", {"rollout": {"tp": 1}, "training": {"precision": "bf16"}}),
+        # one GPU per replica holds the whole BF16 model: the share FSDP leaves room for, not Megatron's 0.42
+        ("fsdp-moe", "qwen3-30b.yaml", "fsdp+vllm", {"rollout": {"tp": 1, "gpu_memory_utilization": 0.5},
+                                                     "training": {"precision": "bf16"}}),
     ):
         c = compile_variant(SPECS / spec, backend, patch, tmp_path, name)
         assert check_bundle(c) == []
@@ -85,7 +87,8 @@ def test_auto_picks_direct_only_where_it_was_shown(tmp_path, monkeypatch):
     for name, spec, backend, patch in (
         ("tp2", "qwen3-8b.yaml", "fsdp+vllm", {}),
         ("ue8m0", "tiny-qwen3-h200.yaml", None, {"linear": {"scale_dtype": "ue8m0"}}),
-        ("megatron-moe", "qwen3-30b.yaml", "megatron+vllm", {"rollout": {"tp": 1}}),
+        # at Megatron's share one GPU's KV room holds a request of prompt + response, not the model's 32,768
+        ("megatron-moe", "qwen3-30b.yaml", "megatron+vllm", {"rollout": {"tp": 1, "max_model_len": 22528}}),
         ("megatron", "tiny-qwen3-moe-megatron-fp8-rollout.yaml", None, {}),
     ):
         got = compile_variant(SPECS / spec, backend, patch, tmp_path, name)
