@@ -113,7 +113,7 @@ def _share(v: float) -> str:
     return f"{v:.0%}" if v >= 0.01 or v == 0 else f"{v:.1%}"
 
 
-def _step_line(st: Optional[dict[str, Any]], expected: str) -> str:
+def _step_line(st: Optional[dict[str, Any]], expected: str, caveat: str = "") -> str:
     """Where the step's time goes and what the rollout's FP8 gain buys in it (fp8spec/report/phases.py)."""
     if st is None:
         return "no step with both a step time and a generation time"
@@ -128,6 +128,8 @@ def _step_line(st: Optional[dict[str, Any]], expected: str) -> str:
     if low_high:
         saved = f"{low_high[0]:.1%}" if low_high[0] == low_high[1] else f"{low_high[0]:.1%}-{low_high[1]:.1%}"
         line += f"; the expected {expected} rollout gain saves {saved} of a BF16-rollout step"
+        if caveat:  # the plan's own doubt about that gain, where its BF16 engine already holds the step
+            line += f", if it held ({caveat})"
     if st["baseline_step_speed_up"] is not None:
         faster = st["baseline_step_speed_up"]
         line += (
@@ -236,7 +238,8 @@ def render_text(rep: Report) -> str:
     )
     over = f" ({_steps(g['steps'])})" if g["steps"] else ""
     lines.append(f"  generation: {_cell(g['mean'])} tok/s{over}{speed}{judged or ''}")
-    lines.append(f"  step: {_step_line(c['step'], expected)}")
+    caveat = ctx.plan.gain_caveat if ctx.plan else ""
+    lines.append(f"  step: {_step_line(c['step'], expected, caveat)}")
     if against := _baseline_line(c["step"]):
         lines.append(f"  {against}")
     lines.append("")

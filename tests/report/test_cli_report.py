@@ -15,6 +15,7 @@ import pytest
 
 from fp8spec.report.verdicts import all_verdicts
 from tests.cli.inprocess import run_cli_here
+from tests.conftest import REPO
 from tests.report import runs
 from tests.report.runs import DATA, GOLDEN_DIRECT, SPEC_4B
 
@@ -265,3 +266,23 @@ def test_with_a_baseline_the_picture_sets_the_two_mean_steps_side_by_side(tmp_pa
     alone = tmp_path / "alone"
     assert run_cli_here(*args, "-o", str(alone)).returncode == 0
     assert "mean step" not in (alone / "report.svg").read_text(encoding="utf-8")
+
+
+def test_the_step_line_carries_the_plans_doubt_where_its_bf16_engine_holds_the_step():
+    from tests.report.runs import DATA as RUNS
+
+    run = RUNS / "window-fp8kv"
+    log = str(run / "real-4b-h200-fp8kv.log")
+
+    def step_line(spec) -> str:
+        proc = run_cli_here("report", log, "--spec", str(spec))
+        assert proc.returncode == 0, proc.stderr
+        return next(ln for ln in proc.stdout.splitlines() if ln.startswith("  step: "))
+
+    # the run's own spec: its BF16 engine holds all 128 sequences, where the loop measured +0.6 %
+    held = step_line(run / "spec.yaml")
+    assert held.endswith("of a BF16-rollout step, if it held (the plan's BF16 engine holds all 128 sequences, "
+                         "where FP8 measured +0.6%)"), held
+    # the long set's spec: its BF16 engine preempts, the regime the expected gain was measured in
+    preempting = step_line(REPO / "benchmarks" / "rl_real" / "specs" / "real-4b-h200-long-fp8kv.yaml")
+    assert preempting.endswith("of a BF16-rollout step"), preempting
