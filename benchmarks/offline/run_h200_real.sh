@@ -97,6 +97,9 @@ case $step in
     # the driver has touched CUDA before LLM() starts its worker: a forked worker cannot re-initialise it
     # (seen on the H200, 2026-12-02); verl's server process is spawned by Ray, so its worker never inherits CUDA
     export VLLM_WORKER_MULTIPROC_METHOD=spawn
+    # DEBUG: the engine's own split of its profiled memory (weights, peak activation, non-torch, CUDA graphs:
+    # vllm/v1/worker/gpu_worker.py:712-722), which the planner's estimates are checked against
+    export VLLM_LOGGING_LEVEL=${BARE_LOG_LEVEL:-DEBUG}
     for ((r = 0; r < reps && r < ${#gpu_list[@]}; r++)); do
       CUDA_VISIBLE_DEVICES=${gpu_list[$r]} timeout "${BARE_TIMEOUT_S:-540}" python3 -m benchmarks.engine.bench_rollout \
         --bundle ".rl/bundles/$bundle" --step "${BARE_STEP:-1}" --replica "$r" --repeats "${BARE_REPEATS:-2}" \
