@@ -165,17 +165,8 @@ def max_colocated_utilization(plan: MemoryPlan) -> float:
 
 def _kept_parts(t: TrainerMemory) -> str:
     """What the trainer's resident bytes are made of, as MEM003 names them."""
-    parts = [] if t.offload.get("params") else ["params"]
-    if get_trainer(t.backend).grad_buffer_resident and not t.offload.get("params"):
-        parts.append("gradients")
-    if not t.offload.get("optimizer"):
-        parts.append("optimizer")
-    if t.fp8_weight_cache and not t.offload.get("params"):
-        parts.append("TE's FP8 weight copies")
-    parts.append("CUDA context")
-    if t.resident_extra:
-        parts.append(f"{gib(t.resident_extra)} measured beyond them")
-    return ", ".join(parts)
+    named = [f"{gib(v)} {k}" if k == "measured beyond them" else k for k, v in t.resident_parts.items()]
+    return ", ".join(named)
 
 
 def colocation(plan: MemoryPlan) -> Optional[Verdict]:

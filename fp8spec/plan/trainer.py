@@ -158,17 +158,27 @@ class TrainerMemory:
         return self.model_params * self.checkpoint_bytes_per_param
 
     @property
-    def resident_during_rollout(self) -> int:
-        """What stays on the GPU while the colocated engine generates (verl memory.colocation)."""
-        keep = 0 if self.offload.get("params") else self.params
-        if get_trainer(self.backend).grad_buffer_resident and not self.offload.get("params"):
-            keep += self.grads  # Megatron's grad buffer is released only with param offload
+    def resident_parts(self) -> dict[str, int]:
+        """What stays on the GPU while the colocated engine generates, by part (verl memory.colocation); a part
+        offloaded or absent is left out."""
+        on_gpu = not self.offload.get("params")
+        parts = {"params": self.params} if on_gpu else {}
+        if get_trainer(self.backend).grad_buffer_resident and on_gpu:
+            parts["gradients"] = self.grads  # Megatron's grad buffer is released only with param offload
         if not self.offload.get("optimizer"):
-            keep += self.optimizer
-        if not self.offload.get("params"):
+            parts["optimizer"] = self.optimizer
+        if on_gpu and self.fp8_weight_cache:
             # TE's cached FP8 weight copies: verl clears them only when it offloads the params (memory.colocation)
-            keep += self.fp8_weight_cache
-        return keep + self.context + self.resident_extra
+            parts["TE's FP8 weight copies"] = self.fp8_weight_cache
+        parts["CUDA context"] = self.context
+        if self.resident_extra:
+            parts["measured beyond them"] = self.resident_extra
+        return parts
+
+    @property
+    def resident_during_rollout(self) -> int:
+        """What stays on the GPU while the colocated engine generates."""
+        return sum(self.resident_parts.values())
 
 
 def _offload(spec) -> dict:
