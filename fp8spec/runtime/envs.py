@@ -76,6 +76,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def _names(text: str) -> list[str]:
     return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
 
@@ -210,6 +220,16 @@ BF16_MODULES = EnvVar(
     "experts, shared_experts), through megatron-core's quant_recipe",
 )
 
+REPLAY_POLL_S = EnvVar(
+    name="FP8SPEC_REPLAY_POLL_S",
+    patch="replay_poll",
+    type="seconds",
+    default="0.1",
+    parse=_positive_seconds,
+    doc="driver side: how often verl's sync replay buffer looks for finished rollouts (verl's default, 2 s, "
+    "ends each step's generation on the next multiple of it)",
+)
+
 # The table, in the order the manifest lists each patch's variables.
 VARIABLES: tuple[EnvVar, ...] = (
     RUNTIME_PATCHES,
@@ -223,6 +243,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     QUANT_CHUNK_MB,
     SEND_CAST_BF16,
     BF16_MODULES,
+    REPLAY_POLL_S,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

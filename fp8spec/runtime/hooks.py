@@ -29,6 +29,7 @@ from fp8spec.runtime.targets import (
     MOD_MBRIDGE_UTIL,
     MOD_MEGATRON_CONFIG,
     MOD_MEGATRON_TE,
+    MOD_REPLAY_BUFFER,
     MOD_VLLM_EXT,
     MOD_VLLM_QUANT,
 )
@@ -43,6 +44,7 @@ RUNS_IN = {
     "gather_copy.launch": "trainer",
     "FP8QuantizerHelper": "trainer",
     "ModelType": "trainer",
+    "ReplayBuffer": "trainer",  # the TaskRunner, which drives the trainer
     "TEGroupedLinear": "trainer",
     "TransformerConfig": "trainer",
     "BucketedWeightReceiver": "engine",
@@ -183,6 +185,14 @@ HOOKS: tuple[Hook, ...] = (
         "trainer",
         1,
         ("ModelType.encoder_and_decoder",),
+    ),
+    Hook(
+        ("replay_poll",),
+        MOD_REPLAY_BUFFER,
+        "fp8spec.runtime.trainer.replay_poll.patch_replay_buffer",
+        "trainer",
+        1,
+        ("ReplayBuffer.__init__",),
     ),
     Hook(
         ("te_extra_state_compat",),

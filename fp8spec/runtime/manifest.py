@@ -145,6 +145,19 @@ PATCHES = {
         "trainer_backends": ("megatron",),
         "env": env_defaults("mbridge_compat"),
     },
+    "replay_poll": {
+        "description": (
+            "verl's sync trainer looks for finished rollouts every 0.1 s instead of every 2 s: its replay buffer "
+            "sleeps a 2.0 s poll interval between looks (the trainer never sets it), so each step's generation "
+            "ended on the next multiple of 2 s after the engine had finished (all 15 generation times of the "
+            "2026-12-04 H200 runs). Async trainer modes and a buffer given an interval are left alone."
+        ),
+        "side": ("trainer driver (TaskRunner)",),
+        "engines": {"vllm": KNOWN_VERSIONS["vllm"], "sglang": KNOWN_VERSIONS["sglang"]},
+        "verl": KNOWN_VERSIONS["verl"],
+        "env": env_defaults("replay_poll"),
+        "env_notes": env_help("replay_poll"),
+    },
     "te_extra_state_compat": {
         "description": (
             "Checkpoints of Megatron MoE experts trained in FP8 with TransformerEngine's stateless recipes "

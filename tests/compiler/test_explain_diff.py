@@ -14,9 +14,9 @@ def test_explain_maps_fields_to_layers():
     assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype='fp8_e4m3'" in block
     recal = out.split("\nkv_cache.recalibrate\n", 1)[1].split("\n\n", 1)[0]
     assert "runtime patch" in recal and "kv_scales" in recal
-    # the activation env var serves both fields that need a patch, so it is listed under both
-    both = out.split("\nlinear.sync_quantizer, kv_cache.recalibrate\n", 1)[1].split("\n\n", 1)[0]
-    assert "FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales" in both
+    # the activation env var serves every field that needs a patch, so it is listed under all of them
+    both = out.split("\nlinear.sync_quantizer, kv_cache.recalibrate, trainer\n", 1)[1].split("\n\n", 1)[0]
+    assert "FP8SPEC_RUNTIME_PATCHES=fast_block_quant,kv_scales,replay_poll" in both
     scale = out.split("\nlinear.scale_dtype\n", 1)[1].split("\n\n", 1)[0]
     assert "VLLM_USE_DEEP_GEMM_E8M0=0" in scale and "evidence:" in scale
 

@@ -110,7 +110,7 @@ def test_the_device_plans_direct_run_compiles(tmp_path):
     for name in ("tiny-qwen3-h200-direct", "tiny-qwen3-moe-h200-direct"):  # dense and the MoE (8.9)
         c = compile_variant(REPO / "benchmarks" / "weight_sync" / f"{name}.yaml", None, {}, tmp_path, name)
         assert check_bundle(c) == []
-        assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales"], name
+        assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["direct_sync", "kv_scales", "replay_poll"], name
     # the Megatron twin (a Megatron trainer with direct in main_ppo has not run): direct asked for
     # explicitly, next to the Megatron / TransformerEngine compatibility patches
     c = compile_variant(REPO / "benchmarks" / "weight_sync" / "tiny-qwen3-moe-megatron-direct.yaml", None, {},
@@ -125,4 +125,4 @@ def test_the_device_plans_sglang_in_loop_run_compiles(tmp_path):
 
     c = compile_variant(REPO / "benchmarks" / "sglang" / "tiny-qwen3-h200-sglang-fp8q.yaml", None, {}, tmp_path)
     assert check_bundle(c) == []
-    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["fast_block_quant"]
+    assert c.env["FP8SPEC_RUNTIME_PATCHES"].split(",") == ["fast_block_quant", "replay_poll"]

@@ -85,7 +85,7 @@ def test_bundle_expectations_for_h200(expected):
     from fp8spec.patchset import shipped_fileset
 
     # a dense FSDP spec at rollout tp 1 on vLLM 0.24.0: auto's weight-sync quantizer is the direct path
-    assert expected["runtime"] == {**shipped_fileset(), "patches": ["direct_sync", "kv_scales"]}
+    assert expected["runtime"] == {**shipped_fileset(), "patches": ["direct_sync", "kv_scales", "replay_poll"]}
     assert expected["model"]["config"] == {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
                                            "num_key_value_heads": 8, "num_experts": 0, "vocab_size": 151936}
 

@@ -83,7 +83,7 @@ def test_preflight_passes_on_a_cpu_node(ray_head, bundle):
     for name, value in expected["env"].items():
         assert rows[f"env {name}"] == {"check": f"env {name}", "expected": value, "found": value,
                                         "status": "PASS"}
-    assert expected["env"] == {"FP8SPEC_RUNTIME_PATCHES": "fast_block_quant,kv_scales",
+    assert expected["env"] == {"FP8SPEC_RUNTIME_PATCHES": "fast_block_quant,kv_scales,replay_poll",
                                "VERL_USE_EXTERNAL_MODULES": "fp8spec.runtime", "VLLM_USE_DEEP_GEMM_E8M0": "0"}
     # what a CPU-only node reports: no CUDA device, a CPU build of torch, judged SKIP (not PASS)
     assert rows["gpu"]["status"] == "SKIP" and "no CUDA device" in rows["gpu"]["found"]

@@ -12,7 +12,10 @@ from typing import Callable
 from tests.conftest import REPO
 
 DATA = REPO / "tests/data/report"
-GOLDEN_DIRECT = REPO / "tests/golden/tiny-qwen3-h200/fsdp_vllm"  # a compiled bundle: direct_sync, kv_scales
+# A compiled bundle's preflight.json (direct_sync, kv_scales): the tiny FSDP + vLLM golden as fp8spec compiled it
+# before the runtime patch replay_poll (2026-12-04), as the bundles of the runs kept here were; today's golden also
+# lists replay_poll, which those runs never had.
+BUNDLE_DIRECT = DATA / "bundle-direct"
 SPEC_4B = REPO / "tests/data/rl_real/real-4b-h200-fp8kv/spec.yaml"  # the spec the committed 4B run used
 LOGS = {
     "real-4b": "real-4b/real-4b-h200-fp8kv.log",

@@ -17,13 +17,13 @@ from fp8spec.report.verdicts import all_verdicts
 from tests.cli.inprocess import run_cli_here
 from tests.conftest import REPO
 from tests.report import runs
-from tests.report.runs import DATA, GOLDEN_DIRECT, SPEC_4B
+from tests.report.runs import BUNDLE_DIRECT, DATA, SPEC_4B
 
 RUN_4B = str(DATA / "real-4b")
 
 
 def test_text_report_of_the_4b_run_compares_kv_capacity_with_the_plan():
-    proc = run_cli_here("report", RUN_4B, "--bundle", str(GOLDEN_DIRECT), "--spec", str(SPEC_4B))
+    proc = run_cli_here("report", RUN_4B, "--bundle", str(BUNDLE_DIRECT), "--spec", str(SPEC_4B))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "finished 3 of 3 steps" in out and "patches direct_sync, kv_scales; weight sync direct_sync" in out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fp8spec.report.build import make_report
-from tests.report.runs import DATA, GOLDEN_DIRECT, SPEC_4B, bundle_of
+from tests.report.runs import BUNDLE_DIRECT, DATA, SPEC_4B, bundle_of
 
 
 def _codes(rep) -> list[str]:
@@ -45,7 +45,7 @@ def test_the_4b_run_reads_as_its_log_says():
 def test_the_4b_run_against_its_bundle_and_plan_is_clean():
     """The 4B bundle compiled direct_sync + kv_scales, as the golden FSDP + vLLM bundle does; its spec's plan
     predicts the KV capacity within 0.2 %."""
-    rep = make_report(DATA / "real-4b", bundle=GOLDEN_DIRECT, spec=SPEC_4B)
+    rep = make_report(DATA / "real-4b", bundle=BUNDLE_DIRECT, spec=SPEC_4B)
     assert rep.findings == []
     assert rep.ctx.plan is not None and rep.ctx.plan.kv_cache_tokens == 1_354_656
     assert rep.ctx.plan.gain_low == pytest.approx(0.39)

@@ -14,7 +14,7 @@ from fp8spec.report.render import comparison, render_text
 from fp8spec.report.verdicts import all_verdicts, get_verdict
 from tests.conftest import REPO
 from tests.report import runs
-from tests.report.runs import GOLDEN_DIRECT, SPEC_4B
+from tests.report.runs import BUNDLE_DIRECT, SPEC_4B
 
 KL = "rollout_corr/kl"
 
@@ -68,18 +68,18 @@ _REFUSED = (
 # code -> (fires, stays quiet): each a function of the test's folder giving a report.
 CASES = {
     "RPT001": (
-        lambda t: _4b(t, runs.drop("fp8spec direct_sync: "), bundle=GOLDEN_DIRECT),
-        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+        lambda t: _4b(t, runs.drop("fp8spec direct_sync: "), bundle=BUNDLE_DIRECT),
+        lambda t: _4b(t, bundle=BUNDLE_DIRECT),
     ),
     "RPT002": (
         lambda t: make_report(
-            runs.log_copy(t, "fsdp-vllm"), bundle=GOLDEN_DIRECT
+            runs.log_copy(t, "fsdp-vllm"), bundle=BUNDLE_DIRECT
         ),  # compiled direct, ran fbq
-        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+        lambda t: _4b(t, bundle=BUNDLE_DIRECT),
     ),
     "RPT003": (
-        lambda t: _4b(t, runs.drop_after_step("fp8spec kv_scales: ", 2), bundle=GOLDEN_DIRECT),
-        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+        lambda t: _4b(t, runs.drop_after_step("fp8spec kv_scales: ", 2), bundle=BUNDLE_DIRECT),
+        lambda t: _4b(t, bundle=BUNDLE_DIRECT),
     ),
     "RPT004": (
         lambda t: make_report(runs.log_copy(t, "megatron-te", _te_outside)),
@@ -87,8 +87,8 @@ CASES = {
     ),
     "RPT005": (lambda t: _4b(t, lambda lines: lines + [_REFUSED]), lambda t: _4b(t)),
     "RPT006": (
-        lambda t: make_report(runs.log_copy(t, "fsdp-vllm"), bundle=GOLDEN_DIRECT),  # an older bundle's run
-        lambda t: _4b(t, bundle=GOLDEN_DIRECT),
+        lambda t: make_report(runs.log_copy(t, "fsdp-vllm"), bundle=BUNDLE_DIRECT),  # an older bundle's run
+        lambda t: _4b(t, bundle=BUNDLE_DIRECT),
     ),
     "RPT010": (lambda t: _4b(t, runs.set_metric(KL, lambda s, v: v * 3**s)), lambda t: _4b(t)),
     "RPT011": (

@@ -63,7 +63,7 @@ def test_manifest_contract():
     assert manifest.PATCHSET_VERSION == rt.__version__
     assert set(manifest.PATCHES) == {
         "kv_scales", "ue8m0_scales", "fast_block_quant", "te_report", "mbridge_compat", "te_extra_state_compat",
-        "direct_sync", "sync_timing", "module_precision",
+        "direct_sync", "sync_timing", "module_precision", "replay_poll",
     }
     for name, p in manifest.PATCHES.items():
         assert p["description"] and set(p["engines"]) == {"vllm", "sglang"}, name

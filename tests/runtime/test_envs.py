@@ -75,6 +75,7 @@ def test_only_variables_a_bundle_or_a_user_sets_are_read():
         "FP8SPEC_QUANT_CHUNK_MB",
         "FP8SPEC_SEND_CAST_BF16",
         "FP8SPEC_BF16_MODULES",
+        "FP8SPEC_REPLAY_POLL_S",
     ]
 
 
@@ -92,6 +93,7 @@ BAD = {
     "FP8SPEC_QUANT_CHUNK_MB": "0",
     "FP8SPEC_SEND_CAST_BF16": "bf16",
     "FP8SPEC_BF16_MODULES": "experts,router",
+    "FP8SPEC_REPLAY_POLL_S": "0",
 }
 
 

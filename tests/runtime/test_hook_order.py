@@ -25,6 +25,7 @@ INSTALLERS = {
     "mbridge": ("fp8spec.runtime.trainer.mbridge_compat", "patch_mbridge_util"),
     "te_extra_state": ("fp8spec.runtime.trainer.te_extra_state_compat", "patch_megatron_te"),
     "module_precision": ("fp8spec.runtime.trainer.module_precision", "patch_transformer_config"),
+    "replay_poll": ("fp8spec.runtime.trainer.replay_poll", "patch_replay_buffer"),
 }
 
 ENGINE_WORKERS = "verl.workers.engine_workers"
@@ -35,6 +36,7 @@ FP8_UTILS = "verl.utils.fp8_utils"
 MBRIDGE = "mbridge.core.util"
 MEGATRON_TE = "megatron.core.extensions.transformer_engine"
 MEGATRON_CONFIG = "megatron.core.transformer.transformer_config"
+REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 
 
 def _registered(monkeypatch, patches):
@@ -70,6 +72,7 @@ ALL = {
     MBRIDGE: [("mbridge", ())],
     MEGATRON_TE: [("te_extra_state", ())],
     MEGATRON_CONFIG: [("module_precision", ())],
+    REPLAY_BUFFER: [("replay_poll", ())],
 }
 
 
@@ -83,6 +86,7 @@ ALONE = {
     "mbridge_compat": {MBRIDGE: [("mbridge", ())]},
     "te_extra_state_compat": {MEGATRON_TE: [("te_extra_state", ())]},
     "module_precision": {MEGATRON_CONFIG: [("module_precision", ())]},
+    "replay_poll": {REPLAY_BUFFER: [("replay_poll", ())]},
     "ue8m0_scales": {VLLM_QUANT: [("vllm_quant", ("vllm",))], FP8_UTILS: [("fp8_utils", ())]},
     "fast_block_quant": {
         VLLM_QUANT: [("vllm_quant", ("vllm",))],

@@ -37,6 +37,14 @@ def needed_patches(ctx: ValidSpec) -> dict[str, str]:
         members = ctx.fact("megatron-core", "enum.model_type", {}).get("members", [])
         if "encoder_and_decoder" not in members:
             needed["mbridge_compat"] = "training.bridge"
+    # verl's sync trainer ends each generation on its replay buffer's next poll (profile fact loop.sync_sample_poll)
+    poll = ctx.fact("verl", "loop.sync_sample_poll", {})
+    if (
+        poll
+        and not poll.get("set_by_trainer", True)
+        and poll["poll_interval_s"] > envs.REPLAY_POLL_S.read({})
+    ):
+        needed["replay_poll"] = "trainer"
     return needed
 
 

@@ -20,7 +20,7 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
-  want=mbridge_compat,te_extra_state_compat,te_report
+  want=mbridge_compat,replay_poll,te_extra_state_compat,te_report
   [[ ${FP8SPEC_RUNTIME_PATCHES-} == "$want" ]] \
     || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   want=1
@@ -30,11 +30,11 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   [[ ${VERL_USE_EXTERNAL_MODULES-} == "$want" ]] \
     || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
-  export FP8SPEC_RUNTIME_PATCHES=mbridge_compat,te_extra_state_compat,te_report
+  export FP8SPEC_RUNTIME_PATCHES=mbridge_compat,replay_poll,te_extra_state_compat,te_report
   export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
   export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'")
-  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='mbridge_compat,te_extra_state_compat,te_report'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='mbridge_compat,replay_poll,te_extra_state_compat,te_report'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   spec_wd=.
   wd=$(cd "$here" && cd -- "$spec_wd" 2>/dev/null && pwd -P) \

@@ -4,7 +4,8 @@
 # as arguments ("$@"); they come after fp8spec's and win. Exit codes before verl starts: 2 a bundle value
 # is missing or wrong, or Ray cannot be joined; 3 the Ray cluster has too few logical CPUs for verl.
 #
-# The bundle's Ray runtime environment (runtime_env.yaml: the FP8 environment variables) reaches the Ray workers one way, never twice (Ray
+# The bundle's Ray runtime environment (runtime_env.yaml: the FP8 environment variables and the
+# runtime patch set lib/fp8spec as py_modules) reaches the Ray workers one way, never twice (Ray
 # refuses a key set both in a job's runtime_env and in ray.init's):
 # - inside a Ray job (submit.sh, slurm.sbatch and rayjob.yaml submit this script with runtime_env.yaml), the
 #   job carries it; Ray marks the job's driver with RAY_JOB_CONFIG_JSON_ENV_VAR, and this script only checks
@@ -19,8 +20,17 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
-  :  # the bundle sets no environment variables
+  want=replay_poll
+  [[ ${FP8SPEC_RUNTIME_PATCHES-} == "$want" ]] \
+    || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
+  want=fp8spec.runtime
+  [[ ${VERL_USE_EXTERNAL_MODULES-} == "$want" ]] \
+    || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
+  export FP8SPEC_RUNTIME_PATCHES=replay_poll
+  export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='replay_poll'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   spec_wd=.
   wd=$(cd "$here" && cd -- "$spec_wd" 2>/dev/null && pwd -P) \
     || die "cluster.working_dir '$spec_wd' is not a folder next to the bundle"
@@ -28,6 +38,7 @@ else
   # Hydra quotes these absolute paths: refuse what it would read as syntax.
   [[ $here$wd != *[\'\\$]* ]] || die "the bundle path $wd holds a quote, backslash or '\$'; move the bundle"
   ray_init+=("+ray_kwargs.ray_init.runtime_env.working_dir='$wd'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.py_modules=['$here/lib/fp8spec']")
   # verl places CPU-only actors before it asks for GPUs and waits forever, in silence, for CPUs Ray cannot give:
   # ask the cluster first (seconds; exit 3 when too few). Inside a Ray job the preflight job has asked already.
   # FP8SPEC_SKIP_RAY_CPU_CHECK=1 skips it (a cluster that grows its CPUs on demand).
@@ -35,6 +46,8 @@ else
     python3 "$here/preflight_cpus.py" || exit $?
   fi
 fi
+# The driver imports the patch set too (verl imports fp8spec.runtime in every process).
+export PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}"
 
 exec python3 -m verl.trainer.main_ppo \
   "actor_rollout_ref.model.path='/tmp/fp8spec-rl/model'" \

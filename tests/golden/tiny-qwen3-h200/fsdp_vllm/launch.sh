@@ -20,7 +20,7 @@ die() { echo "launch.sh: $*" >&2; exit 2; }
 
 ray_init=()
 if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
-  want=direct_sync,kv_scales
+  want=direct_sync,kv_scales,replay_poll
   [[ ${FP8SPEC_RUNTIME_PATCHES-} == "$want" ]] \
     || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   want=fp8spec.runtime
@@ -33,13 +33,13 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   [[ ${VLLM_USE_DEEP_GEMM_E8M0-} == "$want" ]] \
     || die "the Ray job sets VLLM_USE_DEEP_GEMM_E8M0='${VLLM_USE_DEEP_GEMM_E8M0-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
-  export FP8SPEC_RUNTIME_PATCHES=direct_sync,kv_scales
+  export FP8SPEC_RUNTIME_PATCHES=direct_sync,kv_scales,replay_poll
   export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
   export VLLM_USE_DEEP_GEMM=0
   export VLLM_USE_DEEP_GEMM_E8M0=0
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM_E8M0='0'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VLLM_USE_DEEP_GEMM='0'")
-  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='direct_sync,kv_scales'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='direct_sync,kv_scales,replay_poll'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   spec_wd=.
   wd=$(cd "$here" && cd -- "$spec_wd" 2>/dev/null && pwd -P) \

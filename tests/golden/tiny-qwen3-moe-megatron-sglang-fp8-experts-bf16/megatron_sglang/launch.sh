@@ -23,7 +23,7 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
   want=experts
   [[ ${FP8SPEC_BF16_MODULES-} == "$want" ]] \
     || die "the Ray job sets FP8SPEC_BF16_MODULES='${FP8SPEC_BF16_MODULES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
-  want=mbridge_compat,module_precision,te_extra_state_compat,te_report
+  want=mbridge_compat,module_precision,replay_poll,te_extra_state_compat,te_report
   [[ ${FP8SPEC_RUNTIME_PATCHES-} == "$want" ]] \
     || die "the Ray job sets FP8SPEC_RUNTIME_PATCHES='${FP8SPEC_RUNTIME_PATCHES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
   want=1
@@ -34,11 +34,11 @@ if [[ -n ${RAY_JOB_CONFIG_JSON_ENV_VAR:-} ]]; then
     || die "the Ray job sets VERL_USE_EXTERNAL_MODULES='${VERL_USE_EXTERNAL_MODULES-(unset)}', this bundle needs $want: submit it with --runtime-env runtime_env.yaml (bash submit.sh does)"
 else
   export FP8SPEC_BF16_MODULES=experts
-  export FP8SPEC_RUNTIME_PATCHES=mbridge_compat,module_precision,te_extra_state_compat,te_report
+  export FP8SPEC_RUNTIME_PATCHES=mbridge_compat,module_precision,replay_poll,te_extra_state_compat,te_report
   export NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
   export VERL_USE_EXTERNAL_MODULES=fp8spec.runtime
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES='1'")
-  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='mbridge_compat,module_precision,te_extra_state_compat,te_report'")
+  ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_RUNTIME_PATCHES='mbridge_compat,module_precision,replay_poll,te_extra_state_compat,te_report'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.FP8SPEC_BF16_MODULES='experts'")
   ray_init+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES='fp8spec.runtime'")
   spec_wd=.
