@@ -29,7 +29,9 @@ def test_text_report_of_the_4b_run_compares_kv_capacity_with_the_plan():
     assert "finished 3 of 3 steps" in out and "patches direct_sync, kv_scales; weight sync direct_sync" in out
     assert "KV cache: 1,351,808 tokens" in out and "1,354,656 planned, 99.8% of plan" in out
     assert "expected +39% to +44% over BF16" in out
-    assert out.rstrip().endswith("0 error(s), 0 warning(s)")
+    # the run predates replay_poll: verl's 2 s poll rounded its generation times
+    assert "warning RPT034 generation ended 0.09-0.13 s past a multiple of 2 s" in out
+    assert out.rstrip().endswith("0 error(s), 1 warning(s)")
 
 
 def test_json_report_is_one_document_with_the_table_and_comparison():
@@ -39,7 +41,7 @@ def test_json_report_is_one_document_with_the_table_and_comparison():
     assert [s["step"] for s in data["steps"]] == [1, 2, 3]
     assert data["comparison"]["kv_cache_tokens"]["planned"] == 1_354_656
     assert data["comparison"]["kv_cache_tokens"]["measured"] == 1_351_808
-    assert data["verdicts"] == [] and data["summary"] == {"errors": 0, "warnings": 0}
+    assert [v["code"] for v in data["verdicts"]] == ["RPT034"] and data["summary"] == {"errors": 0, "warnings": 1}
 
 
 def test_the_same_run_gives_the_same_bytes():
@@ -51,7 +53,7 @@ def test_an_error_verdict_exits_1_and_json_lists_it():
     proc = run_cli_here("report", str(DATA / "megatron-te"), "-f", "json")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
-    assert [v["code"] for v in data["verdicts"]] == ["RPT020"] and data["summary"]["errors"] == 1
+    assert [v["code"] for v in data["verdicts"]] == ["RPT020", "RPT034"] and data["summary"]["errors"] == 1
 
 
 @pytest.mark.parametrize(
@@ -137,7 +139,7 @@ def test_a_zip_of_the_run_reads_the_same(tmp_path):
         zf.writestr(link, "/etc/passwd")
     data = json.loads(run_cli_here("report", str(archive), "-f", "json").stdout)
     assert [s["step"] for s in data["steps"]] == [1, 2, 3]
-    assert [v["message"] for v in data["verdicts"]] == [
+    assert [v["message"] for v in data["verdicts"] if v["code"] == "RPT022"] == [
         "skipped: a path with '..'",
         "skipped: a symbolic link",
     ]
@@ -235,7 +237,7 @@ def test_a_folder_without_logs_is_exit_2_and_a_linked_log_is_skipped(tmp_path):
     os.symlink(secret, run / "worker-1.out")
     data = json.loads(run_cli_here("report", str(run), "-f", "json").stdout)
     assert data["steps"][0]["gen_s"] == pytest.approx(10.091228711000042)
-    assert [v["message"] for v in data["verdicts"]] == [
+    assert [v["message"] for v in data["verdicts"] if v["code"] == "RPT022"] == [
         "skipped: a symbolic link (only regular files are read)"
     ]
 

@@ -122,6 +122,10 @@ CASES = {
         lambda t: _4b_syncs(t, 3.0, spec=SPEC_4B),
         lambda t: _4b_syncs(t, spec=SPEC_4B),
     ),
+    "RPT034": (
+        lambda t: _4b(t),  # 10.09, 10.12, 8.13 s: each just past an even second
+        lambda t: _4b(t, runs.set_metric("timing_s/gen", lambda s, v: v + 1.0)),
+    ),
     "RPT032": (
         lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.1)),  # FP8 only 10 % faster: below +39 %
         lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.5)),  # 50 % faster

@@ -154,3 +154,41 @@ def generation_below(ctx: Context) -> Found:
                 + (f"; {ctx.plan.gain_caveat}" if ctx.plan.gain_caveat else "")
             ),
         )
+
+
+@verdict(
+    "RPT034",
+    "generation-rounded-by-poll",
+    "warning",
+    "Every step's generation ended just after a multiple of 2 s: verl's loop waited for its next poll.",
+    """verl's sync trainer (the default) times generation around its replay buffer's sample, which sleeps 2 s
+    between looks for finished rollouts, so each step loses the time from the engine's last token to the next
+    look: up to 2 s, 1 s on average, whatever the rollout's speed. An FP8 rollout gain smaller than that
+    disappears from the step, and a tiny model's generation reads 2 s however fast it is. The runtime patch
+    replay_poll (every bundle fp8spec compiles for verl) looks every 0.1 s and logs one line; a run without that
+    line whose generation times all end within 0.15 s past a multiple of 2 s was rounded. Limit:
+    fp8spec/data/report_thresholds.yaml (poll_rounding).""",
+    "launch the bundle fp8spec compiled (FP8SPEC_RUNTIME_PATCHES includes replay_poll); for an older bundle, add "
+    "replay_poll to FP8SPEC_RUNTIME_PATCHES in its runtime env",
+    example=(
+        "the real 4B run (2026-12-03)",
+        "generation ended 0.09-0.13 s past a multiple of 2 s in all 3 steps (10.09, 10.12, 8.13 s): verl's "
+        "replay buffer looked for finished rollouts every 2 s",
+        "the real 4B run with each generation time 1 s longer, as an unrounded loop would give",
+    ),
+)
+def generation_rounded_by_poll(ctx: Context) -> Found:
+    limits = thresholds()["poll_rounding"]
+    if ctx.run.of("replay_poll"):
+        return
+    period, near = float(limits["period_s"]), float(limits["max_distance_s"])
+    rows = [r for r in ctx.rows if r.gen_s is not None]
+    past = [r.gen_s % period for r in rows if r.gen_s is not None]
+    if len(rows) < int(limits["min_steps"]) or not all(p <= near for p in past):
+        return
+    times = ", ".join(f"{r.gen_s:.2f}" for r in rows)
+    yield (
+        rows[-1].where,
+        f"generation ended {min(past):.2f}-{max(past):.2f} s past a multiple of {period:g} s in all {len(rows)} "
+        f"steps ({times} s): verl's replay buffer looked for finished rollouts every {period:g} s",
+    )
