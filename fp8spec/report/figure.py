@@ -1,5 +1,6 @@
 """The report's pictures: each step's phases as stacked bars and the mismatch KL over the steps; with a baseline,
-two more bars: the baseline's and this run's mean step over their steady steps, split the same way. SVG is written
+two more bars: the baseline's and this run's mean step over their steady steps, split the same way; for several
+runs (one spec's variants), one such mean-step bar each. SVG is written
 as plain text (no plotting library, the same bytes for the same run); PNG needs matplotlib (the plot extra)."""
 
 from __future__ import annotations
@@ -72,6 +73,29 @@ def report_svg(rows: list[Row], title: str, baseline: Optional[list[Row]] = None
     ]
     out += _bars(rows, _columns(rows, baseline), TOP + 10)
     out += _kl(rows, TOP + PANEL + 90)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def variants_svg(runs: list[tuple[str, list[Row]]], title: str) -> str:
+    """One bar per run: its mean step over its steady steps, split by phase (runs of one spec's variants side by
+    side). The bar's labels carry each phase's seconds."""
+    columns: list[Optional[Column]] = []
+    for name, rows in runs:
+        m = phase_means(rows)
+        if m:
+            label = f"{name} ({m['step']:.1f} s)"
+            columns.append(
+                (label, f"{name}, mean step", [(lb, COLOURS[lb], m[lb]) for lb, _ in split(rows[0])])
+            )
+    height = TOP + PANEL + 50
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" viewBox="0 0 {W} {height}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{W}" height="{height}" fill="white"/>',
+        f'<text x="{W / 2:.0f}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
+    ]
+    out += _bars([r for _, rows in runs for r in rows], columns, TOP + 10)
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
