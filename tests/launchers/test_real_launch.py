@@ -211,6 +211,10 @@ def test_example_bundle_launches_through_ray_job(example, ray_head, tmp_path):
     # 2. the training job ran launch.sh -> verl main_ppo and stopped exactly at the GPU request
     assert proc.returncode != 0
     assert_stopped_at_the_gpu_request(output, expected)
+    # every verl bundle activates replay_poll, and verl's trainer builds its replay buffer before it asks Ray for
+    # GPUs: the patch ran on verl's own class in the TaskRunner
+    assert "replay_poll" in expected["runtime"]["patches"]
+    assert "fp8spec replay_poll: verl's sync replay buffer looks for finished rollouts every 0.1 s" in output
     ids = job_statuses(ray_head)
     base = expected["submission_id"] + "-launch"
     assert ids[base + "-preflight"] == "SUCCEEDED" and ids[base] == "FAILED"
