@@ -273,8 +273,8 @@ def test_launch_sh_refuses_a_job_without_the_bundle_env(ray_head, bundle_8b, bun
                           timeout=240)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert ("launch.sh: the Ray job sets FP8SPEC_RUNTIME_PATCHES='(unset)', this bundle needs fast_block_quant,kv_scales: "
-            "submit it "
+    assert ("launch.sh: the Ray job sets FP8SPEC_RUNTIME_PATCHES='(unset)', this bundle needs "
+            "fast_block_quant,kv_scales,replay_poll: submit it "
             "with --runtime-env runtime_env.yaml (bash submit.sh does)") in output
     assert "verl.trainer.main_ppo" not in output and "validate_config" not in output
     shutil.rmtree(bundle)

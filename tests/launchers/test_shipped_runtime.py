@@ -86,7 +86,8 @@ def test_worker_without_fp8spec_imports_the_shipped_copy(ray_head, bundle_8b, bu
     assert facts["python"] == str(venv_without_fp8spec) and facts["installed"] is None
     assert "/runtime_resources/py_modules_files/" in facts["file"] and facts["file"].endswith(
         "/fp8spec/runtime/__init__.py")
-    patches = runtime_env["env_vars"]["FP8SPEC_RUNTIME_PATCHES"]  # the bundle's own: fast_block_quant,kv_scales
+    # the bundle's own: fast_block_quant,kv_scales,replay_poll
+    patches = runtime_env["env_vars"]["FP8SPEC_RUNTIME_PATCHES"]
     assert facts["env"] == patches and facts["active"] == sorted(patches.split(","))
     # a process the worker starts (as vLLM starts its workers) inherits the path and imports the same copy
     assert facts["child"] == f"{facts['file']} {patches}", facts["child_err"]
