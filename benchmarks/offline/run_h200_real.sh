@@ -124,6 +124,7 @@ case $step in
       mapfile -t -O "${#extra[@]}" extra < <(grep -v -E '^\s*(#|$)' benchmarks/rl_real/sync_run_overrides.txt)
     fi
     sample_gpus "$dir" &
+    python3 -m benchmarks.rl_real.sample_cpu "$dir" &  # host CPU of Ray's and vLLM's processes (cpu-procs.csv)
     start=$(date +%s)
     python3 -m ray.scripts.scripts start --head --node-ip-address=127.0.0.1 --port="$p" \
       --ray-client-server-port=$((p + 1)) --dashboard-agent-listen-port=$((p + 2)) \

@@ -167,6 +167,35 @@ def busy_during(folder: Path, windows: list[tuple[float, float]]) -> list[float 
     return out
 
 
+def cpu_during(folder: Path, windows: list[tuple[float, float]], top: int = 4) -> list[dict[str, float]]:
+    """Each window's busiest processes by name (sample_cpu.py's cpu-procs.csv): CPU % over the window, the CPU
+    seconds between each process's last sample before it and its last inside it. A process near 100 % holds
+    the GPU back; processes of one name are summed (vLLM's workers, Ray's workers)."""
+    path = folder / "cpu-procs.csv"
+    rows = []
+    if path.exists():
+        for row in csv.reader(path.open(encoding="utf-8")):
+            if len(row) == 4:
+                rows.append((float(row[0]), int(row[1]), row[2], float(row[3])))
+    out: list[dict[str, float]] = []
+    for a, b in windows:
+        before: dict[int, float] = {}  # each process's CPU seconds at its last sample up to the window's start
+        first: dict[int, float] = {}  # ... at its first sample inside (a process started inside the window)
+        last: dict[int, tuple[str, float]] = {}
+        for t, pid, name, cpu in rows:
+            if t <= a:
+                before[pid] = cpu
+            elif t <= b:
+                first.setdefault(pid, cpu)
+                last[pid] = (name, cpu)
+        by_name: dict[str, float] = {}
+        for pid, (name, cpu) in last.items():
+            by_name[name] = by_name.get(name, 0.0) + cpu - before.get(pid, first[pid])
+        busiest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+        out.append({name: round(100 * used / (b - a), 1) for name, used in busiest if b > a})
+    return out
+
+
 def read(paths: list[Path]) -> dict:
     """{bundle: {"rl": {...}, "bare": [...]}} from rl-*/bare-* archives or folders."""
     runs: dict[str, dict] = {}
@@ -205,6 +234,7 @@ def read(paths: list[Path]) -> dict:
             first = _first_sample(folder)
             windows = generation_windows(ANSI.sub("", text), first.year) if first else []
             run["generation_gpu_busy_pct"] = busy_during(folder, windows)
+            run["generation_cpu_pct"] = cpu_during(folder, windows)
             runs.setdefault(bundle, {})["rl"] = run
     return runs
 
@@ -253,6 +283,8 @@ def compare(bundle: str, entry: dict, predictions: dict) -> dict:
         out["preempted_per_request"] = [m.get("timing_s/agent_loop/num_preempted/mean") for m in steps.values()]
         if any(v is not None for v in rl.get("generation_gpu_busy_pct") or []):
             out["generation_gpu_busy_pct"] = rl["generation_gpu_busy_pct"]
+        if any(rl.get("generation_cpu_pct") or []):
+            out["generation_cpu_pct"] = rl["generation_cpu_pct"]
     if pred:
         out["plan"] = {k: pred[k] for k in ("kv_cache_tokens", "trainer_peak_gib", "preempts")}
         kv = out.get("loop_kv_cache_tokens") or out.get("bare_kv_cache_tokens")
