@@ -36,11 +36,12 @@ def read_procs(proc: Path = Path("/proc")) -> dict[int, tuple[str, float]]:
 
 
 def sample(folder: Path, period_s: float = 1.0, rounds: int = 0) -> None:
-    """Append the busy processes' CPU seconds every ``period_s`` until folder/DONE (or ``rounds`` samples)."""
+    """Append the busy processes' CPU seconds every ``period_s`` until folder/DONE (or ``rounds`` samples, or the
+    folder is gone: rl-wait archives and removes it)."""
     seen: dict[int, float] = {}
     done = 0
     with (folder / "cpu-procs.csv").open("a", encoding="utf-8") as out:
-        while not (folder / "DONE").exists() and (rounds == 0 or done < rounds):
+        while folder.is_dir() and not (folder / "DONE").exists() and (rounds == 0 or done < rounds):
             now = time.time()
             for pid, (name, cpu) in sorted(read_procs().items()):
                 if cpu != seen.get(pid):
