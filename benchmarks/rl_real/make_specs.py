@@ -11,6 +11,7 @@ committed specs against it).
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import sys
 from pathlib import Path
@@ -54,7 +55,7 @@ def _fill(node: Any, name: str) -> Any:
 
 def spec_names() -> list[str]:
     table = YAML(typ="safe").load((HERE / "variants.yaml").read_text(encoding="utf-8"))
-    return [f"real-{s}-{v}" for s, fields in table["sets"].items() for v in _variants(table, fields)]
+    return [f"real-{s}-{v}" for s, fields in _sets(table).items() for v in _variants(table, fields)]
 
 
 def _variants(table: dict, set_fields: dict | None) -> dict:
@@ -62,11 +63,42 @@ def _variants(table: dict, set_fields: dict | None) -> dict:
     return (set_fields or {}).get("variants") or table["variants"]
 
 
+def _overlay(under: dict, over: dict) -> dict:
+    """`over` merged onto a copy of `under`; unlike _merge a null is kept, so it still removes the field from
+    base.yaml when the spec is made."""
+    out = copy.deepcopy(under)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _overlay(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _sets(table: dict) -> dict[str, dict]:
+    """Every set's fields with `extends` resolved: the named set's fields (its variants included), then the
+    set's own merged over them, so a set that differs from another in one field says only that field."""
+    raw = table["sets"]
+
+    def resolve(name: str, seen: tuple[str, ...]) -> dict:
+        if name in seen:
+            raise SystemExit(f"make_specs: sets extend each other in a loop: {' -> '.join((*seen, name))}")
+        own = dict(raw[name] or {})
+        parent = own.pop("extends", None)
+        if parent is None:
+            return own
+        if parent not in raw:
+            raise SystemExit(f"make_specs: set {name} extends {parent}, which variants.yaml does not define")
+        return _overlay(resolve(parent, (*seen, name)), own)
+
+    return {name: resolve(name, ()) for name in raw}
+
+
 def render() -> dict[str, str]:
     """{file name: spec text} for every set x variant."""
     table = YAML(typ="safe").load((HERE / "variants.yaml").read_text(encoding="utf-8"))
     out = {}
-    for set_name, set_fields in table["sets"].items():
+    for set_name, set_fields in _sets(table).items():
         for variant, fields in _variants(table, set_fields).items():
             name = f"real-{set_name}-{variant}"
             y = _yaml()

@@ -1,4 +1,4 @@
-"""Shared fixtures of the real-size RL preparation tests: the ten compiled bundles, the small-shape assets."""
+"""Shared fixtures of the real-size RL preparation tests: every compiled bundle, the small-shape assets."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ def _flat(node, prefix=""):
 DENSE_SETS = ("4b-h200", "4b-h200-long", "8b-h200x2")
 LONG_PREEMPTING = ("real-4b-h200-long-bf16", "real-4b-h200-long-fp8")
 MOE_VARIANTS = ("bf16", "fp8-rollout", "fp8-e2e", "fp8-experts-bf16")
+MOE_SETS = ("moe9l-h200", "moe9l-h200-packed")
 
 
 def _differ(a: dict, b: dict) -> list[str]:
@@ -45,7 +46,7 @@ NAME_ONLY = ["name", "trainer.checkpoint_dir"]
 def test_specs_are_base_plus_their_fields_and_nothing_else():
     assert [p.name for p in SPECS] == sorted(
         [f"real-{s}-{v}.yaml" for s in DENSE_SETS for v in ("bf16", "fp8", "fp8kv")]
-        + [f"real-moe9l-h200-{v}.yaml" for v in MOE_VARIANTS]
+        + [f"real-{s}-{v}.yaml" for s in MOE_SETS for v in MOE_VARIANTS]
     )
     assert _run(str(HERE / "make_specs.py"), "--check").returncode == 0
     specs = {p.stem: _flat(YAML(typ="safe").load(p.read_text(encoding="utf-8"))) for p in SPECS}
@@ -90,6 +91,56 @@ def test_moe_variants_differ_only_in_their_precision_fields():
     assert all(s["training.backend"] == "megatron" and "training.gradient_checkpointing" not in s
                for s in specs.values())
     assert bf16["algorithm.train_batch_size"] * bf16["rollout.n"] >= 128 and bf16["rollout.max_response_length"] >= 2048
+
+
+def _spec(name: str) -> dict:
+    return _flat(YAML(typ="safe").load((HERE / "specs" / f"{name}.yaml").read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("variant", MOE_VARIANTS)
+def test_the_packed_moe_set_differs_only_in_the_update_budget(variant):
+    """Each packed variant is its one-sequence twin with a 6,144-token update budget; the log-prob passes follow
+    it (the compiled overrides), and the plan still fits every variant with the engine's share unchanged."""
+    one, packed = _spec(f"real-moe9l-h200-{variant}"), _spec(f"real-moe9l-h200-packed-{variant}")
+    assert _differ(one, packed) == sorted([*NAME_ONLY, "algorithm.ppo_max_token_len_per_gpu"])
+    assert packed["algorithm.ppo_max_token_len_per_gpu"] == 6144 == 2 * (
+        one["rollout.max_prompt_length"] + one["rollout.max_response_length"])
+    preds = json.loads((HERE / "plan_predictions.json").read_text(encoding="utf-8"))["specs"]
+    p_one, p_packed = preds[f"real-moe9l-h200-{variant}"], preds[f"real-moe9l-h200-packed-{variant}"]
+    # packing raises the training peak, not what stays beside the engine, so the engine's share still fits
+    assert p_packed["trainer_peak_gib"] > p_one["trainer_peak_gib"]
+    assert p_packed["trainer_resident_during_rollout_gib"] == p_one["trainer_resident_during_rollout_gib"]
+    assert p_packed["kv_cache_tokens"] == p_one["kv_cache_tokens"]
+
+
+def test_the_packed_bundles_compile_the_budget_into_every_pass(bundles):
+    for variant in MOE_VARIANTS:
+        text = (bundles / f"real-moe9l-h200-packed-{variant}" / "overrides.yaml").read_text(encoding="utf-8")
+        for key in ("actor.ppo_max_token_len_per_gpu", "rollout.log_prob_max_token_len_per_gpu",
+                    "ref.log_prob_max_token_len_per_gpu"):
+            assert f'"actor_rollout_ref.{key}=6144"' in text, (variant, key)
+        assert '"actor_rollout_ref.actor.use_dynamic_bsz=true"' in text
+
+
+def test_a_set_extends_another_by_its_differing_fields_only():
+    from benchmarks.rl_real.make_specs import _sets
+
+    table = {"sets": {
+        "a": {"model": {"name": "m", "path": "/p"}, "training": {"gradient_checkpointing": None},
+              "variants": {"x": {"linear": {"quantize": False}}}},
+        "b": {"extends": "a", "model": {"path": "/q"}, "rollout": {"n": 4}},
+        "c": {"extends": "b", "variants": {"y": {"linear": {"quantize": True}}}},
+    }}
+    sets = _sets(table)
+    assert sets["b"]["model"] == {"name": "m", "path": "/q"} and sets["b"]["rollout"] == {"n": 4}
+    # a parent's null still removes the field from base.yaml in the child's specs
+    assert sets["b"]["training"] == {"gradient_checkpointing": None}
+    assert sorted(sets["c"]["variants"]) == ["x", "y"] and "extends" not in sets["c"]
+    assert table["sets"]["a"]["model"]["path"] == "/p"  # the parent's table is left as it was
+    with pytest.raises(SystemExit, match="loop: a -> b -> a"):
+        _sets({"sets": {"a": {"extends": "b"}, "b": {"extends": "a"}}})
+    with pytest.raises(SystemExit, match="extends nope, which variants.yaml does not define"):
+        _sets({"sets": {"a": {"extends": "nope"}}})
 
 
 def test_model_configs_are_the_catalogs_shapes():
