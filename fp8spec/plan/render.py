@@ -100,6 +100,9 @@ def _trainer_json(t) -> dict | None:
         "logits": b(t.logits),
         "transient": b(t.transient),
         "optimizer_step": b(t.optimizer_step),
+        "log_prob_pass": b(t.log_prob_pass),
+        "log_prob_micro_batch_tokens": q(t.log_prob_tokens, "tokens", "exact"),
+        "peak_phase": t.peak_phase,
         "cuda_context": b(t.context),
         "peak": b(t.peak),
         "resident_during_rollout": b(t.resident_during_rollout),
@@ -394,6 +397,9 @@ def render_text(plan: MemoryPlan) -> str:
             ("training peak incl. CUDA context", "peak"),
             ("kept during rollout", "resident_during_rollout"),
         ]
+        if any(c.peak_phase == "old log-prob" for c in cols):  # shown where it sets the peak
+            at = ("old log-prob pass (estimate)", "log_prob_pass")
+            items.insert(items.index(("training peak incl. CUDA context", "peak")), at)
         for name, attr in items:
             values = [getattr(c, attr) for c in cols]
             if any(values) or attr in ("params", "state", "peak"):

@@ -14,6 +14,10 @@ flash attention: no s^2 term; the MLP term taken at the model's own gated-MLP / 
 linear inputs saved in one byte), divided by TP under sequence parallelism; with full recomputation only
 each layer's input (2h bytes) is kept plus one layer being recomputed. Logits: bf16 logits, fp32
 log-probabilities and the bf16 logit gradient of one micro-batch (8 bytes per token and vocab entry / TP).
+The old-log-prob pass runs at its own token budget (log_prob_max_token_len_per_gpu) without gradients: its
+micro-batch's logits with the entropy's and log-probs' temporaries (memory.log_prob_pass_logit_bytes: 4 bytes
+per token and vocab entry on FSDP, 8 on Megatron) plus one layer's activations; with a budget above the
+update's it can decide the peak.
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ class TrainerMemory:
     )
     micro_batch_tokens: int = 0  # tokens of the longest micro-batch (activations and logits scale with it)
     optimizer_step: int = 0  # temporaries of the optimizer step beside the state (foreach AdamW's sqrt list)
+    log_prob_pass: int = 0  # what the old-log-prob pass holds beside the state (no gradients, its own budget)
+    log_prob_tokens: int = 0  # tokens of its longest micro-batch
     # measured: allocator segments and library workspaces the process keeps beyond its state and context
     resident_extra: int = 0
 
@@ -134,8 +140,16 @@ class TrainerMemory:
     def peak(self) -> int:
         """Training peak: the whole state (verl loads offloaded state back for the whole training pass,
         verl/workers/engine/base.py:300-335) plus the larger of a micro-batch's activations, logits and gather
-        buffers and the optimizer step's temporaries, plus the CUDA context."""
-        return self.state + max(self.pass_transients, self.optimizer_step) + self.context
+        buffers, the optimizer step's temporaries and the old-log-prob pass, plus the CUDA context."""
+        return self.state + max(self.pass_transients, self.optimizer_step, self.log_prob_pass) + self.context
+
+    @property
+    def peak_phase(self) -> str:
+        """Which phase sets the peak: "update", "optimizer step" or "old log-prob"."""
+        top = max(self.pass_transients, self.optimizer_step, self.log_prob_pass)
+        if top == self.pass_transients:
+            return "update"
+        return "optimizer step" if top == self.optimizer_step else "old log-prob"
 
     @property
     def pass_transients(self) -> int:
@@ -198,6 +212,25 @@ def _micro_batch_tokens(ctx: ResolvedSpec) -> int:
     return b.ppo_micro_batch_size_per_gpu * b.sequence_tokens
 
 
+def _log_prob_tokens(ctx: ResolvedSpec) -> int:
+    """Tokens of the longest micro-batch of the old-log-prob pass (its own budget or micro-batch size)."""
+    b = ctx.batching
+    if b.dynamic:
+        return max(b.log_prob_max_token_len_per_gpu, b.sequence_tokens)
+    return b.log_prob_micro_batch_size_per_gpu * b.sequence_tokens
+
+
+def _log_prob_pass(
+    verl, backend: str, model, tokens: int, per_layer_act: int, *, tp=1, cp=1, shard=1, last=True, transient=0
+) -> int:
+    """The old-log-prob pass beside the state: one micro-batch's logits, entropy and log-prob temporaries where
+    the stage holds the output layer (sharded like the update's; memory.log_prob_pass_logit_bytes), one layer's
+    activations, no gradients; FSDP's gather buffers too."""
+    per_entry = verl.value("memory.log_prob_pass_logit_bytes")[backend]
+    logits = _cdiv(tokens, cp) * _cdiv(model.vocab_size, tp) * per_entry if last else 0
+    return logits + _cdiv(tokens, shard) * per_layer_act + transient
+
+
 def _stage_layers(spec, layers: int, pp: int) -> list[int]:
     """Decoder layers per pipeline stage: uneven first/last stages when the spec gives them (the spec's
     field names, read defensively), otherwise Megatron's even split."""
@@ -233,12 +266,25 @@ def trainer_memory(ctx: ResolvedSpec, precision: str | None = None) -> TrainerMe
     fp8 = (precision or spec.training.precision) == "fp8" and trainer.fp8_training
     context = int(estimate("trainer", "cuda_context_bytes"))
     per_layer_act = _layer_bytes_per_token(model, fp8)
+    lp_tokens = _log_prob_tokens(ctx)
     if not trainer.parallel_layout:  # FSDP's memory model: data-parallel shards of the whole model
-        memory = _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context)
+        memory = _fsdp(spec, model, verl, split, world, (tokens, lp_tokens), per_layer_act, offload, context)
     else:
-        memory = _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context)
+        memory = _megatron(ctx, split, world, (tokens, lp_tokens), per_layer_act, fp8, offload, context)
     extra = int(estimate("trainer", "resident_beyond_state_bytes").get(spec.training.backend, 0))
-    return replace(memory, micro_batch_tokens=tokens, resident_extra=extra)
+    memory = replace(memory, micro_batch_tokens=tokens, resident_extra=extra)
+    if memory.peak_phase == "old log-prob":
+        memory = replace(
+            memory,
+            notes=memory.notes
+            + (
+                f"the old-log-prob pass sets the training peak: {lp_tokens:,}-token micro-batches "
+                f"(algorithm.log_prob_max_token_len_per_gpu or log_prob_micro_batch_size_per_gpu) against the "
+                f"update's {tokens:,}; their logits, entropy and log-prob temporaries exceed what the update's "
+                "micro-batch holds",
+            ),
+        )
+    return memory
 
 
 def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:
@@ -250,7 +296,8 @@ def trainer_precisions(ctx: ResolvedSpec) -> list[TrainerMemory]:
     return [own, other]
 
 
-def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, context) -> TrainerMemory:
+def _fsdp(spec, model, verl, split, world, passes, per_layer_act, offload, context) -> TrainerMemory:
+    tokens, lp_tokens = passes  # the update's and the old-log-prob pass's micro-batch tokens
     f = verl.value("memory.fsdp_state")
     params = split.total
     per_gpu = _cdiv(params, world)
@@ -285,6 +332,8 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
         ("FSDP shards parameters, gradients and optimizer state over all GPUs (fsdp_size -1)",),
         checkpoint_bytes_per_param=_checkpoint_bytes_per_param(verl, f),
         optimizer_step=per_gpu * f.get("optimizer_step_bytes", 0),
+        log_prob_pass=_log_prob_pass(verl, "fsdp", model, lp_tokens, per_layer_act, transient=transient),
+        log_prob_tokens=lp_tokens,
     )
     source = "verl's default" if chosen is None else "training.gradient_checkpointing"
     other = replace(memory, activations=acts_by_checkpointing[not checkpointing])
@@ -302,7 +351,8 @@ def _fsdp(spec, model, verl, split, world, tokens, per_layer_act, offload, conte
     return replace(memory, notes=memory.notes + (note,))
 
 
-def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -> TrainerMemory:
+def _megatron(ctx, split, world, passes, per_layer_act, fp8, offload, context) -> TrainerMemory:
+    tokens, lp_tokens = passes  # the update's and the old-log-prob pass's micro-batch tokens
     spec, model = ctx.spec, ctx.model
     m = ctx.profile("verl").value("memory.megatron_state")
     p = spec.training.parallel
@@ -396,6 +446,18 @@ def _megatron(ctx, split, world, tokens, per_layer_act, fp8, offload, context) -
             "micro-batch(es) of activations in flight on the busiest pipeline stage (1F1B)",
         ),
         checkpoint_bytes_per_param=_checkpoint_bytes_per_param(ctx.profile("verl"), m),
+        log_prob_pass=_log_prob_pass(
+            ctx.profile("verl"),
+            "megatron",
+            model,
+            lp_tokens,
+            per_layer_act,
+            tp=tp,
+            cp=cp,
+            shard=shard,
+            last=stage == pp - 1,
+        ),
+        log_prob_tokens=lp_tokens,
     )
 
 

@@ -150,11 +150,14 @@ def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     """Besides its state the trainer holds one micro-batch's activations (bf16 layer tensors per token, after
     Korthikanti et al. 2022, divided by TP under sequence parallelism, kept only at layer inputs with verl
     FSDP's gradient checkpointing) and its logits (bf16 logits, fp32 log-probabilities and the logit
-    gradient: 8 bytes per token and vocabulary entry), FSDP's gather buffers and the CUDA context; the message
-    names every term and they sum to the peak. These are estimates, so within the margin of MEM006 this is a
-    warning.""",
-    "lower the micro-batch (or dynamic-batching token budget), shorten rollout.max_response_length, or shard "
-    "activations further (Megatron: a larger training.parallel.tp, pp or cp)",
+    gradient: 8 bytes per token and vocabulary entry), FSDP's gather buffers and the CUDA context; or, where
+    larger, the optimizer step's temporaries, or the old-log-prob pass at its own token budget (no gradients,
+    but a micro-batch's logits with the entropy's and log-probs' temporaries: backends/verl
+    memory.log_prob_pass_logit_bytes). The message names every term and they sum to the peak. These are
+    estimates, so within the margin of MEM006 this is a warning.""",
+    "lower the micro-batch (or dynamic-batching token budget; where the old-log-prob pass sets the peak, its "
+    "own budget), shorten rollout.max_response_length, or shard activations further (Megatron: a larger "
+    "training.parallel.tp, pp or cp)",
     # two 22,528-token micro-batch rows: 86.6 GiB on a 79.2 GiB H100, within MEM006's 10 % margin
     skip_when=no_memory_plan,
     examples=Examples(
@@ -164,7 +167,7 @@ def heavy_preemption(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
-    from fp8spec.plan.feasibility import trainer_activations, trainer_peak_far_beyond
+    from fp8spec.plan.training_peak import trainer_activations, trainer_peak_far_beyond
 
     def within_margin(plan):  # beyond the margin MEM006 reports it, as an error
         far = trainer_peak_far_beyond(plan)
@@ -195,7 +198,7 @@ def trainer_activations_exceed_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
     ),
 )
 def trainer_peak_far_beyond_gpu(ctx: ResolvedSpec) -> Iterator[Finding]:
-    from fp8spec.plan.feasibility import trainer_peak_far_beyond
+    from fp8spec.plan.training_peak import trainer_peak_far_beyond
 
     yield from _check(ctx, trainer_peak_far_beyond)
 

@@ -57,6 +57,8 @@ class AlgorithmSection(Section):
     log_prob_max_token_len_per_gpu: Optional[PositiveCount] = Field(
         None,
         description="Token budget per GPU of the old-log-prob pass (rollout.log_prob_max_token_len_per_gpu). "
+        "No gradients, but a micro-batch's full logits with the entropy's and log-probs' temporaries: `fp8spec "
+        "plan` counts them, and above the update's budget they can set the training peak (MEM005). "
         "Default: ppo_max_token_len_per_gpu.",
     )
     ref_log_prob_max_token_len_per_gpu: Optional[PositiveCount] = Field(

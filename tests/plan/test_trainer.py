@@ -170,3 +170,41 @@ def test_gradient_checkpointing_compiles_to_verls_key_and_composes(validate):
     default = files_of()
     assert "enable_gradient_checkpointing" not in default["overrides.yaml"]  # verl's own default stands
     assert compose(overrides_of(default)).actor_rollout_ref.model.enable_gradient_checkpointing is True
+
+
+def test_the_old_log_prob_pass_is_planned_at_its_own_budget(plan_of):
+    """verl runs the old-log-prob pass (with entropy) at log_prob_max_token_len_per_gpu: its logits and
+    temporaries (memory.log_prob_pass_logit_bytes) and one layer's activations, without gradients."""
+    from fp8spec.plan.trainer import _layer_bytes_per_token
+
+    same = plan_of()
+    t = same.trainer
+    tokens = t.micro_batch_tokens
+    assert t.log_prob_tokens == tokens  # the budget defaults to the update's
+    per_layer = _layer_bytes_per_token(same.model, False)
+    assert t.log_prob_pass == tokens * same.model.vocab_size * 4 + tokens * per_layer + t.transient
+    assert t.peak_phase != "old log-prob" and not [n for n in t.notes if "old-log-prob pass" in n]
+    big = plan_of({"algorithm": {"log_prob_max_token_len_per_gpu": 16 * tokens}}).trainer
+    assert big.log_prob_tokens == 16 * tokens and big.peak_phase == "old log-prob"
+    assert big.peak == big.state + big.log_prob_pass + big.context > t.peak
+    assert big.pass_transients == t.pass_transients  # the update is unchanged
+    note = next(n for n in big.notes if "the old-log-prob pass sets the training peak" in n)
+    assert f"{16 * tokens:,}-token micro-batches" in note and f"update's {tokens:,}" in note
+
+
+def test_the_old_log_prob_pass_on_megatron_shards_the_vocabulary_and_skips_stages_without_the_output(plan_of):
+    base = {"training": {"backend": "megatron", "parallel": {"tp": 2}}}
+    plan = plan_of(base)
+    t = plan.trainer
+    tokens = t.log_prob_tokens
+    vocab = -(-plan.model.vocab_size // 2)
+    assert t.log_prob_pass >= tokens * vocab * 8  # bf16 logits, their clone, megatron-core's fp32 copy
+    # fixed micro-batches: the log-prob pass takes its own size
+    fixed = plan_of(base, {"algorithm": {"use_dynamic_bsz": False, "log_prob_micro_batch_size_per_gpu": 8}}).trainer
+    assert fixed.log_prob_tokens == 8 * fixed.micro_batch_tokens and fixed.peak_phase == "old log-prob"
+    # a pipeline stage without the output layer holds no logits in the pass
+    staged = plan_of(base, {"training": {"parallel": {"tp": 1, "pp": 2}}}).trainer
+    if staged.layout["busiest_stage"] != staged.layout["pp"] - 1:
+        assert staged.log_prob_pass < staged.log_prob_tokens * plan.model.vocab_size
+    else:
+        assert staged.log_prob_pass >= staged.log_prob_tokens * plan.model.vocab_size * 8

@@ -133,3 +133,18 @@ def test_a_peak_beyond_the_margin_is_an_error_within_it_a_warning(validate):
     assert over.severity == "error"
     near = validate(patched(BASE_SPEC, {"algorithm": {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2}}))
     assert _one(near, "MEM005").severity == "warning" and not [d for d in near.diagnostics if d.code == "MEM006"]
+
+
+def test_mem005_counts_the_old_log_prob_pass_and_proposes_the_updates_budget(validate):
+    """A log-prob budget far above the update's decides the peak: MEM005/MEM006 name the pass in the breakdown
+    and propose the update's budget, with which the spec passes."""
+    fits = validate(BASE_SPEC)
+    assert not [d for d in fits.diagnostics if d.code in ("MEM005", "MEM006")]
+    update = fits.context.batching.ppo_max_token_len_per_gpu
+    big = patched(BASE_SPEC, {"algorithm": {"log_prob_max_token_len_per_gpu": 4 * update}})
+    found = [d for d in validate(big).diagnostics if d.code in ("MEM005", "MEM006")]
+    assert found, "a 4x log-prob budget must not fit"
+    assert "the old-log-prob pass" in found[0].message and "activations" not in found[0].message
+    assert f"algorithm.log_prob_max_token_len_per_gpu: {update}" in found[0].hint
+    fixed = patched(big, {"algorithm": {"log_prob_max_token_len_per_gpu": update}})
+    assert not [d for d in validate(fixed).diagnostics if d.code in ("MEM005", "MEM006")]
