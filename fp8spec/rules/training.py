@@ -253,6 +253,23 @@ def _grouped_gemm_layout(ctx: ResolvedSpec):
     return float(measured("grouped_gemm.qwen3_30b_a3b.fp8_experts_bf16_vs_bf16"))
 
 
+def _loop_figure(ctx: ResolvedSpec) -> str:
+    """End-to-end FP8 against BF16 training with the same FP8 rollout (what the hint proposes) in the whole RL
+    step, for an MoE on Hopper (verl main_ppo, 9 Qwen3-30B-A3B layers, one H200, one sequence per micro-batch);
+    empty elsewhere."""
+    from fp8spec.plan.facts import measured
+
+    if not (ctx.known_model.is_moe and ctx.gpu.cc == (9, 0)):
+        return ""
+    _, rollout_update, e2e_update = measured("real_step.moe9l_variants.update_s")
+    _, rollout_step, e2e_step = measured("real_step.moe9l_variants.step_s")
+    return (
+        f"; in the RL loop (verl main_ppo, 9 Qwen3-30B-A3B layers on one H200) its update took "
+        f"{e2e_update / rollout_update:.2f}x and its step {e2e_step / rollout_step:.2f}x as long as BF16 training's "
+        "with the same FP8 rollout (measured:real_step.moe9l_variants.step_s, docs/results.md#real-size-rl-step)"
+    )
+
+
 @rule(
     "TRN007",
     "fp8-training-measured-slower",
@@ -272,7 +289,9 @@ def _grouped_gemm_layout(ctx: ResolvedSpec):
     class trained in another precision than the rollout runs it; speed: any); a spec with training.bf16_modules is
     judged by its layout's own figure. On Hopper, an MoE layout with the experts BF16 and training.expert_gemm
     cutlass is judged by its wall-clock figure on that kernel against BF16 on it (1.06x, 4-layer Qwen3-30B-A3B
-    stack; docs/results.md, the experts' GEMM kernel).""",
+    stack; docs/results.md, the experts' GEMM kernel). For an MoE on Hopper the finding also gives the whole RL
+    step's figure: verl main_ppo with 9 Qwen3-30B-A3B layers on one H200 ran the update 2.05x and the step 1.90x
+    as long as BF16 training with the same FP8 rollout (docs/results.md#real-size-rl-step).""",
     _TRN007_HINT,
     acknowledgeable=True,
     examples=Examples(
@@ -317,7 +336,7 @@ def fp8_training_measured_slower(ctx: ResolvedSpec) -> Iterator[Finding]:
     if g is not None and g.ratio < 1.0:
         yield Finding(
             f"training.precision fp8 ({t.fp8_scaling}) measured at {g.ratio:.2f}x BF16's layer speed for this "
-            f"model class ({g.workload}, docs/results.md#trainer-layer-cost)",
+            f"model class ({g.workload}, docs/results.md#trainer-layer-cost){_loop_figure(ctx)}",
             "training.precision",
             hint,
         )

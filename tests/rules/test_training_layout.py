@@ -166,3 +166,18 @@ def test_trn007_judges_experts_bf16_on_the_cutlass_grouped_gemm_by_its_wall_cloc
     b200 = {"hardware": {"gpu": "b200"}}
     assert not any("wall clock" in (d.hint or "") for d in _found(
         validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, b200, cutlass)), "TRN007"))
+
+
+def test_trn007_quotes_the_whole_rl_step_on_hopper_only(validate):
+    """The loop's figure (end-to-end FP8 against BF16 training with the same FP8 rollout, 9 MoE layers on one H200)
+    is read from measured.yaml and joins the message for an MoE on Hopper; elsewhere the message has none."""
+    from fp8spec.plan.facts import measured
+
+    (d,) = _found(validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, H200)), "TRN007")
+    update, step = measured("real_step.moe9l_variants.update_s"), measured("real_step.moe9l_variants.step_s")
+    assert f"its update took {update[2] / update[1]:.2f}x and its step {step[2] / step[1]:.2f}x as long" in d.message
+    assert "2.05x" in d.message and "1.90x" in d.message
+    assert "measured:real_step.moe9l_variants.step_s" in d.message
+    blackwell = {"hardware": {"gpu": "b200"}, "linear": {"scale_dtype": "ue8m0"}}
+    assert all("RL loop" not in f.message
+               for f in _found(validate(patched(BASE_SPEC, MOE, MEGATRON_FP8, blackwell)), "TRN007"))
