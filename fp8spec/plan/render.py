@@ -9,6 +9,7 @@ from fp8spec.engines import get_engine
 from fp8spec.plan.engine_memory import memory_model
 from fp8spec.plan.facts import engine_beyond_share, estimate_basis
 from fp8spec.plan.gain import capacity_note, gain_source, running_caveat
+from fp8spec.plan.packing import packing_note, packing_room
 from fp8spec.plan.sync import DATA as SYNC_DATA
 
 if TYPE_CHECKING:
@@ -81,9 +82,10 @@ def _rollout_json(plan, r) -> dict:
 _LAYOUT_UNITS = {"busiest_stage": "stage index", "stage_layers": "layers"}
 
 
-def _trainer_json(t) -> dict | None:
+def _trainer_json(plan: MemoryPlan, t) -> dict | None:
     if t is None:
         return None
+    room = packing_room(plan, t)
     b = lambda v, s="estimate": q(v, "bytes", s)  # noqa: E731
     return {
         "backend": t.backend,
@@ -103,6 +105,13 @@ def _trainer_json(t) -> dict | None:
         "log_prob_pass": b(t.log_prob_pass),
         "log_prob_micro_batch_tokens": q(t.log_prob_tokens, "tokens", "exact"),
         "peak_phase": t.peak_phase,
+        "packing_room": None
+        if room is None
+        else {
+            "update_budget": q(room.tokens, "tokens", "estimate"),
+            "sequences": q(round(room.sequences, 2), "sequences", "estimate"),
+            "kept_free": b(room.kept_free, "exact"),
+        },
         "cuda_context": b(t.context),
         "peak": b(t.peak),
         "resident_during_rollout": b(t.resident_during_rollout),
@@ -187,8 +196,8 @@ def plan_json(plan: MemoryPlan) -> dict:
             "defaults": s.defaults,
         },
         "rollout": [_rollout_json(plan, r) for r in plan.rollout],
-        "trainer": _trainer_json(plan.trainer),
-        "trainer_other_precision": _trainer_json(plan.trainer_other),
+        "trainer": _trainer_json(plan, plan.trainer),
+        "trainer_other_precision": _trainer_json(plan, plan.trainer_other),
         "trainer_fp8_layer_speed": (
             {"measured": False, "why": why} if (why := plan.trainer_gain_unmeasured()) else None
         )
@@ -404,8 +413,12 @@ def render_text(plan: MemoryPlan) -> str:
             values = [getattr(c, attr) for c in cols]
             if any(values) or attr in ("params", "state", "peak"):
                 out.append(row(name, [_g(v) for v in values]))
+        rooms = [packing_room(plan, c) for c in cols]
+        if all(r is not None for r in rooms):
+            cells = [f"{r.tokens:,} tok" if r and r.tokens else "none" for r in rooms]
+            out.append(row("packed update budget that fits", cells))
         engine_share = spec_r.memory.requested + engine_beyond_share(plan.setup.engine)
-        out.append(row("engine request + outside it (measured)", [_g(engine_share) for _ in cols]))
+        out.append(row("engine request + beyond (measured)", [_g(engine_share) for _ in cols]))
         out.append(row("headroom beside the rollout engine", [_g(plan.headroom(c)) for c in cols]))
         if plan.setup.sync_bucket_bytes:
             from fp8spec.plan.feasibility import at_sync
@@ -433,6 +446,8 @@ def render_text(plan: MemoryPlan) -> str:
             out.append(f"  {mismatch}")
         for note in t.notes:
             out.append(f"  note: {note}")
+        if (room := packing_room(plan)) is not None:
+            out.append(f"  note: {packing_note(room)}")
         if plan.host_ram_per_node is not None:
             what = " + ".join(k for k in ("params", "optimizer") if t.offload.get(k))
             out.append(

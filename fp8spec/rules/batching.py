@@ -81,9 +81,6 @@ def budget_ignored(ctx: ResolvedSpec) -> Iterator[Finding]:
             yield Finding(f"algorithm.{field} has no effect with use_dynamic_bsz false", f"algorithm.{field}")
 
 
-DENSE_MASK_ATTENTION = ("sdpa", "eager")
-
-
 @rule(
     "PAR016",
     "dense-attention-over-packed-rows",
@@ -109,7 +106,7 @@ DENSE_MASK_ATTENTION = ("sdpa", "eager")
 )
 def dense_attention_over_packed_rows(ctx: ResolvedSpec) -> Iterator[Finding]:
     attention = ctx.spec.training.attention
-    if not ctx.trainer.hf_model or attention not in DENSE_MASK_ATTENTION:
+    if attention not in ctx.trainer.dense_mask_attention:
         return
     b = ctx.batching
     seq = b.sequence_tokens

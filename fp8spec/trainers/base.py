@@ -23,6 +23,9 @@ class Trainer:
     # the model is a Hugging Face model, whose attn_implementation takes flash_attention_2, sdpa, eager or
     # flex_attention; otherwise the attention backend is Megatron's (flash_attention_2, fused, unfused)
     hf_model: bool = True
+    # training.attention values that attend a packed micro-batch through one dense mask over the whole row, so
+    # packing several sequences costs attention work (rule PAR016); the others attend each sequence on its own
+    dense_mask_attention: tuple[str, ...] = ()
     # training.bridge picks the package that converts checkpoints (mbridge or Megatron-Bridge), which the
     # preflight checks
     bridge: bool = False

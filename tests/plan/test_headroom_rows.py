@@ -24,7 +24,7 @@ def test_headroom_is_the_gpu_minus_the_rows_above_it(validate):
     text = _printed(validate(BASE_SPEC).context)
     total = float(re.search(r"([0-9.]+) GiB per GPU\)", text).group(1))
     kept = _row(text, "kept during rollout")
-    engine = _row(text, "engine request + outside it (measured)")
+    engine = _row(text, "engine request + beyond (measured)")
     assert abs(total - kept - engine - _row(text, "headroom beside the rollout engine")) <= 0.02
 
 

@@ -29,6 +29,9 @@ class Megatron(Trainer):
     settings_adapter = "fp8spec.trainers.megatron.adapter:build_megatron"
     grad_buffer_resident = True  # Megatron releases its grad buffer only with param offload
     hf_model = False
+    # verl hands Megatron a packed micro-batch as THD with each sequence's bounds (verl 0.9.1 models/mcore/util.py
+    # preprocess_packed_seqs), which every attention backend attends one sequence at a time
+    dense_mask_attention = ()
     stack_fields = ("megatron_core", "transformer_engine")
 
 
