@@ -59,8 +59,14 @@ def spec_names() -> list[str]:
 
 
 def _variants(table: dict, set_fields: dict | None) -> dict:
-    """A set's own variants, else the shared ones."""
-    return (set_fields or {}).get("variants") or table["variants"]
+    """A set's own variants (a mapping), the shared ones it names (a list), else all the shared ones."""
+    own = (set_fields or {}).get("variants")
+    if isinstance(own, list):
+        unknown = [v for v in own if v not in table["variants"]]
+        if unknown:
+            raise SystemExit(f"make_specs: no shared variant {', '.join(unknown)} in variants.yaml")
+        return {v: table["variants"][v] for v in own}
+    return own or table["variants"]
 
 
 def _overlay(under: dict, over: dict) -> dict:

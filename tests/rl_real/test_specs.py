@@ -47,6 +47,7 @@ def test_specs_are_base_plus_their_fields_and_nothing_else():
     assert [p.name for p in SPECS] == sorted(
         [f"real-{s}-{v}.yaml" for s in DENSE_SETS for v in ("bf16", "fp8", "fp8kv")]
         + [f"real-{s}-{v}.yaml" for s in MOE_SETS for v in MOE_VARIANTS]
+        + [f"real-4b-h200-flex-{v}.yaml" for v in ("bf16", "fp8kv")]
     )
     assert _run(str(HERE / "make_specs.py"), "--check").returncode == 0
     specs = {p.stem: _flat(YAML(typ="safe").load(p.read_text(encoding="utf-8"))) for p in SPECS}
@@ -69,6 +70,19 @@ def test_the_long_set_is_the_4b_set_with_longer_responses_and_the_fused_log_prob
     assert _differ(short, long) == sorted([*NAME_ONLY, "rollout.max_response_length", "training.fused_logprob"])
     assert long["training.fused_logprob"] is True and "training.fused_logprob" not in short
     assert long["rollout.max_response_length"] == 2 * short["rollout.max_response_length"] == 4096
+
+
+@pytest.mark.parametrize("variant", ["bf16", "fp8kv"])
+def test_the_flex_set_is_the_4b_set_with_the_trainers_three_levers(variant):
+    """flex_attention, the fused log-prob path and 12,288-token packed micro-batches; the plan's packing line fits
+    that budget, and the engine, the workload and the precision fields are the 4B set's."""
+    base, flex = _spec(f"real-4b-h200-{variant}"), _spec(f"real-4b-h200-flex-{variant}")
+    assert _differ(base, flex) == sorted([*NAME_ONLY, "training.attention", "training.fused_logprob",
+                                          "algorithm.ppo_max_token_len_per_gpu"])
+    assert flex["training.attention"] == "flex_attention" and flex["training.fused_logprob"] is True
+    proc = run_cli_here("plan", str(HERE / "specs" / f"real-4b-h200-flex-{variant}.yaml"), "-f", "json")
+    room = json.loads(proc.stdout)["trainer"]["packing_room"]["update_budget"]["value"]
+    assert flex["algorithm.ppo_max_token_len_per_gpu"] == 12288 <= room
 
 
 def test_moe_variants_differ_only_in_their_precision_fields():
@@ -184,3 +198,14 @@ def test_plan_predictions_are_current_and_say_the_runs_fit():
     assert "MEM003" in tenth["verdicts_failing"]
     assert tenth["trainer_resident_during_rollout_gib"] > data["specs"]["real-moe9l-h200-fp8-e2e"][
         "trainer_resident_during_rollout_gib"]
+
+
+def test_a_set_names_the_shared_variants_it_runs():
+    from benchmarks.rl_real.make_specs import _variants
+
+    table = {"variants": {"bf16": {"a": 1}, "fp8": {"a": 2}, "fp8kv": {"a": 3}}}
+    assert list(_variants(table, {"variants": ["bf16", "fp8kv"]})) == ["bf16", "fp8kv"]
+    assert list(_variants(table, {})) == ["bf16", "fp8", "fp8kv"]
+    assert _variants(table, {"variants": {"own": {"b": 1}}}) == {"own": {"b": 1}}
+    with pytest.raises(SystemExit, match="no shared variant fp16"):
+        _variants(table, {"variants": ["bf16", "fp16"]})
