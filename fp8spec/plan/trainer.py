@@ -332,7 +332,9 @@ def _fsdp(spec, model, verl, split, world, passes, per_layer_act, offload, conte
         ("FSDP shards parameters, gradients and optimizer state over all GPUs (fsdp_size -1)",),
         checkpoint_bytes_per_param=_checkpoint_bytes_per_param(verl, f),
         optimizer_step=per_gpu * f.get("optimizer_step_bytes", 0),
-        log_prob_pass=_log_prob_pass(verl, "fsdp", model, lp_tokens, per_layer_act, transient=transient),
+        log_prob_pass=_log_prob_pass(
+            verl, spec.training.backend, model, lp_tokens, per_layer_act, transient=transient
+        ),
         log_prob_tokens=lp_tokens,
     )
     source = "verl's default" if chosen is None else "training.gradient_checkpointing"
@@ -448,7 +450,7 @@ def _megatron(ctx, split, world, passes, per_layer_act, fp8, offload, context) -
         checkpoint_bytes_per_param=_checkpoint_bytes_per_param(ctx.profile("verl"), m),
         log_prob_pass=_log_prob_pass(
             ctx.profile("verl"),
-            "megatron",
+            spec.training.backend,
             model,
             lp_tokens,
             per_layer_act,
