@@ -29,7 +29,7 @@ class PackingRoom:
     tokens: int  # the largest budget (a multiple of STEP), 0 when not even one sequence fits
     sequence_tokens: int  # one sequence per GPU: prompt + response, over context parallelism
     budget: int  # the spec's own budget (its longest update micro-batch)
-    kept_free: int  # bytes left free on the GPU at that budget's estimated peak
+    kept_free: int  # bytes of the GPU the budget leaves free at least, beside its estimated peak
     whole_mini_batch: bool = False  # the budget holds every sequence a GPU trains on per optimizer step
 
     @property
@@ -44,12 +44,12 @@ def packing_room(plan: MemoryPlan, t: Optional[TrainerMemory] = None) -> Optiona
     spec = plan.spec
     if t is None or not spec.algorithm.use_dynamic_bsz or not t.micro_batch_tokens:
         return None
-    if spec.training.attention in get_trainer(spec.training.backend).dense_mask_attention:
+    trainer = get_trainer(spec.training.backend)
+    if spec.training.attention in trainer.dense_mask_attention:
         return None
     per_token = (t.activations + t.logits) / t.micro_batch_tokens
     free = int(plan.total_bytes * float(estimate("trainer", "packing_free_share")[spec.training.backend]))
     room = plan.total_bytes - free - t.state - t.context - t.transient
-    trainer = get_trainer(spec.training.backend)
     split = spec.training.parallel.cp if trainer.parallel_layout else 1  # context parallel splits a sequence
     sequence = -(-(spec.rollout.max_prompt_length + spec.rollout.max_response_length) // split)
     tokens = int(room / per_token) // STEP * STEP if room > 0 and per_token > 0 else 0
