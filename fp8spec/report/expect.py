@@ -46,6 +46,10 @@ class PlanFacts:
     sync_why: str = ""  # why the plan has no sync time
     trainer_fp8: bool = False  # the spec's trainer computes in FP8 (else its passes match a BF16 run's)
     gain_caveat: str = ""  # why the expected gain may not hold for this spec (the BF16 engine holds the step)
+    update_budget: int = 0  # tokens of the spec's longest update micro-batch
+    packing_budget: int = (
+        0  # the largest packed update budget the plan fits (0: none, or packing costs attention)
+    )
 
 
 def read_bundle(folder: Path) -> BundleFacts:
@@ -80,6 +84,7 @@ def plan_for(spec: Path) -> PlanFacts:
     (as `fp8spec plan` prints it); one without a model or verl profile has none."""
     from fp8spec.plan import PlanInputError, build_memory_plan
     from fp8spec.plan.gain import capacity_note
+    from fp8spec.plan.packing import packing_room
     from fp8spec.plan.precision_layout import fp8_trained
     from fp8spec.rules.runner import validate_path
     from fp8spec.specfile.loader import InputError
@@ -102,6 +107,7 @@ def plan_for(spec: Path) -> PlanFacts:
     notes = [
         f"the spec has rule errors ({len(validation.errors)}); the plan is the one fp8spec plan prints"
     ] * bool(validation.errors)
+    room = packing_room(plan)
     return PlanFacts(
         spec=str(spec),
         kv_cache_tokens=chosen.kv.tokens,
@@ -115,4 +121,6 @@ def plan_for(spec: Path) -> PlanFacts:
         sync_why=sync.why,
         trainer_fp8=fp8_trained(ctx.spec),
         gain_caveat=note.short() if gain and (note := capacity_note(plan.bf16_rollout)) else "",
+        update_budget=plan.trainer.micro_batch_tokens if plan.trainer else 0,
+        packing_budget=room.tokens if room else 0,
     )

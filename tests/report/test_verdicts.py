@@ -126,6 +126,11 @@ CASES = {
         lambda t: _4b(t),  # 10.09, 10.12, 8.13 s: each just past an even second
         lambda t: _4b(t, runs.set_metric("timing_s/gen", lambda s, v: v + 1.0)),
     ),
+    "RPT035": (
+        # the same run and spec but an attention that keeps packed sequences apart: the plan now fits a budget
+        lambda t: _4b(t, spec=runs.spec_4b_copy(t, "attention: sdpa", "attention: flash_attention_2")),
+        lambda t: _4b(t, spec=SPEC_4B),  # sdpa: no packing budget (PAR016)
+    ),
     "RPT032": (
         lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.1)),  # FP8 only 10 % faster: below +39 %
         lambda t: _4b(t, spec=SPEC_4B, baseline=_baseline(t, 1.5)),  # 50 % faster

@@ -8,7 +8,7 @@ import statistics
 from typing import Iterable
 
 from fp8spec.report.names import thresholds
-from fp8spec.report.phases import steady_tokens_per_s
+from fp8spec.report.phases import steady, steady_tokens_per_s
 from fp8spec.report.steps import whole_syncs
 from fp8spec.report.verdicts.unit import Context, verdict
 
@@ -191,4 +191,46 @@ def generation_rounded_by_poll(ctx: Context) -> Found:
         rows[-1].where,
         f"generation ended {min(past):.2f}-{max(past):.2f} s past a multiple of {period:g} s in all {len(rows)} "
         f"steps ({times} s): verl's replay buffer looked for finished rollouts every {period:g} s",
+    )
+
+
+@verdict(
+    "RPT035",
+    "update-unpacked",
+    "warning",
+    "The update dominates the step at micro-batches far smaller than fp8spec plan fits.",
+    """The actor update's GEMMs get as many rows as a micro-batch has tokens: at one sequence per micro-batch
+    (the compiled default) a Qwen3-30B-A3B layer's experts see about 140 tokens each, and the real-size runs
+    updated at verl MFU 0.025-0.11 with the update 55-69 % of the step (docs/results.md#real-size-rl-step).
+    Where the trainer attends each packed sequence on its own (Megatron; FSDP with flash_attention_2 or
+    flex_attention), fp8spec plan gives the largest token budget that leaves a measured share of the GPU free
+    (its packing line). A run whose update is a large share of the steady steps while that budget is several
+    times the spec's is leaving the GPU's rows unused, and with it whatever the rollout's FP8 gain could show in
+    the step. The plan's activation estimate above one sequence is not measured yet. Limit:
+    fp8spec/data/report_thresholds.yaml (unpacked_update).""",
+    "set algorithm.ppo_max_token_len_per_gpu toward the plan's packing budget (a multiple of one sequence below "
+    "it keeps a margin), run a step and compare the update time and the trainer's peak memory",
+    needs="plan",
+    example=(
+        "the real 4B run (2026-12-02) against its spec with training.attention flash_attention_2",
+        "of the steady steps at micro-batches of up to 5,120 tokens; fp8spec plan fits",
+        "the real 4B run against its own spec (sdpa: packing attends a dense mask, so the plan gives no budget)",
+    ),
+)
+def update_unpacked(ctx: Context) -> Found:
+    assert ctx.plan is not None
+    limits = thresholds()["unpacked_update"]
+    own, room = ctx.plan.update_budget, ctx.plan.packing_budget
+    if not own or room < float(limits["min_budget_ratio"]) * own:
+        return
+    rows = [r for r in steady(ctx.rows) if r.update_s and r.step_s]
+    if not rows:
+        return
+    update, step = sum(r.update_s or 0.0 for r in rows), sum(r.step_s or 0.0 for r in rows)
+    if update < float(limits["min_update_share"]) * step:
+        return
+    yield (
+        rows[-1].where,
+        f"the update is {update / step:.0%} of the steady steps at micro-batches of up to {own:,} tokens; "
+        f"fp8spec plan fits {room:,} (algorithm.ppo_max_token_len_per_gpu, {room / own:.1f}x)",
     )
