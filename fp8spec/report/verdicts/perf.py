@@ -212,7 +212,7 @@ def generation_rounded_by_poll(ctx: Context) -> Found:
     "it keeps a margin), run a step and compare the update time and the trainer's peak memory",
     needs="plan",
     example=(
-        "the real 4B run (2026-12-02) against its spec with training.attention flash_attention_2",
+        "the real 4B run (2026-12-03) against its spec with training.attention flash_attention_2",
         "of the steady steps at micro-batches of up to 5,120 tokens; fp8spec plan fits",
         "the real 4B run against its own spec (sdpa: packing attends a dense mask, so the plan gives no budget)",
     ),
