@@ -110,7 +110,16 @@ def gpu_peaks(folder: Path) -> dict:
             if role in ("trainer", "engine"):
                 peaks[f"{role}_mib"] = max(peaks[f"{role}_mib"] or 0, used)
         peaks["trainer_beside_engine_mib"] = _beside_engine(per_sample, peaks["engine_mib"])
+        peaks["engine_at_trainer_peak_mib"] = _engine_at_trainer_peak(per_sample, peaks["trainer_mib"])
     return peaks
+
+
+def _engine_at_trainer_peak(per_sample: dict[tuple[str, str, str], int], trainer_peak: int | None) -> int | None:
+    """What the (sleeping) engine held in the sample of the trainer's peak: with the trainer's peak, what the GPU
+    held at the training peak (memory_estimates.yaml trainer.packing_free_share)."""
+    at = {(ts, gpu) for (ts, gpu, role), used in per_sample.items() if role == "trainer" and used == trainer_peak}
+    held = [used for (ts, gpu, role), used in per_sample.items() if role == "engine" and (ts, gpu) in at]
+    return max(held, default=None)
 
 
 def _beside_engine(per_sample: dict[tuple[str, str, str], int], engine_peak: int | None) -> int | None:

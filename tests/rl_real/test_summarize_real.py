@@ -136,8 +136,9 @@ def test_synthetic_real_size_run(synthetic, tmp_path):
     assert c["args_mismatches"] == []
     assert c["loop_kv_cache_tokens"] == c["bare_kv_cache_tokens"] == 1318000
     # beside the awake engine (second 2) the trainer held 600 MiB; its 86,000 came when the engine slept
+    # and at its own peak (second 3) the sleeping engine held 1,200
     assert c["gpu_peak_mib"] == {"total_mib": {"0": 99000}, "trainer_mib": 86000, "engine_mib": 98000,
-                                 "trainer_beside_engine_mib": 600}
+                                 "trainer_beside_engine_mib": 600, "engine_at_trainer_peak_mib": 1200}
     assert c["trainer_torch_peak_reserved_gib"] == 80.25
     plan = json.loads((REPO / "benchmarks/rl_real/plan_predictions.json").read_text())["specs"]["real-4b-h200-fp8kv"]
     assert c["plan_kv_error"] == pytest.approx(plan["kv_cache_tokens"] / 1318000 - 1)
